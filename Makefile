@@ -1,0 +1,41 @@
+# opjournal — developer entry points. `make test` is the whole suite; CI runs it.
+GO ?= go
+
+.PHONY: all build generate lint test test-short fuzz serve vet fmt-check generate-check ci
+
+all: build
+
+build:
+	$(GO) build ./...
+
+## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod)
+generate:
+	$(GO) tool buf lint
+	$(GO) tool buf generate
+
+## generate-check: fail if gen/ is not what `make generate` produces
+generate-check: generate
+	git diff --exit-code -- gen
+	@test -z "$$(git status --porcelain -- gen)" || (git status --porcelain -- gen; echo "gen/ has untracked files: run make generate and commit"; exit 1)
+
+## serve: run the service on the embedded SQLite store with the shipped policy
+serve:
+	$(GO) run ./cmd/opjournal serve
+
+## test: the whole suite, PostgreSQL included (see scripts/test.sh for how it finds one)
+test:
+	bash scripts/test.sh
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); test -z "$$out" || (echo "gofmt needed:"; echo "$$out"; exit 1)
+
+## fuzz: run each fuzz target for FUZZTIME (seed corpora already run in `make test`)
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzCanonicalize -fuzztime=$(FUZZTIME) ./canonjson/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./policy/
+
+ci: vet fmt-check generate-check test

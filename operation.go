@@ -1,0 +1,65 @@
+package opjournal
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Status is the state of an operation.
+//
+//	pending ──claim──▶ in_progress ──MarkSucceeded──▶ succeeded
+//	   ▲                 │   │
+//	   │                 │   └──MarkFailedFinal──▶ failed_final
+//	   │        MarkUnknown / lease expiry
+//	   │                 ▼
+//	   └─(reconciler)── unknown ──claim (retry_same_key only)──▶ in_progress
+//
+// MarkSucceeded is accepted from any non-terminal status and from stale
+// attempts: a confirmed effect is a fact. Succeeded and FailedFinal are terminal.
+type Status string
+
+// The statuses of SPEC.md.
+const (
+	StatusPending     Status = "pending"
+	StatusInProgress  Status = "in_progress"
+	StatusUnknown     Status = "unknown"
+	StatusSucceeded   Status = "succeeded"
+	StatusFailedFinal Status = "failed_final"
+)
+
+// Terminal reports whether no transition may leave s.
+func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFailedFinal }
+
+// Valid reports whether s is one of the five statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusPending, StatusInProgress, StatusUnknown, StatusSucceeded, StatusFailedFinal:
+		return true
+	}
+	return false
+}
+
+// Operation is the journal's record of one business intent.
+//
+// Status is the effective status: an in_progress operation whose lease has
+// expired on the database clock is reported as StatusUnknown, because its
+// worker vanished mid-call and the effect may have happened.
+type Operation struct {
+	Tenant              string
+	Key                 string
+	Action              string
+	RequestHash         string
+	Payload             json.RawMessage // canonical JSON object, nulls removed
+	Status              Status
+	AttemptCount        int
+	LeaseOwner          string
+	LeaseUntil          time.Time // zero without a lease
+	ExternalID          string
+	DuplicateExternalID string
+	Result              json.RawMessage // JSON object, nil until succeeded
+	ErrorCode           string
+	NeedsReview         bool
+	ReviewReason        string
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+}

@@ -11,6 +11,7 @@ build:
 ## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod)
 generate:
 	$(GO) tool buf lint
+	rm -rf gen/opjournal gen/openapi/*.json
 	$(GO) tool buf generate
 
 ## generate-check: fail if gen/ is not what `make generate` produces

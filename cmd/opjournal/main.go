@@ -1,0 +1,231 @@
+// Command opjournal runs the operation journal service.
+//
+//	opjournal serve     run the gRPC and REST listeners
+//	opjournal migrate   apply database migrations and exit
+//	opjournal version   print the version
+//
+// Every flag can also be set by an environment variable: --database-url is
+// OPJOURNAL_DATABASE_URL, --grpc-addr is OPJOURNAL_GRPC_ADDR, and so on; a
+// flag on the command line wins over the variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/opjournal/opjournal/journal"
+	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/server"
+	"github.com/opjournal/opjournal/store"
+	"github.com/opjournal/opjournal/store/postgres"
+	"github.com/opjournal/opjournal/store/sqlite"
+)
+
+const usage = `opjournal — the operation journal for AI agents' irreversible actions.
+
+Usage:
+  opjournal serve   [flags]   run the service (gRPC + REST)
+  opjournal migrate [flags]   apply database migrations and exit
+  opjournal version           print the version
+
+Run "opjournal serve -h" for the flags. Each flag may also be given as an
+environment variable: --database-url is OPJOURNAL_DATABASE_URL, etc.
+`
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "opjournal:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("missing command")
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr)
+	case "migrate":
+		return migrateCmd(ctx, args[1:], stderr)
+	case "version":
+		fmt.Fprintln(stdout, version())
+		return nil
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+type options struct {
+	databaseURL     string
+	grpcAddr        string
+	httpAddr        string
+	policyPath      string
+	maxPayloadBytes int
+	maxResultBytes  int
+	logLevel        string
+	logFormat       string
+}
+
+func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.databaseURL, "database-url", "sqlite://opjournal.db", "postgres://… for PostgreSQL, or sqlite://PATH for the embedded store")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "json", "json or text")
+	if serveFlags {
+		fs.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
+		fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP (REST, /metrics, /openapi.json) listen address")
+		fs.StringVar(&o.policyPath, "policy", "", "policy YAML file (default: the shipped policy with create_payment, send_email, submit_application, create_ticket)")
+		fs.IntVar(&o.maxPayloadBytes, "max-payload-bytes", journal.DefaultLimits.MaxPayloadBytes, "largest payload, as canonical JSON bytes")
+		fs.IntVar(&o.maxResultBytes, "max-result-bytes", journal.DefaultLimits.MaxResultBytes, "largest result, as canonical JSON bytes")
+	}
+	return fs
+}
+
+// parse applies OPJOURNAL_* variables as defaults, then the command line.
+func parse(fs *flag.FlagSet, args []string) error {
+	var bad []string
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "OPJOURNAL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if err := f.Value.Set(v); err != nil {
+				bad = append(bad, fmt.Sprintf("%s=%q: %v", env, v, err))
+			}
+			f.DefValue = v
+		}
+	})
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "; "))
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return nil
+}
+
+func newLogger(o options, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not json or text", o.logFormat)
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	var o options
+	fs := flags("serve", stderr, &o, true)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(o, stderr)
+	if err != nil {
+		return err
+	}
+	pol := policy.Default()
+	if o.policyPath != "" {
+		if pol, err = policy.Load(o.policyPath); err != nil {
+			return err
+		}
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	st, err := openStore(ctx, o.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	svc := journal.New(st, pol, journal.Limits{MaxPayloadBytes: o.maxPayloadBytes, MaxResultBytes: o.maxResultBytes})
+	srv := server.New(svc, server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log})
+	return srv.Run(ctx, func(a server.Addrs) {
+		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(),
+			"store", storeKind(o.databaseURL), "actions", pol.Names(), "version", version())
+	})
+}
+
+func migrateCmd(_ context.Context, args []string, stderr io.Writer) error {
+	var o options
+	fs := flags("migrate", stderr, &o, false)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	kind, target, err := splitURL(o.databaseURL)
+	if err != nil {
+		return err
+	}
+	if kind == "postgres" {
+		err = postgres.Migrate(target)
+	} else {
+		err = sqlite.Migrate(target)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "migrations applied to the %s store\n", kind)
+	return nil
+}
+
+// openStore opens the store a database URL names.
+func openStore(ctx context.Context, url string) (store.Store, error) {
+	kind, target, err := splitURL(url)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "postgres" {
+		return postgres.Open(ctx, target)
+	}
+	return sqlite.Open(ctx, target)
+}
+
+func splitURL(url string) (kind, target string, err error) {
+	switch {
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return "postgres", url, nil
+	case strings.HasPrefix(url, "sqlite://"):
+		path := strings.TrimPrefix(url, "sqlite://")
+		if path == "" {
+			return "", "", errors.New("--database-url: sqlite:// needs a file path, e.g. sqlite://opjournal.db")
+		}
+		return "sqlite", path, nil
+	}
+	return "", "", errors.New("--database-url: must start with postgres://, postgresql:// or sqlite://")
+}
+
+func storeKind(url string) string {
+	k, _, _ := splitURL(url)
+	return k
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

@@ -1,0 +1,349 @@
+// Package journal is the operation journal's service: it validates every
+// request, applies the action's policy, computes the request hash, and asks
+// the store for the one atomic transition the request needs. Transports
+// (server/) call it; it knows nothing of gRPC or HTTP.
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/canonjson"
+	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/store"
+)
+
+// Limits bound what a caller may store.
+type Limits struct {
+	// MaxPayloadBytes bounds a payload's canonical JSON.
+	MaxPayloadBytes int
+	// MaxResultBytes bounds a result's canonical JSON.
+	MaxResultBytes int
+}
+
+// DefaultLimits are 64 KiB each, the SPEC's limits.
+var DefaultLimits = Limits{MaxPayloadBytes: 64 << 10, MaxResultBytes: 64 << 10}
+
+// Field length limits.
+const (
+	MaxKeyLen        = 200
+	MaxActionLen     = 80
+	MaxWorkerIDLen   = 200
+	MaxExternalIDLen = 200
+	MaxErrorCodeLen  = 100
+)
+
+// Service is the journal. It is safe for concurrent use; all coordination
+// happens in the store's database.
+type Service struct {
+	store  store.Store
+	policy *policy.Policy
+	limits Limits
+}
+
+// New returns a Service over st enforcing pol. Zero limits take DefaultLimits.
+func New(st store.Store, pol *policy.Policy, limits Limits) *Service {
+	if limits.MaxPayloadBytes <= 0 {
+		limits.MaxPayloadBytes = DefaultLimits.MaxPayloadBytes
+	}
+	if limits.MaxResultBytes <= 0 {
+		limits.MaxResultBytes = DefaultLimits.MaxResultBytes
+	}
+	return &Service{store: st, policy: pol, limits: limits}
+}
+
+// Limits returns the limits in force.
+func (s *Service) Limits() Limits { return s.limits }
+
+// Ping checks the store.
+func (s *Service) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
+
+// ClaimOptions asks for a lease.
+type ClaimOptions struct {
+	WorkerID string
+	// LeaseSeconds of 0 means the policy's lease_seconds; more than it is an error.
+	LeaseSeconds int
+}
+
+// RegisterRequest registers an operation.
+type RegisterRequest struct {
+	Tenant  string
+	Key     string
+	Action  string
+	Payload json.RawMessage // a JSON object; nil is "missing"
+	Claim   *ClaimOptions
+}
+
+// Register validates req, computes its request hash and records it. It
+// returns CodeInvalidArgument, CodeUnknownAction or CodeTooLarge for bad
+// input and CodePayloadMismatch when the key holds another request, and in
+// those cases changes nothing.
+func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.RegisterResult, error) {
+	if err := checkKey(req.Key); err != nil {
+		return store.RegisterResult{}, err
+	}
+	act, err := s.action(req.Action)
+	if err != nil {
+		return store.RegisterResult{}, err
+	}
+	if req.Payload == nil {
+		return store.RegisterResult{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "payload", "is required (a JSON object; {} for none)")
+	}
+	var cp *store.ClaimPolicy
+	if req.Claim != nil {
+		c, err := claimPolicy(act, req.Claim.WorkerID, req.Claim.LeaseSeconds, "claim.")
+		if err != nil {
+			return store.RegisterResult{}, err
+		}
+		cp = &c
+	}
+	hash, canonical, err := canonjson.RequestHash(act.Name, req.Payload, canonjson.Options{IntegerFields: act.IntegerFields})
+	if err != nil {
+		return store.RegisterResult{}, jsonError("payload", err)
+	}
+	if len(canonical) > s.limits.MaxPayloadBytes {
+		return store.RegisterResult{}, opjournal.Errorf(opjournal.CodeTooLarge, "payload",
+			"is %d bytes as canonical JSON; the limit is %d", len(canonical), s.limits.MaxPayloadBytes)
+	}
+	res, err := s.store.Register(ctx, store.RegisterParams{
+		Tenant: req.Tenant, Key: req.Key, Action: act.Name, RequestHash: hash, Payload: canonical, Claim: cp,
+	})
+	if err != nil {
+		return res, fmt.Errorf("register %q: %w", req.Key, err)
+	}
+	return res, nil
+}
+
+// ClaimRequest asks for a lease on an existing operation.
+type ClaimRequest struct {
+	Tenant       string
+	Key          string
+	WorkerID     string
+	LeaseSeconds int
+}
+
+// Claim applies the action's policy to a claim. Losing is not an error:
+// the result says Claimed = false with the current state.
+func (s *Service) Claim(ctx context.Context, req ClaimRequest) (store.ClaimResult, error) {
+	if err := checkKey(req.Key); err != nil {
+		return store.ClaimResult{}, err
+	}
+	if err := checkToken("worker_id", req.WorkerID, MaxWorkerIDLen); err != nil {
+		return store.ClaimResult{}, err
+	}
+	// The policy belongs to the operation's action, which is immutable, so
+	// reading it before the conditional update cannot race with anything.
+	op, err := s.store.Get(ctx, req.Tenant, req.Key)
+	if err != nil {
+		return store.ClaimResult{}, fmt.Errorf("claim %q: %w", req.Key, err)
+	}
+	act, err := s.action(op.Action)
+	if err != nil {
+		return store.ClaimResult{}, err
+	}
+	cp, err := claimPolicy(act, req.WorkerID, req.LeaseSeconds, "")
+	if err != nil {
+		return store.ClaimResult{}, err
+	}
+	res, err := s.store.Claim(ctx, store.ClaimParams{Tenant: req.Tenant, Key: req.Key, ClaimPolicy: cp})
+	if err != nil {
+		return res, fmt.Errorf("claim %q: %w", req.Key, err)
+	}
+	return res, nil
+}
+
+// MarkSucceededRequest records a confirmed effect.
+type MarkSucceededRequest struct {
+	Tenant     string
+	Key        string
+	Attempt    int
+	ExternalID string
+	Result     json.RawMessage // a JSON object, or nil for none
+}
+
+// MarkSucceeded records a confirmed effect; see store.Store.MarkSucceeded.
+func (s *Service) MarkSucceeded(ctx context.Context, req MarkSucceededRequest) (*opjournal.Operation, error) {
+	if err := checkKey(req.Key); err != nil {
+		return nil, err
+	}
+	if err := checkAttempt(req.Attempt); err != nil {
+		return nil, err
+	}
+	if err := checkText("external_id", req.ExternalID, MaxExternalIDLen); err != nil {
+		return nil, err
+	}
+	var result json.RawMessage
+	if req.Result != nil {
+		c, err := canonjson.Canonicalize(req.Result, canonjson.Options{})
+		if err != nil {
+			return nil, jsonError("result", err)
+		}
+		if len(c) == 0 || c[0] != '{' {
+			return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "result", "must be a JSON object")
+		}
+		if len(c) > s.limits.MaxResultBytes {
+			return nil, opjournal.Errorf(opjournal.CodeTooLarge, "result",
+				"is %d bytes as canonical JSON; the limit is %d", len(c), s.limits.MaxResultBytes)
+		}
+		result = c
+	}
+	op, err := s.store.MarkSucceeded(ctx, store.MarkSucceededParams{
+		Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, ExternalID: req.ExternalID, Result: result,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mark succeeded %q: %w", req.Key, err)
+	}
+	return op, nil
+}
+
+// MarkRequest is the argument of MarkUnknown and MarkFailedFinal.
+type MarkRequest struct {
+	Tenant    string
+	Key       string
+	Attempt   int
+	ErrorCode string
+}
+
+// MarkUnknown records an attempt without a definite answer. Only the
+// current lease holder may; others get CodeStaleAttempt.
+func (s *Service) MarkUnknown(ctx context.Context, req MarkRequest) (*opjournal.Operation, error) {
+	return s.mark(ctx, "mark unknown", s.store.MarkUnknown, req)
+}
+
+// MarkFailedFinal records a confirmed rejection. Only the current lease
+// holder may; others get CodeStaleAttempt.
+func (s *Service) MarkFailedFinal(ctx context.Context, req MarkRequest) (*opjournal.Operation, error) {
+	return s.mark(ctx, "mark failed_final", s.store.MarkFailedFinal, req)
+}
+
+func (s *Service) mark(ctx context.Context, what string, fn func(context.Context, store.MarkParams) (*opjournal.Operation, error), req MarkRequest) (*opjournal.Operation, error) {
+	if err := checkKey(req.Key); err != nil {
+		return nil, err
+	}
+	if err := checkAttempt(req.Attempt); err != nil {
+		return nil, err
+	}
+	if err := checkText("error_code", req.ErrorCode, MaxErrorCodeLen); err != nil {
+		return nil, err
+	}
+	op, err := fn(ctx, store.MarkParams{Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, ErrorCode: req.ErrorCode})
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w", what, req.Key, err)
+	}
+	return op, nil
+}
+
+// Lookup returns an operation by key, or CodeNotFound.
+func (s *Service) Lookup(ctx context.Context, tenant, key string) (*opjournal.Operation, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	op, err := s.store.Get(ctx, tenant, key)
+	if err != nil {
+		return nil, fmt.Errorf("lookup %q: %w", key, err)
+	}
+	return op, nil
+}
+
+// action returns the policy of name, or CodeUnknownAction.
+func (s *Service) action(name string) (*policy.Action, error) {
+	if name == "" {
+		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "action_type", "is required")
+	}
+	if len(name) > MaxActionLen {
+		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "action_type", "is %d bytes; the limit is %d", len(name), MaxActionLen)
+	}
+	act, ok := s.policy.Action(name)
+	if !ok {
+		return nil, opjournal.Errorf(opjournal.CodeUnknownAction, "action_type",
+			"%q has no policy on this server; defined actions: %v", name, s.policy.Names())
+	}
+	return act, nil
+}
+
+// claimPolicy turns a caller's claim options into what the store needs,
+// bounding the lease by the action's policy.
+func claimPolicy(act *policy.Action, workerID string, leaseSeconds int, prefix string) (store.ClaimPolicy, error) {
+	if err := checkToken(prefix+"worker_id", workerID, MaxWorkerIDLen); err != nil {
+		return store.ClaimPolicy{}, err
+	}
+	switch {
+	case leaseSeconds == 0:
+		leaseSeconds = act.LeaseSeconds
+	case leaseSeconds < 0 || leaseSeconds > act.LeaseSeconds:
+		return store.ClaimPolicy{}, opjournal.Errorf(opjournal.CodeInvalidArgument, prefix+"lease_seconds",
+			"%d is outside 1..%d (the lease_seconds of %s's policy); 0 takes the policy's value", leaseSeconds, act.LeaseSeconds, act.Name)
+	}
+	return store.ClaimPolicy{
+		WorkerID:               workerID,
+		LeaseSeconds:           leaseSeconds,
+		AllowRetryAfterUnknown: act.AllowsRetryAfterUnknown(),
+	}, nil
+}
+
+// checkKey enforces 1–200 visible ASCII characters: keys travel in HTTP
+// headers (Idempotency-Key) and URLs, where anything else is trouble.
+func checkKey(key string) error {
+	return checkToken("operation_key", key, MaxKeyLen)
+}
+
+func checkToken(field, v string, max int) error {
+	if v == "" {
+		return opjournal.Errorf(opjournal.CodeInvalidArgument, field, "is required")
+	}
+	if len(v) > max {
+		return opjournal.Errorf(opjournal.CodeInvalidArgument, field, "is %d characters; the limit is %d", len(v), max)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x21 || v[i] > 0x7e {
+			return opjournal.Errorf(opjournal.CodeInvalidArgument, field,
+				"has a byte 0x%02x at offset %d; only visible ASCII characters (0x21–0x7e) are allowed", v[i], i)
+		}
+	}
+	return nil
+}
+
+// checkText bounds an optional free-text field and keeps control
+// characters (log injection) out of it.
+func checkText(field, v string, max int) error {
+	if len(v) > max {
+		return opjournal.Errorf(opjournal.CodeInvalidArgument, field, "is %d bytes; the limit is %d", len(v), max)
+	}
+	if !utf8.ValidString(v) {
+		return opjournal.Errorf(opjournal.CodeInvalidArgument, field, "is not valid UTF-8")
+	}
+	for i, r := range v {
+		if r < 0x20 || r == 0x7f {
+			return opjournal.Errorf(opjournal.CodeInvalidArgument, field, "has a control character at offset %d", i)
+		}
+	}
+	return nil
+}
+
+func checkAttempt(a int) error {
+	if a < 1 {
+		return opjournal.Errorf(opjournal.CodeInvalidArgument, "attempt", "must be ≥ 1 (the attempt number Claim returned)")
+	}
+	return nil
+}
+
+// jsonError names the offending JSON value in the field ("payload/amount_minor").
+func jsonError(field string, err error) error {
+	if ce, ok := err.(*canonjson.Error); ok {
+		return &opjournal.Error{Code: opjournal.CodeInvalidArgument, Field: field + ce.Path, Message: ce.Msg, Err: err}
+	}
+	return &opjournal.Error{Code: opjournal.CodeInvalidArgument, Field: field, Message: err.Error(), Err: err}
+}
+
+// RetryAfterSeconds rounds a retry-after hint up to whole seconds (≥ 1 when
+// positive), the unit clients sleep in.
+func RetryAfterSeconds(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
+}

@@ -1,0 +1,245 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/opjournal/opjournal"
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/journal"
+	"github.com/opjournal/opjournal/store"
+)
+
+// journalServer implements pb.JournalServiceServer over a journal.Service.
+// It only converts between protobuf and the service's types; errors become
+// gRPC statuses in the interceptor (see unaryInterceptor).
+type journalServer struct {
+	pb.UnimplementedJournalServiceServer
+	svc     *journal.Service
+	metrics *metrics
+}
+
+// tenantOf returns the caller's tenant. Until authentication exists every
+// caller is the default tenant "".
+func tenantOf(context.Context) string { return "" }
+
+func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.RegisterResponse, error) {
+	payload, err := structJSON("payload", req.GetPayload())
+	if err != nil {
+		return nil, err
+	}
+	jr := journal.RegisterRequest{
+		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), Action: req.GetActionType(), Payload: payload,
+	}
+	if c := req.GetClaim(); c != nil {
+		jr.Claim = &journal.ClaimOptions{WorkerID: c.GetWorkerId(), LeaseSeconds: int(c.GetLeaseSeconds())}
+	}
+	res, err := s.svc.Register(ctx, jr)
+	if err != nil {
+		if opjournal.ErrorCode(err) == opjournal.CodePayloadMismatch {
+			s.metrics.outcome(req.GetActionType(), "conflict")
+		}
+		return nil, err
+	}
+	op, err := operationPB(res.Operation)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.RegisterResponse{Operation: op, Created: res.Created}
+	if res.Created {
+		s.metrics.outcome(res.Operation.Action, "registered")
+	} else {
+		s.metrics.outcome(res.Operation.Action, "replayed")
+	}
+	if res.Claim != nil {
+		out.Claimed, out.Attempt, out.LeaseUntil, out.RetryAfterSeconds = s.claimFields(*res.Claim)
+	}
+	return out, nil
+}
+
+func (s *journalServer) claimFields(cr store.ClaimResult) (claimed bool, attempt int32, leaseUntil *timestamppb.Timestamp, retryAfter int32) {
+	if cr.Claimed {
+		s.metrics.outcome(cr.Operation.Action, "claim_won")
+		return true, int32(cr.Operation.AttemptCount), timestamppb.New(cr.Operation.LeaseUntil), 0
+	}
+	s.metrics.outcome(cr.Operation.Action, "claim_lost")
+	return false, 0, nil, int32(journal.RetryAfterSeconds(cr.RetryAfter))
+}
+
+func (s *journalServer) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
+	res, err := s.svc.Claim(ctx, journal.ClaimRequest{
+		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), WorkerID: req.GetWorkerId(), LeaseSeconds: int(req.GetLeaseSeconds()),
+	})
+	if err != nil {
+		return nil, err
+	}
+	op, err := operationPB(res.Operation)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.ClaimResponse{Operation: op}
+	out.Claimed, out.Attempt, out.LeaseUntil, out.RetryAfterSeconds = s.claimFields(res)
+	return out, nil
+}
+
+func (s *journalServer) MarkSucceeded(ctx context.Context, req *pb.MarkSucceededRequest) (*pb.MarkSucceededResponse, error) {
+	var result json.RawMessage
+	if req.GetResult() != nil {
+		r, err := structJSON("result", req.GetResult())
+		if err != nil {
+			return nil, err
+		}
+		result = r
+	}
+	op, err := s.svc.MarkSucceeded(ctx, journal.MarkSucceededRequest{
+		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ExternalID: req.GetExternalId(), Result: result,
+	})
+	if err != nil {
+		s.countStale(ctx, req.GetOperationKey(), err)
+		return nil, err
+	}
+	if op.NeedsReview && op.DuplicateExternalID == req.GetExternalId() && op.ExternalID != req.GetExternalId() {
+		s.metrics.outcome(op.Action, "duplicate_effect")
+	} else {
+		s.metrics.outcome(op.Action, "succeeded")
+	}
+	pop, err := operationPB(op)
+	return &pb.MarkSucceededResponse{Operation: pop}, err
+}
+
+func (s *journalServer) MarkUnknown(ctx context.Context, req *pb.MarkUnknownRequest) (*pb.MarkUnknownResponse, error) {
+	op, err := s.svc.MarkUnknown(ctx, journal.MarkRequest{
+		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ErrorCode: req.GetErrorCode(),
+	})
+	if err != nil {
+		s.countStale(ctx, req.GetOperationKey(), err)
+		return nil, err
+	}
+	s.metrics.outcome(op.Action, "unknown")
+	pop, err := operationPB(op)
+	return &pb.MarkUnknownResponse{Operation: pop}, err
+}
+
+func (s *journalServer) MarkFailedFinal(ctx context.Context, req *pb.MarkFailedFinalRequest) (*pb.MarkFailedFinalResponse, error) {
+	op, err := s.svc.MarkFailedFinal(ctx, journal.MarkRequest{
+		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ErrorCode: req.GetErrorCode(),
+	})
+	if err != nil {
+		s.countStale(ctx, req.GetOperationKey(), err)
+		return nil, err
+	}
+	s.metrics.outcome(op.Action, "failed_final")
+	pop, err := operationPB(op)
+	return &pb.MarkFailedFinalResponse{Operation: pop}, err
+}
+
+func (s *journalServer) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
+	op, err := s.svc.Lookup(ctx, tenantOf(ctx), req.GetOperationKey())
+	if err != nil {
+		return nil, err
+	}
+	pop, err := operationPB(op)
+	return &pb.LookupResponse{Operation: pop}, err
+}
+
+// countStale counts a stale attempt under the operation's action. The
+// lookup happens only on this rare error path.
+func (s *journalServer) countStale(ctx context.Context, key string, err error) {
+	if !errors.Is(err, opjournal.ErrStaleAttempt) {
+		return
+	}
+	action := ""
+	if op, lerr := s.svc.Lookup(ctx, tenantOf(ctx), key); lerr == nil {
+		action = op.Action
+	}
+	s.metrics.outcome(action, "stale_attempt")
+}
+
+// structJSON renders a Struct as JSON for canonicalisation. Struct numbers
+// are doubles, which is exactly RFC 8785's number model; canonjson then
+// rejects anything beyond ±(2^53−1), which also catches every integer a
+// client's JSON library rounded on the way in. NaN and infinities cannot be
+// JSON at all and are refused here with the field named.
+func structJSON(field string, st *structpb.Struct) (json.RawMessage, error) {
+	if st == nil {
+		return nil, nil
+	}
+	if path, ok := nonFinite(structpb.NewStructValue(st), field); ok {
+		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, path, "is not a finite number (NaN and infinities are not JSON)")
+	}
+	b, err := protojson.Marshal(st)
+	if err != nil {
+		return nil, &opjournal.Error{Code: opjournal.CodeInvalidArgument, Field: field, Message: "cannot be rendered as JSON", Err: err}
+	}
+	return b, nil
+}
+
+func nonFinite(v *structpb.Value, path string) (string, bool) {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		return path, math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0)
+	case *structpb.Value_StructValue:
+		for name, f := range k.StructValue.GetFields() {
+			if p, bad := nonFinite(f, path+"/"+name); bad {
+				return p, true
+			}
+		}
+	case *structpb.Value_ListValue:
+		for _, e := range k.ListValue.GetValues() {
+			if p, bad := nonFinite(e, path+"/[]"); bad {
+				return p, true
+			}
+		}
+	}
+	return "", false
+}
+
+var statusPB = map[opjournal.Status]pb.Status{
+	opjournal.StatusPending:     pb.Status_STATUS_PENDING,
+	opjournal.StatusInProgress:  pb.Status_STATUS_IN_PROGRESS,
+	opjournal.StatusUnknown:     pb.Status_STATUS_UNKNOWN,
+	opjournal.StatusSucceeded:   pb.Status_STATUS_SUCCEEDED,
+	opjournal.StatusFailedFinal: pb.Status_STATUS_FAILED_FINAL,
+}
+
+// operationPB converts a record for the wire.
+func operationPB(op *opjournal.Operation) (*pb.Operation, error) {
+	out := &pb.Operation{
+		OperationKey:        op.Key,
+		ActionType:          op.Action,
+		RequestHash:         op.RequestHash,
+		Status:              statusPB[op.Status],
+		AttemptCount:        int32(op.AttemptCount),
+		ExternalId:          op.ExternalID,
+		ErrorCode:           op.ErrorCode,
+		NeedsReview:         op.NeedsReview,
+		ReviewReason:        op.ReviewReason,
+		LeaseOwner:          op.LeaseOwner,
+		DuplicateExternalId: op.DuplicateExternalID,
+		CreatedAt:           timestamppb.New(op.CreatedAt),
+		UpdatedAt:           timestamppb.New(op.UpdatedAt),
+	}
+	if !op.LeaseUntil.IsZero() {
+		out.LeaseUntil = timestamppb.New(op.LeaseUntil)
+	}
+	for _, j := range []struct {
+		raw json.RawMessage
+		dst **structpb.Struct
+	}{{op.Payload, &out.Payload}, {op.Result, &out.Result}} {
+		if j.raw == nil {
+			continue
+		}
+		st := &structpb.Struct{}
+		if err := protojson.Unmarshal(j.raw, st); err != nil {
+			return nil, &opjournal.Error{Code: opjournal.CodeInternal, Message: "stored JSON is unreadable", Err: err}
+		}
+		*j.dst = st
+	}
+	return out, nil
+}

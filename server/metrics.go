@@ -1,0 +1,85 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/opjournal/opjournal"
+)
+
+// metrics are the service's Prometheus series, on their own registry so
+// tests and several servers in one process do not collide.
+type metrics struct {
+	registry   *prometheus.Registry
+	operations *prometheus.CounterVec
+	rpcs       *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opjournal_operations_total",
+			Help: "Journal outcomes by action: registered, replayed, conflict, claim_won, claim_lost, stale_attempt, succeeded, duplicate_effect, unknown, failed_final.",
+		}, []string{"action", "outcome"}),
+		rpcs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opjournal_rpc_requests_total",
+			Help: "RPCs handled, by method and opjournal error code (OK for success).",
+		}, []string{"method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "opjournal_rpc_duration_seconds",
+			Help:    "RPC handling time, by method.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"method"}),
+	}
+	m.registry.MustRegister(m.operations, m.rpcs, m.latency,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) outcome(action, outcome string) {
+	m.operations.WithLabelValues(action, outcome).Inc()
+}
+
+// unaryInterceptor turns errors into gRPC statuses (one table, errors.go),
+// recovers panics so bad input can never take the server down, and records
+// metrics and logs. It never logs payloads or results.
+func unaryInterceptor(log *slog.Logger, m *metrics) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		start := time.Now()
+		method := info.FullMethod
+		defer func() {
+			if p := recover(); p != nil {
+				log.ErrorContext(ctx, "panic in handler", "method", method, "panic", p, "stack", string(debug.Stack()))
+				resp, err = nil, grpcError(opjournal.Errorf(opjournal.CodeInternal, "", "internal error"))
+			}
+			code := "OK"
+			if err != nil {
+				if code = string(CodeOf(err)); code == "" {
+					code = status.Code(err).String()
+				}
+			}
+			m.rpcs.WithLabelValues(method, code).Inc()
+			m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+		}()
+		resp, err = handler(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		switch c := opjournal.ErrorCode(err); c {
+		case opjournal.CodeInternal, opjournal.CodeUnavailable:
+			log.ErrorContext(ctx, "request failed", "method", method, "code", c, "err", err)
+		default:
+			log.DebugContext(ctx, "request refused", "method", method, "code", c, "err", err)
+		}
+		return nil, grpcError(err)
+	}
+}

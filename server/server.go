@@ -1,0 +1,167 @@
+// Package server exposes the journal over gRPC (JournalService, health,
+// reflection) and over HTTP (the REST mirror through grpc-gateway,
+// /openapi.json, /metrics, /healthz). One table (errors.go) maps opjournal
+// error codes to gRPC and HTTP statuses.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/journal"
+)
+
+// Config configures the listeners.
+type Config struct {
+	// GRPCAddr and HTTPAddr are host:port to listen on (port 0 picks a free one).
+	GRPCAddr string
+	HTTPAddr string
+	// MaxRequestBytes bounds a request body (HTTP) or message (gRPC). Zero
+	// derives it from the journal's limits: room for the largest payload or
+	// result written with generous whitespace.
+	MaxRequestBytes int
+	// ShutdownTimeout bounds the graceful drain on shutdown (default 10 s).
+	ShutdownTimeout time.Duration
+	// Logger receives structured logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Server serves one journal.Service on a gRPC and an HTTP listener.
+type Server struct {
+	svc     *journal.Service
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+}
+
+// New returns a Server for svc.
+func New(svc *journal.Service, cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		l := svc.Limits()
+		cfg.MaxRequestBytes = 2*max(l.MaxPayloadBytes, l.MaxResultBytes) + 64<<10
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	return &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: newMetrics()}
+}
+
+// Addrs are the addresses actually listened on.
+type Addrs struct {
+	GRPC net.Addr
+	HTTP net.Addr
+}
+
+// Run listens, calls ready with the bound addresses, and serves until ctx
+// is done; then it stops accepting, drains in-flight calls (up to
+// ShutdownTimeout) and returns nil. It returns an error if a listener
+// cannot be opened or a server fails.
+func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
+	grpcLis, err := net.Listen("tcp", s.cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("grpc listen %s: %w", s.cfg.GRPCAddr, err)
+	}
+	httpLis, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("http listen %s: %w", s.cfg.HTTPAddr, err)
+	}
+
+	gs := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(unaryInterceptor(s.log, s.metrics)),
+		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
+	)
+	pb.RegisterJournalServiceServer(gs, &journalServer{svc: s.svc, metrics: s.metrics})
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+
+	// The gateway calls our own gRPC listener, so REST requests pass the
+	// same interceptors (errors, metrics, and later authentication).
+	conn, err := grpc.NewClient(grpcLis.Addr().String(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(s.cfg.MaxRequestBytes)))
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return fmt.Errorf("gateway client: %w", err)
+	}
+	defer conn.Close()
+	handler, err := s.httpHandler(ctx, conn)
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second}
+
+	errc := make(chan error, 2)
+	go func() { errc <- gs.Serve(grpcLis) }()
+	go func() {
+		if err := hsrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+			return
+		}
+		errc <- nil
+	}()
+	go s.watchHealth(ctx, hs)
+	if ready != nil {
+		ready(Addrs{GRPC: grpcLis.Addr(), HTTP: httpLis.Addr()})
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	s.log.Info("shutting down", "drain_timeout", s.cfg.ShutdownTimeout.String())
+	hs.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	_ = hsrv.Shutdown(sctx)
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		gs.Stop()
+	}
+	return runErr
+}
+
+// watchHealth reports NOT_SERVING on the gRPC health service while the
+// database does not answer, so load balancers route around this replica.
+func (s *Server) watchHealth(ctx context.Context, hs *health.Server) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st := healthpb.HealthCheckResponse_SERVING
+		if err := s.svc.Ping(pctx); err != nil && ctx.Err() == nil {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		cancel()
+		hs.SetServingStatus("", st)
+		hs.SetServingStatus(pb.JournalService_ServiceDesc.ServiceName, st)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/opjournal/opjournal"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/gen/openapi"
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 )
 
 // httpHandler serves the REST mirror (grpc-gateway, forwarding to the gRPC

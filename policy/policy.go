@@ -1,0 +1,162 @@
+package policy
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"time"
+)
+
+// OnTimeout says what may happen after an attempt's outcome is unknown.
+type OnTimeout string
+
+const (
+	// ReconcileBeforeRetry means an operation whose outcome is unknown, or
+	// whose lease expired, must not be claimed again until reconciliation
+	// has established what happened. It is the default.
+	ReconcileBeforeRetry OnTimeout = "reconcile_before_retry"
+	// RetrySameKey means the provider deduplicates by our operation key, so
+	// an operation whose outcome is unknown, or whose lease expired, may be
+	// claimed again with the same key.
+	RetrySameKey OnTimeout = "retry_same_key"
+)
+
+// Limits and defaults of the policy fields.
+const (
+	maxPolicyBytes = 1 << 20
+
+	defaultLeaseSeconds = 30
+	minLeaseSeconds     = 1
+	maxLeaseSeconds     = 86400
+
+	defaultUnknownAfter = 900 * time.Second
+	// maxUnknownAfterSeconds is the largest number of seconds a
+	// time.Duration can hold.
+	maxUnknownAfterSeconds = int64(1<<63-1) / int64(time.Second)
+
+	defaultRetention = 720 * time.Hour
+	minRetention     = time.Hour
+
+	operationKeyRequired = "required"
+	requireHumanReview   = "require_human_review"
+
+	stateSucceeded   = "succeeded"
+	stateFailedFinal = "failed_final"
+)
+
+// Action is the validated policy of one action type (all defaults filled in).
+type Action struct {
+	// Name is the action type, the key under actions, e.g. "create_payment".
+	Name string
+	// LeaseSeconds is the default lease of an attempt and the maximum a
+	// caller may ask for (lease_seconds; default 30; 1..86400).
+	LeaseSeconds int
+	// ReuseOperationKey is retry.reuse_operation_key. It is always true: a
+	// policy that sets it to false is rejected, because reusing the key on
+	// every retry is what makes a retry recognisable as a repeat.
+	ReuseOperationKey bool
+	// OnTimeout is retry.on_timeout (default ReconcileBeforeRetry).
+	OnTimeout OnTimeout
+	// UnknownAfter is how long an operation may stay in flight before its
+	// outcome is declared unknown (unknown_after_seconds; default 900s).
+	UnknownAfter time.Duration
+	// OnUnresolved is what happens to an operation whose outcome cannot be
+	// determined; only "require_human_review" (the default) is accepted.
+	OnUnresolved string
+	// Retention is how long the journal keeps the operation's records
+	// (retention: a Go duration such as "720h" or whole days such as "30d";
+	// default 720h; at least 1h and at least UnknownAfter).
+	Retention time.Duration
+	// IntegerFields names request members that must carry exact integers,
+	// such as money in minor units (integer_fields). It may be empty.
+	IntegerFields []string
+}
+
+// AllowsRetryAfterUnknown reports whether an unknown or lease-expired
+// operation may be claimed again with the same key, that is whether
+// OnTimeout is RetrySameKey. It returns false for a nil Action.
+func (a *Action) AllowsRetryAfterUnknown() bool {
+	return a != nil && a.OnTimeout == RetrySameKey
+}
+
+// clone returns a deep copy of a.
+func (a *Action) clone() *Action {
+	c := *a
+	c.IntegerFields = slices.Clone(a.IntegerFields)
+	return &c
+}
+
+// Policy is a validated set of actions. A Policy is immutable and safe for
+// concurrent use.
+type Policy struct {
+	actions map[string]*Action
+	names   []string // sorted
+}
+
+// Action returns a copy of the named action's policy, or nil, false if the
+// policy does not define it (or p is nil).
+func (p *Policy) Action(name string) (*Action, bool) {
+	if p == nil {
+		return nil, false
+	}
+	a, ok := p.actions[name]
+	if !ok {
+		return nil, false
+	}
+	return a.clone(), true
+}
+
+// Names returns the defined action names, sorted. It returns nil for a nil
+// Policy; for a parsed Policy it is never empty.
+func (p *Policy) Names() []string {
+	if p == nil {
+		return nil
+	}
+	return slices.Clone(p.names)
+}
+
+// Load reads and parses the policy file at path, naming path in errors. It
+// returns nil and an error if the file cannot be read, is larger than 1 MiB,
+// or is not a valid policy (see Parse).
+func Load(path string) (*Policy, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading policy file: %w", err)
+	}
+	defer f.Close()
+	// Read at most one byte more than the limit, so that an oversized (or
+	// endless) file is never read whole; Parse reports it as too large.
+	data, err := io.ReadAll(io.LimitReader(f, maxPolicyBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading policy file: %w", err)
+	}
+	return Parse(data, path)
+}
+
+//go:embed default.yaml
+var defaultYAML []byte
+
+var defaultPolicy = sync.OnceValue(func() *Policy {
+	p, err := Parse(defaultYAML, "default.yaml")
+	if err != nil {
+		panic("policy: the embedded default.yaml is invalid: " + err.Error())
+	}
+	return p
+})
+
+// Default returns the policy shipped with opjournal (embedded from
+// default.yaml). It never returns nil; it panics only if the embedded file
+// is invalid, which the package's tests rule out.
+func Default() *Policy {
+	return defaultPolicy()
+}
+
+// DefaultYAML returns a copy of the shipped policy file's bytes. It cannot
+// fail.
+func DefaultYAML() []byte {
+	return bytes.Clone(defaultYAML)
+}

@@ -21,6 +21,10 @@ const (
 	CodePayloadMismatch Code = "PAYLOAD_MISMATCH"
 	// CodeStaleAttempt: the caller no longer holds the lease it names.
 	CodeStaleAttempt Code = "STALE_ATTEMPT"
+	// CodeInvalidState: the operation is not in a state that allows the
+	// transition (e.g. Resolve of a pending operation, a release before
+	// the policy's visibility lag).
+	CodeInvalidState Code = "INVALID_STATE"
 	// CodeNotFound: no operation with that key.
 	CodeNotFound Code = "NOT_FOUND"
 	// CodeUnavailable: the store cannot be reached; safe to retry the call.
@@ -65,6 +69,7 @@ var (
 	ErrTooLarge        = &Error{Code: CodeTooLarge}
 	ErrPayloadMismatch = &Error{Code: CodePayloadMismatch}
 	ErrStaleAttempt    = &Error{Code: CodeStaleAttempt}
+	ErrInvalidState    = &Error{Code: CodeInvalidState}
 	ErrNotFound        = &Error{Code: CodeNotFound}
 	ErrUnavailable     = &Error{Code: CodeUnavailable}
 	ErrInternal        = &Error{Code: CodeInternal}

@@ -62,4 +62,27 @@ type Operation struct {
 	ReviewReason        string
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
+
+	// UnknownSince is when the outcome became unknown (MarkUnknown, or the
+	// lease's end for an expired lease); zero unless Status is unknown.
+	UnknownSince time.Time
+	// CheckCount counts reconciliation checks that found nothing definite.
+	CheckCount int
+	// LastCheckedAt is when the last such check was recorded (zero if none).
+	LastCheckedAt time.Time
+	// NextCheckAt is when the next check is due (zero: as soon as possible).
+	NextCheckAt time.Time
+}
+
+// Event is one entry of an operation's history. Every state change writes
+// one, in the same transaction as the change.
+type Event struct {
+	ID         int64
+	At         time.Time
+	From       Status // "" for the registration
+	To         Status
+	Attempt    int
+	Actor      string
+	Reason     string
+	ExternalID string
 }

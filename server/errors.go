@@ -26,6 +26,7 @@ var statusOf = map[opjournal.Code]struct {
 	opjournal.CodeTooLarge:        {codes.InvalidArgument, http.StatusRequestEntityTooLarge},
 	opjournal.CodePayloadMismatch: {codes.AlreadyExists, http.StatusUnprocessableEntity},
 	opjournal.CodeStaleAttempt:    {codes.FailedPrecondition, http.StatusConflict},
+	opjournal.CodeInvalidState:    {codes.FailedPrecondition, http.StatusConflict},
 	opjournal.CodeNotFound:        {codes.NotFound, http.StatusNotFound},
 	opjournal.CodeUnavailable:     {codes.Unavailable, http.StatusServiceUnavailable},
 	opjournal.CodeInternal:        {codes.Internal, http.StatusInternalServerError},

@@ -23,6 +23,7 @@ func TestEveryCodeHasOneMapping(t *testing.T) {
 		opjournal.CodeTooLarge:        {codes.InvalidArgument, 413},
 		opjournal.CodePayloadMismatch: {codes.AlreadyExists, 422},
 		opjournal.CodeStaleAttempt:    {codes.FailedPrecondition, 409},
+		opjournal.CodeInvalidState:    {codes.FailedPrecondition, 409},
 		opjournal.CodeNotFound:        {codes.NotFound, 404},
 		opjournal.CodeUnavailable:     {codes.Unavailable, 503},
 		opjournal.CodeInternal:        {codes.Internal, 500},

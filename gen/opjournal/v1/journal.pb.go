@@ -98,6 +98,59 @@ func (Status) EnumDescriptor() ([]byte, []int) {
 	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{0}
 }
 
+// Resolution is an operator's verdict.
+type Resolution int32
+
+const (
+	// RESOLUTION_UNSPECIFIED is invalid.
+	Resolution_RESOLUTION_UNSPECIFIED Resolution = 0
+	// RESOLUTION_SUCCEEDED: the effect happened (external_id required).
+	Resolution_RESOLUTION_SUCCEEDED Resolution = 1
+	// RESOLUTION_FAILED_FINAL: no effect happened; do not retry.
+	Resolution_RESOLUTION_FAILED_FINAL Resolution = 2
+)
+
+// Enum value maps for Resolution.
+var (
+	Resolution_name = map[int32]string{
+		0: "RESOLUTION_UNSPECIFIED",
+		1: "RESOLUTION_SUCCEEDED",
+		2: "RESOLUTION_FAILED_FINAL",
+	}
+	Resolution_value = map[string]int32{
+		"RESOLUTION_UNSPECIFIED":  0,
+		"RESOLUTION_SUCCEEDED":    1,
+		"RESOLUTION_FAILED_FINAL": 2,
+	}
+)
+
+func (x Resolution) Enum() *Resolution {
+	p := new(Resolution)
+	*p = x
+	return p
+}
+
+func (x Resolution) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Resolution) Descriptor() protoreflect.EnumDescriptor {
+	return file_opjournal_v1_journal_proto_enumTypes[1].Descriptor()
+}
+
+func (Resolution) Type() protoreflect.EnumType {
+	return &file_opjournal_v1_journal_proto_enumTypes[1]
+}
+
+func (x Resolution) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Resolution.Descriptor instead.
+func (Resolution) EnumDescriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{1}
+}
+
 // Operation is the journal's record of one business intent.
 type Operation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -134,7 +187,16 @@ type Operation struct {
 	// duplicate effect, kept for review.
 	DuplicateExternalId string `protobuf:"bytes,15,opt,name=duplicate_external_id,json=duplicateExternalId,proto3" json:"duplicate_external_id,omitempty"`
 	// The registered payload with null members removed.
-	Payload       *structpb.Struct `protobuf:"bytes,16,opt,name=payload,proto3" json:"payload,omitempty"`
+	Payload *structpb.Struct `protobuf:"bytes,16,opt,name=payload,proto3" json:"payload,omitempty"`
+	// Since when the outcome has been unknown (MarkUnknown, or the expiry of
+	// the lease); unset otherwise.
+	UnknownSince *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=unknown_since,json=unknownSince,proto3" json:"unknown_since,omitempty"`
+	// How many reconciliation checks found nothing definite.
+	CheckCount int32 `protobuf:"varint,18,opt,name=check_count,json=checkCount,proto3" json:"check_count,omitempty"`
+	// When the last check was recorded.
+	LastCheckedAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=last_checked_at,json=lastCheckedAt,proto3" json:"last_checked_at,omitempty"`
+	// When the next check is due; unset means "as soon as possible".
+	NextCheckAt   *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=next_check_at,json=nextCheckAt,proto3" json:"next_check_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -281,6 +343,144 @@ func (x *Operation) GetPayload() *structpb.Struct {
 	return nil
 }
 
+func (x *Operation) GetUnknownSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UnknownSince
+	}
+	return nil
+}
+
+func (x *Operation) GetCheckCount() int32 {
+	if x != nil {
+		return x.CheckCount
+	}
+	return 0
+}
+
+func (x *Operation) GetLastCheckedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastCheckedAt
+	}
+	return nil
+}
+
+func (x *Operation) GetNextCheckAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextCheckAt
+	}
+	return nil
+}
+
+// Event is one entry of an operation's history, written in the same
+// transaction as the change it records.
+type Event struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Increases with every event of the journal.
+	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// When it happened (database clock).
+	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// Status before; STATUS_UNSPECIFIED for the registration.
+	FromStatus Status `protobuf:"varint,3,opt,name=from_status,json=fromStatus,proto3,enum=opjournal.v1.Status" json:"from_status,omitempty"`
+	// Status after.
+	ToStatus Status `protobuf:"varint,4,opt,name=to_status,json=toStatus,proto3,enum=opjournal.v1.Status" json:"to_status,omitempty"`
+	// The attempt the event concerns (0 before the first claim).
+	Attempt int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Who: a worker id, a reconciler id or an operator.
+	Actor string `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Why, in words: "claimed", "marked unknown: timeout", "released: absent at provider", ...
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The external_id involved, if any.
+	ExternalId    string `protobuf:"bytes,8,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Event) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Event) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *Event) GetFromStatus() Status {
+	if x != nil {
+		return x.FromStatus
+	}
+	return Status_STATUS_UNSPECIFIED
+}
+
+func (x *Event) GetToStatus() Status {
+	if x != nil {
+		return x.ToStatus
+	}
+	return Status_STATUS_UNSPECIFIED
+}
+
+func (x *Event) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Event) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Event) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Event) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
 // ClaimOptions asks Register to claim the operation in the same call.
 type ClaimOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -295,7 +495,7 @@ type ClaimOptions struct {
 
 func (x *ClaimOptions) Reset() {
 	*x = ClaimOptions{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[1]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -307,7 +507,7 @@ func (x *ClaimOptions) String() string {
 func (*ClaimOptions) ProtoMessage() {}
 
 func (x *ClaimOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[1]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -320,7 +520,7 @@ func (x *ClaimOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimOptions.ProtoReflect.Descriptor instead.
 func (*ClaimOptions) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{1}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ClaimOptions) GetWorkerId() string {
@@ -354,7 +554,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[2]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -366,7 +566,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[2]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -379,7 +579,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{2}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RegisterRequest) GetOperationKey() string {
@@ -431,7 +631,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[3]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +643,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[3]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +656,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{3}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterResponse) GetOperation() *Operation {
@@ -516,7 +716,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[4]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +728,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[4]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +741,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{4}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClaimRequest) GetOperationKey() string {
@@ -584,7 +784,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[5]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +796,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[5]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +809,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{5}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClaimResponse) GetOperation() *Operation {
@@ -664,7 +864,7 @@ type MarkSucceededRequest struct {
 
 func (x *MarkSucceededRequest) Reset() {
 	*x = MarkSucceededRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[6]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +876,7 @@ func (x *MarkSucceededRequest) String() string {
 func (*MarkSucceededRequest) ProtoMessage() {}
 
 func (x *MarkSucceededRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[6]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +889,7 @@ func (x *MarkSucceededRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkSucceededRequest.ProtoReflect.Descriptor instead.
 func (*MarkSucceededRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{6}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MarkSucceededRequest) GetOperationKey() string {
@@ -731,7 +931,7 @@ type MarkSucceededResponse struct {
 
 func (x *MarkSucceededResponse) Reset() {
 	*x = MarkSucceededResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +943,7 @@ func (x *MarkSucceededResponse) String() string {
 func (*MarkSucceededResponse) ProtoMessage() {}
 
 func (x *MarkSucceededResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +956,7 @@ func (x *MarkSucceededResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkSucceededResponse.ProtoReflect.Descriptor instead.
 func (*MarkSucceededResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{7}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MarkSucceededResponse) GetOperation() *Operation {
@@ -781,7 +981,7 @@ type MarkUnknownRequest struct {
 
 func (x *MarkUnknownRequest) Reset() {
 	*x = MarkUnknownRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +993,7 @@ func (x *MarkUnknownRequest) String() string {
 func (*MarkUnknownRequest) ProtoMessage() {}
 
 func (x *MarkUnknownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1006,7 @@ func (x *MarkUnknownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUnknownRequest.ProtoReflect.Descriptor instead.
 func (*MarkUnknownRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{8}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MarkUnknownRequest) GetOperationKey() string {
@@ -841,7 +1041,7 @@ type MarkUnknownResponse struct {
 
 func (x *MarkUnknownResponse) Reset() {
 	*x = MarkUnknownResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +1053,7 @@ func (x *MarkUnknownResponse) String() string {
 func (*MarkUnknownResponse) ProtoMessage() {}
 
 func (x *MarkUnknownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +1066,7 @@ func (x *MarkUnknownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUnknownResponse.ProtoReflect.Descriptor instead.
 func (*MarkUnknownResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{9}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MarkUnknownResponse) GetOperation() *Operation {
@@ -891,7 +1091,7 @@ type MarkFailedFinalRequest struct {
 
 func (x *MarkFailedFinalRequest) Reset() {
 	*x = MarkFailedFinalRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1103,7 @@ func (x *MarkFailedFinalRequest) String() string {
 func (*MarkFailedFinalRequest) ProtoMessage() {}
 
 func (x *MarkFailedFinalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1116,7 @@ func (x *MarkFailedFinalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkFailedFinalRequest.ProtoReflect.Descriptor instead.
 func (*MarkFailedFinalRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{10}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MarkFailedFinalRequest) GetOperationKey() string {
@@ -951,7 +1151,7 @@ type MarkFailedFinalResponse struct {
 
 func (x *MarkFailedFinalResponse) Reset() {
 	*x = MarkFailedFinalResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1163,7 @@ func (x *MarkFailedFinalResponse) String() string {
 func (*MarkFailedFinalResponse) ProtoMessage() {}
 
 func (x *MarkFailedFinalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1176,7 @@ func (x *MarkFailedFinalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkFailedFinalResponse.ProtoReflect.Descriptor instead.
 func (*MarkFailedFinalResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{11}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MarkFailedFinalResponse) GetOperation() *Operation {
@@ -997,7 +1197,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1209,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1222,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{12}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LookupRequest) GetOperationKey() string {
@@ -1043,7 +1243,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1255,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1268,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{13}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LookupResponse) GetOperation() *Operation {
@@ -1078,11 +1278,752 @@ func (x *LookupResponse) GetOperation() *Operation {
 	return nil
 }
 
+// ListOperationsRequest filters and pages operations.
+type ListOperationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only these statuses (effective status: an expired lease is UNKNOWN); empty means all.
+	Statuses []Status `protobuf:"varint,1,rep,packed,name=statuses,proto3,enum=opjournal.v1.Status" json:"statuses,omitempty"`
+	// If set, only operations whose needs_review equals it.
+	NeedsReview *bool `protobuf:"varint,2,opt,name=needs_review,json=needsReview,proto3,oneof" json:"needs_review,omitempty"`
+	// If set, only this action.
+	ActionType string `protobuf:"bytes,3,opt,name=action_type,json=actionType,proto3" json:"action_type,omitempty"`
+	// Only operations due for a reconciliation check.
+	DueForCheck bool `protobuf:"varint,4,opt,name=due_for_check,json=dueForCheck,proto3" json:"due_for_check,omitempty"`
+	// At most this many (default 100, at most 1000).
+	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token.
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperationsRequest) Reset() {
+	*x = ListOperationsRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperationsRequest) ProtoMessage() {}
+
+func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
+func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListOperationsRequest) GetStatuses() []Status {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *ListOperationsRequest) GetNeedsReview() bool {
+	if x != nil && x.NeedsReview != nil {
+		return *x.NeedsReview
+	}
+	return false
+}
+
+func (x *ListOperationsRequest) GetActionType() string {
+	if x != nil {
+		return x.ActionType
+	}
+	return ""
+}
+
+func (x *ListOperationsRequest) GetDueForCheck() bool {
+	if x != nil {
+		return x.DueForCheck
+	}
+	return false
+}
+
+func (x *ListOperationsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOperationsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListOperationsResponse is one page.
+type ListOperationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operations, in key order.
+	Operations []*Operation `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	// Pass to get the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperationsResponse) Reset() {
+	*x = ListOperationsResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperationsResponse) ProtoMessage() {}
+
+func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
+func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListOperationsResponse) GetOperations() []*Operation {
+	if x != nil {
+		return x.Operations
+	}
+	return nil
+}
+
+func (x *ListOperationsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ReleaseForRetryRequest releases an unknown operation after proven absence.
+type ReleaseForRetryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	// The latest attempt, for which absence was observed.
+	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Who decided (a reconciler id), 1–200 visible ASCII characters.
+	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	// What the provider said (≤ 200 characters, no secrets).
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseForRetryRequest) Reset() {
+	*x = ReleaseForRetryRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseForRetryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseForRetryRequest) ProtoMessage() {}
+
+func (x *ReleaseForRetryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseForRetryRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseForRetryRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReleaseForRetryRequest) GetOperationKey() string {
+	if x != nil {
+		return x.OperationKey
+	}
+	return ""
+}
+
+func (x *ReleaseForRetryRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ReleaseForRetryRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ReleaseForRetryRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ReleaseForRetryResponse answers ReleaseForRetry.
+type ReleaseForRetryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record after the call.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseForRetryResponse) Reset() {
+	*x = ReleaseForRetryResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseForRetryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseForRetryResponse) ProtoMessage() {}
+
+func (x *ReleaseForRetryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseForRetryResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseForRetryResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReleaseForRetryResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+// RecordCheckRequest records an inconclusive check.
+type RecordCheckRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	// The latest attempt.
+	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Who checked, 1–200 visible ASCII characters.
+	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	// What was observed (≤ 200 characters, no secrets).
+	Note string `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
+	// When to check again, in seconds (1–86400).
+	NextCheckAfterSeconds int32 `protobuf:"varint,5,opt,name=next_check_after_seconds,json=nextCheckAfterSeconds,proto3" json:"next_check_after_seconds,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *RecordCheckRequest) Reset() {
+	*x = RecordCheckRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordCheckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordCheckRequest) ProtoMessage() {}
+
+func (x *RecordCheckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordCheckRequest.ProtoReflect.Descriptor instead.
+func (*RecordCheckRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RecordCheckRequest) GetOperationKey() string {
+	if x != nil {
+		return x.OperationKey
+	}
+	return ""
+}
+
+func (x *RecordCheckRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RecordCheckRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *RecordCheckRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *RecordCheckRequest) GetNextCheckAfterSeconds() int32 {
+	if x != nil {
+		return x.NextCheckAfterSeconds
+	}
+	return 0
+}
+
+// RecordCheckResponse answers RecordCheck.
+type RecordCheckResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record after the call.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordCheckResponse) Reset() {
+	*x = RecordCheckResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordCheckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordCheckResponse) ProtoMessage() {}
+
+func (x *RecordCheckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordCheckResponse.ProtoReflect.Descriptor instead.
+func (*RecordCheckResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RecordCheckResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+// EscalateRequest hands an operation to a person.
+type EscalateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	// Who escalates, 1–200 visible ASCII characters.
+	Actor string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Why (1–200 characters, no secrets).
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EscalateRequest) Reset() {
+	*x = EscalateRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EscalateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EscalateRequest) ProtoMessage() {}
+
+func (x *EscalateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EscalateRequest.ProtoReflect.Descriptor instead.
+func (*EscalateRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *EscalateRequest) GetOperationKey() string {
+	if x != nil {
+		return x.OperationKey
+	}
+	return ""
+}
+
+func (x *EscalateRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *EscalateRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// EscalateResponse answers Escalate.
+type EscalateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record after the call.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EscalateResponse) Reset() {
+	*x = EscalateResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EscalateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EscalateResponse) ProtoMessage() {}
+
+func (x *EscalateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EscalateResponse.ProtoReflect.Descriptor instead.
+func (*EscalateResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *EscalateResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+// ResolveRequest records an operator's decision.
+type ResolveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	// The verdict.
+	Resolution Resolution `protobuf:"varint,2,opt,name=resolution,proto3,enum=opjournal.v1.Resolution" json:"resolution,omitempty"`
+	// With SUCCEEDED: the provider's id of the effect.
+	ExternalId string `protobuf:"bytes,3,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	// With SUCCEEDED: an optional result to return on replay.
+	Result *structpb.Struct `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	// With FAILED_FINAL: an error code (≤ 100 characters).
+	ErrorCode string `protobuf:"bytes,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// Who decided (required), 1–200 visible ASCII characters.
+	Actor string `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Why (required, ≤ 200 characters).
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveRequest) Reset() {
+	*x = ResolveRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveRequest) ProtoMessage() {}
+
+func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
+func (*ResolveRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ResolveRequest) GetOperationKey() string {
+	if x != nil {
+		return x.OperationKey
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetResolution() Resolution {
+	if x != nil {
+		return x.Resolution
+	}
+	return Resolution_RESOLUTION_UNSPECIFIED
+}
+
+func (x *ResolveRequest) GetExternalId() string {
+	if x != nil {
+		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetResult() *structpb.Struct {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ResolveRequest) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ResolveResponse answers Resolve.
+type ResolveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record after the call.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveResponse) Reset() {
+	*x = ResolveResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveResponse) ProtoMessage() {}
+
+func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveResponse.ProtoReflect.Descriptor instead.
+func (*ResolveResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ResolveResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+// ListEventsRequest asks for an operation's history.
+type ListEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	OperationKey  string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEventsRequest) Reset() {
+	*x = ListEventsRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsRequest) ProtoMessage() {}
+
+func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListEventsRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ListEventsRequest) GetOperationKey() string {
+	if x != nil {
+		return x.OperationKey
+	}
+	return ""
+}
+
+// ListEventsResponse is the history, oldest first.
+type ListEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The events.
+	Events        []*Event `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEventsResponse) Reset() {
+	*x = ListEventsResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsResponse) ProtoMessage() {}
+
+func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListEventsResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListEventsResponse) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 var File_opjournal_v1_journal_proto protoreflect.FileDescriptor
 
 const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\n" +
-	"\x1aopjournal/v1/journal.proto\x12\fopjournal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbb\x05\n" +
+	"\x1aopjournal/v1/journal.proto\x12\fopjournal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa1\a\n" +
 	"\tOperation\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x1f\n" +
 	"\vaction_type\x18\x02 \x01(\tR\n" +
@@ -1107,7 +2048,23 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\vlease_owner\x18\x0e \x01(\tR\n" +
 	"leaseOwner\x122\n" +
 	"\x15duplicate_external_id\x18\x0f \x01(\tR\x13duplicateExternalId\x121\n" +
-	"\apayload\x18\x10 \x01(\v2\x17.google.protobuf.StructR\apayload\"P\n" +
+	"\apayload\x18\x10 \x01(\v2\x17.google.protobuf.StructR\apayload\x12?\n" +
+	"\runknown_since\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\funknownSince\x12\x1f\n" +
+	"\vcheck_count\x18\x12 \x01(\x05R\n" +
+	"checkCount\x12B\n" +
+	"\x0flast_checked_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\rlastCheckedAt\x12>\n" +
+	"\rnext_check_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vnextCheckAt\"\x96\x02\n" +
+	"\x05Event\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x125\n" +
+	"\vfrom_status\x18\x03 \x01(\x0e2\x14.opjournal.v1.StatusR\n" +
+	"fromStatus\x121\n" +
+	"\tto_status\x18\x04 \x01(\x0e2\x14.opjournal.v1.StatusR\btoStatus\x12\x18\n" +
+	"\aattempt\x18\x05 \x01(\x05R\aattempt\x12\x14\n" +
+	"\x05actor\x18\x06 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1f\n" +
+	"\vexternal_id\x18\b \x01(\tR\n" +
+	"externalId\"P\n" +
 	"\fClaimOptions\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12#\n" +
 	"\rlease_seconds\x18\x02 \x01(\x05R\fleaseSeconds\"\xbc\x01\n" +
@@ -1161,21 +2118,87 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\rLookupRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\"G\n" +
 	"\x0eLookupResponse\x125\n" +
-	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation*\x8f\x01\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\x83\x02\n" +
+	"\x15ListOperationsRequest\x120\n" +
+	"\bstatuses\x18\x01 \x03(\x0e2\x14.opjournal.v1.StatusR\bstatuses\x12&\n" +
+	"\fneeds_review\x18\x02 \x01(\bH\x00R\vneedsReview\x88\x01\x01\x12\x1f\n" +
+	"\vaction_type\x18\x03 \x01(\tR\n" +
+	"actionType\x12\"\n" +
+	"\rdue_for_check\x18\x04 \x01(\bR\vdueForCheck\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageTokenB\x0f\n" +
+	"\r_needs_review\"y\n" +
+	"\x16ListOperationsResponse\x127\n" +
+	"\n" +
+	"operations\x18\x01 \x03(\v2\x17.opjournal.v1.OperationR\n" +
+	"operations\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x85\x01\n" +
+	"\x16ReleaseForRetryRequest\x12#\n" +
+	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"P\n" +
+	"\x17ReleaseForRetryResponse\x125\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\xb6\x01\n" +
+	"\x12RecordCheckRequest\x12#\n" +
+	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x12\n" +
+	"\x04note\x18\x04 \x01(\tR\x04note\x127\n" +
+	"\x18next_check_after_seconds\x18\x05 \x01(\x05R\x15nextCheckAfterSeconds\"L\n" +
+	"\x13RecordCheckResponse\x125\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"d\n" +
+	"\x0fEscalateRequest\x12#\n" +
+	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"I\n" +
+	"\x10EscalateResponse\x125\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\x8e\x02\n" +
+	"\x0eResolveRequest\x12#\n" +
+	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x128\n" +
+	"\n" +
+	"resolution\x18\x02 \x01(\x0e2\x18.opjournal.v1.ResolutionR\n" +
+	"resolution\x12\x1f\n" +
+	"\vexternal_id\x18\x03 \x01(\tR\n" +
+	"externalId\x12/\n" +
+	"\x06result\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06result\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x05 \x01(\tR\terrorCode\x12\x14\n" +
+	"\x05actor\x18\x06 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"H\n" +
+	"\x0fResolveResponse\x125\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"8\n" +
+	"\x11ListEventsRequest\x12#\n" +
+	"\roperation_key\x18\x01 \x01(\tR\foperationKey\"A\n" +
+	"\x12ListEventsResponse\x12+\n" +
+	"\x06events\x18\x01 \x03(\v2\x13.opjournal.v1.EventR\x06events*\x8f\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSTATUS_PENDING\x10\x01\x12\x16\n" +
 	"\x12STATUS_IN_PROGRESS\x10\x02\x12\x12\n" +
 	"\x0eSTATUS_UNKNOWN\x10\x03\x12\x14\n" +
 	"\x10STATUS_SUCCEEDED\x10\x04\x12\x17\n" +
-	"\x13STATUS_FAILED_FINAL\x10\x052\xf0\x03\n" +
+	"\x13STATUS_FAILED_FINAL\x10\x05*_\n" +
+	"\n" +
+	"Resolution\x12\x1a\n" +
+	"\x16RESOLUTION_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14RESOLUTION_SUCCEEDED\x10\x01\x12\x1b\n" +
+	"\x17RESOLUTION_FAILED_FINAL\x10\x022\xe5\a\n" +
 	"\x0eJournalService\x12I\n" +
 	"\bRegister\x12\x1d.opjournal.v1.RegisterRequest\x1a\x1e.opjournal.v1.RegisterResponse\x12@\n" +
 	"\x05Claim\x12\x1a.opjournal.v1.ClaimRequest\x1a\x1b.opjournal.v1.ClaimResponse\x12X\n" +
 	"\rMarkSucceeded\x12\".opjournal.v1.MarkSucceededRequest\x1a#.opjournal.v1.MarkSucceededResponse\x12R\n" +
 	"\vMarkUnknown\x12 .opjournal.v1.MarkUnknownRequest\x1a!.opjournal.v1.MarkUnknownResponse\x12^\n" +
 	"\x0fMarkFailedFinal\x12$.opjournal.v1.MarkFailedFinalRequest\x1a%.opjournal.v1.MarkFailedFinalResponse\x12C\n" +
-	"\x06Lookup\x12\x1b.opjournal.v1.LookupRequest\x1a\x1c.opjournal.v1.LookupResponseB=Z;github.com/opjournal/opjournal/gen/opjournal/v1;opjournalv1b\x06proto3"
+	"\x06Lookup\x12\x1b.opjournal.v1.LookupRequest\x1a\x1c.opjournal.v1.LookupResponse\x12[\n" +
+	"\x0eListOperations\x12#.opjournal.v1.ListOperationsRequest\x1a$.opjournal.v1.ListOperationsResponse\x12^\n" +
+	"\x0fReleaseForRetry\x12$.opjournal.v1.ReleaseForRetryRequest\x1a%.opjournal.v1.ReleaseForRetryResponse\x12R\n" +
+	"\vRecordCheck\x12 .opjournal.v1.RecordCheckRequest\x1a!.opjournal.v1.RecordCheckResponse\x12I\n" +
+	"\bEscalate\x12\x1d.opjournal.v1.EscalateRequest\x1a\x1e.opjournal.v1.EscalateResponse\x12F\n" +
+	"\aResolve\x12\x1c.opjournal.v1.ResolveRequest\x1a\x1d.opjournal.v1.ResolveResponse\x12O\n" +
+	"\n" +
+	"ListEvents\x12\x1f.opjournal.v1.ListEventsRequest\x1a .opjournal.v1.ListEventsResponseB=Z;github.com/opjournal/opjournal/gen/opjournal/v1;opjournalv1b\x06proto3"
 
 var (
 	file_opjournal_v1_journal_proto_rawDescOnce sync.Once
@@ -1189,62 +2212,103 @@ func file_opjournal_v1_journal_proto_rawDescGZIP() []byte {
 	return file_opjournal_v1_journal_proto_rawDescData
 }
 
-var file_opjournal_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_opjournal_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_opjournal_v1_journal_proto_goTypes = []any{
 	(Status)(0),                     // 0: opjournal.v1.Status
-	(*Operation)(nil),               // 1: opjournal.v1.Operation
-	(*ClaimOptions)(nil),            // 2: opjournal.v1.ClaimOptions
-	(*RegisterRequest)(nil),         // 3: opjournal.v1.RegisterRequest
-	(*RegisterResponse)(nil),        // 4: opjournal.v1.RegisterResponse
-	(*ClaimRequest)(nil),            // 5: opjournal.v1.ClaimRequest
-	(*ClaimResponse)(nil),           // 6: opjournal.v1.ClaimResponse
-	(*MarkSucceededRequest)(nil),    // 7: opjournal.v1.MarkSucceededRequest
-	(*MarkSucceededResponse)(nil),   // 8: opjournal.v1.MarkSucceededResponse
-	(*MarkUnknownRequest)(nil),      // 9: opjournal.v1.MarkUnknownRequest
-	(*MarkUnknownResponse)(nil),     // 10: opjournal.v1.MarkUnknownResponse
-	(*MarkFailedFinalRequest)(nil),  // 11: opjournal.v1.MarkFailedFinalRequest
-	(*MarkFailedFinalResponse)(nil), // 12: opjournal.v1.MarkFailedFinalResponse
-	(*LookupRequest)(nil),           // 13: opjournal.v1.LookupRequest
-	(*LookupResponse)(nil),          // 14: opjournal.v1.LookupResponse
-	(*structpb.Struct)(nil),         // 15: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),   // 16: google.protobuf.Timestamp
+	(Resolution)(0),                 // 1: opjournal.v1.Resolution
+	(*Operation)(nil),               // 2: opjournal.v1.Operation
+	(*Event)(nil),                   // 3: opjournal.v1.Event
+	(*ClaimOptions)(nil),            // 4: opjournal.v1.ClaimOptions
+	(*RegisterRequest)(nil),         // 5: opjournal.v1.RegisterRequest
+	(*RegisterResponse)(nil),        // 6: opjournal.v1.RegisterResponse
+	(*ClaimRequest)(nil),            // 7: opjournal.v1.ClaimRequest
+	(*ClaimResponse)(nil),           // 8: opjournal.v1.ClaimResponse
+	(*MarkSucceededRequest)(nil),    // 9: opjournal.v1.MarkSucceededRequest
+	(*MarkSucceededResponse)(nil),   // 10: opjournal.v1.MarkSucceededResponse
+	(*MarkUnknownRequest)(nil),      // 11: opjournal.v1.MarkUnknownRequest
+	(*MarkUnknownResponse)(nil),     // 12: opjournal.v1.MarkUnknownResponse
+	(*MarkFailedFinalRequest)(nil),  // 13: opjournal.v1.MarkFailedFinalRequest
+	(*MarkFailedFinalResponse)(nil), // 14: opjournal.v1.MarkFailedFinalResponse
+	(*LookupRequest)(nil),           // 15: opjournal.v1.LookupRequest
+	(*LookupResponse)(nil),          // 16: opjournal.v1.LookupResponse
+	(*ListOperationsRequest)(nil),   // 17: opjournal.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),  // 18: opjournal.v1.ListOperationsResponse
+	(*ReleaseForRetryRequest)(nil),  // 19: opjournal.v1.ReleaseForRetryRequest
+	(*ReleaseForRetryResponse)(nil), // 20: opjournal.v1.ReleaseForRetryResponse
+	(*RecordCheckRequest)(nil),      // 21: opjournal.v1.RecordCheckRequest
+	(*RecordCheckResponse)(nil),     // 22: opjournal.v1.RecordCheckResponse
+	(*EscalateRequest)(nil),         // 23: opjournal.v1.EscalateRequest
+	(*EscalateResponse)(nil),        // 24: opjournal.v1.EscalateResponse
+	(*ResolveRequest)(nil),          // 25: opjournal.v1.ResolveRequest
+	(*ResolveResponse)(nil),         // 26: opjournal.v1.ResolveResponse
+	(*ListEventsRequest)(nil),       // 27: opjournal.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),      // 28: opjournal.v1.ListEventsResponse
+	(*structpb.Struct)(nil),         // 29: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
 }
 var file_opjournal_v1_journal_proto_depIdxs = []int32{
 	0,  // 0: opjournal.v1.Operation.status:type_name -> opjournal.v1.Status
-	15, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
-	16, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
-	16, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	16, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
-	15, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
-	15, // 6: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
-	2,  // 7: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
-	1,  // 8: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
-	16, // 9: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
-	1,  // 10: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
-	16, // 11: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
-	15, // 12: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
-	1,  // 13: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
-	1,  // 14: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
-	1,  // 15: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
-	1,  // 16: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
-	3,  // 17: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
-	5,  // 18: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
-	7,  // 19: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
-	9,  // 20: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
-	11, // 21: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
-	13, // 22: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
-	4,  // 23: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
-	6,  // 24: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
-	8,  // 25: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
-	10, // 26: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
-	12, // 27: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
-	14, // 28: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	29, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
+	30, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
+	30, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	30, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
+	29, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
+	30, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
+	30, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
+	30, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
+	30, // 9: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
+	0,  // 10: opjournal.v1.Event.from_status:type_name -> opjournal.v1.Status
+	0,  // 11: opjournal.v1.Event.to_status:type_name -> opjournal.v1.Status
+	29, // 12: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
+	4,  // 13: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
+	2,  // 14: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
+	30, // 15: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
+	2,  // 16: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
+	30, // 17: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
+	29, // 18: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
+	2,  // 19: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
+	2,  // 20: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
+	2,  // 21: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
+	2,  // 22: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
+	0,  // 23: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
+	2,  // 24: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
+	2,  // 25: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
+	2,  // 26: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
+	2,  // 27: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
+	1,  // 28: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
+	29, // 29: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
+	2,  // 30: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
+	3,  // 31: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
+	5,  // 32: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
+	7,  // 33: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
+	9,  // 34: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
+	11, // 35: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
+	13, // 36: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
+	15, // 37: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
+	17, // 38: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
+	19, // 39: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
+	21, // 40: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
+	23, // 41: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
+	25, // 42: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
+	27, // 43: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
+	6,  // 44: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
+	8,  // 45: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
+	10, // 46: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
+	12, // 47: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
+	14, // 48: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
+	16, // 49: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
+	18, // 50: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
+	20, // 51: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
+	22, // 52: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
+	24, // 53: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
+	26, // 54: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
+	28, // 55: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
+	44, // [44:56] is the sub-list for method output_type
+	32, // [32:44] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_opjournal_v1_journal_proto_init() }
@@ -1252,13 +2316,14 @@ func file_opjournal_v1_journal_proto_init() {
 	if File_opjournal_v1_journal_proto != nil {
 		return
 	}
+	file_opjournal_v1_journal_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_opjournal_v1_journal_proto_rawDesc), len(file_opjournal_v1_journal_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   14,
+			NumEnums:      2,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,12 @@ const (
 	JournalService_MarkUnknown_FullMethodName     = "/opjournal.v1.JournalService/MarkUnknown"
 	JournalService_MarkFailedFinal_FullMethodName = "/opjournal.v1.JournalService/MarkFailedFinal"
 	JournalService_Lookup_FullMethodName          = "/opjournal.v1.JournalService/Lookup"
+	JournalService_ListOperations_FullMethodName  = "/opjournal.v1.JournalService/ListOperations"
+	JournalService_ReleaseForRetry_FullMethodName = "/opjournal.v1.JournalService/ReleaseForRetry"
+	JournalService_RecordCheck_FullMethodName     = "/opjournal.v1.JournalService/RecordCheck"
+	JournalService_Escalate_FullMethodName        = "/opjournal.v1.JournalService/Escalate"
+	JournalService_Resolve_FullMethodName         = "/opjournal.v1.JournalService/Resolve"
+	JournalService_ListEvents_FullMethodName      = "/opjournal.v1.JournalService/ListEvents"
 )
 
 // JournalServiceClient is the client API for JournalService service.
@@ -75,6 +81,29 @@ type JournalServiceClient interface {
 	MarkFailedFinal(ctx context.Context, in *MarkFailedFinalRequest, opts ...grpc.CallOption) (*MarkFailedFinalResponse, error)
 	// Lookup returns an operation by key, or NOT_FOUND.
 	Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*LookupResponse, error)
+	// ListOperations pages through operations in key order, filtered by
+	// status, review flag, action, or "due for a check" (unknown — including
+	// expired leases — not under review, and next_check_at reached).
+	ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error)
+	// ReleaseForRetry moves an UNKNOWN operation back to PENDING after the
+	// provider has definitively reported that the effect is absent. The
+	// server enforces the action's policy: reconcile.definitive_absence must
+	// be true, and reconcile.visibility_lag must have passed (database clock)
+	// since the attempt ended. `attempt` must still be the latest attempt.
+	ReleaseForRetry(ctx context.Context, in *ReleaseForRetryRequest, opts ...grpc.CallOption) (*ReleaseForRetryResponse, error)
+	// RecordCheck records that a reconciler asked the provider and learnt
+	// nothing definite: the operation stays UNKNOWN (an expired lease becomes
+	// UNKNOWN for good), check_count grows and the next check is scheduled.
+	RecordCheck(ctx context.Context, in *RecordCheckRequest, opts ...grpc.CallOption) (*RecordCheckResponse, error)
+	// Escalate hands a non-terminal operation to a person (needs_review with a
+	// reason). Escalating an operation already under review changes nothing.
+	Escalate(ctx context.Context, in *EscalateRequest, opts ...grpc.CallOption) (*EscalateResponse, error)
+	// Resolve is an operator's decision on an UNKNOWN or needs_review
+	// operation: SUCCEEDED (with external_id) or FAILED_FINAL. Actor and
+	// reason are required and recorded in the history.
+	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error)
+	// ListEvents returns an operation's history, oldest first.
+	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
 }
 
 type journalServiceClient struct {
@@ -145,6 +174,66 @@ func (c *journalServiceClient) Lookup(ctx context.Context, in *LookupRequest, op
 	return out, nil
 }
 
+func (c *journalServiceClient) ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOperationsResponse)
+	err := c.cc.Invoke(ctx, JournalService_ListOperations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *journalServiceClient) ReleaseForRetry(ctx context.Context, in *ReleaseForRetryRequest, opts ...grpc.CallOption) (*ReleaseForRetryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseForRetryResponse)
+	err := c.cc.Invoke(ctx, JournalService_ReleaseForRetry_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *journalServiceClient) RecordCheck(ctx context.Context, in *RecordCheckRequest, opts ...grpc.CallOption) (*RecordCheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordCheckResponse)
+	err := c.cc.Invoke(ctx, JournalService_RecordCheck_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *journalServiceClient) Escalate(ctx context.Context, in *EscalateRequest, opts ...grpc.CallOption) (*EscalateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EscalateResponse)
+	err := c.cc.Invoke(ctx, JournalService_Escalate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *journalServiceClient) Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveResponse)
+	err := c.cc.Invoke(ctx, JournalService_Resolve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *journalServiceClient) ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEventsResponse)
+	err := c.cc.Invoke(ctx, JournalService_ListEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JournalServiceServer is the server API for JournalService service.
 // All implementations must embed UnimplementedJournalServiceServer
 // for forward compatibility.
@@ -185,6 +274,29 @@ type JournalServiceServer interface {
 	MarkFailedFinal(context.Context, *MarkFailedFinalRequest) (*MarkFailedFinalResponse, error)
 	// Lookup returns an operation by key, or NOT_FOUND.
 	Lookup(context.Context, *LookupRequest) (*LookupResponse, error)
+	// ListOperations pages through operations in key order, filtered by
+	// status, review flag, action, or "due for a check" (unknown — including
+	// expired leases — not under review, and next_check_at reached).
+	ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error)
+	// ReleaseForRetry moves an UNKNOWN operation back to PENDING after the
+	// provider has definitively reported that the effect is absent. The
+	// server enforces the action's policy: reconcile.definitive_absence must
+	// be true, and reconcile.visibility_lag must have passed (database clock)
+	// since the attempt ended. `attempt` must still be the latest attempt.
+	ReleaseForRetry(context.Context, *ReleaseForRetryRequest) (*ReleaseForRetryResponse, error)
+	// RecordCheck records that a reconciler asked the provider and learnt
+	// nothing definite: the operation stays UNKNOWN (an expired lease becomes
+	// UNKNOWN for good), check_count grows and the next check is scheduled.
+	RecordCheck(context.Context, *RecordCheckRequest) (*RecordCheckResponse, error)
+	// Escalate hands a non-terminal operation to a person (needs_review with a
+	// reason). Escalating an operation already under review changes nothing.
+	Escalate(context.Context, *EscalateRequest) (*EscalateResponse, error)
+	// Resolve is an operator's decision on an UNKNOWN or needs_review
+	// operation: SUCCEEDED (with external_id) or FAILED_FINAL. Actor and
+	// reason are required and recorded in the history.
+	Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error)
+	// ListEvents returns an operation's history, oldest first.
+	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
 	mustEmbedUnimplementedJournalServiceServer()
 }
 
@@ -212,6 +324,24 @@ func (UnimplementedJournalServiceServer) MarkFailedFinal(context.Context, *MarkF
 }
 func (UnimplementedJournalServiceServer) Lookup(context.Context, *LookupRequest) (*LookupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lookup not implemented")
+}
+func (UnimplementedJournalServiceServer) ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOperations not implemented")
+}
+func (UnimplementedJournalServiceServer) ReleaseForRetry(context.Context, *ReleaseForRetryRequest) (*ReleaseForRetryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseForRetry not implemented")
+}
+func (UnimplementedJournalServiceServer) RecordCheck(context.Context, *RecordCheckRequest) (*RecordCheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordCheck not implemented")
+}
+func (UnimplementedJournalServiceServer) Escalate(context.Context, *EscalateRequest) (*EscalateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Escalate not implemented")
+}
+func (UnimplementedJournalServiceServer) Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
+}
+func (UnimplementedJournalServiceServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
 }
 func (UnimplementedJournalServiceServer) mustEmbedUnimplementedJournalServiceServer() {}
 func (UnimplementedJournalServiceServer) testEmbeddedByValue()                        {}
@@ -342,6 +472,114 @@ func _JournalService_Lookup_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JournalService_ListOperations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOperationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).ListOperations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_ListOperations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).ListOperations(ctx, req.(*ListOperationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JournalService_ReleaseForRetry_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseForRetryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).ReleaseForRetry(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_ReleaseForRetry_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).ReleaseForRetry(ctx, req.(*ReleaseForRetryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JournalService_RecordCheck_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordCheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).RecordCheck(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_RecordCheck_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).RecordCheck(ctx, req.(*RecordCheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JournalService_Escalate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EscalateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).Escalate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_Escalate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).Escalate(ctx, req.(*EscalateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JournalService_Resolve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).Resolve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_Resolve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).Resolve(ctx, req.(*ResolveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JournalService_ListEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).ListEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_ListEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).ListEvents(ctx, req.(*ListEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JournalService_ServiceDesc is the grpc.ServiceDesc for JournalService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -372,6 +610,30 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Lookup",
 			Handler:    _JournalService_Lookup_Handler,
+		},
+		{
+			MethodName: "ListOperations",
+			Handler:    _JournalService_ListOperations_Handler,
+		},
+		{
+			MethodName: "ReleaseForRetry",
+			Handler:    _JournalService_ReleaseForRetry_Handler,
+		},
+		{
+			MethodName: "RecordCheck",
+			Handler:    _JournalService_RecordCheck_Handler,
+		},
+		{
+			MethodName: "Escalate",
+			Handler:    _JournalService_Escalate_Handler,
+		},
+		{
+			MethodName: "Resolve",
+			Handler:    _JournalService_Resolve_Handler,
+		},
+		{
+			MethodName: "ListEvents",
+			Handler:    _JournalService_ListEvents_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

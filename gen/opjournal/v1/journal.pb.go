@@ -857,7 +857,10 @@ type MarkSucceededRequest struct {
 	// The provider's identifier of the effect (≤ 200 characters).
 	ExternalId string `protobuf:"bytes,3,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
 	// A sanitized result to return on replay (≤ 64 KiB canonical by default).
-	Result        *structpb.Struct `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	Result *structpb.Struct `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	// Who reports the effect, for the history (optional; defaults to the
+	// lease owner). A reconciler sets its id here.
+	Actor         string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -918,6 +921,13 @@ func (x *MarkSucceededRequest) GetResult() *structpb.Struct {
 		return x.Result
 	}
 	return nil
+}
+
+func (x *MarkSucceededRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
 }
 
 // MarkSucceededResponse answers MarkSucceeded.
@@ -2092,13 +2102,14 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12;\n" +
 	"\vlease_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"leaseUntil\x12.\n" +
-	"\x13retry_after_seconds\x18\x05 \x01(\x05R\x11retryAfterSeconds\"\xa7\x01\n" +
+	"\x13retry_after_seconds\x18\x05 \x01(\x05R\x11retryAfterSeconds\"\xbd\x01\n" +
 	"\x14MarkSucceededRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1f\n" +
 	"\vexternal_id\x18\x03 \x01(\tR\n" +
 	"externalId\x12/\n" +
-	"\x06result\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06result\"N\n" +
+	"\x06result\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06result\x12\x14\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor\"N\n" +
 	"\x15MarkSucceededResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"r\n" +
 	"\x12MarkUnknownRequest\x12#\n" +

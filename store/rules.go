@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/opjournal/opjournal"
 )
@@ -66,3 +67,50 @@ func short(h string) string {
 	}
 	return h
 }
+
+// ExplainNoRelease returns why ReleaseForRetry was refused against op,
+// whose effective status and times were read at dbNow. It always returns
+// an error.
+func ExplainNoRelease(op *opjournal.Operation, p ReleaseParams, dbNow time.Time) error {
+	if err := explainNotLatest(op, p.Attempt); err != nil {
+		return err
+	}
+	switch {
+	case op.Status != opjournal.StatusUnknown:
+		return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s, not unknown: only an unknown outcome is released for retry", op.Key, op.Status)
+	case op.NeedsReview:
+		return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is under review (%s): a person resolves it", op.Key, op.ReviewReason)
+	}
+	return opjournal.Errorf(opjournal.CodeInvalidState, "",
+		"operation %q has been unknown for %s; absence only counts after the visibility lag of %s (database clock)",
+		op.Key, dbNow.Sub(op.UnknownSince).Round(time.Millisecond), p.VisibilityLag)
+}
+
+// ExplainNoCheck returns why RecordCheck was refused against op.
+func ExplainNoCheck(op *opjournal.Operation, attempt int) error {
+	if err := explainNotLatest(op, attempt); err != nil {
+		return err
+	}
+	return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s, not unknown: there is nothing to check", op.Key, op.Status)
+}
+
+// ExplainNoResolve returns why Resolve was refused against op.
+func ExplainNoResolve(op *opjournal.Operation) error {
+	return opjournal.Errorf(opjournal.CodeInvalidState, "",
+		"operation %q is %s and not under review: an operator resolves only unknown or needs_review operations", op.Key, op.Status)
+}
+
+// explainNotLatest refuses an attempt number that is not the latest.
+func explainNotLatest(op *opjournal.Operation, attempt int) error {
+	if err := CheckAttemptIssued(op, attempt); err != nil {
+		return err
+	}
+	if attempt != op.AttemptCount {
+		return opjournal.Errorf(opjournal.CodeStaleAttempt, "attempt",
+			"attempt %d of operation %q was superseded by attempt %d", attempt, op.Key, op.AttemptCount)
+	}
+	return nil
+}
+
+// MaxEvents bounds the history one Events call returns.
+const MaxEvents = 1000

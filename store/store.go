@@ -36,6 +36,20 @@ type Store interface {
 	MarkFailedFinal(ctx context.Context, p MarkParams) (*opjournal.Operation, error)
 	// Get returns the operation with its effective status.
 	Get(ctx context.Context, tenant, key string) (*opjournal.Operation, error)
+	// List returns one page of operations in key order and the key to
+	// continue after ("" on the last page).
+	List(ctx context.Context, p ListParams) (ops []*opjournal.Operation, next string, err error)
+	// ReleaseForRetry moves an unknown operation back to pending.
+	ReleaseForRetry(ctx context.Context, p ReleaseParams) (*opjournal.Operation, error)
+	// RecordCheck counts an inconclusive check and schedules the next one.
+	RecordCheck(ctx context.Context, p RecordCheckParams) (*opjournal.Operation, error)
+	// Escalate sets needs_review on a non-terminal operation.
+	Escalate(ctx context.Context, p EscalateParams) (*opjournal.Operation, error)
+	// Resolve applies an operator's verdict to an unknown or needs_review operation.
+	Resolve(ctx context.Context, p ResolveParams) (*opjournal.Operation, error)
+	// Events returns the operation's history, oldest first (CodeNotFound if
+	// the operation does not exist).
+	Events(ctx context.Context, tenant, key string) ([]opjournal.Event, error)
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 	// Close releases the connections.
@@ -99,6 +113,8 @@ type MarkSucceededParams struct {
 	Attempt    int
 	ExternalID string
 	Result     json.RawMessage // canonical JSON object or nil
+	// Actor is recorded in the history; "" records the lease owner.
+	Actor string
 }
 
 // MarkParams are the arguments of MarkUnknown and MarkFailedFinal.
@@ -107,4 +123,59 @@ type MarkParams struct {
 	Key       string
 	Attempt   int
 	ErrorCode string
+}
+
+// ListParams filter and page List. Zero values do not filter.
+type ListParams struct {
+	Tenant      string
+	Statuses    []opjournal.Status // effective statuses
+	NeedsReview *bool
+	Action      string
+	// DueForCheck keeps only unknown operations (expired leases included)
+	// that are not under review and whose next check is due.
+	DueForCheck bool
+	After       string // exclusive: continue after this key
+	Limit       int
+}
+
+// ReleaseParams are the arguments of ReleaseForRetry.
+type ReleaseParams struct {
+	Tenant  string
+	Key     string
+	Attempt int // must be the latest attempt
+	Actor   string
+	Reason  string
+	// VisibilityLag: absence only counts once the operation has been
+	// unknown this long (database clock).
+	VisibilityLag time.Duration
+}
+
+// RecordCheckParams are the arguments of RecordCheck.
+type RecordCheckParams struct {
+	Tenant         string
+	Key            string
+	Attempt        int // must be the latest attempt
+	Actor          string
+	Note           string
+	NextCheckAfter time.Duration
+}
+
+// EscalateParams are the arguments of Escalate.
+type EscalateParams struct {
+	Tenant string
+	Key    string
+	Actor  string
+	Reason string
+}
+
+// ResolveParams are the arguments of Resolve.
+type ResolveParams struct {
+	Tenant     string
+	Key        string
+	To         opjournal.Status // StatusSucceeded or StatusFailedFinal
+	ExternalID string           // with StatusSucceeded
+	Result     json.RawMessage  // with StatusSucceeded, optional
+	ErrorCode  string           // with StatusFailedFinal, optional
+	Actor      string
+	Reason     string
 }

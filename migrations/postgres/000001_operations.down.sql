@@ -1,1 +1,1 @@
-DROP TABLE IF EXISTS operations;
+DROP TABLE IF EXISTS operation_events; DROP TABLE IF EXISTS operations;

@@ -19,6 +19,10 @@ CREATE TABLE operations (
     error_code            TEXT,
     needs_review          INTEGER NOT NULL DEFAULT 0 CHECK (needs_review IN (0, 1)),
     review_reason         TEXT,
+    unknown_since         INTEGER,
+    check_count           INTEGER NOT NULL DEFAULT 0,
+    last_checked_at       INTEGER,
+    next_check_at         INTEGER,
     created_at            INTEGER NOT NULL,
     updated_at            INTEGER NOT NULL,
     PRIMARY KEY (tenant, operation_key),
@@ -27,3 +31,18 @@ CREATE TABLE operations (
 
 CREATE INDEX operations_open_idx ON operations (status, lease_until)
     WHERE status IN ('in_progress', 'unknown') OR needs_review;
+
+-- The history: one row per state change, in the same transaction as the change.
+CREATE TABLE operation_events (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    tenant        TEXT    NOT NULL,
+    operation_key TEXT    NOT NULL,
+    at            INTEGER NOT NULL,
+    from_status   TEXT,
+    to_status     TEXT    NOT NULL,
+    attempt       INTEGER NOT NULL,
+    actor         TEXT    NOT NULL DEFAULT '',
+    reason        TEXT    NOT NULL DEFAULT '',
+    external_id   TEXT
+);
+CREATE INDEX operation_events_operation_idx ON operation_events (tenant, operation_key, id);

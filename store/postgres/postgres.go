@@ -88,15 +88,23 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// columns is the row every query returns. The status is the effective one:
-// an in_progress row whose lease has expired on the database clock reads as
-// unknown (its worker vanished mid-call). The last column is the database's
-// clock, used to compute retry-after hints without trusting ours.
-const columns = `tenant, operation_key, action_type, request_hash, payload::text,
-	CASE WHEN status = 'in_progress' AND lease_until <= now() THEN 'unknown' ELSE status END,
+// effectiveStatus is the status as the rules see it: an in_progress row
+// whose lease has expired on the database clock is unknown (its worker
+// vanished mid-call).
+const effectiveStatus = `(CASE WHEN status = 'in_progress' AND lease_until <= now() THEN 'unknown' ELSE status END)`
+
+// isUnknown matches operations whose effective status is unknown.
+const isUnknown = `(status = 'unknown' OR (status = 'in_progress' AND lease_until <= now()))`
+
+// columns is the row every query returns, with the effective status and,
+// last, the database's clock (used to compute retry-after hints without
+// trusting ours).
+const columns = `tenant, operation_key, action_type, request_hash, payload::text, ` + effectiveStatus + `,
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	coalesce(duplicate_external_id, ''), result::text, coalesce(error_code, ''),
-	needs_review, coalesce(review_reason, ''), created_at, updated_at, now()`
+	needs_review, coalesce(review_reason, ''), created_at, updated_at,
+	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= now() THEN lease_until END,
+	check_count, last_checked_at, next_check_at, now()`
 
 type scanned struct {
 	op    *opjournal.Operation
@@ -105,16 +113,17 @@ type scanned struct {
 
 func scanOp(row pgx.Row) (scanned, error) {
 	var (
-		op         opjournal.Operation
-		payload    string
-		result     *string
-		status     string
-		leaseUntil *time.Time
-		dbNow      time.Time
+		op                                             opjournal.Operation
+		payload                                        string
+		result                                         *string
+		status                                         string
+		leaseUntil, unknownSince, lastCheck, nextCheck *time.Time
+		dbNow                                          time.Time
 	)
 	err := row.Scan(&op.Tenant, &op.Key, &op.Action, &op.RequestHash, &payload, &status,
 		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &op.DuplicateExternalID,
-		&result, &op.ErrorCode, &op.NeedsReview, &op.ReviewReason, &op.CreatedAt, &op.UpdatedAt, &dbNow)
+		&result, &op.ErrorCode, &op.NeedsReview, &op.ReviewReason, &op.CreatedAt, &op.UpdatedAt,
+		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &dbNow)
 	if err != nil {
 		return scanned{}, err
 	}
@@ -123,8 +132,13 @@ func scanOp(row pgx.Row) (scanned, error) {
 		op.Result = []byte(*result)
 	}
 	op.Status = opjournal.Status(status)
-	if leaseUntil != nil {
-		op.LeaseUntil = *leaseUntil
+	for _, t := range []struct {
+		src *time.Time
+		dst *time.Time
+	}{{leaseUntil, &op.LeaseUntil}, {unknownSince, &op.UnknownSince}, {lastCheck, &op.LastCheckedAt}, {nextCheck, &op.NextCheckAt}} {
+		if t.src != nil {
+			*t.dst = *t.src
+		}
 	}
 	return scanned{op: &op, dbNow: dbNow}, nil
 }
@@ -159,31 +173,63 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*opjournal.Operati
 	return sc.op, err
 }
 
+// event says what a transition writes to the history: SQL expressions over
+// the updated row, which may use the statement's parameters.
+type event struct {
+	prev    string // the "from" status, evaluated on the row before the update
+	attempt string
+	actor   string
+	reason  string
+	extID   string
+}
+
+// transition applies one conditional UPDATE and writes its event in the
+// SAME statement (a data-modifying CTE): one round trip, one commit, and no
+// way for a change to exist without its history. set and cond may use $1
+// (tenant) and $2 (key); args fill $3 onwards. found is false when the
+// condition did not hold, and then nothing was written.
+func (s *Store) transition(ctx context.Context, what, set, cond string, ev event, args ...any) (scanned, bool, error) {
+	if ev.prev == "" {
+		ev.prev = effectiveStatus
+	}
+	if ev.extID == "" {
+		ev.extID = "NULL"
+	}
+	sql := `WITH upd AS (
+			UPDATE operations SET prev_status = ` + ev.prev + `, ` + set + `, updated_at = now()
+			WHERE tenant = $1 AND operation_key = $2 AND (` + cond + `)
+			RETURNING *
+		), ev AS (
+			INSERT INTO operation_events (tenant, operation_key, from_status, to_status, attempt, actor, reason, external_id)
+			SELECT tenant, operation_key, prev_status, ` + effectiveStatus + `, ` + ev.attempt + `, ` + ev.actor + `, ` + ev.reason + `, ` + ev.extID + `
+			FROM upd
+		)
+		SELECT ` + columns + ` FROM upd`
+	return s.one(ctx, what, sql, args...)
+}
+
 // Register inserts the operation, or returns the existing one with the same
 // hash (and claims it if asked). With a claim, a new key is inserted
 // directly as in_progress with attempt 1: one statement, one commit.
 func (s *Store) Register(ctx context.Context, p store.RegisterParams) (store.RegisterResult, error) {
-	var (
-		sc      scanned
-		created bool
-		err     error
-	)
-	if p.Claim == nil {
-		sc, created, err = s.one(ctx, "register", `
-			INSERT INTO operations (tenant, operation_key, action_type, request_hash, payload, status)
-			VALUES ($1, $2, $3, $4, $5::json, 'pending')
-			ON CONFLICT (tenant, operation_key) DO NOTHING
-			RETURNING `+columns,
-			p.Tenant, p.Key, p.Action, p.RequestHash, string(p.Payload))
-	} else {
-		sc, created, err = s.one(ctx, "register", `
+	status, attempt, owner, lease, reason := "pending", 0, (*string)(nil), 0, "registered"
+	if p.Claim != nil {
+		status, attempt, owner, lease, reason = "in_progress", 1, &p.Claim.WorkerID, p.Claim.LeaseSeconds, "registered and claimed"
+	}
+	sc, created, err := s.one(ctx, "register", `
+		WITH ins AS (
 			INSERT INTO operations (tenant, operation_key, action_type, request_hash, payload, status,
 			                        attempt_count, lease_owner, lease_until)
-			VALUES ($1, $2, $3, $4, $5::json, 'in_progress', 1, $6, now() + make_interval(secs => $7))
+			VALUES ($1, $2, $3, $4, $5::json, $6, $7, $8,
+			        CASE WHEN $6 = 'in_progress' THEN now() + make_interval(secs => $9) END)
 			ON CONFLICT (tenant, operation_key) DO NOTHING
-			RETURNING `+columns,
-			p.Tenant, p.Key, p.Action, p.RequestHash, string(p.Payload), p.Claim.WorkerID, p.Claim.LeaseSeconds)
-	}
+			RETURNING *
+		), ev AS (
+			INSERT INTO operation_events (tenant, operation_key, from_status, to_status, attempt, actor, reason)
+			SELECT tenant, operation_key, NULL, status, attempt_count, coalesce(lease_owner, ''), $10 FROM ins
+		)
+		SELECT `+columns+` FROM ins`,
+		p.Tenant, p.Key, p.Action, p.RequestHash, string(p.Payload), status, attempt, owner, lease, reason)
 	if err != nil {
 		return store.RegisterResult{}, err
 	}
@@ -220,14 +266,11 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 }
 
 func (s *Store) claim(ctx context.Context, tenant, key string, cp store.ClaimPolicy) (store.ClaimResult, error) {
-	sc, claimed, err := s.one(ctx, "claim", `
-		UPDATE operations
-		SET status = 'in_progress', attempt_count = attempt_count + 1, lease_owner = $3,
-		    lease_until = now() + make_interval(secs => $4), updated_at = now()
-		WHERE tenant = $1 AND operation_key = $2 AND NOT needs_review
-		  AND (status = 'pending'
-		       OR ($5 AND (status = 'unknown' OR (status = 'in_progress' AND lease_until <= now()))))
-		RETURNING `+columns,
+	sc, claimed, err := s.transition(ctx, "claim",
+		`status = 'in_progress', attempt_count = attempt_count + 1, lease_owner = $3,
+		 lease_until = now() + make_interval(secs => $4), unknown_since = NULL, next_check_at = NULL`,
+		`NOT needs_review AND (status = 'pending' OR ($5 AND `+isUnknown+`))`,
+		event{attempt: "attempt_count", actor: "$3", reason: "'claimed'"},
 		tenant, key, cp.WorkerID, cp.LeaseSeconds, cp.AllowRetryAfterUnknown)
 	if err != nil {
 		return store.ClaimResult{}, err
@@ -239,14 +282,11 @@ func (s *Store) claim(ctx context.Context, tenant, key string, cp store.ClaimPol
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
-	return store.ClaimResult{Operation: cur.op, RetryAfter: retryAfter(cur)}, nil
-}
-
-func retryAfter(sc scanned) time.Duration {
-	if sc.op.Status != opjournal.StatusInProgress {
-		return 0
+	res := store.ClaimResult{Operation: cur.op}
+	if cur.op.Status == opjournal.StatusInProgress {
+		res.RetryAfter = cur.op.LeaseUntil.Sub(cur.dbNow)
 	}
-	return sc.op.LeaseUntil.Sub(sc.dbNow)
+	return res, nil
 }
 
 // MarkSucceeded records a confirmed effect from any issued attempt.
@@ -256,14 +296,12 @@ func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) 
 		r := string(p.Result)
 		result = &r
 	}
-	sc, done, err := s.one(ctx, "mark succeeded", `
-		UPDATE operations
-		SET status = 'succeeded', external_id = $4, result = $5::json, lease_until = NULL, updated_at = now()
-		WHERE tenant = $1 AND operation_key = $2
-		  AND status IN ('pending', 'in_progress', 'unknown')
-		  AND $3 BETWEEN 1 AND attempt_count
-		RETURNING `+columns,
-		p.Tenant, p.Key, p.Attempt, p.ExternalID, result)
+	sc, done, err := s.transition(ctx, "mark succeeded",
+		`status = 'succeeded', external_id = $4, result = $5::json, lease_until = NULL,
+		 unknown_since = NULL, next_check_at = NULL`,
+		`status IN ('pending', 'in_progress', 'unknown') AND $3 BETWEEN 1 AND attempt_count`,
+		event{attempt: "$3", actor: "coalesce(nullif($6, ''), lease_owner, '')", reason: "'effect confirmed'", extID: "$4"},
+		p.Tenant, p.Key, p.Attempt, p.ExternalID, result, p.Actor)
 	if err != nil || done {
 		return sc.op, err
 	}
@@ -274,20 +312,21 @@ func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) 
 	if err := store.CheckAttemptIssued(cur.op, p.Attempt); err != nil {
 		return nil, err
 	}
-	// The operation is terminal (terminal states never change, so this read
-	// is stable). The same external_id again is a no-op.
+	// The operation is terminal (terminal states never change back, so this
+	// read is stable). The same external_id again is a no-op.
 	if cur.op.Status == opjournal.StatusSucceeded && cur.op.ExternalID == p.ExternalID {
 		return cur.op, nil
 	}
 	// Another effect was confirmed: keep the first, record the second, and
-	// hand the operation to a person. The first duplicate reported is kept.
-	sc, done, err = s.one(ctx, "mark succeeded (duplicate)", `
-		UPDATE operations
-		SET needs_review = true, review_reason = coalesce(review_reason, $4),
-		    duplicate_external_id = coalesce(duplicate_external_id, $3), updated_at = now()
-		WHERE tenant = $1 AND operation_key = $2 AND status IN ('succeeded', 'failed_final')
-		RETURNING `+columns,
-		p.Tenant, p.Key, p.ExternalID, store.DuplicateEffectReason(cur.op, p.ExternalID))
+	// hand the operation to a person. The first duplicate reported is kept
+	// on the row; every one is in the history.
+	reason := store.DuplicateEffectReason(cur.op, p.ExternalID)
+	sc, done, err = s.transition(ctx, "mark succeeded (duplicate)",
+		`needs_review = true, review_reason = coalesce(review_reason, $4),
+		 duplicate_external_id = coalesce(duplicate_external_id, $3)`,
+		`status IN ('succeeded', 'failed_final')`,
+		event{attempt: "$5", actor: "coalesce(nullif($6, ''), lease_owner, '')", reason: "$4", extID: "$3"},
+		p.Tenant, p.Key, p.ExternalID, reason, p.Attempt, p.Actor)
 	if err != nil {
 		return nil, err
 	}
@@ -299,24 +338,26 @@ func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) 
 
 // MarkUnknown moves the current lease holder's operation to unknown.
 func (s *Store) MarkUnknown(ctx context.Context, p store.MarkParams) (*opjournal.Operation, error) {
-	return s.markByHolder(ctx, "unknown", p)
+	return s.markByHolder(ctx, "unknown", "outcome unknown", p)
 }
 
 // MarkFailedFinal moves the current lease holder's operation to failed_final.
 func (s *Store) MarkFailedFinal(ctx context.Context, p store.MarkParams) (*opjournal.Operation, error) {
-	return s.markByHolder(ctx, "failed_final", p)
+	return s.markByHolder(ctx, "failed_final", "rejected", p)
 }
 
 // markByHolder applies a transition only for the current, live lease: the
 // attempt number is the fencing token and the lease is judged by now().
-func (s *Store) markByHolder(ctx context.Context, to string, p store.MarkParams) (*opjournal.Operation, error) {
-	sc, done, err := s.one(ctx, "mark "+to, `
-		UPDATE operations
-		SET status = $4, error_code = nullif($5, ''), lease_until = NULL, updated_at = now()
-		WHERE tenant = $1 AND operation_key = $2 AND status = 'in_progress'
-		  AND attempt_count = $3 AND lease_until > now()
-		RETURNING `+columns,
-		p.Tenant, p.Key, p.Attempt, to, p.ErrorCode)
+func (s *Store) markByHolder(ctx context.Context, to, reason string, p store.MarkParams) (*opjournal.Operation, error) {
+	if p.ErrorCode != "" {
+		reason += ": " + p.ErrorCode
+	}
+	sc, done, err := s.transition(ctx, "mark "+to,
+		`status = $4, error_code = nullif($5, ''), lease_until = NULL,
+		 unknown_since = CASE WHEN $4 = 'unknown' THEN now() END`,
+		`status = 'in_progress' AND attempt_count = $3 AND lease_until > now()`,
+		event{attempt: "$3", actor: "coalesce(lease_owner, '')", reason: "$6"},
+		p.Tenant, p.Key, p.Attempt, to, p.ErrorCode, reason)
 	if err != nil || done {
 		return sc.op, err
 	}
@@ -325,4 +366,161 @@ func (s *Store) markByHolder(ctx context.Context, to string, p store.MarkParams)
 		return nil, err
 	}
 	return nil, store.ExplainNotHolder(cur.op, p.Attempt)
+}
+
+// ReleaseForRetry moves an unknown operation (its latest attempt, not under
+// review, unknown for at least the visibility lag) back to pending.
+func (s *Store) ReleaseForRetry(ctx context.Context, p store.ReleaseParams) (*opjournal.Operation, error) {
+	sc, done, err := s.transition(ctx, "release",
+		`status = 'pending', lease_until = NULL, unknown_since = NULL, next_check_at = NULL`,
+		isUnknown+` AND attempt_count = $3 AND NOT needs_review
+		 AND coalesce(unknown_since, lease_until) <= now() - make_interval(secs => $4)`,
+		event{attempt: "attempt_count", actor: "$5", reason: "$6"},
+		p.Tenant, p.Key, p.Attempt, p.VisibilityLag.Seconds(), p.Actor, "released for retry: "+p.Reason)
+	if err != nil || done {
+		return sc.op, err
+	}
+	cur, err := s.get(ctx, p.Tenant, p.Key)
+	if err != nil {
+		return nil, err
+	}
+	return nil, store.ExplainNoRelease(cur.op, p, cur.dbNow)
+}
+
+// RecordCheck counts an inconclusive check. An expired lease becomes
+// unknown for good (with unknown_since = the lease's end), so the history
+// shows the in_progress → unknown step.
+func (s *Store) RecordCheck(ctx context.Context, p store.RecordCheckParams) (*opjournal.Operation, error) {
+	sc, done, err := s.transition(ctx, "record check",
+		`status = 'unknown',
+		 unknown_since = CASE WHEN status = 'in_progress' THEN lease_until ELSE unknown_since END,
+		 lease_until = NULL, check_count = check_count + 1, last_checked_at = now(),
+		 next_check_at = now() + make_interval(secs => $4)`,
+		isUnknown+` AND attempt_count = $3`,
+		event{prev: "status", attempt: "attempt_count", actor: "$5", reason: "$6"},
+		p.Tenant, p.Key, p.Attempt, p.NextCheckAfter.Seconds(), p.Actor, "checked: "+p.Note)
+	if err != nil || done {
+		return sc.op, err
+	}
+	cur, err := s.get(ctx, p.Tenant, p.Key)
+	if err != nil {
+		return nil, err
+	}
+	return nil, store.ExplainNoCheck(cur.op, p.Attempt)
+}
+
+// Escalate sets needs_review on a non-terminal operation; escalating one
+// already under review returns it unchanged.
+func (s *Store) Escalate(ctx context.Context, p store.EscalateParams) (*opjournal.Operation, error) {
+	sc, done, err := s.transition(ctx, "escalate",
+		`needs_review = true, review_reason = $4`,
+		`status IN ('pending', 'in_progress', 'unknown') AND NOT needs_review`,
+		event{attempt: "attempt_count", actor: "$3", reason: "'escalated: ' || $4"},
+		p.Tenant, p.Key, p.Actor, p.Reason)
+	if err != nil || done {
+		return sc.op, err
+	}
+	cur, err := s.get(ctx, p.Tenant, p.Key)
+	if err != nil {
+		return nil, err
+	}
+	if cur.op.NeedsReview {
+		return cur.op, nil
+	}
+	return nil, opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s: a terminal operation is not escalated", p.Key, cur.op.Status)
+}
+
+// Resolve applies an operator's verdict to an unknown or needs_review
+// operation. Nothing is deleted: the previous values stay in the history.
+func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) (*opjournal.Operation, error) {
+	var result *string
+	if p.Result != nil {
+		r := string(p.Result)
+		result = &r
+	}
+	sc, done, err := s.transition(ctx, "resolve",
+		`status = $3,
+		 external_id = CASE WHEN $3 = 'succeeded' THEN $4 ELSE external_id END,
+		 result = CASE WHEN $3 = 'succeeded' THEN coalesce($5::json, result) ELSE result END,
+		 error_code = CASE WHEN $3 = 'failed_final' THEN coalesce(nullif($6, ''), error_code) ELSE error_code END,
+		 needs_review = false, lease_until = NULL, unknown_since = NULL, next_check_at = NULL`,
+		isUnknown+` OR needs_review`,
+		event{attempt: "attempt_count", actor: "$7", reason: "$8", extID: "nullif($4, '')"},
+		p.Tenant, p.Key, string(p.To), p.ExternalID, result, p.ErrorCode, p.Actor, "resolved by operator: "+p.Reason)
+	if err != nil || done {
+		return sc.op, err
+	}
+	cur, err := s.get(ctx, p.Tenant, p.Key)
+	if err != nil {
+		return nil, err
+	}
+	return nil, store.ExplainNoResolve(cur.op)
+}
+
+// List returns one page of operations in key order.
+func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Operation, string, error) {
+	var statuses []string
+	for _, st := range p.Statuses {
+		statuses = append(statuses, string(st))
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	// The due-for-check filter repeats the partial index's predicate
+	// (status IN ('in_progress', 'unknown')) so the planner can use it.
+	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM operations
+		WHERE tenant = $1 AND operation_key > $2
+		  AND (coalesce(cardinality($3::text[]), 0) = 0 OR `+effectiveStatus+` = ANY($3))
+		  AND ($4::boolean IS NULL OR needs_review = $4)
+		  AND ($5 = '' OR action_type = $5)
+		  AND (NOT $6 OR (status IN ('in_progress', 'unknown') AND `+isUnknown+` AND NOT needs_review
+		                  AND (next_check_at IS NULL OR next_check_at <= now())))
+		ORDER BY operation_key
+		LIMIT $7`,
+		p.Tenant, p.After, statuses, p.NeedsReview, p.Action, p.DueForCheck, limit+1)
+	if err != nil {
+		return nil, "", classify("list", err)
+	}
+	defer rows.Close()
+	var ops []*opjournal.Operation
+	for rows.Next() {
+		sc, err := scanOp(rows)
+		if err != nil {
+			return nil, "", classify("list", err)
+		}
+		ops = append(ops, sc.op)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", classify("list", err)
+	}
+	next := ""
+	if len(ops) > limit {
+		ops = ops[:limit]
+		next = ops[limit-1].Key
+	}
+	return ops, next, nil
+}
+
+// Events returns the operation's history, oldest first.
+func (s *Store) Events(ctx context.Context, tenant, key string) ([]opjournal.Event, error) {
+	if _, err := s.get(ctx, tenant, key); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, at, coalesce(from_status, ''), to_status, attempt, actor, reason, coalesce(external_id, '')
+		FROM operation_events WHERE tenant = $1 AND operation_key = $2 ORDER BY id LIMIT $3`, tenant, key, store.MaxEvents)
+	if err != nil {
+		return nil, classify("events", err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (opjournal.Event, error) {
+		var e opjournal.Event
+		var from, to string
+		err := r.Scan(&e.ID, &e.At, &from, &to, &e.Attempt, &e.Actor, &e.Reason, &e.ExternalID)
+		e.From, e.To = opjournal.Status(from), opjournal.Status(to)
+		return e, err
+	})
+	if err != nil {
+		return nil, classify("events", err)
+	}
+	return evs, nil
 }

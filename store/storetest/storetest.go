@@ -62,6 +62,15 @@ func Run(t *testing.T, newDB NewDatabase) {
 		{"ConcurrentMarksByHolder", testConcurrentHolderMarks},
 		{"MarkNotFound", testMarkNotFound},
 		{"RestartKeepsEverything", testRestart},
+		{"HistoryRecordsEveryChange", testHistoryRecordsEveryChange},
+		{"RefusalsWriteNoHistory", testRefusalsWriteNoHistory},
+		{"ListFiltersAndPages", testListFiltersAndPages},
+		{"DueForCheckFollowsTheClock", testDueForCheckFollowsTheClock},
+		{"RecordCheck", testRecordCheckRules},
+		{"ReleaseForRetry", testReleaseForRetry},
+		{"ConcurrentReleasesOneApplies", testConcurrentReleasesOneApplies},
+		{"Escalate", testEscalate},
+		{"Resolve", testResolve},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

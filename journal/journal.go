@@ -163,6 +163,8 @@ type MarkSucceededRequest struct {
 	Attempt    int
 	ExternalID string
 	Result     json.RawMessage // a JSON object, or nil for none
+	// Actor is recorded in the history (optional; default: the lease owner).
+	Actor string
 }
 
 // MarkSucceeded records a confirmed effect; see store.Store.MarkSucceeded.
@@ -176,23 +178,17 @@ func (s *Service) MarkSucceeded(ctx context.Context, req MarkSucceededRequest) (
 	if err := checkText("external_id", req.ExternalID, MaxExternalIDLen); err != nil {
 		return nil, err
 	}
-	var result json.RawMessage
-	if req.Result != nil {
-		c, err := canonjson.Canonicalize(req.Result, canonjson.Options{})
-		if err != nil {
-			return nil, jsonError("result", err)
+	if req.Actor != "" {
+		if err := checkToken("actor", req.Actor, MaxWorkerIDLen); err != nil {
+			return nil, err
 		}
-		if len(c) == 0 || c[0] != '{' {
-			return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "result", "must be a JSON object")
-		}
-		if len(c) > s.limits.MaxResultBytes {
-			return nil, opjournal.Errorf(opjournal.CodeTooLarge, "result",
-				"is %d bytes as canonical JSON; the limit is %d", len(c), s.limits.MaxResultBytes)
-		}
-		result = c
+	}
+	result, err := s.canonicalResult(req.Result)
+	if err != nil {
+		return nil, err
 	}
 	op, err := s.store.MarkSucceeded(ctx, store.MarkSucceededParams{
-		Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, ExternalID: req.ExternalID, Result: result,
+		Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, ExternalID: req.ExternalID, Result: result, Actor: req.Actor,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mark succeeded %q: %w", req.Key, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -99,6 +100,7 @@ func (s *journalServer) MarkSucceeded(ctx context.Context, req *pb.MarkSucceeded
 	}
 	op, err := s.svc.MarkSucceeded(ctx, journal.MarkSucceededRequest{
 		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ExternalID: req.GetExternalId(), Result: result,
+		Actor: req.GetActor(),
 	})
 	if err != nil {
 		s.countStale(ctx, req.GetOperationKey(), err)
@@ -225,8 +227,14 @@ func operationPB(op *opjournal.Operation) (*pb.Operation, error) {
 		CreatedAt:           timestamppb.New(op.CreatedAt),
 		UpdatedAt:           timestamppb.New(op.UpdatedAt),
 	}
-	if !op.LeaseUntil.IsZero() {
-		out.LeaseUntil = timestamppb.New(op.LeaseUntil)
+	out.CheckCount = int32(op.CheckCount)
+	for _, t := range []struct {
+		src time.Time
+		dst **timestamppb.Timestamp
+	}{{op.LeaseUntil, &out.LeaseUntil}, {op.UnknownSince, &out.UnknownSince}, {op.LastCheckedAt, &out.LastCheckedAt}, {op.NextCheckAt, &out.NextCheckAt}} {
+		if !t.src.IsZero() {
+			*t.dst = timestamppb.New(t.src)
+		}
 	}
 	for _, j := range []struct {
 		raw json.RawMessage

@@ -2,6 +2,7 @@
 //
 //	opjournal serve     run the gRPC and REST listeners
 //	opjournal migrate   apply database migrations and exit
+//	opjournal ops       operators' tools: review queue, history, resolve, release
 //	opjournal version   print the version
 //
 // Every flag can also be set by an environment variable: --database-url is
@@ -21,8 +22,15 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/journal"
+	"github.com/opjournal/opjournal/ops"
 	"github.com/opjournal/opjournal/policy"
 	"github.com/opjournal/opjournal/server"
 	"github.com/opjournal/opjournal/store"
@@ -35,6 +43,8 @@ const usage = `opjournal — the operation journal for AI agents' irreversible a
 Usage:
   opjournal serve   [flags]   run the service (gRPC + REST)
   opjournal migrate [flags]   apply database migrations and exit
+  opjournal ops     [flags] list|show|resolve|release ...
+                              operators' tools over gRPC ("opjournal ops" for help)
   opjournal version           print the version
 
 Run "opjournal serve -h" for the flags. Each flag may also be given as an
@@ -60,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args[1:], stderr)
 	case "migrate":
 		return migrateCmd(ctx, args[1:], stderr)
+	case "ops":
+		return opsCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version())
 		return nil
@@ -168,6 +180,49 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(),
 			"store", storeKind(o.databaseURL), "actions", pol.Names(), "version", version())
 	})
+}
+
+func opsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("ops", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, ops.Usage) }
+	addr := fs.String("journal-addr", "127.0.0.1:9090", "the journal's gRPC address")
+	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
+	var bad []string
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "OPJOURNAL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if err := f.Value.Set(v); err != nil {
+				bad = append(bad, fmt.Sprintf("%s=%q: %v", env, v, err))
+			}
+		}
+	})
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "; "))
+	}
+	// Flags stop at the subcommand; the rest belongs to it.
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return errors.New("ops: missing subcommand")
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("ops: %w", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	err = ops.Run(ctx, pb.NewJournalServiceClient(conn), fs.Args(), stdout)
+	if errors.Is(err, ops.ErrUsage) {
+		fmt.Fprint(stderr, ops.Usage)
+	}
+	if st, ok := status.FromError(err); ok && err != nil {
+		return fmt.Errorf("ops %s: %s: %s", fs.Arg(0), st.Code(), st.Message())
+	}
+	return err
 }
 
 func migrateCmd(_ context.Context, args []string, stderr io.Writer) error {

@@ -1,0 +1,78 @@
+// Package testserver starts a real journal in-process for tests: a SQLite
+// file under t.TempDir(), the journal service, and the gRPC and HTTP
+// listeners on free loopback ports. It is the real server (same code as
+// `opjournal serve`), not a mock; only the process boundary is skipped.
+package testserver
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/journal"
+	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/server"
+	"github.com/opjournal/opjournal/store/sqlite"
+)
+
+// Journal is a running journal.
+type Journal struct {
+	GRPCAddr string
+	HTTPURL  string
+	// Client is connected to GRPCAddr.
+	Client pb.JournalServiceClient
+	// Conn is the client's connection.
+	Conn *grpc.ClientConn
+}
+
+// Start runs a journal with pol (nil: the shipped policy) until the test
+// ends. It fails the test if the journal cannot start.
+func Start(t testing.TB, pol *policy.Policy) *Journal {
+	t.Helper()
+	if pol == nil {
+		pol = policy.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "journal.db"))
+	if err != nil {
+		cancel()
+		t.Fatalf("testserver: %v", err)
+	}
+	srv := server.New(journal.New(st, pol, journal.Limits{}), server.Config{
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	ready := make(chan server.Addrs, 1)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, func(a server.Addrs) { ready <- a }) }()
+	var addrs server.Addrs
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		cancel()
+		st.Close()
+		t.Fatalf("testserver: %v", err)
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatal("testserver: not listening after 10 s")
+	}
+	conn, err := grpc.NewClient(addrs.GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		cancel()
+		t.Fatalf("testserver: %v", err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		<-done
+		st.Close()
+	})
+	return &Journal{GRPCAddr: addrs.GRPC.String(), HTTPURL: "http://" + addrs.HTTP.String(), Client: pb.NewJournalServiceClient(conn), Conn: conn}
+}

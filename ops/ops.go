@@ -1,0 +1,325 @@
+// Package ops is the operators' command line, `opjournal ops`: it lists
+// the review queue, shows an operation with its history, and records an
+// operator's decision (resolve) or a release for retry. It talks to the
+// journal over gRPC only, like every other client; every change it makes is
+// audited in the operation's history with the actor and reason given.
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+)
+
+// Usage describes the subcommands.
+const Usage = `Usage:
+  opjournal ops list    [--all | --status S[,S]] [--due] [--action A] [--limit N] [--json]
+                        (default: the review queue, operations with needs_review)
+  opjournal ops show    KEY [--json]
+  opjournal ops resolve KEY (--succeeded --external-id ID | --failed-final [--error-code C])
+                        --actor WHO --reason WHY
+  opjournal ops release KEY --actor WHO --reason WHY [--attempt N]
+
+Common flags (before the subcommand): --journal-addr (OPJOURNAL_JOURNAL_ADDR), --timeout.
+`
+
+// ErrUsage reports a malformed command line; the message says what is wrong.
+var ErrUsage = errors.New("usage")
+
+func usageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))
+}
+
+// Run executes one ops subcommand (args[0]) against the journal, writing
+// its output to w. It returns an error wrapping ErrUsage for a malformed
+// command line, and the journal's error (a gRPC status) otherwise.
+func Run(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
+	if len(args) == 0 {
+		return usageErr("missing subcommand (list, show, resolve, release)")
+	}
+	switch args[0] {
+	case "list":
+		return list(ctx, c, args[1:], w)
+	case "show":
+		return show(ctx, c, args[1:], w)
+	case "resolve":
+		return resolve(ctx, c, args[1:], w)
+	case "release":
+		return release(ctx, c, args[1:], w)
+	}
+	return usageErr("unknown subcommand %q (list, show, resolve, release)", args[0])
+}
+
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("ops "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// parseWithKey parses flags that may come before or after the one
+// positional KEY argument.
+func parseWithKey(fs *flag.FlagSet, args []string) (string, error) {
+	var key string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return "", usageErr("%v", err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		if key != "" {
+			return "", usageErr("one operation key expected, got %q and %q", key, fs.Arg(0))
+		}
+		key, args = fs.Arg(0), fs.Args()[1:]
+	}
+	if key == "" {
+		return "", usageErr("missing operation key")
+	}
+	return key, nil
+}
+
+var statusNames = map[string]pb.Status{
+	"pending": pb.Status_STATUS_PENDING, "in_progress": pb.Status_STATUS_IN_PROGRESS,
+	"unknown": pb.Status_STATUS_UNKNOWN, "succeeded": pb.Status_STATUS_SUCCEEDED,
+	"failed_final": pb.Status_STATUS_FAILED_FINAL,
+}
+
+func list(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
+	fs := newFlags("list")
+	all := fs.Bool("all", false, "every operation, not only the review queue")
+	statuses := fs.String("status", "", "comma-separated statuses")
+	due := fs.Bool("due", false, "only operations due for a reconciliation check")
+	action := fs.String("action", "", "only this action")
+	limit := fs.Int("limit", 50, "at most this many")
+	asJSON := fs.Bool("json", false, "one JSON object per line")
+	if err := fs.Parse(args); err != nil {
+		return usageErr("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected arguments %v", fs.Args())
+	}
+	if *limit < 1 {
+		return usageErr("--limit must be at least 1")
+	}
+	req := &pb.ListOperationsRequest{ActionType: *action, DueForCheck: *due}
+	if *statuses != "" {
+		for _, s := range strings.Split(*statuses, ",") {
+			st, ok := statusNames[strings.TrimSpace(s)]
+			if !ok {
+				return usageErr("unknown status %q (pending, in_progress, unknown, succeeded, failed_final)", s)
+			}
+			req.Statuses = append(req.Statuses, st)
+		}
+	}
+	if !*all && *statuses == "" && !*due && *action == "" {
+		req.NeedsReview = proto.Bool(true)
+	}
+	var ops []*pb.Operation
+	for len(ops) < *limit {
+		req.PageSize = int32(min(*limit-len(ops), 1000))
+		res, err := c.ListOperations(ctx, req)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, res.GetOperations()...)
+		if res.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = res.GetNextPageToken()
+	}
+	if *asJSON {
+		for _, op := range ops {
+			if err := writeJSON(w, op); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(ops) == 0 {
+		_, err := fmt.Fprintln(w, "no operations")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tACTION\tSTATUS\tATTEMPTS\tCHECKS\tUPDATED\tREVIEW")
+	for _, op := range ops {
+		review := ""
+		if op.GetNeedsReview() {
+			review = op.GetReviewReason()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", op.GetOperationKey(), op.GetActionType(), statusName(op.GetStatus()),
+			op.GetAttemptCount(), op.GetCheckCount(), ts(op.GetUpdatedAt()), review)
+	}
+	return tw.Flush()
+}
+
+func show(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
+	fs := newFlags("show")
+	asJSON := fs.Bool("json", false, "the operation and its events as JSON")
+	key, err := parseWithKey(fs, args)
+	if err != nil {
+		return err
+	}
+	op, err := c.Lookup(ctx, &pb.LookupRequest{OperationKey: key})
+	if err != nil {
+		return err
+	}
+	evs, err := c.ListEvents(ctx, &pb.ListEventsRequest{OperationKey: key})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := writeJSON(w, op.GetOperation()); err != nil {
+			return err
+		}
+		for _, e := range evs.GetEvents() {
+			if err := writeJSON(w, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	o := op.GetOperation()
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	row("operation_key", o.GetOperationKey())
+	row("action_type", o.GetActionType())
+	row("status", statusName(o.GetStatus()))
+	row("attempt_count", fmt.Sprint(o.GetAttemptCount()))
+	row("request_hash", o.GetRequestHash())
+	row("external_id", o.GetExternalId())
+	row("duplicate_external_id", o.GetDuplicateExternalId())
+	row("error_code", o.GetErrorCode())
+	row("lease_owner", o.GetLeaseOwner())
+	row("lease_until", ts(o.GetLeaseUntil()))
+	row("unknown_since", ts(o.GetUnknownSince()))
+	if o.GetCheckCount() > 0 {
+		row("checks", fmt.Sprintf("%d (last %s, next %s)", o.GetCheckCount(), ts(o.GetLastCheckedAt()), ts(o.GetNextCheckAt())))
+	}
+	if o.GetNeedsReview() {
+		row("needs_review", "yes: "+o.GetReviewReason())
+	} else if o.GetReviewReason() != "" {
+		row("review_reason", o.GetReviewReason()+" (resolved)")
+	}
+	row("created_at", ts(o.GetCreatedAt()))
+	row("updated_at", ts(o.GetUpdatedAt()))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nhistory:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AT\tFROM\tTO\tATTEMPT\tACTOR\tREASON")
+	for _, e := range evs.GetEvents() {
+		reason := e.GetReason()
+		if e.GetExternalId() != "" {
+			reason += " [" + e.GetExternalId() + "]"
+		}
+		from := statusName(e.GetFromStatus())
+		if from == "" {
+			from = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", ts(e.GetAt()), from, statusName(e.GetToStatus()), e.GetAttempt(), e.GetActor(), reason)
+	}
+	return tw.Flush()
+}
+
+func resolve(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
+	fs := newFlags("resolve")
+	ok := fs.Bool("succeeded", false, "the effect happened")
+	failed := fs.Bool("failed-final", false, "no effect happened; never retry")
+	extID := fs.String("external-id", "", "with --succeeded: the provider's id of the effect")
+	code := fs.String("error-code", "", "with --failed-final: why")
+	actor := fs.String("actor", "", "who decides (required)")
+	reason := fs.String("reason", "", "why (required)")
+	key, err := parseWithKey(fs, args)
+	if err != nil {
+		return err
+	}
+	req := &pb.ResolveRequest{OperationKey: key, ExternalId: *extID, ErrorCode: *code, Actor: *actor, Reason: *reason}
+	switch {
+	case *ok == *failed:
+		return usageErr("give exactly one of --succeeded or --failed-final")
+	case *ok:
+		req.Resolution = pb.Resolution_RESOLUTION_SUCCEEDED
+	default:
+		req.Resolution = pb.Resolution_RESOLUTION_FAILED_FINAL
+	}
+	if *actor == "" || *reason == "" {
+		return usageErr("--actor and --reason are required: the decision is audited")
+	}
+	res, err := c.Resolve(ctx, req)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s resolved as %s by %s\n", key, statusName(res.GetOperation().GetStatus()), *actor)
+	return err
+}
+
+func release(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
+	fs := newFlags("release")
+	actor := fs.String("actor", "", "who decides (required)")
+	reason := fs.String("reason", "", "why: what the provider showed (required)")
+	attempt := fs.Int("attempt", 0, "the latest attempt (default: looked up)")
+	key, err := parseWithKey(fs, args)
+	if err != nil {
+		return err
+	}
+	if *actor == "" || *reason == "" {
+		return usageErr("--actor and --reason are required: the decision is audited")
+	}
+	if *attempt == 0 {
+		op, err := c.Lookup(ctx, &pb.LookupRequest{OperationKey: key})
+		if err != nil {
+			return err
+		}
+		*attempt = int(op.GetOperation().GetAttemptCount())
+	}
+	if _, err := c.ReleaseForRetry(ctx, &pb.ReleaseForRetryRequest{OperationKey: key, Attempt: int32(*attempt), Actor: *actor, Reason: *reason}); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s released for retry (attempt %d was absent at the provider) by %s\n", key, *attempt, *actor)
+	return err
+}
+
+func statusName(s pb.Status) string {
+	if s == pb.Status_STATUS_UNSPECIFIED {
+		return ""
+	}
+	return strings.ToLower(strings.TrimPrefix(s.String(), "STATUS_"))
+}
+
+func ts(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return ""
+	}
+	return t.AsTime().UTC().Format(time.RFC3339)
+}
+
+func writeJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var compact json.RawMessage = b
+	out, err := json.Marshal(compact)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", out)
+	return err
+}

@@ -1,0 +1,132 @@
+package ops_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/testserver"
+	"github.com/opjournal/opjournal/ops"
+	"github.com/opjournal/opjournal/server"
+)
+
+// escalated makes an unknown, escalated payment for key.
+func escalated(t *testing.T, c pb.JournalServiceClient, key string) {
+	t.Helper()
+	ctx := context.Background()
+	payload, _ := structpb.NewStruct(map[string]any{"amount_minor": 100})
+	if _, err := c.Register(ctx, &pb.RegisterRequest{OperationKey: key, ActionType: "create_payment", Payload: payload, Claim: &pb.ClaimOptions{WorkerId: "agent-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.MarkUnknown(ctx, &pb.MarkUnknownRequest{OperationKey: key, Attempt: 1, ErrorCode: "timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Escalate(ctx, &pb.EscalateRequest{OperationKey: key, Actor: "reconciler-1", Reason: "verifier cannot answer"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func run(t *testing.T, c pb.JournalServiceClient, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	err := ops.Run(context.Background(), c, args, &out)
+	return out.String(), err
+}
+
+func TestReviewQueueShowResolve(t *testing.T) {
+	t.Parallel()
+	j := testserver.Start(t, nil)
+	escalated(t, j.Client, "payment:order-1:intent-01")
+	escalated(t, j.Client, "payment:order-2:intent-01")
+	payload, _ := structpb.NewStruct(map[string]any{"to": "a@example.com"})
+	if _, err := j.Client.Register(context.Background(), &pb.RegisterRequest{OperationKey: "email:1", ActionType: "send_email", Payload: payload}); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := run(t, j.Client, "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "payment:order-1:intent-01") || !strings.Contains(out, "payment:order-2:intent-01") ||
+		strings.Contains(out, "email:1") || !strings.Contains(out, "verifier cannot answer") {
+		t.Fatalf("review queue:\n%s", out)
+	}
+	if out, _ := run(t, j.Client, "list", "--all", "--json"); strings.Count(out, "\n") != 3 {
+		t.Fatalf("list --all --json: want 3 lines:\n%s", out)
+	}
+
+	out, err = run(t, j.Client, "show", "payment:order-1:intent-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"status", "unknown", "needs_review", "history:", "registered and claimed", "outcome unknown: timeout", "escalated: verifier cannot answer"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("show lacks %q:\n%s", want, out)
+		}
+	}
+
+	if _, err := run(t, j.Client, "resolve", "payment:order-1:intent-01", "--succeeded", "--external-id", "pay_42", "--actor", "alice", "--reason", "seen in the provider's dashboard"); err != nil {
+		t.Fatal(err)
+	}
+	op, err := j.Client.Lookup(context.Background(), &pb.LookupRequest{OperationKey: "payment:order-1:intent-01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := op.GetOperation(); o.GetStatus() != pb.Status_STATUS_SUCCEEDED || o.GetExternalId() != "pay_42" || o.GetNeedsReview() {
+		t.Fatalf("after resolve: %v", o)
+	}
+	evs, _ := j.Client.ListEvents(context.Background(), &pb.ListEventsRequest{OperationKey: "payment:order-1:intent-01"})
+	last := evs.GetEvents()[len(evs.GetEvents())-1]
+	if last.GetActor() != "alice" || !strings.Contains(last.GetReason(), "dashboard") || last.GetToStatus() != pb.Status_STATUS_SUCCEEDED {
+		t.Fatalf("resolve not audited: %v", last)
+	}
+	// The queue now holds only order 2.
+	if out, _ := run(t, j.Client, "list"); strings.Contains(out, "order-1") || !strings.Contains(out, "order-2") {
+		t.Fatalf("queue after resolve:\n%s", out)
+	}
+	if _, err := run(t, j.Client, "resolve", "payment:order-2:intent-01", "--failed-final", "--error-code", "declined", "--actor", "bob", "--reason", "provider confirms decline"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run(t, j.Client, "list"); !strings.Contains(out, "no operations") {
+		t.Fatalf("queue not empty:\n%s", out)
+	}
+}
+
+func TestBadCommandLinesChangeNothing(t *testing.T) {
+	t.Parallel()
+	j := testserver.Start(t, nil)
+	escalated(t, j.Client, "k")
+	for _, args := range [][]string{
+		{},
+		{"frobnicate"},
+		{"show"},
+		{"resolve", "k", "--succeeded", "--failed-final", "--actor", "a", "--reason", "r"},
+		{"resolve", "k", "--succeeded", "--external-id", "x"}, // no actor/reason
+		{"release", "k", "--actor", "a"},
+		{"list", "--status", "bogus"},
+		{"list", "--limit", "0"},
+	} {
+		if _, err := run(t, j.Client, args...); !errors.Is(err, ops.ErrUsage) {
+			t.Errorf("%v: got %v, want a usage error", args, err)
+		}
+	}
+	// Refused by the server: a succeeded resolution without an external id.
+	_, err := run(t, j.Client, "resolve", "k", "--succeeded", "--actor", "a", "--reason", "r")
+	if server.CodeOf(err) != "INVALID_ARGUMENT" {
+		t.Fatalf("resolve without external id: %v", err)
+	}
+	// Refused by the policy: the lag has not passed / the op is under review.
+	_, err = run(t, j.Client, "release", "k", "--actor", "a", "--reason", "r")
+	if server.CodeOf(err) != "INVALID_STATE" {
+		t.Fatalf("release of an escalated op: %v", err)
+	}
+	op, _ := j.Client.Lookup(context.Background(), &pb.LookupRequest{OperationKey: "k"})
+	if op.GetOperation().GetStatus() != pb.Status_STATUS_UNKNOWN || !op.GetOperation().GetNeedsReview() {
+		t.Fatalf("a refused command changed the operation: %v", op.GetOperation())
+	}
+}

@@ -43,13 +43,19 @@ type Error struct {
 	Err     error // cause, for logs and errors.Is; not shown to clients
 }
 
-// Error returns "CODE: field: message".
+// Error returns "CODE: field: message: cause". It is for logs and the
+// command line; clients get only Field and Message (see server/errors.go),
+// since a cause may describe the database.
 func (e *Error) Error() string {
 	s := string(e.Code) + ": "
 	if e.Field != "" {
 		s += e.Field + ": "
 	}
-	return s + e.Message
+	s += e.Message
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
 }
 
 // Unwrap returns the cause.

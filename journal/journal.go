@@ -118,6 +118,26 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.Regi
 	return res, nil
 }
 
+// CheckPayload validates a payload's JSON text for action as Register
+// would (numbers, integer fields, nesting, size), without storing
+// anything. Transports that decode JSON into doubles call it on the text
+// first, so nothing is rounded before the journal sees it. An unknown action
+// is left to Register to report.
+func (s *Service) CheckPayload(action string, payload json.RawMessage) error {
+	act, ok := s.policy.Action(action)
+	if !ok {
+		return nil
+	}
+	_, canonical, err := canonjson.RequestHash(act.Name, payload, canonjson.Options{IntegerFields: act.IntegerFields})
+	if err != nil {
+		return jsonError("payload", err)
+	}
+	if len(canonical) > s.limits.MaxPayloadBytes {
+		return opjournal.Errorf(opjournal.CodeTooLarge, "payload", "is %d bytes as canonical JSON; the limit is %d", len(canonical), s.limits.MaxPayloadBytes)
+	}
+	return nil
+}
+
 // ClaimRequest asks for a lease on an existing operation.
 type ClaimRequest struct {
 	Tenant       string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/canonjson"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/store"
@@ -172,8 +174,8 @@ func structJSON(field string, st *structpb.Struct) (json.RawMessage, error) {
 	if st == nil {
 		return nil, nil
 	}
-	if path, ok := nonFinite(structpb.NewStructValue(st), field); ok {
-		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, path, "is not a finite number (NaN and infinities are not JSON)")
+	if path, problem := badValue(structpb.NewStructValue(st), field, 0); problem != "" {
+		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, path, "%s", problem)
 	}
 	b, err := protojson.Marshal(st)
 	if err != nil {
@@ -182,24 +184,33 @@ func structJSON(field string, st *structpb.Struct) (json.RawMessage, error) {
 	return b, nil
 }
 
-func nonFinite(v *structpb.Value, path string) (string, bool) {
+// badValue finds the first value that cannot be JSON the journal accepts:
+// a NaN or infinity, or nesting deeper than canonjson.MaxDepth. It stops
+// descending at that depth, so a hostile message cannot make it recurse
+// far.
+func badValue(v *structpb.Value, path string, depth int) (string, string) {
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_NumberValue:
-		return path, math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0)
-	case *structpb.Value_StructValue:
-		for name, f := range k.StructValue.GetFields() {
-			if p, bad := nonFinite(f, path+"/"+name); bad {
-				return p, true
+		if math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0) {
+			return path, "is not a finite number (NaN and infinities are not JSON)"
+		}
+	case *structpb.Value_StructValue, *structpb.Value_ListValue:
+		if depth >= canonjson.MaxDepth {
+			return path, fmt.Sprintf("nests deeper than %d levels", canonjson.MaxDepth)
+		}
+		// GetStructValue and GetListValue return nil for the other kind.
+		for name, f := range v.GetStructValue().GetFields() {
+			if p, problem := badValue(f, path+"/"+name, depth+1); problem != "" {
+				return p, problem
 			}
 		}
-	case *structpb.Value_ListValue:
-		for _, e := range k.ListValue.GetValues() {
-			if p, bad := nonFinite(e, path+"/[]"); bad {
-				return p, true
+		for i, e := range v.GetListValue().GetValues() {
+			if p, problem := badValue(e, fmt.Sprintf("%s/%d", path, i), depth+1); problem != "" {
+				return p, problem
 			}
 		}
 	}
-	return "", false
+	return "", ""
 }
 
 var statusPB = map[opjournal.Status]pb.Status{

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/gen/openapi"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 )
@@ -35,6 +36,18 @@ func (s *Server) httpHandler(ctx context.Context, conn *grpc.ClientConn) (http.H
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}),
 		runtime.WithErrorHandler(writeGatewayError),
+		// A wrong method on a known route is the client's mistake: 405, not
+		// the gateway's default 501 (a 5xx tells clients "maybe, retry").
+		runtime.WithRoutingErrorHandler(func(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+			code := opjournal.CodeNotFound
+			msg := fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)
+			if httpStatus == http.StatusMethodNotAllowed {
+				code, msg = "METHOD_NOT_ALLOWED", fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)
+			} else if httpStatus != http.StatusNotFound {
+				code, msg = opjournal.CodeInvalidArgument, http.StatusText(httpStatus)
+			}
+			writeError(w, httpStatus, code, "", msg)
+		}),
 	)
 	if err := pb.RegisterJournalServiceHandler(ctx, gw, conn); err != nil {
 		return nil, fmt.Errorf("register gateway: %w", err)
@@ -63,7 +76,9 @@ func (s *Server) httpHandler(ctx context.Context, conn *grpc.ClientConn) (http.H
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	max := int64(s.cfg.MaxRequestBytes)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost && r.Method != http.MethodPut && r.Method != http.MethodPatch {
+		// Every body-carrying route is a POST; other methods go straight to
+		// the router (which answers 405 where the method is wrong).
+		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -87,11 +102,40 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			writeError(w, http.StatusBadRequest, opjournal.CodeInvalidArgument, "body", msg)
 			return
 		}
+		if strings.HasSuffix(r.URL.Path, ":register") {
+			if err := s.checkPayloadText(body); err != nil {
+				var e *opjournal.Error
+				if errors.As(err, &e) {
+					writeError(w, HTTPStatus(e.Code), e.Code, e.Field, e.Message)
+					return
+				}
+			}
+		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
 	})
 }
+
+// checkPayloadText validates a register body's payload on its JSON TEXT,
+// before the gateway decodes it into google.protobuf.Struct (doubles): only
+// the text still says that 4900.0000000000000001 is not the integer 4900
+// or that 9007199254740993 is not …992. The journal checks again after
+// decoding; this check only makes sure nothing was rounded on the way.
+func (s *Server) checkPayloadText(body []byte) error {
+	var req struct {
+		ActionType string          `json:"action_type"`
+		Payload    json.RawMessage `json:"payload"`
+	}
+	if json.Unmarshal(body, &req) != nil || req.Payload == nil || string(req.Payload) == "null" {
+		return nil // the gateway and the journal name these problems
+	}
+	return s.svc.CheckPayload(req.ActionType, req.Payload)
+}
+
+// maxBodyDepth bounds the nesting of a REST body: the payload may nest
+// canonjson.MaxDepth levels, inside a few levels of request.
+const maxBodyDepth = canonjson.MaxDepth + 4
 
 // checkJSONObject returns "" if body is one JSON object, else what is wrong.
 func checkJSONObject(body []byte) string {
@@ -114,7 +158,35 @@ func checkJSONObject(body []byte) string {
 	if _, ok := v.(map[string]any); !ok {
 		return "request body must be a JSON object"
 	}
+	if depth(body) > maxBodyDepth {
+		return fmt.Sprintf("request body nests deeper than %d levels", maxBodyDepth)
+	}
 	return ""
+}
+
+// depth returns the deepest nesting of arrays and objects in valid JSON.
+func depth(b []byte) int {
+	d, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range b {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			if c == '\\' {
+				escaped = true
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			d++
+			deepest = max(deepest, d)
+		case c == ']' || c == '}':
+			d--
+		}
+	}
+	return deepest
 }
 
 type errorBody struct {

@@ -85,6 +85,7 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 	gs := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(unaryInterceptor(s.log, s.metrics)),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
+		grpc.ForceServerCodecV2(codec{}),
 	)
 	pb.RegisterJournalServiceServer(gs, &journalServer{svc: s.svc, metrics: s.metrics})
 	hs := health.NewServer()

@@ -315,7 +315,7 @@ func TestBadInputIsRejectedAndChangesNothing(t *testing.T) {
 		{name: "body null", path: "register", body: `null`, status: bad400, code: inv, field: "body"},
 		{name: "empty body", path: "register", body: ``, status: bad400, code: inv, field: "body"},
 		{name: "data after the body", path: "register", body: reg("bad-trailing", "send_email", `{}`) + ` {}`, status: bad400, code: inv, field: "body", key: "bad-trailing"},
-		{name: "unknown body field", path: "register", body: `{"operation_key": "bad-unknown-field", "action_type": "send_email", "payload": {}, "priority": 1}`, status: bad400, code: inv, key: "bad-unknown-field"},
+		{name: "unknown body field", path: "register", body: `{"operation_key": "bad-unknown-field", "action_type": "send_email", "payload": {}, "priority": 1}`, status: bad400, code: inv, field: "priority", key: "bad-unknown-field"},
 		{name: "body over the request limit", path: "register", body: hugeBody, status: bad413, code: tl, field: "body", key: "bad-huge-body"},
 		{name: "chunked body over the request limit", path: "register", body: io.MultiReader(strings.NewReader(hugeBody)), status: bad413, code: tl, field: "body", key: "bad-huge-body"},
 		// Claims.

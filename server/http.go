@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -36,6 +37,9 @@ func (s *Server) httpHandler(ctx context.Context, conn *grpc.ClientConn) (http.H
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}),
 		runtime.WithErrorHandler(writeGatewayError),
+		// A POST with a form content type must not be treated as another
+		// method (the gateway's default "path length fallback").
+		runtime.WithDisablePathLengthFallback(),
 		// A wrong method on a known route is the client's mistake: 405, not
 		// the gateway's default 501 (a 5xx tells clients "maybe, retry").
 		runtime.WithRoutingErrorHandler(func(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
@@ -238,9 +242,14 @@ func writeGatewayError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshal
 	msg := st.Message()
 	if field != "" {
 		msg = strings.TrimPrefix(msg, field+": ")
+	} else if m := unknownField.FindStringSubmatch(msg); m != nil {
+		// protojson's words for a misspelt field; name it instead.
+		field, msg = m[1], "is not a field of this request"
 	}
 	writeError(w, httpStatus, code, field, msg)
 }
+
+var unknownField = regexp.MustCompile(`unknown field "([^"]+)"`)
 
 // codeName returns a gRPC code in UPPER_SNAKE form (FailedPrecondition →
 // FAILED_PRECONDITION).

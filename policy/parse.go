@@ -25,6 +25,7 @@ var (
 	actionFields = []string{
 		"operation_key", "lease_seconds", "retry", "terminal_states",
 		"unknown_after_seconds", "on_unresolved", "retention", "integer_fields",
+		"reconcile",
 	}
 	retryFields = []string{"reuse_operation_key", "on_timeout"}
 )
@@ -427,6 +428,7 @@ func (p *parser) action(n *yaml.Node, path string) *Action {
 		OnUnresolved:      requireHumanReview,
 		Retention:         defaultRetention,
 		IntegerFields:     []string{},
+		Reconcile:         defaultReconcile(),
 	}
 	// The nodes of the two fields compared with each other, if present and
 	// individually valid.
@@ -476,6 +478,8 @@ func (p *parser) action(n *yaml.Node, path string) *Action {
 			}
 		case "integer_fields":
 			a.IntegerFields = p.integerFields(v, fpath)
+		case "reconcile":
+			p.reconcile(v, fpath, &a.Reconcile)
 		default:
 			p.unknownField(k, path, actionFields)
 		}

@@ -74,6 +74,10 @@ type Action struct {
 	// IntegerFields names request members that must carry exact integers,
 	// such as money in minor units (integer_fields). It may be empty.
 	IntegerFields []string
+	// Reconcile is how the reconciler settles an operation of this action
+	// whose outcome is unknown (reconcile; every field has a default, and
+	// without a verifier such operations go to a person).
+	Reconcile Reconcile
 }
 
 // AllowsRetryAfterUnknown reports whether an unknown or lease-expired
@@ -87,6 +91,7 @@ func (a *Action) AllowsRetryAfterUnknown() bool {
 func (a *Action) clone() *Action {
 	c := *a
 	c.IntegerFields = slices.Clone(a.IntegerFields)
+	c.Reconcile = a.Reconcile.clone()
 	return &c
 }
 

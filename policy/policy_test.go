@@ -19,30 +19,47 @@ func TestDefault(t *testing.T) {
 	if got := p.Names(); !slices.Equal(got, wantNames) {
 		t.Fatalf("Names() = %q, want %q", got, wantNames)
 	}
+	fake := func(path, status string, lag time.Duration) Reconcile {
+		return Reconcile{
+			InitialDelay: time.Second, Interval: 2 * time.Second, MaxInterval: time.Minute,
+			VisibilityLag: lag, DefinitiveAbsence: true,
+			Verifier: &Verifier{HTTP: &HTTPVerifier{
+				Method: "GET", URL: "${PROVIDER_URL:-http://127.0.0.1:8099}" + path, Timeout: 5 * time.Second,
+				List: "/data", Found: "/id", Completed: "/status", CompletedValues: []string{status}, ExternalID: "/id",
+			}},
+		}
+	}
 	want := map[string]Action{
 		"create_payment": {
 			Name: "create_payment", LeaseSeconds: 30, ReuseOperationKey: true,
 			OnTimeout: ReconcileBeforeRetry, UnknownAfter: 900 * time.Second,
 			OnUnresolved: "require_human_review", Retention: 720 * time.Hour,
 			IntegerFields: []string{"amount_minor"},
+			Reconcile:     fake("/payments?idempotency_key={operation_key}", "succeeded", 3*time.Second),
 		},
 		"send_email": {
 			Name: "send_email", LeaseSeconds: 30, ReuseOperationKey: true,
 			OnTimeout: ReconcileBeforeRetry, UnknownAfter: 900 * time.Second,
 			OnUnresolved: "require_human_review", Retention: 720 * time.Hour,
 			IntegerFields: []string{},
+			Reconcile:     fake("/emails?reference={operation_key}", "sent", 5*time.Second),
 		},
 		"submit_application": {
 			Name: "submit_application", LeaseSeconds: 60, ReuseOperationKey: true,
 			OnTimeout: ReconcileBeforeRetry, UnknownAfter: 3600 * time.Second,
 			OnUnresolved: "require_human_review", Retention: 2160 * time.Hour,
 			IntegerFields: []string{},
+			Reconcile:     fake("/applications?reference={operation_key}", "submitted", 5*time.Second),
 		},
 		"create_ticket": {
 			Name: "create_ticket", LeaseSeconds: 30, ReuseOperationKey: true,
 			OnTimeout: RetrySameKey, UnknownAfter: 900 * time.Second,
 			OnUnresolved: "require_human_review", Retention: 720 * time.Hour,
 			IntegerFields: []string{},
+			Reconcile: Reconcile{
+				InitialDelay: 5 * time.Second, Interval: 10 * time.Second, MaxInterval: 5 * time.Minute,
+				VisibilityLag: 30 * time.Second,
+			},
 		},
 	}
 	for name, w := range want {
@@ -111,6 +128,10 @@ actions:
 		LeaseSeconds: 30, ReuseOperationKey: true, OnTimeout: ReconcileBeforeRetry,
 		UnknownAfter: 900 * time.Second, OnUnresolved: "require_human_review",
 		Retention: 720 * time.Hour, IntegerFields: []string{},
+		Reconcile: Reconcile{
+			InitialDelay: 5 * time.Second, Interval: 10 * time.Second, MaxInterval: 5 * time.Minute,
+			VisibilityLag: 30 * time.Second,
+		},
 	}
 	for _, name := range []string{"bare", "explicit_defaults"} {
 		a, _ := p.Action(name)

@@ -1,0 +1,217 @@
+// Command opjournal-reconciler settles operations whose outcome is unknown:
+// it asks each provider what really happened and tells the journal (see
+// package reconciler). It talks to the journal only over gRPC.
+//
+//	opjournal-reconciler [flags]          run until SIGTERM or SIGINT
+//	opjournal-reconciler --once [flags]   one pass; print the counts and exit
+//
+// Every flag can also be set by an environment variable: --journal-addr is
+// OPJOURNAL_JOURNAL_ADDR, --poll-interval is OPJOURNAL_POLL_INTERVAL, and
+// so on; a flag on the command line wins over the variable. The verifiers'
+// secrets (${VAR} in the policy's verifier URLs and headers) are read from
+// the environment when each request is made.
+//
+// Exit status: 0 after a clean stop or a completed --once pass (whose
+// per-operation errors are in the printed counts), 1 if the journal could
+// not be listed or a listener failed, 2 for bad flags or a bad policy.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/reconciler"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	var ue usageError
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.As(err, &ue):
+		fmt.Fprintln(os.Stderr, "opjournal-reconciler:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "opjournal-reconciler:", err)
+		os.Exit(1)
+	}
+}
+
+// usageError is a problem with the flags or the policy: exit status 2.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+type options struct {
+	journalAddr  string
+	policyPath   string
+	id           string
+	pollInterval time.Duration
+	concurrency  int
+	metricsAddr  string
+	once         bool
+	logLevel     string
+	logFormat    string
+}
+
+func flags(stderr io.Writer, o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("opjournal-reconciler", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.journalAddr, "journal-addr", "127.0.0.1:9090", "the journal's gRPC address")
+	fs.StringVar(&o.policyPath, "policy", "", "policy YAML file, the same as the journal's (default: the shipped policy)")
+	fs.StringVar(&o.id, "id", "", "this reconciler's name in the journal's history (default reconciler-<hostname>-<pid>)")
+	fs.DurationVar(&o.pollInterval, "poll-interval", reconciler.DefaultPollInterval, "pause between passes")
+	fs.IntVar(&o.concurrency, "concurrency", reconciler.DefaultConcurrency, "operations handled at once")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (default: off)")
+	fs.BoolVar(&o.once, "once", false, "run one pass, print the counts and exit")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "json", "json or text")
+	return fs
+}
+
+// parse applies OPJOURNAL_* variables as defaults, then the command line.
+func parse(fs *flag.FlagSet, args []string) error {
+	var bad []string
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "OPJOURNAL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if err := f.Value.Set(v); err != nil {
+				bad = append(bad, fmt.Sprintf("%s=%q: %v", env, v, err))
+			}
+			f.DefValue = v
+		}
+	})
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "; "))
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return nil
+}
+
+func newLogger(o options, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not json or text", o.logFormat)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o options
+	fs := flags(stderr, &o)
+	if err := parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	log, err := newLogger(o, stderr)
+	if err != nil {
+		return usageError{err}
+	}
+	if o.pollInterval <= 0 {
+		return usageError{errors.New("--poll-interval must be positive")}
+	}
+	if o.concurrency <= 0 {
+		return usageError{errors.New("--concurrency must be positive")}
+	}
+	pol := policy.Default()
+	if o.policyPath != "" {
+		if pol, err = policy.Load(o.policyPath); err != nil {
+			return usageError{err}
+		}
+	}
+
+	conn, err := grpc.NewClient(o.journalAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return usageError{fmt.Errorf("--journal-addr: %w", err)}
+	}
+	defer conn.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rec, err := reconciler.New(reconciler.Config{
+		Journal: opjournalv1.NewJournalServiceClient(conn), Policy: pol, ID: o.id,
+		PollInterval: o.pollInterval, Concurrency: o.concurrency, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return usageError{err}
+	}
+
+	metricsAddr := ""
+	if o.metricsAddr != "" {
+		lis, err := net.Listen("tcp", o.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		metricsAddr = lis.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics listener failed", "error", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+
+	var without []string
+	for _, name := range pol.Names() {
+		if !slices.Contains(rec.VerifiedActions(), name) {
+			without = append(without, name)
+		}
+	}
+	log.Info("reconciling", "journal_addr", o.journalAddr, "id", rec.ID(), "actions_with_verifiers", rec.VerifiedActions(),
+		"actions_without_verifiers", without, "poll_interval", o.pollInterval.String(), "concurrency", o.concurrency,
+		"metrics_addr", metricsAddr, "once", o.once)
+
+	if o.once {
+		stats, err := rec.RunOnce(ctx)
+		fmt.Fprintln(stdout, stats)
+		return err
+	}
+	err = rec.Run(ctx)
+	log.Info("stopped", "id", rec.ID())
+	return err
+}

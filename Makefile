@@ -1,12 +1,23 @@
 # opjournal — developer entry points. `make test` is the whole suite; CI runs it.
 GO ?= go
 
-.PHONY: all build generate lint test test-short fuzz serve vet fmt-check generate-check ci
+.PHONY: all build binaries generate lint test test-short fuzz serve vet fmt-check generate-check ci demo
 
 all: build
 
 build:
 	$(GO) build ./...
+
+BINARIES = opjournal opjournal-fakeprovider opjournal-reconciler opjournal-demo
+
+## binaries: build the commands into bin/
+binaries:
+	@mkdir -p bin
+	$(GO) build -o bin/ $(addprefix ./cmd/,$(BINARIES))
+
+## demo: the article's reproducible check against the real processes
+demo: binaries
+	./bin/opjournal-demo --bin-dir bin
 
 ## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod)
 generate:

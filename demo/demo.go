@@ -1,0 +1,400 @@
+// Package demo is the article's reproducible check, run against real
+// processes: the journal, the test provider (opjournal-fakeprovider) and the
+// reconciler (opjournal-reconciler). Each scenario prints every step and
+// what it observed, counts effects in the provider (not words in an agent's
+// answer), and returns an error as soon as an observation differs from what
+// the SPEC says. `make demo` runs it through cmd/opjournal-demo; the e2e
+// tests run the same scenarios.
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/opjournal/opjournal/client"
+	"github.com/opjournal/opjournal/fakeprovider"
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Env is what the scenarios talk to.
+type Env struct {
+	// Journal is the SDK, connected to the journal's gRPC address.
+	Journal *client.Client
+	// RPC is a plain client of the same journal (Lookup, ListEvents).
+	RPC pb.JournalServiceClient
+	// ProviderURL is the test provider's base URL; Provider controls it.
+	ProviderURL string
+	Provider    *fakeprovider.ControlClient
+	// AgentTimeout is how long the agent waits for the provider (default 1 s).
+	AgentTimeout time.Duration
+	// SettleTimeout bounds the wait for the reconciler (default 60 s).
+	SettleTimeout time.Duration
+	// Out receives the narration.
+	Out io.Writer
+}
+
+// Scenario is one runnable check.
+type Scenario struct {
+	Name string
+	Run  func(ctx context.Context, env Env) error
+}
+
+// Scenarios are the checks `make demo` runs, in order.
+var Scenarios = []Scenario{
+	{"payment: commit, then timeout (the article's seven steps)", Payment},
+	{"email: a provider without idempotency, reconciled by its reference search", Email},
+	{"payment: timeout before commit, proven absent, released, retried", AbsentThenRetried},
+}
+
+// RunAll runs every scenario, stopping at the first failure.
+func RunAll(ctx context.Context, env Env) error {
+	for i, s := range Scenarios {
+		fmt.Fprintf(env.out(), "\n== scenario %d: %s\n", i+1, s.Name)
+		if err := s.Run(ctx, env); err != nil {
+			return fmt.Errorf("scenario %d (%s): %w", i+1, s.Name, err)
+		}
+	}
+	return nil
+}
+
+func (e Env) out() io.Writer {
+	if e.Out == nil {
+		return io.Discard
+	}
+	return e.Out
+}
+
+// run narrates one scenario's steps.
+type run struct {
+	env   Env
+	step  int
+	calls atomic.Int32 // how many times the agent's tool function ran
+}
+
+func (r *run) say(format string, args ...any) {
+	r.step++
+	fmt.Fprintf(r.env.out(), "  step %d  %s\n", r.step, fmt.Sprintf(format, args...))
+}
+
+func (r *run) saw(format string, args ...any) {
+	fmt.Fprintf(r.env.out(), "          observed: %s\n", fmt.Sprintf(format, args...))
+}
+
+func (r *run) httpClient() *http.Client {
+	t := r.env.AgentTimeout
+	if t == 0 {
+		t = time.Second
+	}
+	return &http.Client{Timeout: t}
+}
+
+// call is the agent's tool function: POST the resource to the provider,
+// passing the operation key on (as Idempotency-Key, or in a reference
+// field for providers that do not deduplicate).
+func (r *run) call(path string, body map[string]any, idempotent bool) func(context.Context, client.Attempt) (client.Effect, error) {
+	return func(ctx context.Context, a client.Attempt) (client.Effect, error) {
+		r.calls.Add(1)
+		if !idempotent {
+			body["reference"] = a.Key
+		}
+		b, _ := json.Marshal(body)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.env.ProviderURL+path, bytes.NewReader(b))
+		if err != nil {
+			return client.Effect{}, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if idempotent {
+			req.Header.Set("Idempotency-Key", a.Key)
+		}
+		resp, err := r.httpClient().Do(req)
+		if err := client.ClassifyHTTP(resp, err); err != nil {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			return client.Effect{}, err
+		}
+		defer resp.Body.Close()
+		var created struct {
+			ID string `json:"id"`
+		}
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&created); err != nil || created.ID == "" {
+			// A 2xx we cannot read: the effect happened, its id is unknown.
+			return client.Effect{}, &client.UnknownError{Code: "unreadable_response", Err: fmt.Errorf("decode: %v", err)}
+		}
+		return client.Effect{ExternalID: created.ID, Result: map[string]any{"id": created.ID}}, nil
+	}
+}
+
+func (r *run) execute(ctx context.Context, op client.Op, fn func(context.Context, client.Attempt) (client.Effect, error)) (client.Outcome, error) {
+	out, err := r.env.Journal.Execute(ctx, op, fn)
+	if err != nil {
+		return out, fmt.Errorf("execute %s: %w", op.Key, err)
+	}
+	return out, nil
+}
+
+func (r *run) lookup(ctx context.Context, key string) (*pb.Operation, error) {
+	res, err := r.env.RPC.Lookup(ctx, &pb.LookupRequest{OperationKey: key})
+	if err != nil {
+		return nil, fmt.Errorf("lookup %s: %w", key, err)
+	}
+	return res.GetOperation(), nil
+}
+
+func (r *run) effects(ctx context.Context, key string) (int, error) {
+	n, err := r.env.Provider.Count(ctx, key)
+	if err != nil {
+		return 0, fmt.Errorf("provider effects of %s: %w", key, err)
+	}
+	return n, nil
+}
+
+// expect fails unless cond holds, saying what was seen.
+func expect(cond bool, format string, args ...any) error {
+	if cond {
+		return nil
+	}
+	return fmt.Errorf("unexpected: "+format, args...)
+}
+
+// settle waits until the reconciler has moved key out of unknown, and
+// returns the operation.
+func (r *run) settle(ctx context.Context, key string, want pb.Status) (*pb.Operation, error) {
+	limit := r.env.SettleTimeout
+	if limit == 0 {
+		limit = 60 * time.Second
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		op, err := r.lookup(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if op.GetStatus() == want {
+			return op, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s is %s after %s, want %s (is the reconciler running?)", key, op.GetStatus(), limit, want)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// lastChange describes the event that moved key into its current status.
+func (r *run) lastChange(ctx context.Context, key string) string {
+	evs, err := r.env.RPC.ListEvents(ctx, &pb.ListEventsRequest{OperationKey: key})
+	if err != nil || len(evs.GetEvents()) == 0 {
+		return "(no history)"
+	}
+	e := evs.GetEvents()[len(evs.GetEvents())-1]
+	return fmt.Sprintf("%s by %s (%s)", short(e.GetToStatus()), e.GetActor(), e.GetReason())
+}
+
+func short(s pb.Status) string { return strings.ToLower(strings.TrimPrefix(s.String(), "STATUS_")) }
+
+// Payment is the SPEC's reproducible check, step by step.
+func Payment(ctx context.Context, env Env) error {
+	r := &run{env: env}
+	const key = "payment:order-817:intent-01"
+	order := map[string]any{"order_id": "817", "amount_minor": 490000, "currency": "RUB"}
+	op := client.Op{Key: key, Action: "create_payment", Payload: order}
+
+	r.say("create the operation %s (4900.00 RUB)", key)
+	reg, err := r.env.RPC.Register(ctx, registerRequest(key, "create_payment", order))
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	r.saw("created=%v status=%s request_hash=%s…", reg.GetCreated(), short(reg.GetOperation().GetStatus()), reg.GetOperation().GetRequestHash()[:12])
+	if err := expect(reg.GetCreated() && reg.GetOperation().GetStatus() == pb.Status_STATUS_PENDING, "register did not create a pending operation"); err != nil {
+		return err
+	}
+
+	r.say("configure the provider: commit the next payment, then time out")
+	if _, err := r.env.Provider.AddFault(ctx, fakeprovider.Fault{Path: "/payments", Kind: fakeprovider.CommitThenTimeout, Count: 1, Delay: 10 * time.Second}); err != nil {
+		return err
+	}
+	r.saw("fault armed")
+
+	r.say("execute: the agent calls the provider with Idempotency-Key %s", key)
+	out, err := r.execute(ctx, op, r.call("/payments", order, true))
+	if err != nil {
+		return err
+	}
+	cur, err := r.lookup(ctx, key)
+	if err != nil {
+		return err
+	}
+	n, err := r.effects(ctx, key)
+	if err != nil {
+		return err
+	}
+	r.saw("outcome=%s (%s), journal status=%s, provider effects=%d", out.Kind, out.ErrorCode, short(cur.GetStatus()), n)
+	if err := expect(out.Kind == client.VerificationRequired && cur.GetStatus() == pb.Status_STATUS_UNKNOWN && n == 1,
+		"want verification_required, unknown and 1 effect"); err != nil {
+		return err
+	}
+
+	r.say("repeat the request with the same key and the same parameters")
+	out, err = r.execute(ctx, op, r.call("/payments", order, true))
+	if err != nil {
+		return err
+	}
+	n, _ = r.effects(ctx, key)
+	r.saw("outcome=%s, tool calls so far=%d, provider effects=%d", out.Kind, r.calls.Load(), n)
+	if err := expect(out.Kind == client.VerificationRequired && r.calls.Load() == 1 && n == 1,
+		"the repeat must wait for reconciliation without calling the provider"); err != nil {
+		return err
+	}
+
+	r.say("run reconciliation (the reconciler asks the provider by idempotency key)")
+	done, err := r.settle(ctx, key, pb.Status_STATUS_SUCCEEDED)
+	if err != nil {
+		return err
+	}
+	r.saw("status=%s external_id=%s: %s", short(done.GetStatus()), done.GetExternalId(), r.lastChange(ctx, key))
+	out, err = r.execute(ctx, op, r.call("/payments", order, true))
+	if err != nil {
+		return err
+	}
+	r.saw("a retry now replays the stored result: outcome=%s replayed=%v result=%s", out.Kind, out.Replayed, out.Result)
+	if err := expect(out.Kind == client.Succeeded && out.Replayed && out.ExternalID == done.GetExternalId(), "the retry must replay"); err != nil {
+		return err
+	}
+
+	r.say("count the provider's effects for %s", key)
+	n, err = r.effects(ctx, key)
+	if err != nil {
+		return err
+	}
+	r.saw("effects=%d", n)
+	if err := expect(n == 1, "want exactly 1 effect, got %d", n); err != nil {
+		return err
+	}
+
+	r.say("repeat with the same key and a different amount (5000.00 RUB)")
+	other := client.Op{Key: key, Action: "create_payment", Payload: map[string]any{"order_id": "817", "amount_minor": 500000, "currency": "RUB"}}
+	out, err = r.execute(ctx, other, r.call("/payments", order, true))
+	if err != nil {
+		return err
+	}
+	n, _ = r.effects(ctx, key)
+	r.saw("outcome=%s, tool calls=%d, provider effects=%d", out.Kind, r.calls.Load(), n)
+	if err := expect(out.Kind == client.Conflict && r.calls.Load() == 1 && n == 1, "want a conflict and no external call"); err != nil {
+		return err
+	}
+	fmt.Fprintf(r.env.out(), "  result   provider effects for %s: %d (exactly one)\n", key, n)
+	return nil
+}
+
+// Email is the same flow with a provider that does not deduplicate: the
+// key travels in a searchable reference field, and the reconciler finds
+// the sent email by it.
+func Email(ctx context.Context, env Env) error {
+	r := &run{env: env}
+	const key = "email:order-817:receipt-01"
+	msg := map[string]any{"to": "customer-817@example.com", "subject": "Your receipt for order 817"}
+	op := client.Op{Key: key, Action: "send_email", Payload: msg}
+
+	r.say("configure the provider: send the next email, then time out")
+	if _, err := r.env.Provider.AddFault(ctx, fakeprovider.Fault{Path: "/emails", Kind: fakeprovider.CommitThenTimeout, Count: 1, Delay: 10 * time.Second}); err != nil {
+		return err
+	}
+	r.say("execute: the agent sends the email with reference=%s", key)
+	out, err := r.execute(ctx, op, r.call("/emails", copyMap(msg), false))
+	if err != nil {
+		return err
+	}
+	n, _ := r.effects(ctx, key)
+	r.saw("outcome=%s, provider effects=%d", out.Kind, n)
+	if err := expect(out.Kind == client.VerificationRequired && n == 1, "want verification_required and 1 email sent"); err != nil {
+		return err
+	}
+	r.say("the agent retries; the journal holds it (the provider would send a second email)")
+	out, err = r.execute(ctx, op, r.call("/emails", copyMap(msg), false))
+	if err != nil {
+		return err
+	}
+	n, _ = r.effects(ctx, key)
+	r.saw("outcome=%s, tool calls=%d, emails sent=%d", out.Kind, r.calls.Load(), n)
+	if err := expect(out.Kind == client.VerificationRequired && r.calls.Load() == 1 && n == 1, "the retry must not send again"); err != nil {
+		return err
+	}
+	r.say("reconciliation finds the email by its reference")
+	done, err := r.settle(ctx, key, pb.Status_STATUS_SUCCEEDED)
+	if err != nil {
+		return err
+	}
+	r.saw("status=%s external_id=%s: %s", short(done.GetStatus()), done.GetExternalId(), r.lastChange(ctx, key))
+	n, _ = r.effects(ctx, key)
+	fmt.Fprintf(r.env.out(), "  result   emails sent for %s: %d (exactly one)\n", key, n)
+	return expect(n == 1, "want exactly 1 email, got %d", n)
+}
+
+// AbsentThenRetried: the provider timed out BEFORE committing. The
+// reconciler proves absence (after the visibility lag), releases the
+// operation, and the agent's next retry performs the payment once.
+func AbsentThenRetried(ctx context.Context, env Env) error {
+	r := &run{env: env}
+	const key = "payment:order-818:intent-01"
+	order := map[string]any{"order_id": "818", "amount_minor": 125000, "currency": "RUB"}
+	op := client.Op{Key: key, Action: "create_payment", Payload: order}
+
+	r.say("configure the provider: time out the next payment before committing it")
+	if _, err := r.env.Provider.AddFault(ctx, fakeprovider.Fault{Path: "/payments", Kind: fakeprovider.TimeoutBeforeCommit, Count: 1, Delay: 10 * time.Second}); err != nil {
+		return err
+	}
+	r.say("execute")
+	out, err := r.execute(ctx, op, r.call("/payments", order, true))
+	if err != nil {
+		return err
+	}
+	n, _ := r.effects(ctx, key)
+	r.saw("outcome=%s, provider effects=%d", out.Kind, n)
+	if err := expect(out.Kind == client.VerificationRequired && n == 0, "want verification_required and no effect"); err != nil {
+		return err
+	}
+	r.say("reconciliation: not found, and still not found after the visibility lag → released")
+	if _, err := r.settle(ctx, key, pb.Status_STATUS_PENDING); err != nil {
+		return err
+	}
+	r.saw("%s", r.lastChange(ctx, key))
+	r.say("the agent retries with the same key")
+	out, err = r.execute(ctx, op, r.call("/payments", order, true))
+	if err != nil {
+		return err
+	}
+	n, _ = r.effects(ctx, key)
+	r.saw("outcome=%s attempt=%d external_id=%s, provider effects=%d", out.Kind, out.Operation.GetAttemptCount(), out.ExternalID, n)
+	if err := expect(out.Kind == client.Succeeded && !out.Replayed && out.Operation.GetAttemptCount() == 2 && n == 1,
+		"want the retry (attempt 2) to succeed with exactly one effect"); err != nil {
+		return err
+	}
+	fmt.Fprintf(r.env.out(), "  result   provider effects for %s: %d (exactly one)\n", key, n)
+	return nil
+}
+
+func copyMap(m map[string]any) map[string]any {
+	c := make(map[string]any, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+func registerRequest(key, action string, payload map[string]any) *pb.RegisterRequest {
+	st, _ := structpb.NewStruct(payload)
+	return &pb.RegisterRequest{OperationKey: key, ActionType: action, Payload: st}
+}

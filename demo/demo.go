@@ -89,25 +89,36 @@ func (r *run) saw(format string, args ...any) {
 	fmt.Fprintf(r.env.out(), "          observed: %s\n", fmt.Sprintf(format, args...))
 }
 
-func (r *run) httpClient() *http.Client {
+// call is the agent's tool function for this run (counting its calls).
+func (r *run) call(path string, body map[string]any, idempotent bool) func(context.Context, client.Attempt) (client.Effect, error) {
 	t := r.env.AgentTimeout
 	if t == 0 {
 		t = time.Second
 	}
-	return &http.Client{Timeout: t}
+	return ProviderCall(r.env.ProviderURL, path, body, idempotent, t, &r.calls)
 }
 
-// call is the agent's tool function: POST the resource to the provider,
-// passing the operation key on (as Idempotency-Key, or in a reference
-// field for providers that do not deduplicate).
-func (r *run) call(path string, body map[string]any, idempotent bool) func(context.Context, client.Attempt) (client.Effect, error) {
+// ProviderCall returns an agent's tool function for client.Execute: it
+// POSTs body to the provider at baseURL+path, passing the operation key on
+// as the Idempotency-Key header (idempotent providers) or in the body's
+// "reference" field (providers that do not deduplicate but can be searched),
+// and classifies the answer with client.ClassifyHTTP. It waits at most
+// timeout for the provider and counts its calls in calls (if not nil).
+func ProviderCall(baseURL, path string, body map[string]any, idempotent bool, timeout time.Duration, calls *atomic.Int32) func(context.Context, client.Attempt) (client.Effect, error) {
+	hc := &http.Client{Timeout: timeout}
 	return func(ctx context.Context, a client.Attempt) (client.Effect, error) {
-		r.calls.Add(1)
-		if !idempotent {
-			body["reference"] = a.Key
+		if calls != nil {
+			calls.Add(1)
 		}
-		b, _ := json.Marshal(body)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.env.ProviderURL+path, bytes.NewReader(b))
+		fields := make(map[string]any, len(body)+1)
+		for k, v := range body {
+			fields[k] = v
+		}
+		if !idempotent {
+			fields["reference"] = a.Key
+		}
+		b, _ := json.Marshal(fields)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+path, bytes.NewReader(b))
 		if err != nil {
 			return client.Effect{}, err
 		}
@@ -115,7 +126,7 @@ func (r *run) call(path string, body map[string]any, idempotent bool) func(conte
 		if idempotent {
 			req.Header.Set("Idempotency-Key", a.Key)
 		}
-		resp, err := r.httpClient().Do(req)
+		resp, err := hc.Do(req)
 		if err := client.ClassifyHTTP(resp, err); err != nil {
 			if resp != nil {
 				resp.Body.Close()
@@ -313,7 +324,7 @@ func Email(ctx context.Context, env Env) error {
 		return err
 	}
 	r.say("execute: the agent sends the email with reference=%s", key)
-	out, err := r.execute(ctx, op, r.call("/emails", copyMap(msg), false))
+	out, err := r.execute(ctx, op, r.call("/emails", msg, false))
 	if err != nil {
 		return err
 	}
@@ -323,7 +334,7 @@ func Email(ctx context.Context, env Env) error {
 		return err
 	}
 	r.say("the agent retries; the journal holds it (the provider would send a second email)")
-	out, err = r.execute(ctx, op, r.call("/emails", copyMap(msg), false))
+	out, err = r.execute(ctx, op, r.call("/emails", msg, false))
 	if err != nil {
 		return err
 	}
@@ -384,14 +395,6 @@ func AbsentThenRetried(ctx context.Context, env Env) error {
 	}
 	fmt.Fprintf(r.env.out(), "  result   provider effects for %s: %d (exactly one)\n", key, n)
 	return nil
-}
-
-func copyMap(m map[string]any) map[string]any {
-	c := make(map[string]any, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }
 
 func registerRequest(key, action string, payload map[string]any) *pb.RegisterRequest {

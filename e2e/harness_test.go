@@ -32,8 +32,8 @@ import (
 	"github.com/opjournal/opjournal/server"
 )
 
-// binary is the opjournal executable TestMain builds.
-var binary string
+// binary is the opjournal binary; binDir holds it and the other commands.
+var binary, binDir string
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -46,11 +46,15 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	binDir = dir
 	binary = filepath.Join(dir, "opjournal")
-	build := exec.Command("go", "build", "-o", binary, "github.com/opjournal/opjournal/cmd/opjournal")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+		"github.com/opjournal/opjournal/cmd/opjournal",
+		"github.com/opjournal/opjournal/cmd/opjournal-fakeprovider",
+		"github.com/opjournal/opjournal/cmd/opjournal-reconciler")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: building opjournal:", err)
+		fmt.Fprintln(os.Stderr, "e2e: building the binaries:", err)
 		return 1
 	}
 	return m.Run()

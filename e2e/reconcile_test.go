@@ -88,7 +88,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	s.grpcAddr = j.Field("grpc_addr")
 	for i := range o.reconcilers {
 		start(procs.Spec{Name: fmt.Sprintf("reconciler-%d", i+1), Path: filepath.Join(binDir, "opjournal-reconciler"), Ready: "reconciling",
-			Env: []string{"PROVIDER_URL=" + s.providerURL},
+			Env:  []string{"PROVIDER_URL=" + s.providerURL},
 			Args: append([]string{"--journal-addr", s.grpcAddr, "--poll-interval", "200ms", "--id", fmt.Sprintf("rec-%d", i+1)}, policyArgs...)})
 	}
 	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))

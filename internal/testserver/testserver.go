@@ -47,7 +47,7 @@ func Start(t testing.TB, pol *policy.Policy) *Journal {
 	}
 	srv := server.New(journal.New(st, pol, journal.Limits{}), server.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	ready := make(chan server.Addrs, 1)
 	done := make(chan error, 1)

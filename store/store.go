@@ -179,3 +179,13 @@ type ResolveParams struct {
 	Actor      string
 	Reason     string
 }
+
+// Page cuts a List result fetched with limit+1 rows down to limit and
+// returns the key to continue after ("" when nothing is left): stores
+// fetch one row more than asked to know whether another page exists.
+func Page(ops []*opjournal.Operation, limit int) ([]*opjournal.Operation, string) {
+	if len(ops) <= limit {
+		return ops, ""
+	}
+	return ops[:limit], ops[limit-1].Key
+}

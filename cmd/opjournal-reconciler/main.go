@@ -22,13 +22,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +37,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/policy"
 	"github.com/opjournal/opjournal/reconciler"
 )
@@ -93,55 +92,16 @@ func flags(stderr io.Writer, o *options) *flag.FlagSet {
 	return fs
 }
 
-// parse applies OPJOURNAL_* variables as defaults, then the command line.
-func parse(fs *flag.FlagSet, args []string) error {
-	var bad []string
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "OPJOURNAL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok {
-			if err := f.Value.Set(v); err != nil {
-				bad = append(bad, fmt.Sprintf("%s=%q: %v", env, v, err))
-			}
-			f.DefValue = v
-		}
-	})
-	if len(bad) > 0 {
-		return errors.New(strings.Join(bad, "; "))
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	return nil
-}
-
-func newLogger(o options, w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	hopts := &slog.HandlerOptions{Level: level}
-	switch o.logFormat {
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, hopts)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(w, hopts)), nil
-	}
-	return nil, fmt.Errorf("--log-format: %q is not json or text", o.logFormat)
-}
-
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o options
 	fs := flags(stderr, &o)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return usageError{err}
 	}
-	log, err := newLogger(o, stderr)
+	log, err := cli.NewLogger(o.logLevel, o.logFormat, stderr)
 	if err != nil {
 		return usageError{err}
 	}

@@ -16,7 +16,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -29,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/ops"
 	"github.com/opjournal/opjournal/policy"
@@ -110,52 +110,13 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.Fla
 	return fs
 }
 
-// parse applies OPJOURNAL_* variables as defaults, then the command line.
-func parse(fs *flag.FlagSet, args []string) error {
-	var bad []string
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "OPJOURNAL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok {
-			if err := f.Value.Set(v); err != nil {
-				bad = append(bad, fmt.Sprintf("%s=%q: %v", env, v, err))
-			}
-			f.DefValue = v
-		}
-	})
-	if len(bad) > 0 {
-		return errors.New(strings.Join(bad, "; "))
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	return nil
-}
-
-func newLogger(o options, w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	hopts := &slog.HandlerOptions{Level: level}
-	switch o.logFormat {
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, hopts)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(w, hopts)), nil
-	}
-	return nil, fmt.Errorf("--log-format: %q is not json or text", o.logFormat)
-}
-
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	var o options
 	fs := flags("serve", stderr, &o, true)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	log, err := newLogger(o, stderr)
+	log, err := cli.NewLogger(o.logLevel, o.logFormat, stderr)
 	if err != nil {
 		return err
 	}
@@ -188,17 +149,8 @@ func opsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Usage = func() { fmt.Fprint(stderr, ops.Usage) }
 	addr := fs.String("journal-addr", "127.0.0.1:9090", "the journal's gRPC address")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
-	var bad []string
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "OPJOURNAL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok {
-			if err := f.Value.Set(v); err != nil {
-				bad = append(bad, fmt.Sprintf("%s=%q: %v", env, v, err))
-			}
-		}
-	})
-	if len(bad) > 0 {
-		return errors.New(strings.Join(bad, "; "))
+	if err := cli.ApplyEnv(fs); err != nil {
+		return err
 	}
 	// Flags stop at the subcommand; the rest belongs to it.
 	if err := fs.Parse(args); err != nil {
@@ -228,7 +180,7 @@ func opsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 func migrateCmd(_ context.Context, args []string, stderr io.Writer) error {
 	var o options
 	fs := flags("migrate", stderr, &o, false)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	kind, target, err := splitURL(o.databaseURL)

@@ -494,11 +494,7 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 	if err := rows.Err(); err != nil {
 		return nil, "", classify("list", err)
 	}
-	next := ""
-	if len(ops) > limit {
-		ops = ops[:limit]
-		next = ops[limit-1].Key
-	}
+	ops, next := store.Page(ops, limit)
 	return ops, next, nil
 }
 

@@ -27,6 +27,12 @@ const (
 	CodeInvalidState Code = "INVALID_STATE"
 	// CodeNotFound: no operation with that key.
 	CodeNotFound Code = "NOT_FOUND"
+	// CodeUnauthenticated: no valid bearer token.
+	CodeUnauthenticated Code = "UNAUTHENTICATED"
+	// CodePermissionDenied: the token's roles do not allow the call.
+	CodePermissionDenied Code = "PERMISSION_DENIED"
+	// CodeRateLimited: the tenant's request rate is over its limit; retry later.
+	CodeRateLimited Code = "RATE_LIMITED"
 	// CodeUnavailable: the store cannot be reached; safe to retry the call.
 	CodeUnavailable Code = "UNAVAILABLE"
 	// CodeInternal: a bug or an unexpected store failure.

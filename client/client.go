@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/opjournal/opjournal"
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
@@ -25,6 +26,7 @@ type Client struct {
 	rpc          opjournalv1.JournalServiceClient
 	workerID     string
 	leaseSeconds int32
+	token        string
 	conn         *grpc.ClientConn // set by Dial, closed by Close
 }
 
@@ -41,14 +43,38 @@ func WithWorkerID(id string) Option { return func(c *Client) { c.workerID = id }
 // the most a caller may ask for.
 func WithLeaseSeconds(n int) Option { return func(c *Client) { c.leaseSeconds = int32(n) } }
 
+// WithToken sends "Authorization: Bearer <token>" with every call, for a
+// journal that runs with authentication (--auth-file). The token decides
+// the tenant and the roles; keep it out of logs and source code.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
 // New returns a Client that calls the JournalService over cc (a
 // *grpc.ClientConn with the transport security of your choice).
 func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
-	c := &Client{rpc: opjournalv1.NewJournalServiceClient(cc), workerID: defaultWorkerID()}
+	c := &Client{workerID: defaultWorkerID()}
 	for _, o := range opts {
 		o(c)
 	}
+	if c.token != "" {
+		cc = BearerConn(cc, c.token)
+	}
+	c.rpc = opjournalv1.NewJournalServiceClient(cc)
 	return c
+}
+
+// BearerConn wraps cc so that every unary call carries the bearer token,
+// for code that uses the generated JournalServiceClient directly.
+func BearerConn(cc grpc.ClientConnInterface, token string) grpc.ClientConnInterface {
+	return bearerConn{ClientConnInterface: cc, header: "Bearer " + token}
+}
+
+type bearerConn struct {
+	grpc.ClientConnInterface
+	header string
+}
+
+func (b bearerConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return b.ClientConnInterface.Invoke(metadata.AppendToOutgoingContext(ctx, "authorization", b.header), method, args, reply, opts...)
 }
 
 // Dial connects to the journal's gRPC address (host:port) WITHOUT transport

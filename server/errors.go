@@ -21,15 +21,18 @@ var statusOf = map[opjournal.Code]struct {
 	grpc codes.Code
 	http int
 }{
-	opjournal.CodeInvalidArgument: {codes.InvalidArgument, http.StatusBadRequest},
-	opjournal.CodeUnknownAction:   {codes.InvalidArgument, http.StatusBadRequest},
-	opjournal.CodeTooLarge:        {codes.InvalidArgument, http.StatusRequestEntityTooLarge},
-	opjournal.CodePayloadMismatch: {codes.AlreadyExists, http.StatusUnprocessableEntity},
-	opjournal.CodeStaleAttempt:    {codes.FailedPrecondition, http.StatusConflict},
-	opjournal.CodeInvalidState:    {codes.FailedPrecondition, http.StatusConflict},
-	opjournal.CodeNotFound:        {codes.NotFound, http.StatusNotFound},
-	opjournal.CodeUnavailable:     {codes.Unavailable, http.StatusServiceUnavailable},
-	opjournal.CodeInternal:        {codes.Internal, http.StatusInternalServerError},
+	opjournal.CodeInvalidArgument:  {codes.InvalidArgument, http.StatusBadRequest},
+	opjournal.CodeUnknownAction:    {codes.InvalidArgument, http.StatusBadRequest},
+	opjournal.CodeTooLarge:         {codes.InvalidArgument, http.StatusRequestEntityTooLarge},
+	opjournal.CodePayloadMismatch:  {codes.AlreadyExists, http.StatusUnprocessableEntity},
+	opjournal.CodeStaleAttempt:     {codes.FailedPrecondition, http.StatusConflict},
+	opjournal.CodeInvalidState:     {codes.FailedPrecondition, http.StatusConflict},
+	opjournal.CodeNotFound:         {codes.NotFound, http.StatusNotFound},
+	opjournal.CodeUnauthenticated:  {codes.Unauthenticated, http.StatusUnauthorized},
+	opjournal.CodePermissionDenied: {codes.PermissionDenied, http.StatusForbidden},
+	opjournal.CodeRateLimited:      {codes.ResourceExhausted, http.StatusTooManyRequests},
+	opjournal.CodeUnavailable:      {codes.Unavailable, http.StatusServiceUnavailable},
+	opjournal.CodeInternal:         {codes.Internal, http.StatusInternalServerError},
 }
 
 // HTTPStatus returns the HTTP status of an opjournal error code (500 for an

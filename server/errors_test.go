@@ -18,15 +18,18 @@ func TestEveryCodeHasOneMapping(t *testing.T) {
 		grpc codes.Code
 		http int
 	}{
-		opjournal.CodeInvalidArgument: {codes.InvalidArgument, 400},
-		opjournal.CodeUnknownAction:   {codes.InvalidArgument, 400},
-		opjournal.CodeTooLarge:        {codes.InvalidArgument, 413},
-		opjournal.CodePayloadMismatch: {codes.AlreadyExists, 422},
-		opjournal.CodeStaleAttempt:    {codes.FailedPrecondition, 409},
-		opjournal.CodeInvalidState:    {codes.FailedPrecondition, 409},
-		opjournal.CodeNotFound:        {codes.NotFound, 404},
-		opjournal.CodeUnavailable:     {codes.Unavailable, 503},
-		opjournal.CodeInternal:        {codes.Internal, 500},
+		opjournal.CodeInvalidArgument:  {codes.InvalidArgument, 400},
+		opjournal.CodeUnknownAction:    {codes.InvalidArgument, 400},
+		opjournal.CodeTooLarge:         {codes.InvalidArgument, 413},
+		opjournal.CodePayloadMismatch:  {codes.AlreadyExists, 422},
+		opjournal.CodeStaleAttempt:     {codes.FailedPrecondition, 409},
+		opjournal.CodeInvalidState:     {codes.FailedPrecondition, 409},
+		opjournal.CodeNotFound:         {codes.NotFound, 404},
+		opjournal.CodeUnauthenticated:  {codes.Unauthenticated, 401},
+		opjournal.CodePermissionDenied: {codes.PermissionDenied, 403},
+		opjournal.CodeRateLimited:      {codes.ResourceExhausted, 429},
+		opjournal.CodeUnavailable:      {codes.Unavailable, 503},
+		opjournal.CodeInternal:         {codes.Internal, 500},
 	}
 	if len(statusOf) != len(want) {
 		t.Fatalf("the table maps %d codes, want %d", len(statusOf), len(want))

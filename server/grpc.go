@@ -28,10 +28,6 @@ type journalServer struct {
 	metrics *metrics
 }
 
-// tenantOf returns the caller's tenant. Until authentication exists every
-// caller is the default tenant "".
-func tenantOf(context.Context) string { return "" }
-
 func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.RegisterResponse, error) {
 	payload, err := structJSON("payload", req.GetPayload())
 	if err != nil {

@@ -239,6 +239,9 @@ func writeGatewayError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshal
 	} else {
 		code = opjournal.Code(strings.ToUpper(codeName(st.Code())))
 	}
+	if code == opjournal.CodeRateLimited {
+		w.Header().Set("Retry-After", "1")
+	}
 	msg := st.Message()
 	if field != "" {
 		msg = strings.TrimPrefix(msg, field+": ")

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -49,10 +48,12 @@ func (m *metrics) outcome(action, outcome string) {
 	m.operations.WithLabelValues(action, outcome).Inc()
 }
 
-// unaryInterceptor turns errors into gRPC statuses (one table, errors.go),
+// unaryInterceptor authenticates and authorises the caller (auth.go),
+// turns errors into gRPC statuses (one table, errors.go),
 // recovers panics so bad input can never take the server down, and records
 // metrics and logs. It never logs payloads or results.
-func unaryInterceptor(log *slog.Logger, m *metrics) grpc.UnaryServerInterceptor {
+func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
+	log, m := s.log, s.metrics
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		start := time.Now()
 		method := info.FullMethod
@@ -70,7 +71,10 @@ func unaryInterceptor(log *slog.Logger, m *metrics) grpc.UnaryServerInterceptor 
 			m.rpcs.WithLabelValues(method, code).Inc()
 			m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
 		}()
-		resp, err = handler(ctx, req)
+		ctx, err = s.authorize(ctx, method)
+		if err == nil {
+			resp, err = handler(ctx, req)
+		}
 		if err == nil {
 			return resp, nil
 		}

@@ -33,8 +33,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/cli"
@@ -66,7 +64,7 @@ type usageError struct{ error }
 func (e usageError) Unwrap() error { return e.error }
 
 type options struct {
-	journalAddr  string
+	journal      cli.JournalFlags
 	policyPath   string
 	id           string
 	pollInterval time.Duration
@@ -80,7 +78,7 @@ type options struct {
 func flags(stderr io.Writer, o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("opjournal-reconciler", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.journalAddr, "journal-addr", "127.0.0.1:9090", "the journal's gRPC address")
+	o.journal.Register(fs)
 	fs.StringVar(&o.policyPath, "policy", "", "policy YAML file, the same as the journal's (default: the shipped policy)")
 	fs.StringVar(&o.id, "id", "", "this reconciler's name in the journal's history (default reconciler-<hostname>-<pid>)")
 	fs.DurationVar(&o.pollInterval, "poll-interval", reconciler.DefaultPollInterval, "pause between passes")
@@ -118,16 +116,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	conn, err := grpc.NewClient(o.journalAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, cc, err := o.journal.Dial()
 	if err != nil {
-		return usageError{fmt.Errorf("--journal-addr: %w", err)}
+		return usageError{err}
 	}
 	defer conn.Close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rec, err := reconciler.New(reconciler.Config{
-		Journal: opjournalv1.NewJournalServiceClient(conn), Policy: pol, ID: o.id,
+		Journal: opjournalv1.NewJournalServiceClient(cc), Policy: pol, ID: o.id,
 		PollInterval: o.pollInterval, Concurrency: o.concurrency, Logger: log, Registerer: reg,
 	})
 	if err != nil {
@@ -162,7 +160,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			without = append(without, name)
 		}
 	}
-	log.Info("reconciling", "journal_addr", o.journalAddr, "id", rec.ID(), "actions_with_verifiers", rec.VerifiedActions(),
+	log.Info("reconciling", "journal_addr", o.journal.Addr, "id", rec.ID(), "actions_with_verifiers", rec.VerifiedActions(),
 		"actions_without_verifiers", without, "poll_interval", o.pollInterval.String(), "concurrency", o.concurrency,
 		"metrics_addr", metricsAddr, "once", o.once)
 

@@ -12,10 +12,14 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -23,10 +27,9 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/opjournal/opjournal/auth"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/journal"
@@ -45,6 +48,8 @@ Usage:
   opjournal migrate [flags]   apply database migrations and exit
   opjournal ops     [flags] list|show|resolve|release ...
                               operators' tools over gRPC ("opjournal ops" for help)
+  opjournal token   --name N --tenant T --roles R
+                              make a bearer token and its tokens-file entry
   opjournal version           print the version
 
 Run "opjournal serve -h" for the flags. Each flag may also be given as an
@@ -72,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return migrateCmd(ctx, args[1:], stderr)
 	case "ops":
 		return opsCmd(ctx, args[1:], stdout, stderr)
+	case "token":
+		return tokenCmd(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version())
 		return nil
@@ -90,6 +97,12 @@ type options struct {
 	policyPath      string
 	maxPayloadBytes int
 	maxResultBytes  int
+	authFile        string
+	insecureOK      bool
+	tlsCert         string
+	tlsKey          string
+	rateLimit       float64
+	rateBurst       int
 	logLevel        string
 	logFormat       string
 }
@@ -106,6 +119,12 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.Fla
 		fs.StringVar(&o.policyPath, "policy", "", "policy YAML file (default: the shipped policy with create_payment, send_email, submit_application, create_ticket)")
 		fs.IntVar(&o.maxPayloadBytes, "max-payload-bytes", journal.DefaultLimits.MaxPayloadBytes, "largest payload, as canonical JSON bytes")
 		fs.IntVar(&o.maxResultBytes, "max-result-bytes", journal.DefaultLimits.MaxResultBytes, "largest result, as canonical JSON bytes")
+		fs.StringVar(&o.authFile, "auth-file", "", "tokens file (YAML of token digests, tenants and roles); without it every caller is the default tenant with every role")
+		fs.BoolVar(&o.insecureOK, "insecure", false, "allow listening on a non-loopback address without --auth-file")
+		fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate: serve both listeners over TLS (with --tls-key)")
+		fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+		fs.Float64Var(&o.rateLimit, "rate-limit", 0, "requests per second per tenant (0: unlimited); over it: RESOURCE_EXHAUSTED / HTTP 429")
+		fs.IntVar(&o.rateBurst, "rate-burst", 0, "burst size of --rate-limit (default: one second's worth)")
 	}
 	return fs
 }
@@ -126,6 +145,29 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
+	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, RateLimit: o.rateLimit, RateBurst: o.rateBurst}
+	if o.authFile != "" {
+		if cfg.Auth, err = auth.Load(o.authFile); err != nil {
+			return err
+		}
+	}
+	if cfg.Auth == nil && !o.insecureOK {
+		for _, addr := range []string{o.grpcAddr, o.httpAddr} {
+			if !loopback(addr) {
+				return fmt.Errorf("refusing to listen on %s without authentication: give --auth-file (see README, Security), or --insecure to accept that anyone who can reach it may read and change every operation", addr)
+			}
+		}
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		cfg.TLS = &cert
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -136,18 +178,59 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer st.Close()
 
 	svc := journal.New(st, pol, journal.Limits{MaxPayloadBytes: o.maxPayloadBytes, MaxResultBytes: o.maxResultBytes})
-	srv := server.New(svc, server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log})
+	srv := server.New(svc, cfg)
 	return srv.Run(ctx, func(a server.Addrs) {
 		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(),
-			"store", storeKind(o.databaseURL), "actions", pol.Names(), "version", version())
+			"store", storeKind(o.databaseURL), "actions", pol.Names(), "auth", cfg.Auth != nil,
+			"tls", cfg.TLS != nil, "rate_limit", o.rateLimit, "version", version())
 	})
+}
+
+// loopback reports whether addr (host:port) listens only on this machine.
+// An empty host means every interface.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// tokenCmd makes a new random token and prints it with the tokens-file
+// entry that grants it (which holds only the token's SHA-256).
+func tokenCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	name := fs.String("name", "", "the token's name, shown in logs and history (required)")
+	tenant := fs.String("tenant", "", "the tenant whose operations it may reach")
+	roles := fs.String("roles", "agent", "comma-separated: agent, reconciler, operator, admin")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *name == "" {
+		return errors.New("token: --name is required")
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	tok := "opj_" + base64.RawURLEncoding.EncodeToString(b[:])
+	fmt.Fprintf(stdout, "# the token (give it to the caller; it is not stored anywhere):\n%s\n\n", tok)
+	fmt.Fprintf(stdout, "# add to the tokens file (--auth-file):\n  - name: %s\n    sha256: %s\n    tenant: %q\n    roles: [%s]\n",
+		*name, auth.Digest(tok), *tenant, strings.Join(strings.Split(*roles, ","), ", "))
+	return nil
 }
 
 func opsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("ops", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, ops.Usage) }
-	addr := fs.String("journal-addr", "127.0.0.1:9090", "the journal's gRPC address")
+	var jf cli.JournalFlags
+	jf.Register(fs)
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
 	if err := cli.ApplyEnv(fs); err != nil {
 		return err
@@ -160,14 +243,14 @@ func opsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fs.Usage()
 		return errors.New("ops: missing subcommand")
 	}
-	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, cc, err := jf.Dial()
 	if err != nil {
 		return fmt.Errorf("ops: %w", err)
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	err = ops.Run(ctx, pb.NewJournalServiceClient(conn), fs.Args(), stdout)
+	err = ops.Run(ctx, pb.NewJournalServiceClient(cc), fs.Args(), stdout)
 	if errors.Is(err, ops.ErrUsage) {
 		fmt.Fprint(stderr, ops.Usage)
 	}

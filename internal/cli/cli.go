@@ -4,6 +4,8 @@
 package cli
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +13,12 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/opjournal/opjournal/client"
 )
 
 // EnvName returns the environment variable of a flag: --database-url is
@@ -70,4 +78,53 @@ func NewLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format: %q is not json or text", format)
+}
+
+// JournalFlags are the flags of a command that calls the journal.
+type JournalFlags struct {
+	Addr      string
+	TokenFile string
+	TLSCA     string
+}
+
+// Register adds --journal-addr, --token-file and --tls-ca to fs.
+func (j *JournalFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&j.Addr, "journal-addr", "127.0.0.1:9090", "the journal's gRPC address")
+	fs.StringVar(&j.TokenFile, "token-file", "", "file holding the bearer token (or set OPJOURNAL_TOKEN; never pass a token as a flag)")
+	fs.StringVar(&j.TLSCA, "tls-ca", "", "PEM CA (or the server's certificate) to verify a TLS journal; empty: plain gRPC")
+}
+
+// Dial connects to the journal as the flags say. It returns the connection
+// (to close) and the connection to call through, which adds the bearer
+// token (from --token-file, else $OPJOURNAL_TOKEN) to every call.
+func (j *JournalFlags) Dial() (*grpc.ClientConn, grpc.ClientConnInterface, error) {
+	creds := insecure.NewCredentials()
+	if j.TLSCA != "" {
+		pem, err := os.ReadFile(j.TLSCA)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", j.TLSCA)
+		}
+		creds = credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	}
+	token := os.Getenv("OPJOURNAL_TOKEN")
+	if j.TokenFile != "" {
+		b, err := os.ReadFile(j.TokenFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	conn, err := grpc.NewClient(j.Addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, nil, fmt.Errorf("journal %s: %w", j.Addr, err)
+	}
+	var cc grpc.ClientConnInterface = conn
+	if token != "" {
+		cc = client.BearerConn(conn, token)
+	}
+	return conn, cc, nil
 }

@@ -1,0 +1,218 @@
+// Package auth authenticates callers of the journal and decides what each
+// may do. A caller presents a bearer token (gRPC metadata "authorization"
+// or the HTTP Authorization header, "Bearer <token>"). The server knows
+// only the SHA-256 of each token, from a tokens file, and binds each to a
+// name (for logs and the history), a tenant (whose operations it may see)
+// and roles (which RPCs it may call). Tokens are random secrets of at
+// least 128 bits, so a plain SHA-256 is enough: nothing to brute-force.
+package auth
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Role is a set of RPCs a token may call.
+type Role string
+
+// The roles.
+const (
+	// RoleAgent runs actions: Register, Claim, Mark*, Lookup.
+	RoleAgent Role = "agent"
+	// RoleReconciler settles unknown operations: ListOperations,
+	// ReleaseForRetry, RecordCheck, Escalate, MarkSucceeded, Lookup.
+	RoleReconciler Role = "reconciler"
+	// RoleOperator reviews and decides: ListOperations, Lookup, ListEvents,
+	// Resolve, ReleaseForRetry.
+	RoleOperator Role = "operator"
+	// RoleAdmin may call everything.
+	RoleAdmin Role = "admin"
+)
+
+// methodRoles is THE table of who may call what (besides admin). Keys are
+// JournalService method names.
+var methodRoles = map[string][]Role{
+	"Register":        {RoleAgent},
+	"Claim":           {RoleAgent},
+	"MarkSucceeded":   {RoleAgent, RoleReconciler},
+	"MarkUnknown":     {RoleAgent},
+	"MarkFailedFinal": {RoleAgent},
+	"Lookup":          {RoleAgent, RoleReconciler, RoleOperator},
+	"ListOperations":  {RoleReconciler, RoleOperator},
+	"ReleaseForRetry": {RoleReconciler, RoleOperator},
+	"RecordCheck":     {RoleReconciler},
+	"Escalate":        {RoleReconciler, RoleOperator},
+	"Resolve":         {RoleOperator},
+	"ListEvents":      {RoleOperator, RoleReconciler},
+}
+
+// Principal is an authenticated caller.
+type Principal struct {
+	// Name identifies the token in logs and in the history; never the token.
+	Name string
+	// Tenant scopes every operation key the caller sees.
+	Tenant string
+	Roles  []Role
+}
+
+// Allowed reports whether p may call the JournalService method (its short
+// name, "Register"). Unknown methods are allowed to admins only.
+func (p Principal) Allowed(method string) bool {
+	if slices.Contains(p.Roles, RoleAdmin) {
+		return true
+	}
+	for _, r := range methodRoles[method] {
+		if slices.Contains(p.Roles, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// Errors of Authenticate; they never contain the token.
+var (
+	ErrNoToken  = errors.New("no bearer token")
+	ErrBadToken = errors.New("unknown token")
+)
+
+// Authenticator maps token digests to principals.
+type Authenticator struct {
+	byDigest map[[sha256.Size]byte]Principal
+}
+
+// Authenticate returns the principal of a token, ErrNoToken for an empty
+// one, ErrBadToken for one the file does not list.
+func (a *Authenticator) Authenticate(token string) (Principal, error) {
+	if token == "" {
+		return Principal{}, ErrNoToken
+	}
+	// A map lookup by the digest: the token itself is never compared, so
+	// nothing about it leaks through timing.
+	p, ok := a.byDigest[sha256.Sum256([]byte(token))]
+	if !ok {
+		return Principal{}, ErrBadToken
+	}
+	return p, nil
+}
+
+// BearerToken extracts the token from an "authorization" value ("Bearer
+// <token>", scheme case-insensitive), or "" if there is none.
+func BearerToken(header string) string {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") {
+		return ""
+	}
+	return strings.TrimSpace(tok)
+}
+
+// Digest returns the hex SHA-256 of a token, as the tokens file holds it.
+func Digest(token string) string {
+	d := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(d[:])
+}
+
+type fileToken struct {
+	Name   string   `yaml:"name"`
+	SHA256 string   `yaml:"sha256"`
+	Tenant string   `yaml:"tenant"`
+	Roles  []string `yaml:"roles"`
+}
+
+type file struct {
+	Tokens []fileToken `yaml:"tokens"`
+}
+
+var (
+	hexDigest = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,99}$`)
+)
+
+// Load reads a tokens file; see Parse.
+func Load(path string) (*Authenticator, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth file: %w", err)
+	}
+	return Parse(b, path)
+}
+
+// Parse parses a tokens file:
+//
+//	tokens:
+//	  - name: payments-agent          # shown in logs and history
+//	    sha256: 9f86d081…             # hex SHA-256 of the token (opjournal token-hash)
+//	    tenant: payments              # the token sees only this tenant's operations
+//	    roles: [agent]                # agent, reconciler, operator, admin
+//
+// Parsing is strict (unknown fields, missing fields, bad digests, unknown
+// roles, duplicate names or digests are errors naming the entry). It
+// refuses a file that holds something that looks like a plain token where
+// the digest belongs.
+func Parse(data []byte, source string) (*Authenticator, error) {
+	var f file
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	if len(f.Tokens) == 0 {
+		return nil, fmt.Errorf("%s: no tokens: list at least one under `tokens:`", source)
+	}
+	a := &Authenticator{byDigest: map[[sha256.Size]byte]Principal{}}
+	names := map[string]bool{}
+	var errs []error
+	for i, t := range f.Tokens {
+		where := fmt.Sprintf("%s: tokens[%d]", source, i)
+		if t.Name != "" {
+			where += fmt.Sprintf(" (%s)", t.Name)
+		}
+		switch {
+		case !nameRE.MatchString(t.Name):
+			errs = append(errs, fmt.Errorf("%s: name must be 1–100 characters of [A-Za-z0-9_.:@-]", where))
+			continue
+		case names[t.Name]:
+			errs = append(errs, fmt.Errorf("%s: duplicate name", where))
+			continue
+		case !hexDigest.MatchString(t.SHA256):
+			errs = append(errs, fmt.Errorf("%s: sha256 must be 64 lowercase hex digits: the digest of the token, never the token itself", where))
+			continue
+		}
+		names[t.Name] = true
+		if len(t.Tenant) > 100 || strings.ContainsAny(t.Tenant, " \t\r\n") {
+			errs = append(errs, fmt.Errorf("%s: tenant must be at most 100 characters without spaces", where))
+			continue
+		}
+		if len(t.Roles) == 0 {
+			errs = append(errs, fmt.Errorf("%s: roles: give at least one of agent, reconciler, operator, admin", where))
+			continue
+		}
+		p := Principal{Name: t.Name, Tenant: t.Tenant}
+		for _, r := range t.Roles {
+			switch Role(r) {
+			case RoleAgent, RoleReconciler, RoleOperator, RoleAdmin:
+				p.Roles = append(p.Roles, Role(r))
+			default:
+				errs = append(errs, fmt.Errorf("%s: unknown role %q (agent, reconciler, operator, admin)", where, r))
+			}
+		}
+		var d [sha256.Size]byte
+		_, _ = hex.Decode(d[:], []byte(t.SHA256))
+		if _, dup := a.byDigest[d]; dup {
+			errs = append(errs, fmt.Errorf("%s: the same token digest is listed twice", where))
+			continue
+		}
+		a.byDigest[d] = p
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return a, nil
+}

@@ -40,9 +40,10 @@ const (
 // Service is the journal. It is safe for concurrent use; all coordination
 // happens in the store's database.
 type Service struct {
-	store  store.Store
-	policy *policy.Policy
-	limits Limits
+	store   store.Store
+	policy  *policy.Policy
+	limits  Limits
+	redacts bool // some action has redact_fields
 }
 
 // New returns a Service over st enforcing pol. Zero limits take DefaultLimits.
@@ -53,7 +54,7 @@ func New(st store.Store, pol *policy.Policy, limits Limits) *Service {
 	if limits.MaxResultBytes <= 0 {
 		limits.MaxResultBytes = DefaultLimits.MaxResultBytes
 	}
-	return &Service{store: st, policy: pol, limits: limits}
+	return &Service{store: st, policy: pol, limits: limits, redacts: anyRedaction(pol)}
 }
 
 // Limits returns the limits in force.
@@ -109,8 +110,14 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.Regi
 		return store.RegisterResult{}, opjournal.Errorf(opjournal.CodeTooLarge, "payload",
 			"is %d bytes as canonical JSON; the limit is %d", len(canonical), s.limits.MaxPayloadBytes)
 	}
+	// The hash covers the whole payload; what is stored has the policy's
+	// redact_fields blanked, so no secret reaches the table.
+	stored, err := redact(canonical, act.RedactFields)
+	if err != nil {
+		return store.RegisterResult{}, err
+	}
 	res, err := s.store.Register(ctx, store.RegisterParams{
-		Tenant: req.Tenant, Key: req.Key, Action: act.Name, RequestHash: hash, Payload: canonical, Claim: cp,
+		Tenant: req.Tenant, Key: req.Key, Action: act.Name, RequestHash: hash, Payload: stored, Claim: cp,
 	})
 	if err != nil {
 		return res, fmt.Errorf("register %q: %w", req.Key, err)
@@ -206,6 +213,9 @@ func (s *Service) MarkSucceeded(ctx context.Context, req MarkSucceededRequest) (
 	result, err := s.canonicalResult(req.Result)
 	if err != nil {
 		return nil, err
+	}
+	if result, err = s.redactResult(ctx, req.Tenant, req.Key, result); err != nil {
+		return nil, fmt.Errorf("mark succeeded %q: %w", req.Key, err)
 	}
 	op, err := s.store.MarkSucceeded(ctx, store.MarkSucceededParams{
 		Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, ExternalID: req.ExternalID, Result: result, Actor: req.Actor,

@@ -227,6 +227,9 @@ func (s *Service) Resolve(ctx context.Context, req ResolveRequest) (*opjournal.O
 	if err != nil {
 		return nil, err
 	}
+	if result, err = s.redactResult(ctx, req.Tenant, req.Key, result); err != nil {
+		return nil, fmt.Errorf("resolve %q: %w", req.Key, err)
+	}
 	op, err := s.store.Resolve(ctx, store.ResolveParams{
 		Tenant: req.Tenant, Key: req.Key, To: req.To, ExternalID: req.ExternalID, Result: result,
 		ErrorCode: req.ErrorCode, Actor: req.Actor, Reason: req.Reason,

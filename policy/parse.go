@@ -24,7 +24,7 @@ var (
 	topFields    = []string{"actions"}
 	actionFields = []string{
 		"operation_key", "lease_seconds", "retry", "terminal_states",
-		"unknown_after_seconds", "on_unresolved", "retention", "integer_fields",
+		"unknown_after_seconds", "on_unresolved", "retention", "integer_fields", "redact_fields",
 		"reconcile",
 	}
 	retryFields = []string{"reuse_operation_key", "on_timeout"}
@@ -428,6 +428,7 @@ func (p *parser) action(n *yaml.Node, path string) *Action {
 		OnUnresolved:      requireHumanReview,
 		Retention:         defaultRetention,
 		IntegerFields:     []string{},
+		RedactFields:      []string{},
 		Reconcile:         defaultReconcile(),
 	}
 	// The nodes of the two fields compared with each other, if present and
@@ -478,6 +479,8 @@ func (p *parser) action(n *yaml.Node, path string) *Action {
 			}
 		case "integer_fields":
 			a.IntegerFields = p.integerFields(v, fpath)
+		case "redact_fields":
+			a.RedactFields = p.integerFields(v, fpath) // the same rules: unique, non-empty names
 		case "reconcile":
 			p.reconcile(v, fpath, &a.Reconcile)
 		default:

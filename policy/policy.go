@@ -74,6 +74,12 @@ type Action struct {
 	// IntegerFields names request members that must carry exact integers,
 	// such as money in minor units (integer_fields). It may be empty.
 	IntegerFields []string
+	// RedactFields names members (at any depth) whose values are replaced
+	// by "[redacted]" in the payload and result the journal STORES
+	// (redact_fields): card numbers, tokens, personal data. The request
+	// hash is still computed over the full payload, so a retry with other
+	// values under the same key is still a conflict.
+	RedactFields []string
 	// Reconcile is how the reconciler settles an operation of this action
 	// whose outcome is unknown (reconcile; every field has a default, and
 	// without a verifier such operations go to a person).
@@ -91,6 +97,7 @@ func (a *Action) AllowsRetryAfterUnknown() bool {
 func (a *Action) clone() *Action {
 	c := *a
 	c.IntegerFields = slices.Clone(a.IntegerFields)
+	c.RedactFields = slices.Clone(a.RedactFields)
 	c.Reconcile = a.Reconcile.clone()
 	return &c
 }

@@ -34,7 +34,7 @@ func TestDefault(t *testing.T) {
 			Name: "create_payment", LeaseSeconds: 30, ReuseOperationKey: true,
 			OnTimeout: ReconcileBeforeRetry, UnknownAfter: 900 * time.Second,
 			OnUnresolved: "require_human_review", Retention: 720 * time.Hour,
-			IntegerFields: []string{"amount_minor"}, RedactFields: []string{},
+			IntegerFields: []string{"amount_minor"}, RedactFields: []string{"card_number", "card_cvc"},
 			Reconcile: fake("/payments?idempotency_key={operation_key}", "succeeded", 3*time.Second),
 		},
 		"send_email": {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -64,7 +65,10 @@ func (s *Server) httpHandler(ctx context.Context, conn *grpc.ClientConn) (http.H
 		_, _ = w.Write(openapi.JSON)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.svc.Ping(r.Context()); err != nil {
+		// A load balancer's probe wants a quick answer, not a hung one.
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.svc.Ping(ctx); err != nil {
 			writeError(w, http.StatusServiceUnavailable, opjournal.CodeUnavailable, "", "the database does not answer")
 			return
 		}

@@ -7,6 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,33 +26,146 @@ import (
 
 // Store implements store.Store on PostgreSQL.
 type Store struct {
-	pool *pgxpool.Pool
+	pool        *pgxpool.Pool
+	stmtTimeout time.Duration // bounds each statement; 0: only the caller's context
 }
 
 var _ store.Store = (*Store)(nil)
 
+// Defaults for connection parameters the URL does not set. They make a
+// call fail fast with CodeUnavailable (gRPC UNAVAILABLE, HTTP 503) when the
+// database is unreachable, instead of hanging until the caller gives up,
+// also when its connections are silently dead (a partition, a dead host:
+// no RST, no FIN, nothing answers). A refused or reset connection fails in
+// milliseconds without any of them.
+const (
+	// defaultConnectTimeout (connect_timeout, libpq's name and unit:
+	// seconds) bounds establishing a connection: dial, TLS, startup and
+	// authentication. Without it pgx waits as long as the caller's context
+	// lets it, and pgxpool caps a pool connection's attempt at 2 minutes.
+	defaultConnectTimeout = 5 * time.Second
+	// defaultPingTimeout (pool_ping_timeout) bounds the liveness ping that
+	// pgxpool sends before handing out a connection idle for more than a
+	// second. A connection cut while idle then fails its ping (at once when
+	// the database closed it, within this bound when it is silently dead)
+	// and the pool discards it and tries another, or dials a new one.
+	// Without it a silently dead connection keeps the call until its
+	// deadline. pgxpool's other "health check" (pool_health_check_period,
+	// 1 minute) only retires connections that are too old or idle too
+	// long; it never pings, so it is left at its default.
+	defaultPingTimeout = 2 * time.Second
+	// defaultStatementTimeout (opjournal_statement_timeout, a Go duration;
+	// "0" turns it off) bounds each statement, waiting for a pooled
+	// connection included, on our side of the wire. It is what bounds a
+	// statement sent on a connection that died silently while in use (used
+	// within the last second, so not pinged), and the wait for a pool
+	// whose connections are all stuck that way. When it expires pgx closes
+	// the connection (the statement may still have been executed: the
+	// call answers UNAVAILABLE and, being idempotent by key or fenced by
+	// attempt, is safe to repeat). Every journal statement touches one row
+	// by its key; 5 s is far beyond a healthy database's answer.
+	defaultStatementTimeout = 5 * time.Second
+)
+
+// statementTimeoutParam is our own URL parameter; it is removed before the
+// URL reaches pgx, which would send it to the server as a setting.
+const statementTimeoutParam = "opjournal_statement_timeout"
+
+// connSettings are a database URL with the defaults above applied.
+type connSettings struct {
+	poolURL         string // for pgxpool: with connect_timeout; without ours, nor golang-migrate's x-*
+	migrateURL      string // for golang-migrate (pgx5://): with connect_timeout; without ours, nor pool_*
+	stmtTimeout     time.Duration
+	explicitConnect bool // the URL or PGCONNECT_TIMEOUT sets connect_timeout
+	explicitPing    bool // the URL sets pool_ping_timeout
+}
+
+// parseSettings applies the defaults to a postgres:// or postgresql:// URL
+// and splits it for pgxpool and golang-migrate: each driver sends the
+// parameters it does not know to the server as settings, which it rejects.
+// Other forms (keyword/value) are passed through as they are; Open still
+// sets the pool's defaults on its parsed configuration.
+func parseSettings(raw string) (connSettings, error) {
+	cs := connSettings{poolURL: raw, migrateURL: raw, stmtTimeout: defaultStatementTimeout}
+	_, envTimeout := os.LookupEnv("PGCONNECT_TIMEOUT")
+	scheme, rest, _ := strings.Cut(raw, "://")
+	if scheme != "postgres" && scheme != "postgresql" {
+		cs.explicitConnect = envTimeout || strings.Contains(raw, "connect_timeout=")
+		cs.explicitPing = strings.Contains(raw, "pool_ping_timeout=")
+		return cs, nil
+	}
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		cs.migrateURL = "pgx5://" + rest // pgxpool and migrate report the error
+		return cs, nil
+	}
+	q := u.Query()
+	if q.Has(statementTimeoutParam) {
+		v := q.Get(statementTimeoutParam)
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return cs, fmt.Errorf("postgres: database url: %s=%q is not a duration such as 5s (0 turns the bound off)", statementTimeoutParam, v)
+		}
+		cs.stmtTimeout = d
+		q.Del(statementTimeoutParam)
+	}
+	cs.explicitPing = q.Has("pool_ping_timeout")
+	cs.explicitConnect = envTimeout || q.Has("connect_timeout")
+	if !cs.explicitConnect {
+		q.Set("connect_timeout", strconv.Itoa(int(defaultConnectTimeout/time.Second)))
+	}
+	without := func(prefix string) string {
+		v := neturl.Values{}
+		for k, vs := range q {
+			if !strings.HasPrefix(k, prefix) {
+				v[k] = vs
+			}
+		}
+		return v.Encode()
+	}
+	pool, mig := *u, *u
+	pool.RawQuery = without("x-")
+	mig.Scheme, mig.RawQuery = "pgx5", without("pool_")
+	cs.poolURL, cs.migrateURL = pool.String(), mig.String()
+	return cs, nil
+}
+
 // Open applies pending migrations to the database at url
 // ("postgres://user@host:port/db?..."; pgx connection parameters such as
-// search_path or pool_max_conns are honoured) and returns a Store. It
-// returns an *opjournal.Error with CodeUnavailable when the database cannot
-// be reached.
+// search_path, connect_timeout or pool_max_conns are honoured, and so is
+// opjournal_statement_timeout) and returns a Store. It returns an
+// *opjournal.Error with CodeUnavailable when the database cannot be
+// reached.
 func Open(ctx context.Context, url string) (*Store, error) {
+	cs, err := parseSettings(url)
+	if err != nil {
+		return nil, err
+	}
 	if err := Migrate(url); err != nil {
 		return nil, err
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := pgxpool.ParseConfig(cs.poolURL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse database url: %w", redact(err))
+	}
+	if !cs.explicitConnect && cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout // keyword/value form
+	}
+	if !cs.explicitPing {
+		cfg.PingTimeout = defaultPingTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, classify("connect", err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	s := &Store{pool: pool, stmtTimeout: cs.stmtTimeout}
+	pctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
 		return nil, classify("connect", err)
 	}
-	return &Store{pool: pool}, nil
+	return s, nil
 }
 
 // Migrate applies the embedded migrations (migrations/postgres) to the
@@ -60,13 +176,11 @@ func Migrate(url string) error {
 	if err != nil {
 		return fmt.Errorf("postgres: migrations: %w", err)
 	}
-	mURL := url
-	for _, prefix := range []string{"postgres://", "postgresql://"} {
-		if strings.HasPrefix(url, prefix) {
-			mURL = "pgx5://" + strings.TrimPrefix(url, prefix)
-		}
+	cs, err := parseSettings(url)
+	if err != nil {
+		return err
 	}
-	m, err := migrate.NewWithSourceInstance("iofs", src, mURL)
+	m, err := migrate.NewWithSourceInstance("iofs", src, cs.migrateURL)
 	if err != nil {
 		return classify("migrate", err)
 	}
@@ -80,8 +194,19 @@ func Migrate(url string) error {
 // Close closes the pool.
 func (s *Store) Close() error { s.pool.Close(); return nil }
 
+// bound limits one statement, waiting for a pooled connection included, to
+// the statement timeout (sooner if ctx says so).
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.stmtTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.stmtTimeout)
+}
+
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {
 		return classify("ping", err)
 	}
@@ -145,7 +270,15 @@ func scanOp(row pgx.Row) (scanned, error) {
 
 // one runs a statement that returns at most one operation row. found is
 // false when no row matched (the conditional update did not apply).
+//
+// A statement is sent once. If the connection fails after sending it, its
+// outcome is unknown here, and it is never repeated (nor is it by pgx,
+// which since 5.13 does not mark such errors safe to retry): the call
+// answers UNAVAILABLE and the caller's retry, idempotent by key or fenced
+// by attempt, finds out.
 func (s *Store) one(ctx context.Context, what, sql string, args ...any) (sc scanned, found bool, err error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	sc, err = scanOp(s.pool.QueryRow(ctx, sql, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return scanned{}, false, nil
@@ -469,6 +602,8 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 	}
 	// The due-for-check filter repeats the partial index's predicate
 	// (status IN ('in_progress', 'unknown')) so the planner can use it.
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM operations
 		WHERE tenant = $1 AND operation_key > $2
 		  AND (coalesce(cardinality($3::text[]), 0) = 0 OR `+effectiveStatus+` = ANY($3))
@@ -503,6 +638,8 @@ func (s *Store) Events(ctx context.Context, tenant, key string) ([]opjournal.Eve
 	if _, err := s.get(ctx, tenant, key); err != nil {
 		return nil, err
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT id, at, coalesce(from_status, ''), to_status, attempt, actor, reason, coalesce(external_id, '')
 		FROM operation_events WHERE tenant = $1 AND operation_key = $2 ORDER BY id LIMIT $3`, tenant, key, store.MaxEvents)
 	if err != nil {

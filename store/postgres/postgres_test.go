@@ -2,9 +2,14 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/url"
 	"testing"
+	"time"
 
+	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/tcpproxy"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/postgres"
 	"github.com/opjournal/opjournal/store/storetest"
@@ -22,4 +27,91 @@ func TestConformance(t *testing.T) {
 			return s
 		}
 	})
+}
+
+// TestFailsFastAndRecovers runs a store through a proxy that takes the
+// database away (refused, then silent): every call answers UNAVAILABLE
+// within the statement bound, and the same store works again once the
+// database is back. The URL also carries a pool parameter, which must not
+// reach the server (through the migrations) as a setting.
+func TestFailsFastAndRecovers(t *testing.T) {
+	direct := pgtest.NewSchema(t)
+	u, err := url.Parse(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := tcpproxy.Listen(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Close)
+	u.Host = px.Addr()
+	q := u.Query()
+	q.Set("opjournal_statement_timeout", "1s")
+	q.Set("pool_max_conns", "2")
+	u.RawQuery = q.Encode()
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, u.String())
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+
+	payload := json.RawMessage(`{"n":1}`)
+	reg := func(key string) error {
+		_, err := s.Register(ctx, store.RegisterParams{Key: key, Action: "a", RequestHash: "h", Payload: payload})
+		return err
+	}
+	if err := reg("k0"); err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]func() error{
+		"Register": func() error { return reg("k-down") },
+		"Claim": func() error {
+			_, err := s.Claim(ctx, store.ClaimParams{Key: "k0", ClaimPolicy: store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}})
+			return err
+		},
+		"Get":    func() error { _, err := s.Get(ctx, "", "k0"); return err },
+		"List":   func() error { _, _, err := s.List(ctx, store.ListParams{}); return err },
+		"Events": func() error { _, err := s.Events(ctx, "", "k0"); return err },
+		"Ping":   func() error { return s.Ping(ctx) },
+	}
+	for _, mode := range []struct {
+		name  string
+		down  func()
+		bound time.Duration
+	}{
+		{"refused", px.Close, time.Second},    // cut connections fail at once
+		{"silent", px.Stall, 3 * time.Second}, // the 1 s statement bound, and slack
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			mode.down()
+			for name, call := range calls {
+				start := time.Now()
+				err := call()
+				took := time.Since(start)
+				if opjournal.ErrorCode(err) != opjournal.CodeUnavailable {
+					t.Errorf("%s: %v, want UNAVAILABLE", name, err)
+				}
+				if took > mode.bound {
+					t.Errorf("%s took %v, want < %v", name, took, mode.bound)
+				}
+				t.Logf("%s: UNAVAILABLE in %v", name, took.Round(time.Millisecond))
+			}
+			if err := px.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				_, err := s.Get(ctx, "", "k0")
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("not back 10 s after the database: %v", err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
 }

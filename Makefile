@@ -1,7 +1,9 @@
 # opjournal — developer entry points. `make test` is the whole suite; CI runs it.
 GO ?= go
+# Debian's interpreter: a pyenv shim first on PATH would not see python3-grpcio.
+PYTHON ?= /usr/bin/python3
 
-.PHONY: all build binaries generate lint test test-short fuzz serve vet fmt-check generate-check ci demo
+.PHONY: all build binaries generate lint test test-short fuzz serve vet fmt-check generate-check ci demo soak test-python
 
 all: build
 
@@ -19,20 +21,39 @@ binaries:
 demo: binaries
 	./bin/opjournal-demo --bin-dir bin
 
-## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod)
+## soak: the soak and fault harness against the real processes (soak/doc.go);
+## e.g. make soak DURATION=10m AGENTS=96 SEED=42 SOAK_FLAGS="--keep --log-dir soak-logs"
+DURATION ?= 2m
+AGENTS ?= 16
+SEED ?= 0
+SOAK_FLAGS ?=
+soak: binaries
+	$(GO) build -o bin/ ./cmd/opjournal-soak
+	./bin/opjournal-soak --bin-dir bin --duration $(DURATION) --agents $(AGENTS) --seed $(SEED) $(SOAK_FLAGS)
+
+## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod),
+## and the Python client's clients/python/opjournal/v1 (Debian's protoc and grpc_python_plugin)
 generate:
 	$(GO) tool buf lint
 	rm -rf gen/opjournal gen/openapi/*.json
 	$(GO) tool buf generate
+	bash clients/python/generate.sh
 
 ## generate-check: fail if gen/ is not what `make generate` produces
+GENERATED = gen clients/python/opjournal/v1
 generate-check: generate
-	git diff --exit-code -- gen
-	@test -z "$$(git status --porcelain -- gen)" || (git status --porcelain -- gen; echo "gen/ has untracked files: run make generate and commit"; exit 1)
+	git diff --exit-code -- $(GENERATED)
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code has untracked files: run make generate and commit"; exit 1)
 
 ## serve: run the service on the embedded SQLite store with the shipped policy
 serve:
 	$(GO) run ./cmd/opjournal serve
+
+## test-python: the Python client's tests alone, against the real binary
+test-python:
+	@mkdir -p bin
+	$(GO) build -o bin/opjournal ./cmd/opjournal
+	OPJOURNAL_BIN=$(CURDIR)/bin/opjournal $(PYTHON) -m unittest discover -s clients/python/tests -v
 
 ## test: the whole suite, PostgreSQL included (see scripts/test.sh for how it finds one)
 test:

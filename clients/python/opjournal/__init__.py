@@ -1,0 +1,35 @@
+"""opjournal: the Python client of the operation journal that makes an AI
+agent's irreversible actions (a payment, an email, a job application) safe
+to retry.
+
+    import opjournal
+
+    with opjournal.Journal("127.0.0.1:9090") as journal:
+        outcome = opjournal.execute(
+            journal, "payment:order-817:intent-01", "create_payment",
+            {"order_id": "817", "amount_minor": 490000, "currency": "RUB"},
+            lambda key, attempt: charge(key),   # returns opjournal.Effect(...)
+        )
+
+See execute() for the protocol, idempotent() for the decorator, and
+Journal for the thin calls (register, claim, mark_*, lookup). Errors of the
+journal are OpjournalError subclasses, one per error code.
+"""
+
+from .client import ClaimResult, Journal, Operation, Registration, default_worker_id
+from .errors import (Internal, InvalidArgument, InvalidState, NotFound, NotRecorded, OpjournalError,
+                     PayloadMismatch, PermissionDenied, RateLimited, ResultNotStored, StaleAttempt, TooLarge,
+                     Unauthenticated, Unavailable, UnknownAction)
+from .execute import (Effect, NotSucceeded, Outcome, OutcomeKind, Rejected, UnknownOutcome, classify_http,
+                      execute, idempotent, urlopen)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Journal", "Operation", "Registration", "ClaimResult", "default_worker_id",
+    "execute", "idempotent", "Outcome", "OutcomeKind", "Effect", "Rejected", "UnknownOutcome",
+    "NotSucceeded", "classify_http", "urlopen",
+    "OpjournalError", "InvalidArgument", "UnknownAction", "TooLarge", "PayloadMismatch", "StaleAttempt",
+    "InvalidState", "NotFound", "Unauthenticated", "PermissionDenied", "RateLimited", "Unavailable",
+    "Internal", "NotRecorded", "ResultNotStored",
+]

@@ -1,0 +1,326 @@
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+RESOLUTION_FAILED_FINAL: Resolution
+RESOLUTION_SUCCEEDED: Resolution
+RESOLUTION_UNSPECIFIED: Resolution
+STATUS_FAILED_FINAL: Status
+STATUS_IN_PROGRESS: Status
+STATUS_PENDING: Status
+STATUS_SUCCEEDED: Status
+STATUS_UNKNOWN: Status
+STATUS_UNSPECIFIED: Status
+
+class ClaimOptions(_message.Message):
+    __slots__ = ["lease_seconds", "worker_id"]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_seconds: int
+    worker_id: str
+    def __init__(self, worker_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
+
+class ClaimRequest(_message.Message):
+    __slots__ = ["lease_seconds", "operation_key", "worker_id"]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_seconds: int
+    operation_key: str
+    worker_id: str
+    def __init__(self, operation_key: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
+
+class ClaimResponse(_message.Message):
+    __slots__ = ["attempt", "claimed", "lease_until", "operation", "retry_after_seconds"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CLAIMED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    claimed: bool
+    lease_until: _timestamp_pb2.Timestamp
+    operation: Operation
+    retry_after_seconds: int
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., claimed: bool = ..., attempt: _Optional[int] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retry_after_seconds: _Optional[int] = ...) -> None: ...
+
+class EscalateRequest(_message.Message):
+    __slots__ = ["actor", "operation_key", "reason"]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    actor: str
+    operation_key: str
+    reason: str
+    def __init__(self, operation_key: _Optional[str] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class EscalateResponse(_message.Message):
+    __slots__ = ["operation"]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ["actor", "at", "attempt", "external_id", "from_status", "id", "reason", "to_status"]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_STATUS_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TO_STATUS_FIELD_NUMBER: _ClassVar[int]
+    actor: str
+    at: _timestamp_pb2.Timestamp
+    attempt: int
+    external_id: str
+    from_status: Status
+    id: int
+    reason: str
+    to_status: Status
+    def __init__(self, id: _Optional[int] = ..., at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., from_status: _Optional[_Union[Status, str]] = ..., to_status: _Optional[_Union[Status, str]] = ..., attempt: _Optional[int] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ..., external_id: _Optional[str] = ...) -> None: ...
+
+class ListEventsRequest(_message.Message):
+    __slots__ = ["operation_key"]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    operation_key: str
+    def __init__(self, operation_key: _Optional[str] = ...) -> None: ...
+
+class ListEventsResponse(_message.Message):
+    __slots__ = ["events"]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+
+class ListOperationsRequest(_message.Message):
+    __slots__ = ["action_type", "due_for_check", "needs_review", "page_size", "page_token", "statuses"]
+    ACTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DUE_FOR_CHECK_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_REVIEW_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    action_type: str
+    due_for_check: bool
+    needs_review: bool
+    page_size: int
+    page_token: str
+    statuses: _containers.RepeatedScalarFieldContainer[Status]
+    def __init__(self, statuses: _Optional[_Iterable[_Union[Status, str]]] = ..., needs_review: bool = ..., action_type: _Optional[str] = ..., due_for_check: bool = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListOperationsResponse(_message.Message):
+    __slots__ = ["next_page_token", "operations"]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    OPERATIONS_FIELD_NUMBER: _ClassVar[int]
+    next_page_token: str
+    operations: _containers.RepeatedCompositeFieldContainer[Operation]
+    def __init__(self, operations: _Optional[_Iterable[_Union[Operation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class LookupRequest(_message.Message):
+    __slots__ = ["operation_key"]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    operation_key: str
+    def __init__(self, operation_key: _Optional[str] = ...) -> None: ...
+
+class LookupResponse(_message.Message):
+    __slots__ = ["operation"]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
+
+class MarkFailedFinalRequest(_message.Message):
+    __slots__ = ["attempt", "error_code", "operation_key"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    error_code: str
+    operation_key: str
+    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., error_code: _Optional[str] = ...) -> None: ...
+
+class MarkFailedFinalResponse(_message.Message):
+    __slots__ = ["operation"]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
+
+class MarkSucceededRequest(_message.Message):
+    __slots__ = ["actor", "attempt", "external_id", "operation_key", "result"]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_ID_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    actor: str
+    attempt: int
+    external_id: str
+    operation_key: str
+    result: _struct_pb2.Struct
+    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., actor: _Optional[str] = ...) -> None: ...
+
+class MarkSucceededResponse(_message.Message):
+    __slots__ = ["operation"]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
+
+class MarkUnknownRequest(_message.Message):
+    __slots__ = ["attempt", "error_code", "operation_key"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    error_code: str
+    operation_key: str
+    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., error_code: _Optional[str] = ...) -> None: ...
+
+class MarkUnknownResponse(_message.Message):
+    __slots__ = ["operation"]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
+
+class Operation(_message.Message):
+    __slots__ = ["action_type", "attempt_count", "check_count", "created_at", "duplicate_external_id", "error_code", "external_id", "last_checked_at", "lease_owner", "lease_until", "needs_review", "next_check_at", "operation_key", "payload", "request_hash", "result", "review_reason", "status", "unknown_since", "updated_at"]
+    ACTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CHECK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_EXTERNAL_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKED_AT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_REVIEW_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CHECK_AT_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    REVIEW_REASON_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_SINCE_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    action_type: str
+    attempt_count: int
+    check_count: int
+    created_at: _timestamp_pb2.Timestamp
+    duplicate_external_id: str
+    error_code: str
+    external_id: str
+    last_checked_at: _timestamp_pb2.Timestamp
+    lease_owner: str
+    lease_until: _timestamp_pb2.Timestamp
+    needs_review: bool
+    next_check_at: _timestamp_pb2.Timestamp
+    operation_key: str
+    payload: _struct_pb2.Struct
+    request_hash: str
+    result: _struct_pb2.Struct
+    review_reason: str
+    status: Status
+    unknown_since: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., request_hash: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., attempt_count: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., needs_review: bool = ..., review_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., duplicate_external_id: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., unknown_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., check_count: _Optional[int] = ..., last_checked_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_check_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RecordCheckRequest(_message.Message):
+    __slots__ = ["actor", "attempt", "next_check_after_seconds", "note", "operation_key"]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CHECK_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    actor: str
+    attempt: int
+    next_check_after_seconds: int
+    note: str
+    operation_key: str
+    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., actor: _Optional[str] = ..., note: _Optional[str] = ..., next_check_after_seconds: _Optional[int] = ...) -> None: ...
+
+class RecordCheckResponse(_message.Message):
+    __slots__ = ["operation"]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ["action_type", "claim", "operation_key", "payload"]
+    ACTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    action_type: str
+    claim: ClaimOptions
+    operation_key: str
+    payload: _struct_pb2.Struct
+    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., claim: _Optional[_Union[ClaimOptions, _Mapping]] = ...) -> None: ...
+
+class RegisterResponse(_message.Message):
+    __slots__ = ["attempt", "claimed", "created", "lease_until", "operation", "retry_after_seconds"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CLAIMED_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    claimed: bool
+    created: bool
+    lease_until: _timestamp_pb2.Timestamp
+    operation: Operation
+    retry_after_seconds: int
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., created: bool = ..., claimed: bool = ..., attempt: _Optional[int] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retry_after_seconds: _Optional[int] = ...) -> None: ...
+
+class ReleaseForRetryRequest(_message.Message):
+    __slots__ = ["actor", "attempt", "operation_key", "reason"]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    actor: str
+    attempt: int
+    operation_key: str
+    reason: str
+    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReleaseForRetryResponse(_message.Message):
+    __slots__ = ["operation"]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
+
+class ResolveRequest(_message.Message):
+    __slots__ = ["actor", "error_code", "external_id", "operation_key", "reason", "resolution", "result"]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_ID_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    actor: str
+    error_code: str
+    external_id: str
+    operation_key: str
+    reason: str
+    resolution: Resolution
+    result: _struct_pb2.Struct
+    def __init__(self, operation_key: _Optional[str] = ..., resolution: _Optional[_Union[Resolution, str]] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ResolveResponse(_message.Message):
+    __slots__ = ["operation"]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
+
+class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class Resolution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []

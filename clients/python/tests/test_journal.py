@@ -1,0 +1,182 @@
+"""The thin Journal calls against the real opjournal binary, over gRPC."""
+
+import datetime
+import unittest
+
+from _harness import Server, new_key
+
+import opjournal
+
+PAYLOAD = {"order_id": "817", "amount_minor": 490000, "currency": "RUB"}
+server = None
+
+
+def setUpModule():
+    global server
+    server = Server()
+
+
+def tearDownModule():
+    server.stop()
+
+
+class JournalCallsTest(unittest.TestCase):
+    def setUp(self):
+        self.j = server.journal()
+        self.addCleanup(self.j.close)
+
+    def test_register_claim_mark_lookup(self):
+        key = new_key()
+        reg = self.j.register(key, "create_payment", PAYLOAD)
+        self.assertTrue(reg.created)
+        self.assertFalse(reg.claimed)
+        op = reg.operation
+        self.assertIsInstance(op, opjournal.Operation)
+        self.assertEqual(op.operation_key, key)
+        self.assertEqual(op.action_type, "create_payment")
+        self.assertEqual(op.status, "pending")
+        self.assertEqual(op.payload, PAYLOAD)
+        self.assertIsInstance(op.payload["amount_minor"], int)
+        self.assertRegex(op.request_hash, r"^[0-9a-f]{64}$")
+        self.assertIsInstance(op.created_at, datetime.datetime)
+        self.assertIsNotNone(op.created_at.tzinfo)
+        self.assertIsNone(op.lease_until)
+
+        c = self.j.claim(key)
+        self.assertTrue(c.claimed)
+        self.assertEqual(c.attempt, 1)
+        self.assertEqual(c.operation.status, "in_progress")
+        self.assertEqual(c.operation.lease_owner, "py-test")
+        self.assertGreater(c.lease_until, datetime.datetime.now(datetime.timezone.utc))
+
+        # Anyone else gets a polite no with the time left, not an error.
+        other = self.j.claim(key, worker_id="agent-2")
+        self.assertFalse(other.claimed)
+        self.assertEqual(other.attempt, 0)
+        self.assertGreaterEqual(other.retry_after_seconds, 1)
+
+        op = self.j.mark_succeeded(key, 1, "pay_5f2c", {"payment_id": "pay_5f2c", "status": "captured"})
+        self.assertEqual(op.status, "succeeded")
+        self.assertEqual(op.external_id, "pay_5f2c")
+        self.assertEqual(op.result, {"payment_id": "pay_5f2c", "status": "captured"})
+
+        looked = self.j.lookup(key)
+        self.assertEqual(looked.status, "succeeded")
+        self.assertEqual(looked.result, op.result)
+        self.assertEqual(looked.attempt_count, 1)
+
+    def test_replay_returns_the_stored_result(self):
+        key = new_key()
+        reg = self.j.register(key, "create_payment", PAYLOAD, claim=True)
+        self.assertTrue(reg.created and reg.claimed)
+        self.assertEqual(reg.attempt, 1)
+        self.j.mark_succeeded(key, reg.attempt, "pay_1", {"payment_id": "pay_1"})
+        # Same intent, keys in another order, the amount in another number form.
+        again = self.j.register(key, "create_payment", {"currency": "RUB", "amount_minor": 4.9e5, "order_id": "817"},
+                                claim=True)
+        self.assertFalse(again.created)
+        self.assertFalse(again.claimed)
+        self.assertEqual(again.operation.status, "succeeded")
+        self.assertEqual(again.operation.result, {"payment_id": "pay_1"})
+
+    def test_same_key_other_parameters_is_payload_mismatch(self):
+        key = new_key()
+        first = self.j.register(key, "create_payment", PAYLOAD)
+        with self.assertRaises(opjournal.PayloadMismatch) as cm:
+            self.j.register(key, "create_payment", dict(PAYLOAD, amount_minor=500000))
+        e = cm.exception
+        self.assertEqual(e.code, "PAYLOAD_MISMATCH")
+        self.assertEqual(e.field, "payload")
+        self.assertIn("other parameters", e.message)
+        self.assertIsInstance(e, opjournal.OpjournalError)
+        # Nothing changed.
+        self.assertEqual(self.j.lookup(key).request_hash, first.operation.request_hash)
+
+    def test_stale_attempt_is_refused(self):
+        # create_ticket is retry_same_key: an unknown operation may be
+        # claimed again, which makes attempt 1 stale.
+        key = new_key("ticket")
+        reg = self.j.register(key, "create_ticket", {"title": "printer on fire"}, claim=True)
+        self.j.mark_unknown(key, reg.attempt, "timeout")
+        second = self.j.claim(key)
+        self.assertTrue(second.claimed)
+        self.assertEqual(second.attempt, 2)
+        for mark in (lambda: self.j.mark_failed_final(key, 1, "rejected"),
+                     lambda: self.j.mark_unknown(key, 1, "timeout")):
+            with self.assertRaises(opjournal.StaleAttempt) as cm:
+                mark()
+            self.assertEqual(cm.exception.code, "STALE_ATTEMPT")
+        self.assertEqual(self.j.lookup(key).status, "in_progress")
+        # A confirmed effect is a fact, even from a stale attempt.
+        op = self.j.mark_succeeded(key, 1, "tkt_1")
+        self.assertEqual(op.status, "succeeded")
+
+    def test_a_lost_claim_on_an_unknown_operation_is_not_an_error(self):
+        key = new_key()
+        reg = self.j.register(key, "create_payment", PAYLOAD, claim=True)
+        op = self.j.mark_unknown(key, reg.attempt, "timeout")
+        self.assertEqual((op.status, op.error_code), ("unknown", "timeout"))
+        self.assertIsNotNone(op.unknown_since)
+        c = self.j.claim(key)  # reconcile_before_retry: wait for the reconciler
+        self.assertFalse(c.claimed)
+        self.assertEqual(c.operation.status, "unknown")
+
+    def test_not_found(self):
+        with self.assertRaises(opjournal.NotFound) as cm:
+            self.j.lookup(new_key())
+        self.assertEqual(cm.exception.code, "NOT_FOUND")
+
+    def test_unknown_action(self):
+        with self.assertRaises(opjournal.UnknownAction) as cm:
+            self.j.register(new_key(), "launch_rockets", {})
+        self.assertEqual(cm.exception.code, "UNKNOWN_ACTION")
+        self.assertEqual(cm.exception.field, "action_type")
+
+    def test_float_money_is_invalid_argument(self):
+        key = new_key()
+        with self.assertRaises(opjournal.InvalidArgument) as cm:
+            self.j.register(key, "create_payment", dict(PAYLOAD, amount_minor=1.5))
+        e = cm.exception
+        self.assertEqual(e.code, "INVALID_ARGUMENT")
+        self.assertEqual(e.field, "payload/amount_minor")
+        self.assertFalse(e.message.startswith("payload/amount_minor"), e.message)
+        with self.assertRaises(opjournal.NotFound):
+            self.j.lookup(key)  # nothing was registered
+
+    def test_invalid_key_is_refused_by_the_server(self):
+        with self.assertRaises(opjournal.InvalidArgument) as cm:
+            self.j.register("has a space", "create_payment", PAYLOAD)
+        self.assertEqual(cm.exception.field, "operation_key")
+
+    def test_numbers_json_cannot_carry_are_refused_before_the_call(self):
+        with self.assertRaises(opjournal.InvalidArgument) as cm:
+            self.j.register(new_key(), "create_payment", dict(PAYLOAD, amount_minor=2 ** 53))
+        self.assertEqual(cm.exception.field, "payload/amount_minor")
+        self.assertIsNone(cm.exception.grpc_code)  # refused by the client
+
+    def test_duplicate_effect_needs_review(self):
+        key = new_key()
+        reg = self.j.register(key, "create_payment", PAYLOAD, claim=True)
+        self.j.mark_succeeded(key, reg.attempt, "pay_a")
+        op = self.j.mark_succeeded(key, reg.attempt, "pay_b")
+        self.assertEqual(op.external_id, "pay_a")
+        self.assertEqual(op.duplicate_external_id, "pay_b")
+        self.assertTrue(op.needs_review)
+
+    def test_unreachable_journal_is_unavailable(self):
+        with opjournal.Journal("127.0.0.1:1", timeout=2) as j:
+            with self.assertRaises(opjournal.Unavailable) as cm:
+                j.lookup(new_key())
+        self.assertEqual(cm.exception.code, "UNAVAILABLE")
+
+    def test_raw_stub_with_the_journal_metadata(self):
+        from opjournal.v1 import journal_pb2 as pb
+        key = new_key()
+        reg = self.j.register(key, "create_payment", PAYLOAD, claim=True)
+        resp = self.j.stub.ListEvents(pb.ListEventsRequest(operation_key=key), metadata=self.j.metadata or None,
+                                      timeout=5)
+        self.assertEqual([(e.reason, e.attempt, e.actor, e.to_status) for e in resp.events],
+                         [("registered and claimed", reg.attempt, "py-test", pb.STATUS_IN_PROGRESS)])
+
+if __name__ == "__main__":
+    unittest.main()

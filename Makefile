@@ -3,7 +3,7 @@ GO ?= go
 # Debian's interpreter: a pyenv shim first on PATH would not see python3-grpcio.
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all build binaries generate lint test test-short fuzz serve vet fmt-check generate-check ci demo soak test-python
+.PHONY: all build binaries generate lint test test-short fuzz serve vet fmt-check generate-check ci demo soak test-python test-ts
 
 all: build
 
@@ -32,15 +32,17 @@ soak: binaries
 	./bin/opjournal-soak --bin-dir bin --duration $(DURATION) --agents $(AGENTS) --seed $(SEED) $(SOAK_FLAGS)
 
 ## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod),
-## and the Python client's clients/python/opjournal/v1 (Debian's protoc and grpc_python_plugin)
+## the Python client's clients/python/opjournal/v1 (Debian's protoc and grpc_python_plugin) and
+## the TypeScript client's clients/typescript/src/gen (protoc-gen-es from the lock file)
 generate:
 	$(GO) tool buf lint
 	rm -rf gen/opjournal gen/openapi/*.json
 	$(GO) tool buf generate
 	bash clients/python/generate.sh
+	GO=$(GO) bash clients/typescript/generate.sh
 
 ## generate-check: fail if gen/ is not what `make generate` produces
-GENERATED = gen clients/python/opjournal/v1
+GENERATED = gen clients/python/opjournal/v1 clients/typescript/src/gen
 generate-check: generate
 	git diff --exit-code -- $(GENERATED)
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code has untracked files: run make generate and commit"; exit 1)
@@ -54,6 +56,12 @@ test-python:
 	@mkdir -p bin
 	$(GO) build -o bin/opjournal ./cmd/opjournal
 	OPJOURNAL_BIN=$(CURDIR)/bin/opjournal $(PYTHON) -m unittest discover -s clients/python/tests -v
+
+## test-ts: the TypeScript client's tests against the real opjournal binary
+test-ts:
+	@mkdir -p bin
+	$(GO) build -o bin/opjournal ./cmd/opjournal
+	cd clients/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && OPJOURNAL_BIN=$(CURDIR)/bin/opjournal npm test
 
 ## test: the whole suite, PostgreSQL included (see scripts/test.sh for how it finds one)
 test:

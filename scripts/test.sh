@@ -74,4 +74,8 @@ if [ "$full" = 1 ]; then
 	fi
 	log "Python client: clients/python/tests"
 	OPJOURNAL_BIN="$PWD/bin/opjournal" "$PYTHON" -m unittest discover -s clients/python/tests
+
+	log "TypeScript client: clients/typescript"
+	bin_path="$PWD/bin/opjournal"
+	(cd clients/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && OPJOURNAL_BIN="$bin_path" npm test)
 fi

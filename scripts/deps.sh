@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what the tests and code generation need beyond Go: Debian's
+# packages for the Python client (never PyPI), curl and jq for
+# examples/curl.sh, and the TypeScript client's npm packages from its lock
+# file. Both `make test` (scripts/test.sh) and CI (.ci/run) call it; it does
+# nothing when everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+debs="python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc curl jq"
+if ! dpkg -s $debs >/dev/null 2>&1; then
+	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+		echo "deps.sh: missing Debian packages; install them: apt-get install -y $debs" >&2
+		exit 1
+	fi
+	echo "deps.sh: apt-get install $debs" >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $debs >/dev/null
+fi
+# The generator refuses any protoc but 3.21.x (clients/python/generate.sh):
+# Debian 12's version, which the committed stubs were made with.
+
+if [ ! -d clients/typescript/node_modules ] || [ clients/typescript/package-lock.json -nt clients/typescript/node_modules ]; then
+	echo "deps.sh: npm ci (clients/typescript, exact versions from package-lock.json)" >&2
+	(cd clients/typescript && npm ci --no-audit --no-fund >/dev/null)
+fi

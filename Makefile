@@ -31,6 +31,26 @@ soak: binaries
 	$(GO) build -o bin/ ./cmd/opjournal-soak
 	./bin/opjournal-soak --bin-dir bin --duration $(DURATION) --agents $(AGENTS) --seed $(SEED) $(SOAK_FLAGS)
 
+## bench: the benchmark suite (bench/RESULTS.md): opjournal through the real server vs the SPEC's
+## three statements in raw SQL, DBOS Transact and River (bench/peers, its own module), on PostgreSQL
+BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+BENCH_FLAGS ?=
+.PHONY: bench bench-quick bench-build
+bench-build:
+	@mkdir -p bin
+	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-bench
+	cd bench/peers && $(GO) build -o ../../bin/opjournal-bench-peers .
+
+## bench: the full run (10 s per point after a 2 s warm-up, growth at 1M operations; ~7 min);
+## writes bench/results/{latest,summary}.json, bench/results/chart.svg and bench/RESULTS.md
+bench: bench-build
+	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' $(BENCH_FLAGS)
+
+## bench-quick: a ≤ 60 s smoke run (1 s per point, growth at 200k) into bench/results/quick/
+bench-quick: bench-build
+	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --warmup 300ms --duration 1s \
+		--growth-rows 200000 --results-dir bench/results/quick --results-md "" $(BENCH_FLAGS)
+
 ## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod),
 ## the Python client's clients/python/opjournal/v1 (Debian's protoc and grpc_python_plugin) and
 ## the TypeScript client's clients/typescript/src/gen (protoc-gen-es from the lock file)

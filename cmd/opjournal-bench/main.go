@@ -1,0 +1,550 @@
+// Command opjournal-bench measures opjournal against the floor (the SPEC's
+// three statements issued directly with pgx) and against two peers (DBOS
+// Transact and River, run by the separate bench/peers module) in one run
+// on one PostgreSQL, with the real server process.
+//
+//	opjournal-bench [--duration 10s] [--warmup 2s] [--concurrency 1,8,32,64] [--growth-rows 1000000] …
+//
+// It creates a fresh schema per run (dropped at the end), starts
+// `opjournal serve` on it, drives each scenario at each concurrency for a
+// fixed duration after a warm-up, and writes a table to stdout,
+// results/latest.json, results/summary.json, results/chart.svg and
+// RESULTS.md. `make bench` is the full run, `make bench-quick` a short one.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/opjournal/opjournal/bench"
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/procs"
+)
+
+type config struct {
+	databaseURL string
+	bin         string
+	peersBin    string
+	levels      []int
+	warmup      time.Duration
+	duration    time.Duration
+	poolMax     int
+	growthRows  int
+	growthC     int
+	contenders  int
+	resultsDir  string
+	resultsMD   string
+	serverLog   string
+	replayKeys  int
+}
+
+func main() {
+	var c config
+	var levels string
+	fs := flag.NewFlagSet("opjournal-bench", flag.ExitOnError)
+	fs.StringVar(&c.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL server (a fresh schema is created in it)")
+	fs.StringVar(&c.bin, "bin", "bin/opjournal", "the opjournal server binary")
+	fs.StringVar(&c.peersBin, "peers-bin", "bin/opjournal-bench-peers", "the peers binary built from bench/peers (\"\" skips the peers)")
+	fs.StringVar(&levels, "concurrency", "1,8,32,64", "concurrency levels")
+	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "warm-up before each measured point")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per point")
+	fs.IntVar(&c.poolMax, "pool-max-conns", 16, "pgx pool size of the server and of raw-sql (and of the peers)")
+	fs.IntVar(&c.growthRows, "growth-rows", 1_000_000, "operations bulk-loaded for the growth scenario (0 skips it)")
+	fs.IntVar(&c.growthC, "growth-concurrency", 32, "concurrency of the growth scenario")
+	fs.IntVar(&c.contenders, "contenders", 64, "callers on the same key in the contention scenario")
+	fs.IntVar(&c.replayKeys, "replay-keys", 1000, "succeeded keys the replay scenario cycles through")
+	fs.StringVar(&c.resultsDir, "results-dir", "bench/results", "where latest.json, summary.json and chart.svg go")
+	fs.StringVar(&c.resultsMD, "results-md", "bench/RESULTS.md", "the report with the machine description (\"\" skips it)")
+	fs.StringVar(&c.serverLog, "server-log", "", "copy the server's log to this file")
+	_ = fs.Parse(os.Args[1:])
+	for _, s := range strings.Split(levels, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "opjournal-bench: bad concurrency %q\n", s)
+			os.Exit(2)
+		}
+		c.levels = append(c.levels, n)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c); err != nil {
+		fmt.Fprintln(os.Stderr, "opjournal-bench:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// summary is what the run measured besides the rows: the server's
+// footprint, the growth comparison and the targets.
+type summary struct {
+	Machine           map[string]string `json:"machine"`
+	ServerPeakRSSMiB  float64           `json:"server_peak_rss_mib"`
+	BytesPerOperation float64           `json:"bytes_per_operation"`
+	Operations        int64             `json:"operations"`
+	JournalBytes      int64             `json:"journal_bytes"`
+	Targets           []target          `json:"targets"`
+}
+
+type target struct {
+	Name     string  `json:"name"`
+	Measured float64 `json:"measured"`
+	Want     string  `json:"want"`
+	Met      bool    `json:"met"`
+	Detail   string  `json:"detail,omitempty"`
+}
+
+func run(ctx context.Context, c config) error {
+	started := time.Now()
+	admin, err := pgx.Connect(ctx, c.databaseURL)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer admin.Close(context.Background())
+	sum := summary{Machine: machine(ctx, admin)}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	schema := "bench_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		return err
+	}
+	defer func() {
+		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			fmt.Fprintln(os.Stderr, "drop schema:", err)
+		}
+	}()
+	dbURL, err := withParams(c.databaseURL, map[string]string{"search_path": schema, "pool_max_conns": strconv.Itoa(c.poolMax)})
+	if err != nil {
+		return err
+	}
+	spec := procs.Spec{Name: "opjournal", Path: c.bin, Ready: "serving", Args: []string{"serve",
+		"--database-url", dbURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}}
+	if c.serverLog != "" {
+		f, err := os.Create(c.serverLog)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		spec.Log = f
+	}
+	srv, err := procs.Start(ctx, spec, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = srv.Stop(10 * time.Second) }()
+	fmt.Printf("opjournal-bench: schema %s, server pid %d (gRPC %s, REST %s), pool_max_conns=%d, %s warm-up + %s per point\n",
+		schema, srv.Pid(), srv.Field("grpc_addr"), srv.Field("http_addr"), c.poolMax, c.warmup, c.duration)
+
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	conn, err := grpc.NewClient(srv.Field("grpc_addr"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	cl := pb.NewJournalServiceClient(conn)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	restBase := "http://" + srv.Field("http_addr")
+	k := keyer(hex.EncodeToString(b[:]))
+
+	var rows []bench.Row
+	measure := func(system, scenario string, cc int, op bench.Op) bench.Row {
+		r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: c.duration}, srv.Pid(), op)
+		r.System, r.Scenario, r.Store = system, scenario, "postgres"
+		rows = append(rows, r)
+		progress(r)
+		return r
+	}
+
+	// Succeeded keys for the replay scenario, made by the fused path.
+	replayKeys := make([]string, c.replayKeys)
+	for i := range replayKeys {
+		replayKeys[i] = k.key("replay", 0, int64(i))
+	}
+	if err := parallel(16, len(replayKeys), func(i int) error { return fused(cl, k, "replay", 0)(ctx, 0, int64(i)) }); err != nil {
+		return fmt.Errorf("prepare replay keys: %w", err)
+	}
+
+	for _, cc := range c.levels {
+		measure("raw-sql", "full-cycle", cc, rawSQL(pool, k, cc))
+		measure("opjournal", "full-cycle-grpc", cc, fullCycle(cl, k, cc))
+		measure("opjournal", "fused-grpc", cc, fused(cl, k, "fused", cc))
+		measure("opjournal", "fused-rest", cc, restFused(hc, restBase, k, cc))
+		measure("opjournal", "replay-grpc", cc, replay(cl, replayKeys))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	cr := contention(ctx, cl, k, c.contenders, bench.Load{Warmup: c.warmup, Duration: c.duration}, srv.Pid())
+	cr.System, cr.Scenario, cr.Store = "opjournal", "contention-same-key", "postgres"
+	rows = append(rows, cr)
+	progress(cr)
+
+	sum.ServerPeakRSSMiB, err = peakRSSMiB(srv.Pid())
+	if err != nil {
+		return err
+	}
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM operations),
+		pg_total_relation_size('operations') + pg_total_relation_size('operation_events')`).Scan(&sum.Operations, &sum.JournalBytes); err != nil {
+		return err
+	}
+	sum.BytesPerOperation = float64(sum.JournalBytes) / float64(max(sum.Operations, 1))
+	fmt.Printf("server peak RSS (VmHWM) %.1f MiB; journal %d operations, %d bytes with indexes = %.0f bytes/operation\n",
+		sum.ServerPeakRSSMiB, sum.Operations, sum.JournalBytes, sum.BytesPerOperation)
+
+	if c.peersBin != "" {
+		peers, err := runPeers(ctx, c, schema)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "peers:", err)
+		}
+		rows = append(rows, peers...)
+	}
+
+	if c.growthRows > 0 {
+		fmt.Printf("growth: bulk-loading %d operations …\n", c.growthRows)
+		t0 := time.Now()
+		if err := bulkLoad(ctx, pool, c.growthRows); err != nil {
+			return fmt.Errorf("bulk load: %w", err)
+		}
+		fmt.Printf("growth: loaded and vacuumed in %s\n", time.Since(t0).Round(time.Millisecond))
+		measure("opjournal", "fused-grpc-at-"+count(c.growthRows), c.growthC, fused(cl, k, "growth", c.growthC))
+	}
+	// The peak RSS again: the growth run may have raised it.
+	if rss, err := peakRSSMiB(srv.Pid()); err == nil {
+		sum.ServerPeakRSSMiB = rss
+	}
+	sum.Targets = targets(rows, sum, c)
+	sum.Machine["run_seconds"] = fmt.Sprintf("%.0f", time.Since(started).Seconds())
+	return report(c, rows, sum)
+}
+
+// parallel calls f(0) … f(n-1) from w goroutines and returns the first error.
+func parallel(w, n int, f func(i int) error) error {
+	var next atomic.Int64
+	errs := make([]error, w)
+	var wg sync.WaitGroup
+	for g := range w {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n && errs[g] == nil; i = int(next.Add(1)) - 1 {
+				errs[g] = f(i)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// progress prints one measured row as soon as it is known.
+func progress(r bench.Row) {
+	fmt.Printf("  %-10s %-26s c=%-3d %8.0f ops/s  p50 %7.2f ms  p99 %7.2f ms  CPU µs/op client %4.0f server %4.0f postgres %4.0f",
+		r.System, r.Scenario, r.Concurrency, r.OpsPerSec, r.P50ms, r.P99ms, r.CPUClientUs, r.CPUServerUs, r.CPUPostgresUs)
+	if r.Errors > 0 {
+		fmt.Printf("  errors %d (%s)", r.Errors, r.Note)
+	}
+	fmt.Println()
+}
+
+// withParams returns u with the query parameters set.
+func withParams(u string, params map[string]string) (string, error) {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return "", err
+	}
+	q := pu.Query()
+	for k, v := range params {
+		q.Set(k, v)
+	}
+	pu.RawQuery = q.Encode()
+	return pu.String(), nil
+}
+
+// peakRSSMiB reads VmHWM (the peak resident set) of a process.
+func peakRSSMiB(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, err := strconv.ParseFloat(f[1], 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc status")
+}
+
+// bulkLoad inserts n succeeded operations with one history row each, the
+// shape a fused operation leaves, then VACUUM ANALYZEs both tables.
+func bulkLoad(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	for _, sql := range []string{
+		`INSERT INTO operations (tenant, operation_key, action_type, request_hash, payload, status, prev_status,
+			attempt_count, lease_owner, external_id, result)
+		 SELECT '', 'bulk:' || g, 'create_payment', md5(g::text) || md5((-g)::text),
+			'{"amount_minor":490000,"currency":"RUB","order_id":"817"}', 'succeeded', 'in_progress',
+			1, 'bench', 'pay_' || g, '{"payment_id":"pay_1","status":"captured"}'
+		 FROM generate_series(1, $1::int) g`,
+		`INSERT INTO operation_events (tenant, operation_key, from_status, to_status, attempt, actor, reason, external_id)
+		 SELECT '', 'bulk:' || g, 'in_progress', 'succeeded', 1, 'bench', 'effect confirmed', 'pay_' || g
+		 FROM generate_series(1, $1::int) g`,
+	} {
+		if _, err := pool.Exec(ctx, sql, n); err != nil {
+			return err
+		}
+	}
+	for _, t := range []string{"operations", "operation_events"} {
+		if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// count renders 1000000 as "1M" and 200000 as "200k".
+func count(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return strconv.Itoa(n)
+}
+
+// runPeers runs the peers binary (bench/peers), which prints its rows as
+// JSON on stdout and its progress on stderr.
+func runPeers(ctx context.Context, c config, schema string) ([]bench.Row, error) {
+	if _, err := os.Stat(c.peersBin); err != nil {
+		return nil, fmt.Errorf("peers binary not built (%w); build it with: cd bench/peers && go build -o ../../bin/opjournal-bench-peers .", err)
+	}
+	var levels []string
+	for _, l := range c.levels {
+		levels = append(levels, strconv.Itoa(l))
+	}
+	cmd := exec.CommandContext(ctx, c.peersBin, "--database-url", c.databaseURL, "--schema-prefix", schema,
+		"--concurrency", strings.Join(levels, ","), "--warmup", c.warmup.String(), "--duration", c.duration.String(),
+		"--pool-max-conns", strconv.Itoa(c.poolMax))
+	cmd.Stderr = os.Stdout
+	out, err := cmd.Output()
+	var rows []bench.Row
+	if jerr := json.Unmarshal(out, &rows); jerr != nil && err == nil {
+		err = fmt.Errorf("peers output: %w", jerr)
+	}
+	return rows, err
+}
+
+// machine describes where the run happened.
+func machine(ctx context.Context, conn *pgx.Conn) map[string]string {
+	m := map[string]string{"date": time.Now().UTC().Format(time.RFC3339)}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		n := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "processor") {
+				n++
+			}
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m["cpu"] = strings.TrimSpace(v)
+			}
+		}
+		m["cpus"] = strconv.Itoa(n)
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		m["memory"] = strings.Join(strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:], " ")
+	}
+	if b, err := exec.Command("go", "version").Output(); err == nil {
+		m["go"] = strings.TrimSpace(string(b))
+	}
+	for k, q := range map[string]string{"postgres": "SELECT version()", "fsync": "SHOW fsync",
+		"synchronous_commit": "SHOW synchronous_commit", "shared_buffers": "SHOW shared_buffers"} {
+		var v string
+		if conn.QueryRow(ctx, q).Scan(&v) == nil {
+			m[k] = v
+		}
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		m["loadavg_at_start"] = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	return m
+}
+
+// find returns the row of system/scenario at concurrency c.
+func find(rows []bench.Row, system, scenario string, c int) (bench.Row, bool) {
+	i := slices.IndexFunc(rows, func(r bench.Row) bool {
+		return r.System == system && r.Scenario == scenario && r.Concurrency == c && r.OpsPerSec > 0
+	})
+	if i < 0 {
+		return bench.Row{}, false
+	}
+	return rows[i], true
+}
+
+// targets checks the issue's targets against this run's rows.
+func targets(rows []bench.Row, s summary, c config) []target {
+	var ts []target
+	ratio := func(name, want string, min float64, a, b bench.Row, okA, okB bool) {
+		if !okA || !okB {
+			ts = append(ts, target{Name: name, Want: want, Detail: "not measured"})
+			return
+		}
+		v := a.OpsPerSec / b.OpsPerSec
+		ts = append(ts, target{Name: name, Measured: round2(v), Want: want, Met: v >= min,
+			Detail: fmt.Sprintf("%.0f vs %.0f ops/s", a.OpsPerSec, b.OpsPerSec)})
+	}
+	raw, okRaw := find(rows, "raw-sql", "full-cycle", 32)
+	fz, okF := find(rows, "opjournal", "fused-grpc", 32)
+	fc, okC := find(rows, "opjournal", "full-cycle-grpc", 32)
+	rp, okR := find(rows, "opjournal", "replay-grpc", 32)
+	ratio("fused gRPC / raw-sql at c=32", "≥ 1.3", 1.3, fz, raw, okF, okRaw)
+	ratio("full cycle gRPC / raw-sql at c=32", "≥ 0.9", 0.9, fc, raw, okC, okRaw)
+	ratio("replay / fused gRPC at c=32", "≥ 10", 10, rp, fz, okR, okF)
+	for _, peer := range []struct{ system, scenario string }{{"dbos", "workflow-1-step"}, {"river", "unique-job"}} {
+		for _, l := range c.levels {
+			p, okP := find(rows, peer.system, peer.scenario, l)
+			f, okF := find(rows, "opjournal", "fused-grpc", l)
+			ratio(fmt.Sprintf("fused gRPC / %s at c=%d", peer.system, l), "> 1", 1.0000001, f, p, okF, okP)
+		}
+	}
+	if c.growthRows > 0 {
+		g, okG := find(rows, "opjournal", "fused-grpc-at-"+count(c.growthRows), c.growthC)
+		e, okE := find(rows, "opjournal", "fused-grpc", c.growthC)
+		if okG && okE {
+			v := g.P99ms / e.P99ms
+			ts = append(ts, target{Name: fmt.Sprintf("p99 fused gRPC at %s / empty (c=%d)", count(c.growthRows), c.growthC),
+				Measured: round2(v), Want: "≤ 1.2", Met: v <= 1.2, Detail: fmt.Sprintf("%.2f vs %.2f ms", g.P99ms, e.P99ms)})
+		} else {
+			ts = append(ts, target{Name: "p99 at growth / empty", Want: "≤ 1.2", Detail: "not measured"})
+		}
+	}
+	ts = append(ts, target{Name: "server peak RSS, MiB (max c=" + strconv.Itoa(slices.Max(c.levels)) + ")", Measured: round2(s.ServerPeakRSSMiB), Want: "≤ 128", Met: s.ServerPeakRSSMiB <= 128})
+	ts = append(ts, target{Name: "journal bytes per operation", Measured: round2(s.BytesPerOperation), Want: "≤ 1024", Met: s.BytesPerOperation <= 1024,
+		Detail: fmt.Sprintf("%d bytes / %d operations, tables + indexes, before the bulk load", s.JournalBytes, s.Operations)})
+	return ts
+}
+
+func round2(v float64) float64 { return float64(int64(v*100+0.5)) / 100 }
+
+// report writes the table, the JSON files, the chart and RESULTS.md.
+func report(c config, rows []bench.Row, s summary) error {
+	fmt.Println()
+	bench.WriteTable(os.Stdout, rows)
+	fmt.Println()
+	for _, t := range s.Targets {
+		fmt.Printf("  %-4s %-45s %10.2f  want %-6s %s\n", verdict(t), t.Name, t.Measured, t.Want, t.Detail)
+	}
+	if err := os.MkdirAll(c.resultsDir, 0o755); err != nil {
+		return err
+	}
+	if err := bench.WriteJSONFile(filepath.Join(c.resultsDir, "latest.json"), rows); err != nil {
+		return err
+	}
+	if err := bench.WriteJSONFile(filepath.Join(c.resultsDir, "summary.json"), s); err != nil {
+		return err
+	}
+	svgPath := filepath.Join(c.resultsDir, "chart.svg")
+	f, err := os.Create(svgPath)
+	if err != nil {
+		return err
+	}
+	if err := bench.WriteSVG(f, "ops/s by concurrency (PostgreSQL, "+s.Machine["cpus"]+" CPUs)", rows); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if c.resultsMD == "" {
+		return nil
+	}
+	rel, err := filepath.Rel(filepath.Dir(c.resultsMD), svgPath)
+	if err != nil {
+		rel = svgPath
+	}
+	return os.WriteFile(c.resultsMD, []byte(markdown(c, rows, s, rel)), 0o644)
+}
+
+func verdict(t target) string {
+	switch {
+	case t.Detail == "not measured":
+		return "n/a"
+	case t.Met:
+		return "MET"
+	}
+	return "MISS"
+}
+
+// markdown renders RESULTS.md.
+func markdown(c config, rows []bench.Row, s summary, chart string) string {
+	var b strings.Builder
+	b.WriteString("# opjournal benchmark results\n\n")
+	b.WriteString("Generated by `opjournal-bench` (`make bench`); raw rows in `results/latest.json`, ")
+	b.WriteString("footprint and targets in `results/summary.json`.\n\n## Machine\n\n")
+	keys := make([]string, 0, len(s.Machine))
+	for k := range s.Machine {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "- %s: %s\n", k, s.Machine[k])
+	}
+	fmt.Fprintf(&b, "- run: %s warm-up + %s measured per point, pool_max_conns=%d (server, raw-sql and peers), one gRPC connection, PostgreSQL on the same machine\n\n",
+		c.warmup, c.duration, c.poolMax)
+	fmt.Fprintf(&b, "![ops/s by concurrency](%s)\n\n## Rows\n\n", chart)
+	b.WriteString("CPU columns: CPU time per operation in µs of the bench client (for the peers: the peer's whole process), the opjournal server, and all PostgreSQL processes.\n\n")
+	b.WriteString("| system | scenario | store | c | ops/s | p50 ms | p99 ms | errors | CPU client | CPU server | CPU postgres |\n|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.0f | %.2f | %.2f | %d | %.0f | %.0f | %.0f |\n", r.System, r.Scenario, r.Store, r.Concurrency, r.OpsPerSec, r.P50ms, r.P99ms, r.Errors, r.CPUClientUs, r.CPUServerUs, r.CPUPostgresUs)
+	}
+	for _, r := range rows {
+		if r.Note != "" {
+			fmt.Fprintf(&b, "\n- %s / %s c=%d: %s", r.System, r.Scenario, r.Concurrency, r.Note)
+		}
+	}
+	fmt.Fprintf(&b, "\n\n## Footprint\n\n- server peak RSS (VmHWM): %.1f MiB\n- journal: %d operations, %d bytes (tables + indexes) = %.0f bytes/operation\n\n",
+		s.ServerPeakRSSMiB, s.Operations, s.JournalBytes, s.BytesPerOperation)
+	b.WriteString("## Targets\n\n| target | measured | want | verdict | detail |\n|---|--:|---|---|---|\n")
+	for _, t := range s.Targets {
+		fmt.Fprintf(&b, "| %s | %.2f | %s | %s | %s |\n", t.Name, t.Measured, t.Want, verdict(t), t.Detail)
+	}
+	b.WriteString(scenarioDoc)
+	return b.String()
+}
+
+const scenarioDoc = `
+## Scenarios
+
+- **raw-sql full-cycle**: the SPEC's three statements per operation with pgx, each its own commit
+  (insert pending; conditional claim UPDATE checked for one row; succeeded UPDATE), no history rows.
+- **opjournal full-cycle-grpc**: Register → Claim → MarkSucceeded through the real server (generated gRPC client).
+- **opjournal fused-grpc**: Register with claim → MarkSucceeded (two calls, two commits).
+- **opjournal fused-rest**: the same over the REST mirror.
+- **opjournal replay-grpc**: Register of a key that already succeeded (the stored result comes back).
+- **opjournal contention-same-key**: rounds of 64 callers registering-with-claim one new key at once;
+  samples are each caller's time to its answer; every round must have exactly one winner.
+- **opjournal fused-grpc-at-N**: fused-grpc after bulk-loading N succeeded operations (one history row each) and VACUUM ANALYZE.
+- **dbos workflow-1-step**: DBOS Transact Go, a workflow whose ID is the key, with one step (the side effect), awaited.
+- **river unique-job**: River, a job unique by args inserted and awaited until completed by a worker (the side effect).
+`

@@ -43,7 +43,7 @@ type Service struct {
 	store   store.Store
 	policy  *policy.Policy
 	limits  Limits
-	redacts bool // some action has redact_fields
+	redacts map[string]bool // every member name some action redacts
 }
 
 // New returns a Service over st enforcing pol. Zero limits take DefaultLimits.
@@ -54,7 +54,7 @@ func New(st store.Store, pol *policy.Policy, limits Limits) *Service {
 	if limits.MaxResultBytes <= 0 {
 		limits.MaxResultBytes = DefaultLimits.MaxResultBytes
 	}
-	return &Service{store: st, policy: pol, limits: limits, redacts: anyRedaction(pol)}
+	return &Service{store: st, policy: pol, limits: limits, redacts: redactNames(pol)}
 }
 
 // Limits returns the limits in force.

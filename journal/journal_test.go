@@ -182,3 +182,43 @@ func TestMarkValidation(t *testing.T) {
 		t.Fatalf("a refused mark changed the operation: %+v", *after)
 	}
 }
+
+// TestRedaction: redact_fields are blanked in the stored payload and in a
+// result (looked up by the operation's action), at any depth; the hash
+// still covers the real values; other results are stored as given.
+func TestRedaction(t *testing.T) {
+	t.Parallel()
+	svc, ctx := setup(t)
+	pay := func(card string) json.RawMessage {
+		return json.RawMessage(`{"amount_minor":100,"card_number":"` + card + `","nested":{"card_cvc":"123"}}`)
+	}
+	res, err := svc.Register(ctx, journal.RegisterRequest{Key: "p1", Action: "create_payment", Payload: pay("4111111111111111"), Claim: &journal.ClaimOptions{WorkerID: "w"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.Operation.Payload); got != `{"amount_minor":100,"card_number":"[redacted]","nested":{"card_cvc":"[redacted]"}}` {
+		t.Fatalf("stored payload %s", got)
+	}
+	// Another card under the same key is another request: a conflict.
+	if _, err := svc.Register(ctx, journal.RegisterRequest{Key: "p1", Action: "create_payment", Payload: pay("5500000000000004")}); opjournal.ErrorCode(err) != opjournal.CodePayloadMismatch {
+		t.Fatalf("other card: %v", err)
+	}
+	op, err := svc.MarkSucceeded(ctx, journal.MarkSucceededRequest{Key: "p1", Attempt: 1, ExternalID: "x", Result: json.RawMessage(`{"id":"x","items":[{"card_number":"4111111111111111"}]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(op.Result); got != `{"id":"x","items":[{"card_number":"[redacted]"}]}` {
+		t.Fatalf("stored result %s", got)
+	}
+	// send_email redacts nothing: its result is stored as given.
+	if _, err := svc.Register(ctx, journal.RegisterRequest{Key: "e1", Action: "send_email", Payload: json.RawMessage(`{"to":"a"}`), Claim: &journal.ClaimOptions{WorkerID: "w"}}); err != nil {
+		t.Fatal(err)
+	}
+	op, err = svc.MarkSucceeded(ctx, journal.MarkSucceededRequest{Key: "e1", Attempt: 1, ExternalID: "m", Result: json.RawMessage(`{"card_number":"kept: not a field send_email redacts"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(op.Result); got != `{"card_number":"kept: not a field send_email redacts"}` {
+		t.Fatalf("send_email result %s", got)
+	}
+}

@@ -54,20 +54,43 @@ func redact(canonical json.RawMessage, fields []string) (json.RawMessage, error)
 	return canonjson.Canonicalize(b, canonjson.Options{})
 }
 
-// anyRedaction reports whether any action of pol redacts anything, so the
-// journal pays for looking up an operation's action only when it matters.
-func anyRedaction(pol *policy.Policy) bool {
+// redactNames returns every member name some action of pol redacts.
+func redactNames(pol *policy.Policy) map[string]bool {
+	names := map[string]bool{}
 	for _, name := range pol.Names() {
-		if a, ok := pol.Action(name); ok && len(a.RedactFields) > 0 {
+		if a, ok := pol.Action(name); ok {
+			for _, f := range a.RedactFields {
+				names[f] = true
+			}
+		}
+	}
+	return names
+}
+
+// hasMember reports whether canonical JSON holds an object member (at any
+// depth) with one of names.
+func hasMember(canonical json.RawMessage, names map[string]bool) bool {
+	dec := json.NewDecoder(bytes.NewReader(canonical))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		// In an object, keys and values alternate; a string token that is a
+		// key comes right after '{' or a value. Checking every string is
+		// simpler and only errs towards looking the action up.
+		if str, ok := tok.(string); ok && names[str] {
 			return true
 		}
 	}
-	return false
 }
 
-// redactResult applies the redact_fields of key's action to a result.
+// redactResult applies the redact_fields of key's action to a result. A
+// result holding no member that any action redacts is returned as it is,
+// without looking the operation's action up: MarkSucceeded then stays one
+// statement.
 func (s *Service) redactResult(ctx context.Context, tenant, key string, result json.RawMessage) (json.RawMessage, error) {
-	if result == nil || !s.redacts {
+	if result == nil || len(s.redacts) == 0 || !hasMember(result, s.redacts) {
 		return result, nil
 	}
 	op, err := s.store.Get(ctx, tenant, key)

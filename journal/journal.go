@@ -102,13 +102,9 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.Regi
 		}
 		cp = &c
 	}
-	hash, canonical, err := canonjson.RequestHash(act.Name, req.Payload, canonjson.Options{IntegerFields: act.IntegerFields})
+	hash, canonical, err := s.hashPayload(act, req.Payload)
 	if err != nil {
-		return store.RegisterResult{}, jsonError("payload", err)
-	}
-	if len(canonical) > s.limits.MaxPayloadBytes {
-		return store.RegisterResult{}, opjournal.Errorf(opjournal.CodeTooLarge, "payload",
-			"is %d bytes as canonical JSON; the limit is %d", len(canonical), s.limits.MaxPayloadBytes)
+		return store.RegisterResult{}, err
 	}
 	// The hash covers the whole payload; what is stored has the policy's
 	// redact_fields blanked, so no secret reaches the table.
@@ -135,14 +131,22 @@ func (s *Service) CheckPayload(action string, payload json.RawMessage) error {
 	if !ok {
 		return nil
 	}
-	_, canonical, err := canonjson.RequestHash(act.Name, payload, canonjson.Options{IntegerFields: act.IntegerFields})
+	_, _, err := s.hashPayload(act, payload)
+	return err
+}
+
+// hashPayload validates a payload for act (numbers, integer fields,
+// nesting, size) and returns its request hash and canonical form.
+func (s *Service) hashPayload(act *policy.Action, payload json.RawMessage) (hash string, canonical json.RawMessage, err error) {
+	hash, canonical, err = canonjson.RequestHash(act.Name, payload, canonjson.Options{IntegerFields: act.IntegerFields})
 	if err != nil {
-		return jsonError("payload", err)
+		return "", nil, jsonError("payload", err)
 	}
 	if len(canonical) > s.limits.MaxPayloadBytes {
-		return opjournal.Errorf(opjournal.CodeTooLarge, "payload", "is %d bytes as canonical JSON; the limit is %d", len(canonical), s.limits.MaxPayloadBytes)
+		return "", nil, opjournal.Errorf(opjournal.CodeTooLarge, "payload",
+			"is %d bytes as canonical JSON; the limit is %d", len(canonical), s.limits.MaxPayloadBytes)
 	}
-	return nil
+	return hash, canonical, nil
 }
 
 // ClaimRequest asks for a lease on an existing operation.

@@ -68,11 +68,7 @@ if [ "$full" = 1 ]; then
 	bash scripts/deps.sh
 	mkdir -p bin
 	"$GO" build -o bin/opjournal ./cmd/opjournal
-	PYTHON=${PYTHON:-/usr/bin/python3}
-	if ! "$PYTHON" -c 'import grpc, google.protobuf' 2>/dev/null; then
-		log "the Python client's tests need Debian's packages: apt-get install -y python3-grpcio python3-protobuf"
-		exit 1
-	fi
+	PYTHON=${PYTHON:-/usr/bin/python3} # deps.sh installed Debian's grpcio and protobuf for it
 	log "Python client: clients/python/tests"
 	OPJOURNAL_BIN="$PWD/bin/opjournal" "$PYTHON" -m unittest discover -s clients/python/tests
 

@@ -59,7 +59,13 @@ type config struct {
 	resultsMD   string
 	serverLog   string
 	replayKeys  int
+	only        map[string]bool // scenarios to run; empty: all
+	serverArgs  []string
 }
+
+// want reports whether the scenario (or group: "contention", "peers",
+// "growth") is to run.
+func (c config) want(scenario string) bool { return len(c.only) == 0 || c.only[scenario] }
 
 func main() {
 	var c config
@@ -79,7 +85,16 @@ func main() {
 	fs.StringVar(&c.resultsDir, "results-dir", "bench/results", "where latest.json, summary.json and chart.svg go")
 	fs.StringVar(&c.resultsMD, "results-md", "bench/RESULTS.md", "the report with the machine description (\"\" skips it)")
 	fs.StringVar(&c.serverLog, "server-log", "", "copy the server's log to this file")
+	only := fs.String("scenarios", "", "run only these, comma-separated: raw-sql, full-cycle-grpc, fused-grpc, fused-rest, replay-grpc, contention, peers, growth (default: all; a partial run writes no targets it did not measure)")
+	serverArgs := fs.String("server-args", "", "extra space-separated arguments for \"opjournal serve\" (e.g. --pprof-addr 127.0.0.1:6060)")
 	_ = fs.Parse(os.Args[1:])
+	c.only = map[string]bool{}
+	for _, s := range strings.Split(*only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			c.only[s] = true
+		}
+	}
+	c.serverArgs = strings.Fields(*serverArgs)
 	for _, s := range strings.Split(levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
@@ -141,6 +156,7 @@ func run(ctx context.Context, c config) error {
 	}
 	spec := procs.Spec{Name: "opjournal", Path: c.bin, Ready: "serving", Args: []string{"serve",
 		"--database-url", dbURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}}
+	spec.Args = append(spec.Args, c.serverArgs...)
 	if c.serverLog != "" {
 		f, err := os.Create(c.serverLog)
 		if err != nil {
@@ -173,12 +189,18 @@ func run(ctx context.Context, c config) error {
 	k := keyer(hex.EncodeToString(b[:]))
 
 	var rows []bench.Row
-	measure := func(system, scenario string, cc int, op bench.Op) bench.Row {
+	measure := func(system, scenario string, cc int, op bench.Op) {
+		name := strings.TrimSuffix(scenario, "-at-"+count(c.growthRows))
+		if system == "raw-sql" {
+			name = "raw-sql"
+		}
+		if !c.want(name) && !c.want(scenario) && !strings.HasPrefix(scenario, "fused-grpc-at-") {
+			return
+		}
 		r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: c.duration}, srv.Pid(), op)
 		r.System, r.Scenario, r.Store = system, scenario, "postgres"
 		rows = append(rows, r)
 		progress(r)
-		return r
 	}
 
 	// Succeeded keys for the replay scenario, made by the fused path.
@@ -200,10 +222,12 @@ func run(ctx context.Context, c config) error {
 			return ctx.Err()
 		}
 	}
-	cr := contention(ctx, cl, k, c.contenders, bench.Load{Warmup: c.warmup, Duration: c.duration}, srv.Pid())
-	cr.System, cr.Scenario, cr.Store = "opjournal", "contention-same-key", "postgres"
-	rows = append(rows, cr)
-	progress(cr)
+	if c.want("contention") {
+		cr := contention(ctx, cl, k, c.contenders, bench.Load{Warmup: c.warmup, Duration: c.duration}, srv.Pid())
+		cr.System, cr.Scenario, cr.Store = "opjournal", "contention-same-key", "postgres"
+		rows = append(rows, cr)
+		progress(cr)
+	}
 
 	sum.ServerPeakRSSMiB, err = peakRSSMiB(srv.Pid())
 	if err != nil {
@@ -217,7 +241,7 @@ func run(ctx context.Context, c config) error {
 	fmt.Printf("server peak RSS (VmHWM) %.1f MiB; journal %d operations, %d bytes with indexes = %.0f bytes/operation\n",
 		sum.ServerPeakRSSMiB, sum.Operations, sum.JournalBytes, sum.BytesPerOperation)
 
-	if c.peersBin != "" {
+	if c.peersBin != "" && c.want("peers") {
 		peers, err := runPeers(ctx, c, schema)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "peers:", err)
@@ -225,7 +249,7 @@ func run(ctx context.Context, c config) error {
 		rows = append(rows, peers...)
 	}
 
-	if c.growthRows > 0 {
+	if c.growthRows > 0 && c.want("growth") {
 		fmt.Printf("growth: bulk-loading %d operations …\n", c.growthRows)
 		t0 := time.Now()
 		if err := bulkLoad(ctx, pool, c.growthRows); err != nil {

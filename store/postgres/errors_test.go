@@ -152,6 +152,21 @@ func TestSettingsDefaults(t *testing.T) {
 		}
 	}
 
+	// Batching: defaults, explicit values (removed from both URLs), bad values.
+	if cs.batchWorkers != defaultBatchWorkers || cs.batchSize != defaultBatchSize {
+		t.Fatalf("batch defaults: %+v", cs)
+	}
+	cs, err = parseSettings("postgres://db/j?opjournal_batch_workers=0&opjournal_batch_size=8")
+	if err != nil || cs.batchWorkers != 0 || cs.batchSize != 8 || strings.Contains(cs.poolURL+cs.migrateURL, "batch") {
+		t.Fatalf("batch settings: %+v %v", cs, err)
+	}
+	for _, bad := range []string{"opjournal_batch_workers=-1", "opjournal_batch_workers=many", "opjournal_batch_size=0", "opjournal_batch_size=5000"} {
+		name, _, _ := strings.Cut(bad, "=")
+		if _, err := parseSettings("postgres://db/j?" + bad); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v, want an error naming the parameter", bad, err)
+		}
+	}
+
 	// PGCONNECT_TIMEOUT counts as set.
 	t.Setenv("PGCONNECT_TIMEOUT", "20")
 	if cs, err = parseSettings("postgres://db/j"); err != nil || query(t, cs.poolURL).Has("connect_timeout") || !cs.explicitConnect {

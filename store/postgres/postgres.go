@@ -28,6 +28,10 @@ import (
 type Store struct {
 	pool        *pgxpool.Pool
 	stmtTimeout time.Duration // bounds each statement; 0: only the caller's context
+	// The hot path's batchers (batch.go); nil when batching is off.
+	registers *batcher[store.RegisterParams, batched]
+	claims    *batcher[store.ClaimParams, batched]
+	marks     *batcher[store.MarkSucceededParams, batched]
 }
 
 var _ store.Store = (*Store)(nil)
@@ -67,15 +71,34 @@ const (
 	defaultStatementTimeout = 5 * time.Second
 )
 
-// statementTimeoutParam is our own URL parameter; it is removed before the
-// URL reaches pgx, which would send it to the server as a setting.
-const statementTimeoutParam = "opjournal_statement_timeout"
+// Our own URL parameters; they are removed before the URL reaches pgx,
+// which would send them to the server as settings.
+const (
+	statementTimeoutParam = "opjournal_statement_timeout"
+	// batchWorkersParam is how many statements of each batched kind
+	// (register, claim, mark succeeded) may run at once; 0 turns batching
+	// off (every call is a statement of its own).
+	batchWorkersParam = "opjournal_batch_workers"
+	// batchSizeParam caps the calls in one batched statement.
+	batchSizeParam = "opjournal_batch_size"
+)
+
+// Batching defaults (batch.go). Few workers make large batches: each
+// statement's fixed cost is shared by more calls, while the database,
+// which has few cores to spend, is kept busy by the others' statements.
+// A lone caller is never delayed by them.
+const (
+	defaultBatchWorkers = 4
+	defaultBatchSize    = 64
+)
 
 // connSettings are a database URL with the defaults above applied.
 type connSettings struct {
 	poolURL         string // for pgxpool: with connect_timeout; without ours, nor golang-migrate's x-*
 	migrateURL      string // for golang-migrate (pgx5://): with connect_timeout; without ours, nor pool_*
 	stmtTimeout     time.Duration
+	batchWorkers    int
+	batchSize       int
 	explicitConnect bool // the URL or PGCONNECT_TIMEOUT sets connect_timeout
 	explicitPing    bool // the URL sets pool_ping_timeout
 }
@@ -86,7 +109,8 @@ type connSettings struct {
 // Other forms (keyword/value) are passed through as they are; Open still
 // sets the pool's defaults on its parsed configuration.
 func parseSettings(raw string) (connSettings, error) {
-	cs := connSettings{poolURL: raw, migrateURL: raw, stmtTimeout: defaultStatementTimeout}
+	cs := connSettings{poolURL: raw, migrateURL: raw, stmtTimeout: defaultStatementTimeout,
+		batchWorkers: defaultBatchWorkers, batchSize: defaultBatchSize}
 	_, envTimeout := os.LookupEnv("PGCONNECT_TIMEOUT")
 	scheme, rest, _ := strings.Cut(raw, "://")
 	if scheme != "postgres" && scheme != "postgresql" {
@@ -108,6 +132,21 @@ func parseSettings(raw string) (connSettings, error) {
 		}
 		cs.stmtTimeout = d
 		q.Del(statementTimeoutParam)
+	}
+	for _, n := range []struct {
+		param string
+		dst   *int
+		min   int
+	}{{batchWorkersParam, &cs.batchWorkers, 0}, {batchSizeParam, &cs.batchSize, 1}} {
+		if !q.Has(n.param) {
+			continue
+		}
+		v, err := strconv.Atoi(q.Get(n.param))
+		if err != nil || v < n.min || v > 1024 {
+			return cs, fmt.Errorf("postgres: database url: %s=%q is not a whole number from %d to 1024", n.param, q.Get(n.param), n.min)
+		}
+		*n.dst = v
+		q.Del(n.param)
 	}
 	cs.explicitPing = q.Has("pool_ping_timeout")
 	cs.explicitConnect = envTimeout || q.Has("connect_timeout")
@@ -154,6 +193,18 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if !cs.explicitPing {
 		cfg.PingTimeout = defaultPingTimeout
 	}
+	// Every statement of the journal finds its rows by key. Its prepared
+	// statements are planned once, generically, and that plan is kept;
+	// one made while the table was still small, for a batch over arrays of
+	// unknown length, joins by hashing or sorting the whole table, and
+	// keeps doing so as the table grows. So these connections never choose
+	// a scan or join that ignores the key index (unless the URL says
+	// otherwise).
+	for name, value := range map[string]string{"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off"} {
+		if _, set := cfg.ConnConfig.RuntimeParams[name]; !set {
+			cfg.ConnConfig.RuntimeParams[name] = value
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, classify("connect", err)
@@ -164,6 +215,11 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
 		return nil, classify("connect", err)
+	}
+	if w := cs.batchWorkers; w > 0 {
+		s.registers = newBatcher("register", w, cs.batchSize, s.bound, s.execRegister)
+		s.claims = newBatcher("claim", w, cs.batchSize, s.bound, s.execClaim)
+		s.marks = newBatcher("mark succeeded", w, cs.batchSize, s.bound, s.execMarkSucceeded)
 	}
 	return s, nil
 }
@@ -191,8 +247,17 @@ func Migrate(url string) error {
 	return nil
 }
 
-// Close closes the pool.
-func (s *Store) Close() error { s.pool.Close(); return nil }
+// Close stops the batchers (calls in flight are answered first) and closes
+// the pool.
+func (s *Store) Close() error {
+	if s.registers != nil {
+		s.registers.close()
+		s.claims.close()
+		s.marks.close()
+	}
+	s.pool.Close()
+	return nil
+}
 
 // bound limits one statement, waiting for a pooled connection included, to
 // the statement timeout (sooner if ctx says so).
@@ -236,7 +301,8 @@ type scanned struct {
 	dbNow time.Time
 }
 
-func scanOp(row pgx.Row) (scanned, error) {
+// scanOp reads one row of columns, after the extra leading columns, if any.
+func scanOp(row pgx.Row, extra ...any) (scanned, error) {
 	var (
 		op                                             opjournal.Operation
 		payload                                        string
@@ -245,10 +311,10 @@ func scanOp(row pgx.Row) (scanned, error) {
 		leaseUntil, unknownSince, lastCheck, nextCheck *time.Time
 		dbNow                                          time.Time
 	)
-	err := row.Scan(&op.Tenant, &op.Key, &op.Action, &op.RequestHash, &payload, &status,
+	err := row.Scan(append(extra, &op.Tenant, &op.Key, &op.Action, &op.RequestHash, &payload, &status,
 		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &op.DuplicateExternalID,
 		&result, &op.ErrorCode, &op.NeedsReview, &op.ReviewReason, &op.CreatedAt, &op.UpdatedAt,
-		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &dbNow)
+		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &dbNow)...)
 	if err != nil {
 		return scanned{}, err
 	}
@@ -343,8 +409,28 @@ func (s *Store) transition(ctx context.Context, what, set, cond string, ev event
 
 // Register inserts the operation, or returns the existing one with the same
 // hash (and claims it if asked). With a claim, a new key is inserted
-// directly as in_progress with attempt 1: one statement, one commit.
+// directly as in_progress with attempt 1: one statement, one commit. The
+// statement is shared with concurrent calls (batch.go).
 func (s *Store) Register(ctx context.Context, p store.RegisterParams) (store.RegisterResult, error) {
+	if s.registers == nil {
+		return s.registerOne(ctx, p)
+	}
+	b, ok, err := s.registers.do(ctx, p)
+	switch {
+	case err != nil:
+		return store.RegisterResult{}, err
+	case ok && !b.existed:
+		return registered(p, b.sc), nil
+	case ok:
+		return s.registerExisting(ctx, p, b.sc)
+	}
+	// The key exists but the statement's snapshot did not show it, or it
+	// came twice in the batch: the one-call path decides.
+	return s.registerOne(ctx, p)
+}
+
+// registerOne is Register in a statement of its own.
+func (s *Store) registerOne(ctx context.Context, p store.RegisterParams) (store.RegisterResult, error) {
 	status, attempt, owner, lease, reason := "pending", 0, (*string)(nil), 0, "registered"
 	if p.Claim != nil {
 		status, attempt, owner, lease, reason = "in_progress", 1, &p.Claim.WorkerID, p.Claim.LeaseSeconds, "registered and claimed"
@@ -367,23 +453,33 @@ func (s *Store) Register(ctx context.Context, p store.RegisterParams) (store.Reg
 		return store.RegisterResult{}, err
 	}
 	if created {
-		res := store.RegisterResult{Operation: sc.op, Created: true}
-		if p.Claim != nil {
-			res.Claim = &store.ClaimResult{Operation: sc.op, Claimed: true}
-		}
-		return res, nil
+		return registered(p, sc), nil
 	}
-	// The key exists. Its hash decides: same request → replay, other → conflict.
 	existing, err := s.get(ctx, p.Tenant, p.Key)
 	if err != nil {
 		return store.RegisterResult{}, err
 	}
+	return s.registerExisting(ctx, p, existing)
+}
+
+// registered is the result of a Register that inserted the row.
+func registered(p store.RegisterParams, sc scanned) store.RegisterResult {
+	res := store.RegisterResult{Operation: sc.op, Created: true}
+	if p.Claim != nil {
+		res.Claim = &store.ClaimResult{Operation: sc.op, Claimed: true}
+	}
+	return res
+}
+
+// registerExisting answers a Register whose key exists: its hash decides
+// (same request → replay, and a claim if asked; other → conflict).
+func (s *Store) registerExisting(ctx context.Context, p store.RegisterParams, existing scanned) (store.RegisterResult, error) {
 	if err := store.CheckHash(existing.op, p.RequestHash); err != nil {
 		return store.RegisterResult{}, err
 	}
 	res := store.RegisterResult{Operation: existing.op}
 	if p.Claim != nil {
-		cr, err := s.claim(ctx, p.Tenant, p.Key, *p.Claim)
+		cr, err := s.Claim(ctx, store.ClaimParams{Tenant: p.Tenant, Key: p.Key, ClaimPolicy: *p.Claim})
 		if err != nil {
 			return store.RegisterResult{}, err
 		}
@@ -394,24 +490,44 @@ func (s *Store) Register(ctx context.Context, p store.RegisterParams) (store.Reg
 
 // Claim takes a lease by one conditional UPDATE: exactly one of any number
 // of concurrent callers (in any number of processes) sees a row come back.
+// The statement is shared with concurrent calls (batch.go).
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	return s.claim(ctx, p.Tenant, p.Key, p.ClaimPolicy)
+	if s.claims == nil {
+		return s.claimOne(ctx, p)
+	}
+	b, ok, err := s.claims.do(ctx, p)
+	switch {
+	case err != nil:
+		return store.ClaimResult{}, err
+	case ok:
+		return store.ClaimResult{Operation: b.sc.op, Claimed: true}, nil
+	case !b.sent:
+		return s.claimOne(ctx, p)
+	}
+	return s.claimLost(ctx, p)
 }
 
-func (s *Store) claim(ctx context.Context, tenant, key string, cp store.ClaimPolicy) (store.ClaimResult, error) {
+// claimOne is Claim in a statement of its own.
+func (s *Store) claimOne(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	sc, claimed, err := s.transition(ctx, "claim",
 		`status = 'in_progress', attempt_count = attempt_count + 1, lease_owner = $3,
 		 lease_until = now() + make_interval(secs => $4), unknown_since = NULL, next_check_at = NULL`,
 		`NOT needs_review AND (status = 'pending' OR ($5 AND `+isUnknown+`))`,
 		event{attempt: "attempt_count", actor: "$3", reason: "'claimed'"},
-		tenant, key, cp.WorkerID, cp.LeaseSeconds, cp.AllowRetryAfterUnknown)
+		p.Tenant, p.Key, p.WorkerID, p.LeaseSeconds, p.AllowRetryAfterUnknown)
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
 	if claimed {
 		return store.ClaimResult{Operation: sc.op, Claimed: true}, nil
 	}
-	cur, err := s.get(ctx, tenant, key)
+	return s.claimLost(ctx, p)
+}
+
+// claimLost answers a claim whose update did not apply with the operation
+// as it is now, and how long another worker's lease still runs.
+func (s *Store) claimLost(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	cur, err := s.get(ctx, p.Tenant, p.Key)
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
@@ -422,8 +538,26 @@ func (s *Store) claim(ctx context.Context, tenant, key string, cp store.ClaimPol
 	return res, nil
 }
 
-// MarkSucceeded records a confirmed effect from any issued attempt.
+// MarkSucceeded records a confirmed effect from any issued attempt. The
+// statement is shared with concurrent calls (batch.go).
 func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) (*opjournal.Operation, error) {
+	if s.marks == nil {
+		return s.markSucceededOne(ctx, p)
+	}
+	b, ok, err := s.marks.do(ctx, p)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok:
+		return b.sc.op, nil
+	case !b.sent:
+		return s.markSucceededOne(ctx, p)
+	}
+	return s.markSucceededNotApplied(ctx, p)
+}
+
+// markSucceededOne is MarkSucceeded in a statement of its own.
+func (s *Store) markSucceededOne(ctx context.Context, p store.MarkSucceededParams) (*opjournal.Operation, error) {
 	var result *string
 	if p.Result != nil {
 		r := string(p.Result)
@@ -438,6 +572,13 @@ func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) 
 	if err != nil || done {
 		return sc.op, err
 	}
+	return s.markSucceededNotApplied(ctx, p)
+}
+
+// markSucceededNotApplied explains a MarkSucceeded whose update did not
+// apply: the attempt was never issued, the same effect is confirmed
+// again (a no-op), or another effect is (a duplicate, for a person).
+func (s *Store) markSucceededNotApplied(ctx context.Context, p store.MarkSucceededParams) (*opjournal.Operation, error) {
 	cur, err := s.get(ctx, p.Tenant, p.Key)
 	if err != nil {
 		return nil, err
@@ -454,7 +595,7 @@ func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) 
 	// hand the operation to a person. The first duplicate reported is kept
 	// on the row; every one is in the history.
 	reason := store.DuplicateEffectReason(cur.op, p.ExternalID)
-	sc, done, err = s.transition(ctx, "mark succeeded (duplicate)",
+	sc, done, err := s.transition(ctx, "mark succeeded (duplicate)",
 		`needs_review = true, review_reason = coalesce(review_reason, $4),
 		 duplicate_external_id = coalesce(duplicate_external_id, $3)`,
 		`status IN ('succeeded', 'failed_final')`,

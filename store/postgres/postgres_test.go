@@ -15,9 +15,18 @@ import (
 	"github.com/opjournal/opjournal/store/storetest"
 )
 
+// TestConformance runs the shared rules on the store as configured by
+// default (the hot path batched: batch.go) and with batching off (every
+// call a statement of its own).
 func TestConformance(t *testing.T) {
+	for name, params := range map[string]string{"batched": "", "one-call": "&opjournal_batch_workers=0"} {
+		t.Run(name, func(t *testing.T) { conformance(t, params) })
+	}
+}
+
+func conformance(t *testing.T, params string) {
 	storetest.Run(t, func(t *testing.T) storetest.Opener {
-		url := pgtest.NewSchema(t)
+		url := pgtest.NewSchema(t) + params
 		return func(t *testing.T) store.Store {
 			s, err := postgres.Open(context.Background(), url)
 			if err != nil {

@@ -1,0 +1,255 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/store"
+)
+
+// These tests make a batch deterministically: with one worker per kind, a
+// first call is parked on a row lock held by the test's own transaction,
+// the calls under test queue up behind it, and once all of them wait the
+// lock is released, so the worker takes them all in ONE statement. Each
+// call must still get exactly the answer it gets on its own.
+
+// openOneWorker opens a store with one batch worker per kind, and a plain
+// connection to the same schema for the test's own transactions.
+func openOneWorker(t *testing.T) (*Store, *pgx.Conn) {
+	t.Helper()
+	base := pgtest.NewSchema(t)
+	s, err := Open(context.Background(), base+"&opjournal_batch_workers=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	conn, err := pgx.Connect(context.Background(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return s, conn
+}
+
+// await polls cond (a condition, not a duration) for up to 10 s.
+func await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// inOneBatch runs calls[0] alone, parked on the lock that lockSQL takes
+// in a transaction of the test's own, then queues calls[1:] one at a time
+// (so they are batched in this order), releases the lock and waits for all.
+// It fails the test unless calls[1:] ran as ONE batch.
+func inOneBatch[In, Out any](t *testing.T, conn *pgx.Conn, lockSQL string, b *batcher[In, Out], calls []func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, lockSQL); err != nil {
+		t.Fatal(err)
+	}
+	b0, c0 := b.batches.Load(), b.calls.Load()
+	var wg sync.WaitGroup
+	wg.Go(calls[0])
+	await(t, "the worker to take the first call", func() bool { return b.batches.Load() == b0+1 })
+	for i := 1; i < len(calls); i++ {
+		wg.Go(calls[i])
+		await(t, "the call to queue", func() bool { return b.waiting.Load() == int64(i) })
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if nb, nc := b.batches.Load()-b0, b.calls.Load()-c0; nb != 2 || nc != int64(len(calls)) {
+		t.Fatalf("%d batches with %d calls, want 2 with %d (the first alone, then the rest together)", nb, nc, len(calls))
+	}
+}
+
+var claim = &store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 60}
+
+func register(t *testing.T, s *Store, tenant, key, hash string) {
+	t.Helper()
+	if _, err := s.registerOne(context.Background(), store.RegisterParams{Tenant: tenant, Key: key, Action: "a",
+		RequestHash: hash, Payload: json.RawMessage(`{"k":"` + key + `"}`), Claim: claim}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOneBatchOfMarkSucceededAnswersEachCallAsAlone(t *testing.T) {
+	s, conn := openOneWorker(t)
+	ctx := context.Background()
+	for _, k := range []string{"m0", "m1", "m2", "m3", "m5", "m6", "m7"} {
+		register(t, s, "", k, "h")
+	}
+	register(t, s, "t2", "m4", "h")
+
+	type outcome struct {
+		op  *opjournal.Operation
+		err error
+	}
+	run := func(lockKey string, calls []store.MarkSucceededParams) []outcome {
+		out := make([]outcome, len(calls))
+		fns := make([]func(), len(calls))
+		for i := range calls {
+			fns[i] = func() { op, err := s.MarkSucceeded(ctx, calls[i]); out[i] = outcome{op, err} }
+		}
+		inOneBatch(t, conn, `SELECT 1 FROM operations WHERE operation_key = '`+lockKey+`' FOR UPDATE`, s.marks, fns)
+		return out
+	}
+	calls := []store.MarkSucceededParams{
+		{Key: "m0", Attempt: 1, ExternalID: "e0"},
+		{Key: "m1", Attempt: 1, ExternalID: "e1"},
+		{Key: "m1", Attempt: 9, ExternalID: "e1-never"}, // the same key again, an attempt never issued
+		{Key: "m2", Attempt: 7, ExternalID: "e2"},       // never issued
+		{Key: "m3", Attempt: 1, ExternalID: "e3", Result: json.RawMessage(`{"ok":true}`)},
+		{Tenant: "t2", Key: "m4", Attempt: 1, ExternalID: "e4"},
+	}
+	results := run("m0", calls)
+	for i, want := range []string{"e0", "e1", "", "", "e3", "e4"} {
+		r := results[i]
+		if want == "" {
+			if got := opjournal.ErrorCode(r.err); got != opjournal.CodeInvalidArgument {
+				t.Errorf("%s with an attempt never issued: %+v, %v; want INVALID_ARGUMENT", calls[i].Key, r.op, r.err)
+			}
+			continue
+		}
+		if r.err != nil || r.op == nil || r.op.Status != opjournal.StatusSucceeded || r.op.ExternalID != want {
+			t.Errorf("call %d (%s): %+v, %v; want succeeded with %s", i, calls[i].Key, r.op, r.err, want)
+		}
+	}
+
+	// A call the database refuses fails the statement: the others are
+	// then applied one by one, and only it fails.
+	poisoned := run("m5", []store.MarkSucceededParams{
+		{Key: "m5", Attempt: 1, ExternalID: "e5"},
+		{Key: "m6", Attempt: 1, ExternalID: "e6", Result: json.RawMessage(`{not json`)},
+		{Key: "m7", Attempt: 1, ExternalID: "e7"},
+	})
+	if poisoned[1].err == nil {
+		t.Errorf("m6 with a result that is not JSON: no error")
+	}
+	for _, i := range []int{0, 2} {
+		if r := poisoned[i]; r.err != nil || r.op.Status != opjournal.StatusSucceeded {
+			t.Errorf("call %d beside the refused one: %+v, %v; want succeeded", i, r.op, r.err)
+		}
+	}
+
+	for _, c := range []struct {
+		tenant, key string
+		status      opjournal.Status
+		events      int
+	}{{"", "m1", opjournal.StatusSucceeded, 2}, {"", "m2", opjournal.StatusInProgress, 1}, {"", "m6", opjournal.StatusInProgress, 1},
+		{"t2", "m4", opjournal.StatusSucceeded, 2}, {"", "m3", opjournal.StatusSucceeded, 2}, {"", "m7", opjournal.StatusSucceeded, 2}} {
+		op, err := s.Get(ctx, c.tenant, c.key)
+		if err != nil || op.Status != c.status || op.NeedsReview {
+			t.Errorf("%s: %+v, %v; want %s, not under review", c.key, op, err, c.status)
+		}
+		evs, err := s.Events(ctx, c.tenant, c.key)
+		if err != nil || len(evs) != c.events {
+			t.Errorf("%s: %d events (%v), want %d", c.key, len(evs), err, c.events)
+		}
+	}
+	if op, _ := s.Get(ctx, "", "m3"); op == nil || string(op.Result) != `{"ok":true}` {
+		t.Errorf("m3's result: %+v", op)
+	}
+}
+
+func TestOneBatchOfRegisterAnswersEachCallAsAlone(t *testing.T) {
+	s, conn := openOneWorker(t)
+	ctx := context.Background()
+	register(t, s, "", "r2", "h-first")
+	register(t, s, "", "r3", "h")
+	if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Key: "r3", Attempt: 1, ExternalID: "x3"}); err != nil {
+		t.Fatal(err)
+	}
+	params := func(tenant, key, hash, payload string, c *store.ClaimPolicy) store.RegisterParams {
+		return store.RegisterParams{Tenant: tenant, Key: key, Action: "a", RequestHash: hash, Payload: json.RawMessage(payload), Claim: c}
+	}
+	run := func(lockKey string, calls []store.RegisterParams) ([]store.RegisterResult, []error) {
+		results, errs := make([]store.RegisterResult, len(calls)), make([]error, len(calls))
+		fns := make([]func(), len(calls))
+		for i := range calls {
+			fns[i] = func() { results[i], errs[i] = s.Register(ctx, calls[i]) }
+		}
+		// The first call's insert waits for our uncommitted insert of the same key.
+		inOneBatch(t, conn, `INSERT INTO operations (tenant, operation_key, action_type, request_hash, payload, status)
+			VALUES ('', '`+lockKey+`', 'a', 'h', '{"k":"`+lockKey+`"}', 'pending')`, s.registers, fns)
+		return results, errs
+	}
+	results, errs := run("r0", []store.RegisterParams{
+		params("", "r0", "h", `{"k":"r0"}`, nil),
+		params("", "r1", "h", `{"k":"r1"}`, claim),
+		params("", "r1", "h-other", `{"k":"r1","other":1}`, claim), // the same key, other parameters
+		params("", "r1", "h", `{"k":"r1"}`, claim),                 // the same request again
+		params("", "r2", "h-other", `{"k":"r2"}`, claim),
+		params("", "r3", "h", `{"k":"r3"}`, claim), // replay of a succeeded operation
+		params("t2", "r1", "h", `{"k":"r1"}`, nil), // same key, other tenant
+	})
+	// r0: inserted by the other transaction with the same request: a replay.
+	if errs[0] != nil || results[0].Created || results[0].Operation.Status != opjournal.StatusPending {
+		t.Errorf("r0: %+v, %v; want the existing pending operation, not created", results[0], errs[0])
+	}
+	if errs[1] != nil || !results[1].Created || results[1].Claim == nil || !results[1].Claim.Claimed || results[1].Operation.AttemptCount != 1 {
+		t.Errorf("r1, first: %+v, %v; want created and claimed", results[1], errs[1])
+	}
+	if opjournal.ErrorCode(errs[2]) != opjournal.CodePayloadMismatch {
+		t.Errorf("r1 with other parameters in the same batch: %+v, %v; want PAYLOAD_MISMATCH", results[2], errs[2])
+	}
+	if errs[3] != nil || results[3].Created || results[3].Claim == nil || results[3].Claim.Claimed || results[3].Claim.RetryAfter <= 0 {
+		t.Errorf("r1 again: %+v, %v; want the lease held elsewhere, with a retry-after", results[3], errs[3])
+	}
+	if opjournal.ErrorCode(errs[4]) != opjournal.CodePayloadMismatch {
+		t.Errorf("r2 with other parameters: %v, want PAYLOAD_MISMATCH", errs[4])
+	}
+	if errs[5] != nil || results[5].Created || results[5].Claim == nil || results[5].Claim.Claimed ||
+		results[5].Operation.Status != opjournal.StatusSucceeded || results[5].Operation.ExternalID != "x3" {
+		t.Errorf("r3 replay: %+v, %v; want the succeeded operation, unclaimed", results[5], errs[5])
+	}
+	if errs[6] != nil || !results[6].Created || results[6].Operation.Tenant != "t2" {
+		t.Errorf("t2/r1: %+v, %v; want created in tenant t2", results[6], errs[6])
+	}
+
+	// A call the database refuses fails the statement: the others are
+	// then applied one by one, and only it fails.
+	results, errs = run("r4", []store.RegisterParams{
+		params("", "r4", "h", `{"k":"r4"}`, nil),
+		params("", "r5", "h", `{not json`, nil),
+		params("", "r6", "h", `{"k":"r6"}`, claim),
+	})
+	if errs[1] == nil {
+		t.Errorf("r5 with a payload that is not JSON: no error")
+	}
+	if errs[2] != nil || !results[2].Created || !results[2].Claim.Claimed {
+		t.Errorf("r6 beside the refused one: %+v, %v; want created and claimed", results[2], errs[2])
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM operations WHERE operation_key = 'r5'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("r5: %d rows (%v), want none", n, err)
+	}
+	for _, c := range []struct{ tenant, key string }{{"", "r1"}, {"t2", "r1"}, {"", "r6"}} {
+		evs, err := s.Events(ctx, c.tenant, c.key)
+		if err != nil || len(evs) != 1 {
+			t.Errorf("%s/%s: %d events (%v), want 1", c.tenant, c.key, len(evs), err)
+		}
+	}
+	if op, _ := s.Get(ctx, "", "r2"); op == nil || op.RequestHash != "h-first" || op.AttemptCount != 1 {
+		t.Errorf("r2 after the conflict: %+v", op)
+	}
+}

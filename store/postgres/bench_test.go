@@ -1,0 +1,58 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/opjournal/opjournal/bench"
+	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/store"
+	"github.com/opjournal/opjournal/store/postgres"
+)
+
+// BenchmarkFused measures the store alone on the fused path (register with
+// claim, then mark succeeded) from 32 goroutines, with the hot path's
+// batching on (the default) and off:
+//
+//	go test -run '^$' -bench Fused -benchtime 5s ./store/postgres/
+func BenchmarkFused(b *testing.B) {
+	for _, workers := range []int{0, 1, 2, 3, 4, 6, 8} {
+		b.Run(fmt.Sprintf("batch_workers=%d", workers), func(b *testing.B) {
+			base := pgtest.NewSchema(b)
+			url := base + "&pool_max_conns=16&opjournal_batch_workers=" + fmt.Sprint(workers)
+			s, err := postgres.Open(context.Background(), url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			var n atomic.Int64
+			payload := json.RawMessage(`{"amount_minor":490000,"currency":"RUB","order_id":"817"}`)
+			b.SetParallelism(16)
+			b.ResetTimer()
+			c0 := bench.ReadCPU(0)
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					key := fmt.Sprintf("k%d", n.Add(1))
+					r, err := s.Register(ctx, store.RegisterParams{Key: key, Action: "create_payment", RequestHash: "h", Payload: payload,
+						Claim: &store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}})
+					if err != nil || r.Claim == nil || !r.Claim.Claimed {
+						b.Errorf("register: %v %+v", err, r)
+						return
+					}
+					if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Key: key, Attempt: 1, ExternalID: "x",
+						Result: json.RawMessage(`{"ok":true}`)}); err != nil {
+						b.Errorf("mark: %v", err)
+						return
+					}
+				}
+			})
+			c1 := bench.ReadCPU(0)
+			b.ReportMetric(float64(c1.Postgres-c0.Postgres)/float64(b.N), "pg-cpu-µs/op")
+			b.ReportMetric(float64(c1.Client-c0.Client)/float64(b.N), "go-cpu-µs/op")
+		})
+	}
+}

@@ -19,7 +19,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -105,6 +108,7 @@ type options struct {
 	rateBurst       int
 	logLevel        string
 	logFormat       string
+	pprofAddr       string
 }
 
 func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.FlagSet {
@@ -125,6 +129,7 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.Fla
 		fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 		fs.Float64Var(&o.rateLimit, "rate-limit", 0, "requests per second per tenant (0: unlimited); over it: RESOURCE_EXHAUSTED / HTTP 429")
 		fs.IntVar(&o.rateBurst, "rate-burst", 0, "burst size of --rate-limit (default: one second's worth)")
+		fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof on this loopback address (off by default; for profiling)")
 	}
 	return fs
 }
@@ -170,6 +175,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.pprofAddr != "" {
+		if err := servePprof(ctx, o.pprofAddr, log); err != nil {
+			return err
+		}
+	}
 
 	st, err := openStore(ctx, o.databaseURL)
 	if err != nil {
@@ -184,6 +194,28 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			"store", storeKind(o.databaseURL), "actions", pol.Names(), "auth", cfg.Auth != nil,
 			"tls", cfg.TLS != nil, "rate_limit", o.rateLimit, "version", version())
 	})
+}
+
+// servePprof serves Go's profiler on its own listener until ctx is done.
+// Profiles reveal nothing of the journal's data, but they are an operator's
+// tool, so only a loopback address is accepted.
+func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
+	if !loopback(addr) {
+		return fmt.Errorf("--pprof-addr %s: only a loopback address is accepted", addr)
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--pprof-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	go func() { _ = srv.Serve(lis) }()
+	log.Info("pprof listening", "pprof_addr", lis.Addr().String())
+	return nil
 }
 
 // loopback reports whether addr (host:port) listens only on this machine.

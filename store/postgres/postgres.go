@@ -478,6 +478,13 @@ func (s *Store) registerExisting(ctx context.Context, p store.RegisterParams, ex
 		return store.RegisterResult{}, err
 	}
 	res := store.RegisterResult{Operation: existing.op}
+	if p.Claim != nil && (existing.op.Status.Terminal() || existing.op.NeedsReview) {
+		// No claim can win: a terminal state never changes, and an
+		// operation under review leaves review only for a terminal one.
+		// A replay is answered without another statement.
+		res.Claim = &store.ClaimResult{Operation: existing.op}
+		return res, nil
+	}
 	if p.Claim != nil {
 		cr, err := s.Claim(ctx, store.ClaimParams{Tenant: p.Tenant, Key: p.Key, ClaimPolicy: *p.Claim})
 		if err != nil {

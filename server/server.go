@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -107,6 +108,7 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor()),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.ForceServerCodecV2(codec{}),
+		grpc.NumStreamWorkers(streamWorkers()),
 	}
 	clientCreds := insecure.NewCredentials()
 	if s.cfg.TLS != nil {
@@ -125,6 +127,7 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 		grpc.WithTransportCredentials(clientCreds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(s.cfg.MaxRequestBytes)))
 	if err != nil {
+		gs.Stop() // ends its stream workers
 		grpcLis.Close()
 		httpLis.Close()
 		return fmt.Errorf("gateway client: %w", err)
@@ -132,6 +135,7 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 	defer conn.Close()
 	handler, err := s.httpHandler(ctx, conn)
 	if err != nil {
+		gs.Stop()
 		grpcLis.Close()
 		httpLis.Close()
 		return err
@@ -177,6 +181,28 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 		gs.Stop()
 	}
 	return runErr
+}
+
+// streamWorkers is how many long-lived goroutines grpc-go keeps to run
+// RPCs (grpc.NumStreamWorkers). Without them every RPC runs on a fresh
+// goroutine whose stack starts small and is grown (runtime.newstack,
+// copystack) through the interceptor, handler, journal and pgx frames on
+// every call, which showed in CPU profiles under load; a worker keeps its
+// grown stack from one RPC to the next (grpc-go replaces it with a fresh
+// one after 65,536 RPCs).
+//
+// In grpc-go v1.85 a new stream is handed to a worker only if one is idle
+// (a non-blocking send on an unbuffered channel); when all are busy the
+// stream gets its own goroutine as before, so the count caps nothing and
+// never queues a call. What it should cover is the number of RPCs in
+// flight, not the CPUs: handlers spend most of their time waiting on the
+// database, so many more calls are in flight than there are CPUs (the
+// bench drives up to 64 concurrent calls on 2 CPUs; REST calls count too,
+// as the gateway makes them over gRPC). Hence 16 per CPU, and at least 64.
+// Spare workers are cheap: a parked goroutine, and the collector halves
+// the stack of one that sits idle through a cycle (a busy one keeps it).
+func streamWorkers() uint32 {
+	return uint32(max(64, 16*runtime.GOMAXPROCS(0)))
 }
 
 func serverTLS(cert *tls.Certificate) *tls.Config {

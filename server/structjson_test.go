@@ -1,0 +1,788 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"pgregory.net/rapid"
+
+	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/canonjson"
+)
+
+// The converters in structjson.go replace protojson; these tests hold them
+// to protojson's results. The protojson paths below are the code they
+// replaced, kept as the reference.
+
+// structFromJSONProtojson is how operationPB decoded stored JSON before.
+func structFromJSONProtojson(raw []byte) (*structpb.Struct, error) {
+	st := &structpb.Struct{}
+	if err := protojson.Unmarshal(raw, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// structJSONProtojson is structJSON as it was: badValue's walk, then
+// protojson.Marshal.
+func structJSONProtojson(field string, st *structpb.Struct) (json.RawMessage, error) {
+	if st == nil {
+		return nil, nil
+	}
+	if path, problem := badValue(structpb.NewStructValue(st), field, 0); problem != "" {
+		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, path, "%s", problem)
+	}
+	b, err := protojson.Marshal(st)
+	if err != nil {
+		return nil, &opjournal.Error{Code: opjournal.CodeInvalidArgument, Field: field, Message: "cannot be rendered as JSON", Err: err}
+	}
+	return b, nil
+}
+
+// sameStruct reports whether a and b are the same Struct. proto.Equal
+// compares numbers with ==, so it would take -0 for 0; the deterministic
+// wire form tells them apart (and sorts map entries, so equal trees give
+// equal bytes).
+func sameStruct(a, b *structpb.Struct) bool {
+	if !proto.Equal(a, b) {
+		return false
+	}
+	opts := proto.MarshalOptions{Deterministic: true}
+	wa, err1 := opts.Marshal(a)
+	wb, err2 := opts.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(wa, wb)
+}
+
+// tester is what the checks need of *testing.T, *testing.B and *rapid.T.
+type tester interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// checkDecode decodes raw with structFromJSON and with protojson and fails
+// unless both refuse it or both return the same Struct.
+func checkDecode(t tester, raw []byte) {
+	t.Helper()
+	got, err := structFromJSON(raw)
+	want, werr := structFromJSONProtojson(raw)
+	switch {
+	case err != nil && werr != nil:
+	case err != nil:
+		t.Fatalf("structFromJSON(%q): %v; protojson accepts it as %v", raw, err, want)
+	case werr != nil:
+		t.Fatalf("structFromJSON(%q) = %v; protojson refuses it: %v", raw, got, werr)
+	case !sameStruct(got, want):
+		t.Fatalf("structFromJSON(%q):\n got  %v\n want %v", raw, got, want)
+	}
+}
+
+// checkEncode renders st with structJSON and with the protojson path and
+// fails unless both refuse it with the same error (code, field, message)
+// or both produce text that decodes back to st and canonicalises to the
+// same bytes (or is refused by canonjson in both cases).
+func checkEncode(t tester, st *structpb.Struct) {
+	t.Helper()
+	got, err := structJSON("payload", st)
+	want, werr := structJSONProtojson("payload", st)
+	if err != nil || werr != nil {
+		if err == nil || werr == nil {
+			t.Fatalf("structJSON(%v) = %s, %v; protojson path: %s, %v", st, got, err, want, werr)
+		}
+		var e, we *opjournal.Error
+		if !errors.As(err, &e) || !errors.As(werr, &we) || e.Code != we.Code {
+			t.Fatalf("structJSON(%v): %v; protojson path: %v", st, err, werr)
+		}
+		if e.Field == we.Field && e.Message == we.Message {
+			return
+		}
+		// With several problems, which one a walk meets first depends on
+		// map order, for the old walk as for the new: ours must be one of
+		// them.
+		var all []string
+		allProblems(structpb.NewStructValue(st), "payload", 0, &all)
+		if !slices.Contains(all, e.Field+": "+e.Message) {
+			t.Fatalf("structJSON(%v): %v, which is none of %q; protojson path: %v", st, err, all, werr)
+		}
+		return
+	}
+	if st == nil {
+		if got != nil {
+			t.Fatalf("structJSON(nil) = %s, want nil", got)
+		}
+		return
+	}
+	back, berr := structFromJSONProtojson(got)
+	if berr != nil || !sameStruct(back, nullsAsZero(st)) {
+		t.Fatalf("structJSON(%v) = %s, which protojson reads back as %v, %v", st, got, back, berr)
+	}
+	cg, cerr := canonjson.Canonicalize(got, canonjson.Options{})
+	cw, cwerr := canonjson.Canonicalize(want, canonjson.Options{})
+	if (cerr != nil) != (cwerr != nil) || !bytes.Equal(cg, cw) {
+		t.Fatalf("canonical forms differ:\n ours     %s -> %s, %v\n protojson %s -> %s, %v", got, cg, cerr, want, cw, cwerr)
+	}
+}
+
+// allProblems appends every problem badValue could report for v, as
+// "path: message": it walks like badValue but does not stop at the first.
+func allProblems(v *structpb.Value, path string, depth int, out *[]string) {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		if math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0) {
+			*out = append(*out, path+": is not a finite number (NaN and infinities are not JSON)")
+		}
+	case *structpb.Value_StructValue, *structpb.Value_ListValue:
+		if depth >= canonjson.MaxDepth {
+			*out = append(*out, path+": nests deeper than 64 levels")
+			return
+		}
+		for name, f := range v.GetStructValue().GetFields() {
+			allProblems(f, path+"/"+name, depth+1, out)
+		}
+		for i, e := range v.GetListValue().GetValues() {
+			allProblems(e, path+"/"+strconv.Itoa(i), depth+1, out)
+		}
+	}
+}
+
+// nullsAsZero returns st, or a copy of it whose null values all carry
+// enum number 0: JSON null has no number, so only these survive a round
+// trip through JSON.
+func nullsAsZero(st *structpb.Struct) *structpb.Struct {
+	st = proto.Clone(st).(*structpb.Struct)
+	var walk func(v *structpb.Value)
+	walk = func(v *structpb.Value) {
+		switch k := v.GetKind().(type) {
+		case *structpb.Value_NullValue:
+			k.NullValue = structpb.NullValue_NULL_VALUE
+		case *structpb.Value_StructValue:
+			for _, f := range k.StructValue.GetFields() {
+				walk(f)
+			}
+		case *structpb.Value_ListValue:
+			for _, e := range k.ListValue.GetValues() {
+				walk(e)
+			}
+		}
+	}
+	walk(structpb.NewStructValue(st))
+	return st
+}
+
+// nest wraps inner in n levels of open/close.
+func nest(n int, open, inner, close string) string {
+	return strings.Repeat(open, n) + inner + strings.Repeat(close, n)
+}
+
+func TestStructFromJSON(t *testing.T) {
+	valid := []string{
+		`{}`,
+		` { } `,
+		"\t{\n}\r\n",
+		`{"a":null,"b":true,"c":false,"d":"s","e":1.5,"f":{},"g":[]}`,
+		`{"amount_minor":490000,"currency":"RUB","order_id":"817","customer":{"id":"c-1","email_hash":"9f86d081884c7d65"},"items":[{"sku":"a","qty":1},{"sku":"b","qty":2}]}`,
+		`{"n":[0,-0,0.0,-0.0,1e21,1E+21,5e-324,9007199254740991,-9007199254740991,9007199254740993,1.7976931348623157e308,2.2250738585072014e-308,1e-400,0.1,123456789012345678901234567890]}`,
+		`{"s":["","\"","\\","\/","\b\f\n\r\t","\u0000","\u001f","\u007f","\u00e9","é","\u20ac","\ud83d\ude00","😀","\u2028\u2029","<>&","\ufeff"]}`,
+		`{"":"empty name","\u00e9":"escaped name","😀":1}`,
+		`{"NaN":"NaN","Infinity":"-Infinity"}`,
+		`{"a":[[[[]]],[{}],{"b":[{"c":[1,[2,[3]]]}]}]}`,
+		`{"k":` + nest(canonjson.MaxDepth-1, "[", "", "]") + `}`,
+		`{"k":` + nest(storedJSONMaxDepth-1, `{"k":`, "1", "}") + `}`,
+		`{"k":` + nest(storedJSONMaxDepth-1, `[`, "", "]") + `}`,
+	}
+	for _, in := range valid {
+		checkDecode(t, []byte(in))
+		if _, err := structFromJSON([]byte(in)); err != nil {
+			t.Errorf("structFromJSON(%.80q): %v", in, err)
+		}
+	}
+
+	invalid := []string{
+		``, ` `, `null`, `true`, `1`, `"s"`, `[]`, `[{}]`,
+		`{`, `}`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{"a":1 "b":2}`, `{,}`, `{a:1}`, `{'a':1}`,
+		`{"a":1}x`, `{"a":1}{}`, `{"a":1}]`, `{"a":[1,]}`, `{"a":[}`, `{"a":]}`, `{"a":[1}`, `{"a":{]}`,
+		`{"a":1e999}`, `{"a":-1e999}`, `{"a":01}`, `{"a":.5}`, `{"a":5.}`, `{"a":+1}`, `{"a":0x1}`, `{"a":NaN}`, `{"a":Infinity}`,
+		`{"a":tru}`, `{"a":nul}`, `{"a":True}`,
+		`{"a":1,"a":2}`, `{"a":{"b":1,"b":1}}`, `{"\u0061":1,"a":2}`,
+		"{\"a\":\"\xff\"}", "{\"\xff\":1}", "{\"a\":\"\xed\xa0\x80\"}", `{"a":"\ud800"}`, `{"a":"\udc00x"}`, `{"a":"\x"}`,
+		"{\"a\":\"\x01\"}", "{\"a\":\"\n\"}", "\ufeff{}", "{}\x00",
+	}
+	for _, in := range invalid {
+		checkDecode(t, []byte(in))
+		if st, err := structFromJSON([]byte(in)); err == nil {
+			t.Errorf("structFromJSON(%q) = %v, want an error", in, st)
+		}
+	}
+
+	// Deeper than storedJSONMaxDepth is refused (protojson would accept
+	// it; nothing the journal stores nests past canonjson.MaxDepth).
+	for _, in := range []string{
+		`{"k":` + nest(storedJSONMaxDepth, `{"k":`, "1", "}") + `}`,
+		`{"k":` + nest(storedJSONMaxDepth, `[`, "", "]") + `}`,
+		`{"k":` + nest(100000, `[`, "", "]") + `}`,
+		`{"k":` + strings.Repeat(`[`, 100000), // and unterminated
+	} {
+		if _, err := structFromJSON([]byte(in)); err == nil || !strings.Contains(err.Error(), "nesting exceeds") {
+			t.Errorf("structFromJSON(%.40q...): %v, want a nesting error", in, err)
+		}
+	}
+}
+
+// TestStructFromJSONLeavesInputAlone checks that decoding does not write
+// to the caller's bytes (jsontext mangles its own buffer after each read
+// unless it reads a *bytes.Buffer in place).
+func TestStructFromJSONLeavesInputAlone(t *testing.T) {
+	in := []byte(`{"a":[1,"x",{"b":true}],"c":"\u00e9"}`)
+	orig := bytes.Clone(in)
+	if _, err := structFromJSON(in); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(in, orig) {
+		t.Fatalf("input changed: %q, was %q", in, orig)
+	}
+}
+
+// TestStructFromJSONConcurrent runs the pooled decoder and encoder from
+// many goroutines (meaningful under -race).
+func TestStructFromJSONConcurrent(t *testing.T) {
+	inputs := []string{typicalPayload, typicalResult, `{"a":[[[1]]]}`, `{"a":1e999}`, `{}`}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				in := inputs[(g+i)%len(inputs)]
+				got, err := structFromJSON([]byte(in))
+				want, werr := structFromJSONProtojson([]byte(in))
+				if (err != nil) != (werr != nil) || (err == nil && !sameStruct(got, want)) {
+					t.Errorf("structFromJSON(%s) = %v, %v; want %v, %v", in, got, err, want, werr)
+					return
+				}
+				if err == nil {
+					if _, err := structJSON("payload", got); err != nil {
+						t.Errorf("structJSON(%v): %v", got, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestOperationPBUnreadableJSON(t *testing.T) {
+	for _, raw := range []string{``, `[]`, `{"a":`, `{"a":1e999}`, "{\"a\":\"\xff\"}"} {
+		_, err := operationPB(&opjournal.Operation{Key: "k", Payload: json.RawMessage(raw)})
+		var e *opjournal.Error
+		if !errors.As(err, &e) || e.Code != opjournal.CodeInternal || e.Message != "stored JSON is unreadable" || e.Err == nil {
+			t.Errorf("payload %q: %v, want CodeInternal \"stored JSON is unreadable\" with a cause", raw, err)
+		}
+		_, err = operationPB(&opjournal.Operation{Key: "k", Payload: json.RawMessage(`{}`), Result: json.RawMessage(raw)})
+		if !errors.As(err, &e) || e.Code != opjournal.CodeInternal || e.Message != "stored JSON is unreadable" {
+			t.Errorf("result %q: %v, want CodeInternal \"stored JSON is unreadable\"", raw, err)
+		}
+	}
+	op, err := operationPB(&opjournal.Operation{Key: "k", Payload: json.RawMessage(typicalPayload), Result: json.RawMessage(typicalResult)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantP, _ := structFromJSONProtojson([]byte(typicalPayload))
+	wantR, _ := structFromJSONProtojson([]byte(typicalResult))
+	if !sameStruct(op.GetPayload(), wantP) || !sameStruct(op.GetResult(), wantR) {
+		t.Errorf("operationPB: payload %v result %v, want %v and %v", op.GetPayload(), op.GetResult(), wantP, wantR)
+	}
+	if op, err := operationPB(&opjournal.Operation{Key: "k"}); err != nil || op.Payload != nil || op.Result != nil {
+		t.Errorf("operationPB without JSON: %v, %v", op, err)
+	}
+}
+
+// chain nests v in n lists.
+func chain(n int, v *structpb.Value) *structpb.Value {
+	for range n {
+		v = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{v}})
+	}
+	return v
+}
+
+func TestStructJSON(t *testing.T) {
+	num := structpb.NewNumberValue
+	str := structpb.NewStringValue
+	obj := func(kv ...any) *structpb.Value {
+		s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		for i := 0; i < len(kv); i += 2 {
+			v, _ := kv[i+1].(*structpb.Value) // an untyped nil is a nil *Value
+			s.Fields[kv[i].(string)] = v
+		}
+		return structpb.NewStructValue(s)
+	}
+	list := func(vs ...*structpb.Value) *structpb.Value {
+		return structpb.NewListValue(&structpb.ListValue{Values: vs})
+	}
+	root := func(v *structpb.Value) *structpb.Struct { return v.GetStructValue() }
+	negZero := math.Copysign(0, -1)
+
+	tests := []struct {
+		name    string
+		st      *structpb.Struct
+		wantErr string // "field: message" of the refusal; "" for success
+		want    string // canonical JSON, if wantErr is ""
+	}{
+		{name: "nil", st: nil},
+		{name: "empty", st: &structpb.Struct{}, want: `{}`},
+		{name: "typical", st: mustStruct(t, typicalPayload), want: `{"amount_minor":490000,"currency":"RUB","customer":{"email_hash":"9f86d081884c7d650f4c1ba2b1e6b1e8","id":"c-1"},"items":[{"qty":1,"sku":"a"},{"qty":2,"sku":"b"}],"order_id":"817"}`},
+		{name: "numbers", st: root(obj("l", list(num(0), num(negZero), num(5e-324), num(9007199254740991), num(-9007199254740991), num(0.1), num(1e-7), num(123.456)))),
+			want: `{"l":[0,0,5e-324,9007199254740991,-9007199254740991,0.1,1e-7,123.456]}`},
+		{name: "strings", st: root(obj("s", list(str(""), str("\"\\/"), str("\b\f\n\r\t\x00\x1f\x7f"), str("é€😀"), str("\u2028\u2029<>&")), "é", str("name"))),
+			want: `{"s":["","\"\\/","\b\f\n\r\t\u0000\u001f` + "\x7f" + `","é€😀","` + "\u2028\u2029" + `<>&"],"é":"name"}`},
+		{name: "null and bools", st: root(obj("n", structpb.NewNullValue(), "t", structpb.NewBoolValue(true), "f", structpb.NewBoolValue(false), "l", list(structpb.NewNullValue()))),
+			want: `{"f":false,"l":[null],"t":true}`},
+		{name: "null of another enum number", st: root(obj("l", list(&structpb.Value{Kind: &structpb.Value_NullValue{NullValue: 5}}))), want: `{"l":[null]}`},
+		{name: "nil struct and list", st: root(obj("s", &structpb.Value{Kind: &structpb.Value_StructValue{}}, "l", &structpb.Value{Kind: &structpb.Value_ListValue{}})),
+			want: `{"l":[],"s":{}}`},
+		{name: "nesting at the limit", st: root(obj("a", chain(canonjson.MaxDepth-2, list()))),
+			want: `{"a":` + nest(canonjson.MaxDepth-1, "[", "", "]") + `}`},
+		{name: "objects at the limit", st: root(obj("a", func() *structpb.Value {
+			v := obj()
+			for range canonjson.MaxDepth - 2 {
+				v = obj("a", v)
+			}
+			return v
+		}())), want: `{"a":` + nest(canonjson.MaxDepth-2, `{"a":`, "{}", "}") + `}`},
+
+		{name: "NaN", st: root(obj("amount_minor", num(math.NaN()))), wantErr: "payload/amount_minor: is not a finite number (NaN and infinities are not JSON)"},
+		{name: "infinity in a list", st: root(obj("items", list(num(math.Inf(-1))))), wantErr: "payload/items/0: is not a finite number (NaN and infinities are not JSON)"},
+		{name: "infinity deep", st: root(obj("outer", obj("x", list(num(1), obj("y", num(math.Inf(1))))))), wantErr: "payload/outer/x/1/y: is not a finite number (NaN and infinities are not JSON)"},
+		{name: "names are not escaped in paths", st: root(obj("a/b~c", num(math.NaN()))), wantErr: "payload/a/b~c: is not a finite number (NaN and infinities are not JSON)"},
+		{name: "nesting past the limit", st: root(obj("a", chain(canonjson.MaxDepth, list()))), wantErr: "payload/a" + strings.Repeat("/0", canonjson.MaxDepth-1) + ": nests deeper than 64 levels"},
+		{name: "nesting 5000 levels", st: root(obj("a", chain(5000, list()))), wantErr: "payload/a" + strings.Repeat("/0", canonjson.MaxDepth-1) + ": nests deeper than 64 levels"},
+		{name: "nil struct past the limit", st: root(obj("a", chain(canonjson.MaxDepth-1, &structpb.Value{Kind: &structpb.Value_StructValue{}}))), wantErr: "payload/a" + strings.Repeat("/0", canonjson.MaxDepth-1) + ": nests deeper than 64 levels"},
+		{name: "NaN past the limit is the nesting", st: root(obj("a", chain(canonjson.MaxDepth, num(math.NaN())))), wantErr: "payload/a" + strings.Repeat("/0", canonjson.MaxDepth-1) + ": nests deeper than 64 levels"},
+
+		{name: "nil value", st: root(obj("a", (*structpb.Value)(nil))), wantErr: "payload: cannot be rendered as JSON"},
+		{name: "nil value in a list", st: root(obj("a", list(num(1), nil))), wantErr: "payload: cannot be rendered as JSON"},
+		{name: "value without a kind", st: root(obj("a", &structpb.Value{})), wantErr: "payload: cannot be rendered as JSON"},
+		{name: "invalid UTF-8 string", st: root(obj("a", str("\xff"))), wantErr: "payload: cannot be rendered as JSON"},
+		{name: "invalid UTF-8 name", st: root(obj("\xff", num(1))), wantErr: "payload: cannot be rendered as JSON"},
+		// badValue's problems win over rendering ones, wherever they are.
+		{name: "NaN after a nil value", st: root(obj("a", list(nil, num(math.NaN())))), wantErr: "payload/a/1: is not a finite number (NaN and infinities are not JSON)"},
+		{name: "NaN beside a nil value", st: root(obj("a", nil, "b", nil, "c", &structpb.Value{}, "d", num(math.NaN()))), wantErr: "payload/d: is not a finite number (NaN and infinities are not JSON)"},
+		{name: "nesting after bad UTF-8", st: root(obj("a", list(str("\xff"), chain(canonjson.MaxDepth, list())))), wantErr: "payload/a/1" + strings.Repeat("/0", canonjson.MaxDepth-2) + ": nests deeper than 64 levels"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// Map order varies between runs; repeat to meet several.
+			for range 10 {
+				checkEncode(t, tc.st)
+				got, err := structJSON("payload", tc.st)
+				if tc.wantErr != "" {
+					var e *opjournal.Error
+					if !errors.As(err, &e) || e.Code != opjournal.CodeInvalidArgument {
+						t.Fatalf("structJSON: %s, %v; want INVALID_ARGUMENT %s", got, err, tc.wantErr)
+					}
+					if msg := e.Field + ": " + e.Message; msg != tc.wantErr {
+						t.Fatalf("structJSON: %q, want %q", msg, tc.wantErr)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("structJSON: %v", err)
+				}
+				if tc.st == nil {
+					if got != nil {
+						t.Fatalf("structJSON(nil) = %s", got)
+					}
+					continue
+				}
+				c, err := canonjson.Canonicalize(got, canonjson.Options{})
+				if err != nil || string(c) != tc.want {
+					t.Fatalf("structJSON = %s, canonical %s, %v; want %s", got, c, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestStructJSONRenderErrorCause checks that the cause of a rendering
+// failure is kept for the logs.
+func TestStructJSONRenderErrorCause(t *testing.T) {
+	_, err := structJSON("result", &structpb.Struct{Fields: map[string]*structpb.Value{"a": nil}})
+	if !errors.Is(err, errNoKind) {
+		t.Errorf("structJSON with a nil value: %v, want errNoKind as the cause", err)
+	}
+}
+
+// Generators for the property tests.
+
+// specialNumbers are doubles whose JSON spelling is easy to get wrong.
+var specialNumbers = []float64{
+	0, math.Copysign(0, -1), 1, -1, 0.1, 0.5, 1e21, 1e20, 1e-6, 1e-7, 5e-324, -5e-324,
+	9007199254740991, -9007199254740991, 9007199254740992, 9007199254740993,
+	math.MaxFloat64, -math.MaxFloat64, math.SmallestNonzeroFloat64, 2.2250738585072014e-308,
+	123456789012345680000, 4900.5, 490000, 1.7976931348623157e308, 1 << 62, 333333333.33333329,
+}
+
+// specialStrings need escaping or are outside ASCII.
+var specialStrings = []string{
+	"", " ", "\"", "\\", "/", "\b\f\n\r\t", "\x00", "\x1f", "\x7f", "é", "€", "😀", "\u2028\u2029",
+	"<>&", "\ufeff", "\ufffd", "a\u0301", "NaN", "Infinity", "-Infinity", "null", "{}", "amount_minor",
+}
+
+func genNumber(t *rapid.T) float64 {
+	switch rapid.IntRange(0, 3).Draw(t, "numberKind") {
+	case 0:
+		return rapid.SampledFrom(specialNumbers).Draw(t, "special")
+	case 1:
+		return float64(rapid.Int64Range(-canonjson.MaxSafeInteger, canonjson.MaxSafeInteger).Draw(t, "int"))
+	case 2:
+		f := math.Float64frombits(rapid.Uint64().Draw(t, "bits"))
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return 0
+		}
+		return f
+	default:
+		return rapid.Float64Range(-1e6, 1e6).Draw(t, "float")
+	}
+}
+
+func genString(t *rapid.T, label string) string {
+	if rapid.Bool().Draw(t, label+"Special") {
+		return rapid.SampledFrom(specialStrings).Draw(t, label)
+	}
+	return rapid.String().Draw(t, label)
+}
+
+// genValue draws a Value nesting at most maxDepth more containers.
+func genValue(t *rapid.T, maxDepth int) *structpb.Value {
+	kinds := 4
+	if maxDepth > 0 {
+		kinds = 6
+	}
+	switch rapid.IntRange(0, kinds-1).Draw(t, "kind") {
+	case 0:
+		return structpb.NewNullValue()
+	case 1:
+		return structpb.NewBoolValue(rapid.Bool().Draw(t, "bool"))
+	case 2:
+		return structpb.NewNumberValue(genNumber(t))
+	case 3:
+		return structpb.NewStringValue(genString(t, "string"))
+	case 4:
+		return structpb.NewStructValue(genStruct(t, maxDepth-1))
+	default:
+		l := &structpb.ListValue{}
+		for range rapid.IntRange(0, 4).Draw(t, "len") {
+			l.Values = append(l.Values, genValue(t, maxDepth-1))
+		}
+		return structpb.NewListValue(l)
+	}
+}
+
+// genStruct draws a Struct; now and then one member holds a long chain of
+// containers, to reach the depth limits.
+func genStruct(t *rapid.T, maxDepth int) *structpb.Struct {
+	st := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for range rapid.IntRange(0, 5).Draw(t, "members") {
+		st.Fields[genString(t, "name")] = genValue(t, maxDepth)
+	}
+	if maxDepth > 0 && rapid.IntRange(0, 9).Draw(t, "deep") == 0 {
+		n := rapid.IntRange(1, canonjson.MaxDepth+2).Draw(t, "chain")
+		v := genValue(t, 0)
+		for i := range n {
+			if rapid.Bool().Draw(t, "chainList") {
+				v = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{v}})
+			} else {
+				v = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{strconv.Itoa(i): v}})
+			}
+		}
+		st.Fields["deep"] = v
+	}
+	return st
+}
+
+// spell writes v as JSON text in one of many equivalent spellings: any
+// whitespace, strings escaped minimally or fully, numbers in several
+// notations.
+func spell(t *rapid.T, b *bytes.Buffer, v *structpb.Value) {
+	ws := func() { b.WriteString(rapid.SampledFrom([]string{"", "", " ", "\n\t ", "\r\n"}).Draw(t, "ws")) }
+	ws()
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NullValue:
+		b.WriteString("null")
+	case *structpb.Value_BoolValue:
+		b.WriteString(strconv.FormatBool(k.BoolValue))
+	case *structpb.Value_NumberValue:
+		f := k.NumberValue
+		spellings := []string{
+			strconv.FormatFloat(f, 'g', -1, 64),
+			strconv.FormatFloat(f, 'e', -1, 64),
+			strconv.FormatFloat(f, 'E', 30, 64), // more digits than needed: still the same double
+			jsontext.Float(f).String(),
+		}
+		if f == math.Trunc(f) && math.Abs(f) < 1e300 {
+			spellings = append(spellings, strconv.FormatFloat(f, 'f', -1, 64)+".000", strconv.FormatFloat(f, 'f', -1, 64)+"e0")
+		}
+		b.WriteString(rapid.SampledFrom(spellings).Draw(t, "numberSpelling"))
+	case *structpb.Value_StringValue:
+		spellString(t, b, k.StringValue)
+	case *structpb.Value_StructValue:
+		b.WriteString("{")
+		first := true
+		for name, f := range k.StructValue.GetFields() {
+			if !first {
+				b.WriteString(",")
+			}
+			first = false
+			ws()
+			spellString(t, b, name)
+			ws()
+			b.WriteString(":")
+			spell(t, b, f)
+		}
+		ws()
+		b.WriteString("}")
+	case *structpb.Value_ListValue:
+		b.WriteString("[")
+		for i, e := range k.ListValue.GetValues() {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			spell(t, b, e)
+		}
+		ws()
+		b.WriteString("]")
+	}
+	ws()
+}
+
+// spellString writes s as a JSON string, minimally escaped or with every
+// character outside printable ASCII (and '/') as a \u escape.
+func spellString(t *rapid.T, b *bytes.Buffer, s string) {
+	if !rapid.Bool().Draw(t, "escapeAll") {
+		q, _ := jsontext.AppendQuote(nil, s)
+		b.Write(q)
+		return
+	}
+	b.WriteString(`"`)
+	for _, r := range s {
+		if r < 0x20 || r > 0x7e || r == '"' || r == '\\' || r == '/' {
+			if r >= 0x10000 {
+				r -= 0x10000
+				b.WriteString(`\u` + strconv.FormatUint(uint64(0xd800+r>>10), 16) + `\u` + strconv.FormatUint(uint64(0xdc00+r&0x3ff), 16))
+				continue
+			}
+			b.WriteString(`\u` + strconv.FormatUint(uint64(r)+0x10000, 16)[1:])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	b.WriteString(`"`)
+}
+
+// TestStructFromJSONProperty decodes many generated documents, in
+// protojson's spelling, in renderStruct's and in arbitrary equivalent
+// ones, and compares with protojson.
+func TestStructFromJSONProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		st := genStruct(t, 4)
+		if b, err := protojson.Marshal(st); err == nil {
+			checkDecode(t, b)
+		}
+		if b, err := renderStruct(st); err == nil {
+			checkDecode(t, b)
+		}
+		var b bytes.Buffer
+		spell(t, &b, structpb.NewStructValue(st))
+		checkDecode(t, b.Bytes())
+		if got, err := structFromJSON(b.Bytes()); err != nil || !sameStruct(got, st) {
+			t.Fatalf("structFromJSON(%s) = %v, %v; want %v", b.Bytes(), got, err, st)
+		}
+	})
+}
+
+// TestStructJSONProperty renders many generated Structs, some with NaN,
+// infinities or excess nesting, and compares with the protojson path.
+func TestStructJSONProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		st := genStruct(t, 4)
+		if rapid.IntRange(0, 4).Draw(t, "spoil") == 0 {
+			// Put a NaN or an infinity somewhere.
+			bad := rapid.SampledFrom([]float64{math.NaN(), math.Inf(1), math.Inf(-1)}).Draw(t, "bad")
+			v := structpb.NewStructValue(st)
+			for {
+				var next []*structpb.Value
+				for _, f := range v.GetStructValue().GetFields() {
+					next = append(next, f)
+				}
+				next = append(next, v.GetListValue().GetValues()...)
+				if len(next) == 0 || rapid.IntRange(0, 2).Draw(t, "stop") == 0 {
+					break
+				}
+				v = rapid.SampledFrom(next).Draw(t, "descend")
+			}
+			switch k := v.GetKind().(type) {
+			case *structpb.Value_StructValue:
+				if k.StructValue.Fields == nil {
+					k.StructValue.Fields = map[string]*structpb.Value{}
+				}
+				k.StructValue.Fields["bad"] = structpb.NewNumberValue(bad)
+			case *structpb.Value_ListValue:
+				k.ListValue.Values = append(k.ListValue.Values, structpb.NewNumberValue(bad))
+			default:
+				v.Kind = &structpb.Value_NumberValue{NumberValue: bad}
+			}
+		}
+		checkEncode(t, st)
+	})
+}
+
+// FuzzStructJSON decodes arbitrary bytes with structFromJSON: it must not
+// panic, must agree with protojson on whether the input is a JSON object
+// and on the Struct it holds, and what it decodes must render (structJSON)
+// to text that protojson reads back the same and that canonicalises as
+// protojson's rendering does.
+func FuzzStructJSON(f *testing.F) {
+	for _, seed := range []string{
+		typicalPayload, typicalResult, `{}`, `{"a":[]}`,
+		`{"n":[0,-0,1e21,5e-324,9007199254740991,1e999,1e-400,1.7976931348623157e308]}`,
+		`{"s":"\u00e9\ud83d\ude00\u2028\"\\\/\b\f\n\r\t\u0000","":null,"t":true,"f":false}`,
+		`{"a":` + nest(canonjson.MaxDepth, "[", "", "]") + `}`,
+		`{"a":1,"a":2}`, `{"a":"\ud800"}`, "{\"a\":\"\xff\"}", `[]`, `null`, `{"a":1}{}`, `{"a":01}`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, err := structFromJSON(raw)
+		want, werr := structFromJSONProtojson(raw)
+		if err != nil {
+			if werr == nil && !strings.Contains(err.Error(), "nesting exceeds") {
+				t.Fatalf("structFromJSON(%q): %v; protojson accepts it as %v", raw, err, want)
+			}
+			return
+		}
+		if werr != nil {
+			t.Fatalf("structFromJSON(%q) = %v; protojson refuses it: %v", raw, got, werr)
+		}
+		if !sameStruct(got, want) {
+			t.Fatalf("structFromJSON(%q):\n got  %v\n want %v", raw, got, want)
+		}
+		checkEncode(t, got)
+	})
+}
+
+// typicalPayload and typicalResult are the size and shape of what a
+// payment integration stores.
+const (
+	typicalPayload = `{"amount_minor":490000,"currency":"RUB","customer":{"email_hash":"9f86d081884c7d650f4c1ba2b1e6b1e8","id":"c-1"},"items":[{"qty":1,"sku":"a"},{"qty":2,"sku":"b"}],"order_id":"817"}`
+	typicalResult  = `{"charge_id":"ch_3PqXk2","status":"captured"}`
+)
+
+// largePayload is a canonical payload of about 10 KiB.
+var largePayload = func() string {
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := range 100 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(`{"name":"line item ` + strconv.Itoa(i) + ` \u00e9","price_minor":` + strconv.Itoa(1000+i) + `,"qty":` + strconv.Itoa(i%5+1) + `,"tags":["a","b"]}`)
+	}
+	b.WriteString(`],"order_id":"817"}`)
+	return b.String()
+}()
+
+func mustStruct(t testing.TB, s string) *structpb.Struct {
+	t.Helper()
+	st, err := structFromJSONProtojson([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// benchOperation is a succeeded operation as the store returns it.
+func benchOperation(payload string) *opjournal.Operation {
+	now := time.Now()
+	return &opjournal.Operation{
+		Key: "order-817", Action: "create_payment", RequestHash: strings.Repeat("ab", 32),
+		Payload: json.RawMessage(payload), Status: opjournal.StatusSucceeded, AttemptCount: 1,
+		ExternalID: "ch_3PqXk2", Result: json.RawMessage(typicalResult), CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+// BenchmarkOperationPB converts a typical stored operation for the wire:
+// "protojson" decodes payload and result as operationPB used to; "noJSON"
+// is the rest of the conversion alone, the floor for both.
+func BenchmarkOperationPB(b *testing.B) {
+	b.Run("noJSON", func(b *testing.B) {
+		op := benchOperation(typicalPayload)
+		op.Payload, op.Result = nil, nil
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := operationPB(op); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, size := range []struct{ name, payload string }{{"typical", typicalPayload}, {"10KiB", largePayload}} {
+		op := benchOperation(size.payload)
+		b.Run(size.name+"/protojson", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				noJSON := *op
+				noJSON.Payload, noJSON.Result = nil, nil
+				out, err := operationPB(&noJSON)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if out.Payload, err = structFromJSONProtojson(op.Payload); err != nil {
+					b.Fatal(err)
+				}
+				if out.Result, err = structFromJSONProtojson(op.Result); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(size.name+"/jsontext", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := operationPB(op); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkStructJSON renders a typical incoming payload; "protojson" is
+// the former badValue walk plus protojson.Marshal.
+func BenchmarkStructJSON(b *testing.B) {
+	for _, size := range []struct{ name, payload string }{{"typical", typicalPayload}, {"10KiB", largePayload}} {
+		st := mustStruct(b, size.payload)
+		b.Run(size.name+"/protojson", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := structJSONProtojson("payload", st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(size.name+"/jsontext", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := structJSON("payload", st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -71,7 +71,7 @@ func main() {
 	var c config
 	var levels string
 	fs := flag.NewFlagSet("opjournal-bench", flag.ExitOnError)
-	fs.StringVar(&c.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL server (a fresh schema is created in it)")
+	fs.StringVar(&c.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL server (a fresh schema is created in it); opjournal_* parameters reach only the opjournal server")
 	fs.StringVar(&c.bin, "bin", "bin/opjournal", "the opjournal server binary")
 	fs.StringVar(&c.peersBin, "peers-bin", "bin/opjournal-bench-peers", "the peers binary built from bench/peers (\"\" skips the peers)")
 	fs.StringVar(&levels, "concurrency", "1,8,32,64", "concurrency levels")
@@ -133,6 +133,11 @@ type target struct {
 
 func run(ctx context.Context, c config) error {
 	started := time.Now()
+	serverURL := c.databaseURL
+	var err error
+	if c.databaseURL, err = withoutOpjournalParams(c.databaseURL); err != nil {
+		return err
+	}
 	admin, err := pgx.Connect(ctx, c.databaseURL)
 	if err != nil {
 		return fmt.Errorf("connect to PostgreSQL: %w", err)
@@ -154,8 +159,12 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
+	serverDBURL, err := withParams(serverURL, map[string]string{"search_path": schema, "pool_max_conns": strconv.Itoa(c.poolMax)})
+	if err != nil {
+		return err
+	}
 	spec := procs.Spec{Name: "opjournal", Path: c.bin, Ready: "serving", Args: []string{"serve",
-		"--database-url", dbURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}}
+		"--database-url", serverDBURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}}
 	spec.Args = append(spec.Args, c.serverArgs...)
 	if c.serverLog != "" {
 		f, err := os.Create(c.serverLog)
@@ -291,6 +300,24 @@ func progress(r bench.Row) {
 		fmt.Printf("  errors %d (%s)", r.Errors, r.Note)
 	}
 	fmt.Println()
+}
+
+// withoutOpjournalParams returns u without the opjournal server's own
+// parameters (opjournal_batch_workers, …), which pgx would send to
+// PostgreSQL as settings.
+func withoutOpjournalParams(u string) (string, error) {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return "", err
+	}
+	q := pu.Query()
+	for k := range q {
+		if strings.HasPrefix(k, "opjournal_") {
+			q.Del(k)
+		}
+	}
+	pu.RawQuery = q.Encode()
+	return pu.String(), nil
 }
 
 // withParams returns u with the query parameters set.

@@ -44,6 +44,7 @@ type Service struct {
 	policy  *policy.Policy
 	limits  Limits
 	redacts map[string]bool // every member name some action redacts
+	actions *actionCache    // (tenant, key) → action, for Claim
 }
 
 // New returns a Service over st enforcing pol. Zero limits take DefaultLimits.
@@ -54,7 +55,7 @@ func New(st store.Store, pol *policy.Policy, limits Limits) *Service {
 	if limits.MaxResultBytes <= 0 {
 		limits.MaxResultBytes = DefaultLimits.MaxResultBytes
 	}
-	return &Service{store: st, policy: pol, limits: limits, redacts: redactNames(pol)}
+	return &Service{store: st, policy: pol, limits: limits, redacts: redactNames(pol), actions: newActionCache(actionCacheSize)}
 }
 
 // Limits returns the limits in force.
@@ -118,6 +119,7 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.Regi
 	if err != nil {
 		return res, fmt.Errorf("register %q: %w", req.Key, err)
 	}
+	s.actions.put(req.Tenant, req.Key, res.Operation.Action)
 	return res, nil
 }
 
@@ -167,12 +169,18 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (store.ClaimResul
 		return store.ClaimResult{}, err
 	}
 	// The policy belongs to the operation's action, which is immutable, so
-	// reading it before the conditional update cannot race with anything.
-	op, err := s.store.Get(ctx, req.Tenant, req.Key)
-	if err != nil {
-		return store.ClaimResult{}, fmt.Errorf("claim %q: %w", req.Key, err)
+	// reading it before the conditional update cannot race with anything;
+	// and remembering it (actioncache.go) cannot be wrong.
+	action, ok := s.actions.get(req.Tenant, req.Key)
+	if !ok {
+		op, err := s.store.Get(ctx, req.Tenant, req.Key)
+		if err != nil {
+			return store.ClaimResult{}, fmt.Errorf("claim %q: %w", req.Key, err)
+		}
+		action = op.Action
+		s.actions.put(req.Tenant, req.Key, action)
 	}
-	act, err := s.action(op.Action)
+	act, err := s.action(action)
 	if err != nil {
 		return store.ClaimResult{}, err
 	}

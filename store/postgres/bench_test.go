@@ -18,8 +18,16 @@ import (
 // batching on (the default) and off:
 //
 //	go test -run '^$' -bench Fused -benchtime 5s ./store/postgres/
-func BenchmarkFused(b *testing.B) {
-	for _, workers := range []int{0, 1, 2, 3, 4, 6, 8} {
+func BenchmarkFused(b *testing.B) { benchCycle(b, true) }
+
+// BenchmarkFullCycle is BenchmarkFused with register, claim and mark
+// succeeded as three calls:
+//
+//	go test -run '^$' -bench FullCycle -benchtime 5s ./store/postgres/
+func BenchmarkFullCycle(b *testing.B) { benchCycle(b, false) }
+
+func benchCycle(b *testing.B, fused bool) {
+	for _, workers := range []int{0, 1, 2, 4} {
 		b.Run(fmt.Sprintf("batch_workers=%d", workers), func(b *testing.B) {
 			base := pgtest.NewSchema(b)
 			url := base + "&pool_max_conns=16&opjournal_batch_workers=" + fmt.Sprint(workers)
@@ -37,10 +45,19 @@ func BenchmarkFused(b *testing.B) {
 				ctx := context.Background()
 				for pb.Next() {
 					key := fmt.Sprintf("k%d", n.Add(1))
-					r, err := s.Register(ctx, store.RegisterParams{Key: key, Action: "create_payment", RequestHash: "h", Payload: payload,
-						Claim: &store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}})
+					cp := &store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}
+					rp := store.RegisterParams{Key: key, Action: "create_payment", RequestHash: "h", Payload: payload}
+					if fused {
+						rp.Claim = cp
+					}
+					r, err := s.Register(ctx, rp)
+					if err == nil && !fused {
+						var cr store.ClaimResult
+						cr, err = s.Claim(ctx, store.ClaimParams{Key: key, ClaimPolicy: *cp})
+						r.Claim = &cr
+					}
 					if err != nil || r.Claim == nil || !r.Claim.Claimed {
-						b.Errorf("register: %v %+v", err, r)
+						b.Errorf("register and claim: %v %+v", err, r)
 						return
 					}
 					if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Key: key, Attempt: 1, ExternalID: "x",

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/canonjson"
@@ -20,7 +21,7 @@ const Redacted = "[redacted]"
 // (at any depth) replaced by Redacted. The input is canonical JSON the
 // journal produced, so it decodes; the output is canonical again.
 func redact(canonical json.RawMessage, fields []string) (json.RawMessage, error) {
-	if len(fields) == 0 || canonical == nil {
+	if len(fields) == 0 || canonical == nil || !mayName(canonical, fields) {
 		return canonical, nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(canonical))
@@ -52,6 +53,33 @@ func redact(canonical json.RawMessage, fields []string) (json.RawMessage, error)
 		return nil, fmt.Errorf("redact: %w", err)
 	}
 	return canonjson.Canonicalize(b, canonjson.Options{})
+}
+
+// mayName reports whether canonical JSON may hold a member with one of
+// names: false when no name's quoted text occurs in it at all, which
+// spares decoding and re-encoding payloads that hold no secret (the usual
+// case). A name that canonical JSON would escape (a quote, a backslash or
+// a control character) or any non-ASCII one always counts as possibly
+// there.
+func mayName(canonical json.RawMessage, names []string) bool {
+	for _, n := range names {
+		if strings.ContainsFunc(n, func(r rune) bool { return r < 0x20 || r > 0x7e || r == '"' || r == '\\' }) {
+			return true
+		}
+		i := 0
+		for {
+			j := bytes.Index(canonical[i:], []byte(n))
+			if j < 0 {
+				break
+			}
+			at := i + j
+			if at > 0 && canonical[at-1] == '"' && at+len(n) < len(canonical) && canonical[at+len(n)] == '"' {
+				return true
+			}
+			i = at + 1
+		}
+	}
+	return false
 }
 
 // redactNames returns every member name some action of pol redacts.

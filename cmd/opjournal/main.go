@@ -93,6 +93,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
+// defaultGOGC is serve's garbage-collector target unless GOGC is set.
+const defaultGOGC = 400
+
 type options struct {
 	databaseURL     string
 	grpcAddr        string
@@ -172,6 +175,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
 		}
 		cfg.TLS = &cert
+	}
+	// The server's live heap is small (a few MiB: requests in flight), so
+	// Go's default GOGC=100 collects very often; 400 spends about a fifth
+	// less CPU per call for some 15 MiB more resident memory (measured
+	// with opjournal-bench; README, Performance). GOGC in the environment
+	// wins.
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(defaultGOGC)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -38,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/opjournal/opjournal/bench"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
@@ -61,6 +62,7 @@ type config struct {
 	replayKeys  int
 	only        map[string]bool // scenarios to run; empty: all
 	serverArgs  []string
+	serverEnv   []string
 }
 
 // want reports whether the scenario (or group: "contention", "peers",
@@ -85,8 +87,9 @@ func main() {
 	fs.StringVar(&c.resultsDir, "results-dir", "bench/results", "where latest.json, summary.json and chart.svg go")
 	fs.StringVar(&c.resultsMD, "results-md", "bench/RESULTS.md", "the report with the machine description (\"\" skips it)")
 	fs.StringVar(&c.serverLog, "server-log", "", "copy the server's log to this file")
-	only := fs.String("scenarios", "", "run only these, comma-separated: raw-sql, full-cycle-grpc, fused-grpc, fused-rest, replay-grpc, contention, peers, growth (default: all; a partial run writes no targets it did not measure)")
+	only := fs.String("scenarios", "", "run only these, comma-separated: raw-sql, full-cycle-grpc, fused-grpc, fused-rest, replay-grpc, grpc (a no-op health check), contention, peers, growth (default: all; a partial run writes no targets it did not measure)")
 	serverArgs := fs.String("server-args", "", "extra space-separated arguments for \"opjournal serve\" (e.g. --pprof-addr 127.0.0.1:6060)")
+	serverEnv := fs.String("server-env", "", "extra space-separated NAME=VALUE environment for the server (e.g. GOMAXPROCS=1)")
 	_ = fs.Parse(os.Args[1:])
 	c.only = map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
@@ -95,6 +98,7 @@ func main() {
 		}
 	}
 	c.serverArgs = strings.Fields(*serverArgs)
+	c.serverEnv = strings.Fields(*serverEnv)
 	for _, s := range strings.Split(levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
@@ -166,6 +170,7 @@ func run(ctx context.Context, c config) error {
 	spec := procs.Spec{Name: "opjournal", Path: c.bin, Ready: "serving", Args: []string{"serve",
 		"--database-url", serverDBURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}}
 	spec.Args = append(spec.Args, c.serverArgs...)
+	spec.Env = c.serverEnv
 	if c.serverLog != "" {
 		f, err := os.Create(c.serverLog)
 		if err != nil {
@@ -200,8 +205,9 @@ func run(ctx context.Context, c config) error {
 	var rows []bench.Row
 	measure := func(system, scenario string, cc int, op bench.Op) {
 		name := strings.TrimSuffix(scenario, "-at-"+count(c.growthRows))
-		if system == "raw-sql" {
-			name = "raw-sql"
+		switch system {
+		case "raw-sql", "grpc":
+			name = system
 		}
 		if !c.want(name) && !c.want(scenario) && !strings.HasPrefix(scenario, "fused-grpc-at-") {
 			return
@@ -227,6 +233,7 @@ func run(ctx context.Context, c config) error {
 		measure("opjournal", "fused-grpc", cc, fused(cl, k, "fused", cc))
 		measure("opjournal", "fused-rest", cc, restFused(hc, restBase, k, cc))
 		measure("opjournal", "replay-grpc", cc, replay(cl, replayKeys))
+		measure("grpc", "noop-health-check", cc, noop(healthpb.NewHealthClient(conn)))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opjournal/opjournal/bench"
@@ -230,4 +231,13 @@ func contention(ctx context.Context, cl pb.JournalServiceClient, k keyer, n int,
 	row.P50ms, row.P99ms = bench.Millis(bench.Percentile(samples, 50)), bench.Millis(bench.Percentile(samples, 99))
 	row.Note = strings.TrimSpace(fmt.Sprintf("%.0f rounds/s, exactly one winner in each; ops/s counts answers. %s", rounds, row.Note))
 	return row
+}
+
+// noop is a gRPC health check on the same connection: a round trip that
+// does no work, the ceiling any RPC of the journal can reach here.
+func noop(hc healthpb.HealthClient) bench.Op {
+	return func(ctx context.Context, _ int, _ int64) error {
+		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -42,21 +43,33 @@ type call[In, Out any] struct {
 }
 
 // batcher runs calls of one kind in batches (see above).
+//
+// At most `workers` statements of its kind run at once. A call that finds
+// none running and nobody waiting runs its own one-call statement in its
+// own goroutine (tryAlone): a lone caller pays nothing for batching. Calls that arrive while
+// statements run wait in the queue; the worker goroutines take them, as
+// many as are waiting (up to max) per statement, until the queue is empty.
 type batcher[In, Out any] struct {
-	what  string // for errors: "register", "claim", …
-	queue chan *call[In, Out]
-	max   int
+	what    string // for errors: "register", "claim", …
+	workers int
+	max     int
 	// exec applies the calls in one statement, setting out and ok on each
 	// call it applied. An error means the statement as a whole failed
 	// (nothing of it was committed).
 	exec func(ctx context.Context, calls []*call[In, Out]) error
 	// bound limits one statement (the store's statement timeout).
 	bound func(context.Context) (context.Context, context.CancelFunc)
-	quit  chan struct{}
-	once  sync.Once
-	wg    sync.WaitGroup
-	// waiting counts calls handed to do and not yet taken by a worker;
-	// batches and calls count what the workers ran.
+
+	mu      sync.Mutex
+	queue   []*call[In, Out]
+	running int  // statements in flight, the callers' own included
+	closed  bool // no new calls
+	kick    chan struct{}
+	quit    chan struct{}
+	wg      sync.WaitGroup
+
+	// waiting mirrors len(queue); batches and calls count the statements
+	// run and the calls they carried (for tests and tuning).
 	waiting, batches, calls atomic.Int64
 }
 
@@ -65,7 +78,8 @@ var errClosed = opjournal.Errorf(opjournal.CodeUnavailable, "", "the store is cl
 
 func newBatcher[In, Out any](what string, workers, max int, bound func(context.Context) (context.Context, context.CancelFunc),
 	exec func(context.Context, []*call[In, Out]) error) *batcher[In, Out] {
-	b := &batcher[In, Out]{what: what, queue: make(chan *call[In, Out]), max: max, exec: exec, bound: bound, quit: make(chan struct{})}
+	b := &batcher[In, Out]{what: what, workers: workers, max: max, exec: exec, bound: bound,
+		kick: make(chan struct{}, 1), quit: make(chan struct{})}
 	for range workers {
 		b.wg.Go(b.work)
 	}
@@ -75,17 +89,19 @@ func newBatcher[In, Out any](what string, workers, max int, bound func(context.C
 // do runs one call and returns what exec set. ok is false when the call's
 // row did not apply; the caller then takes its one-call path.
 func (b *batcher[In, Out]) do(ctx context.Context, in In) (out Out, ok bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return out, false, classify(b.what, err)
+	}
 	c := &call[In, Out]{ctx: ctx, in: in, done: make(chan struct{})}
-	b.waiting.Add(1)
-	select {
-	case b.queue <- c:
-	case <-ctx.Done():
-		b.waiting.Add(-1)
-		return out, false, classify(b.what, ctx.Err())
-	case <-b.quit:
-		b.waiting.Add(-1)
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
 		return out, false, errClosed
 	}
+	b.queue = append(b.queue, c)
+	b.waiting.Store(int64(len(b.queue)))
+	b.mu.Unlock()
+	b.wake()
 	select {
 	case <-c.done:
 		return c.out, c.ok, c.err
@@ -97,33 +113,77 @@ func (b *batcher[In, Out]) do(ctx context.Context, in In) (out Out, ok bool, err
 	}
 }
 
-// work is one worker: take a call, add every call already waiting (up to
-// max), run them as one statement, answer them.
+// tryAlone reserves a statement for the caller if the batcher is idle (no
+// statement of its kind in flight, nobody waiting). The caller then runs
+// its one-call path in its own goroutine, which for one call is cheaper
+// than the batched statement and pays no hand-off, and calls finished.
+func (b *batcher[In, Out]) tryAlone() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.running >= b.workers || len(b.queue) > 0 {
+		return false
+	}
+	b.running++
+	b.batches.Add(1)
+	b.calls.Add(1)
+	return true
+}
+
+// wake tells a worker that calls may be waiting.
+func (b *batcher[In, Out]) wake() {
+	select {
+	case b.kick <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// finished ends a statement and wakes a worker for what queued meanwhile.
+func (b *batcher[In, Out]) finished() {
+	b.mu.Lock()
+	b.running--
+	more := len(b.queue) > 0
+	b.mu.Unlock()
+	if more {
+		b.wake()
+	}
+}
+
+// take removes the next batch from the queue and counts it as running, or
+// returns nil when the queue is empty or enough statements run already.
+func (b *batcher[In, Out]) take() []*call[In, Out] {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 || b.running >= b.workers {
+		return nil
+	}
+	n := min(len(b.queue), b.max)
+	batch := slices.Clone(b.queue[:n])
+	b.queue = slices.Delete(b.queue, 0, n)
+	b.waiting.Store(int64(len(b.queue)))
+	b.running++
+	return batch
+}
+
+// work is one worker: whenever woken, run batches until the queue is
+// empty (or the other statements in flight leave it no room).
 func (b *batcher[In, Out]) work() {
-	batch := make([]*call[In, Out], 0, b.max)
 	for {
-		batch = batch[:0]
 		select {
-		case c := <-b.queue:
-			b.waiting.Add(-1)
-			batch = append(batch, c)
+		case <-b.kick:
 		case <-b.quit:
 			return
 		}
-	fill:
-		for len(batch) < b.max {
-			select {
-			case c := <-b.queue:
-				b.waiting.Add(-1)
-				batch = append(batch, c)
-			default:
-				break fill
-			}
+		for batch := b.take(); batch != nil; batch = b.take() {
+			b.runCounted(batch)
+			b.finished()
 		}
-		b.batches.Add(1)
-		b.calls.Add(int64(len(batch)))
-		b.run(batch)
 	}
+}
+
+func (b *batcher[In, Out]) runCounted(batch []*call[In, Out]) {
+	b.batches.Add(1)
+	b.calls.Add(int64(len(batch)))
+	b.run(batch)
 }
 
 // run executes one batch and answers every call in it. If the statement
@@ -178,11 +238,36 @@ func (b *batcher[In, Out]) execBounded(calls []*call[In, Out]) error {
 	return err
 }
 
-// close stops the workers once their current batch is answered. Closing
-// twice is harmless.
+// close refuses new calls, answers the waiting ones, and stops the
+// workers. Closing twice is harmless.
 func (b *batcher[In, Out]) close() {
-	b.once.Do(func() { close(b.quit) })
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	b.mu.Unlock()
+	for batch := b.drain(); batch != nil; batch = b.drain() {
+		b.runCounted(batch)
+	}
+	close(b.quit)
 	b.wg.Wait()
+}
+
+// drain takes the next batch regardless of the statements in flight (the
+// store is closing).
+func (b *batcher[In, Out]) drain() []*call[In, Out] {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := min(len(b.queue), b.max)
+	if n == 0 {
+		return nil
+	}
+	batch := slices.Clone(b.queue[:n])
+	b.queue = slices.Delete(b.queue, 0, n)
+	b.waiting.Store(int64(len(b.queue)))
+	return batch
 }
 
 // firstPerKey returns the indexes of the calls whose key has not appeared

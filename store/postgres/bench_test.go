@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,11 @@ import (
 // batching on (the default) and off:
 //
 //	go test -run '^$' -bench Fused -benchtime 5s ./store/postgres/
+//
+// parallelism is per GOMAXPROCS (-cpu): 16 with 2 CPUs is 32 callers;
+// "-cpu 1 -args -parallelism 1" measures one caller's latency.
+var parallelism = flag.Int("parallelism", 16, "callers per GOMAXPROCS in the store benchmarks")
+
 func BenchmarkFused(b *testing.B) { benchCycle(b, true) }
 
 // BenchmarkFullCycle is BenchmarkFused with register, claim and mark
@@ -38,7 +44,7 @@ func benchCycle(b *testing.B, fused bool) {
 			defer s.Close()
 			var n atomic.Int64
 			payload := json.RawMessage(`{"amount_minor":490000,"currency":"RUB","order_id":"817"}`)
-			b.SetParallelism(16)
+			b.SetParallelism(*parallelism)
 			b.ResetTimer()
 			c0 := bench.ReadCPU(0)
 			b.RunParallel(func(pb *testing.PB) {

@@ -418,6 +418,10 @@ func (s *Store) Register(ctx context.Context, p store.RegisterParams) (store.Reg
 	if s.registers == nil {
 		return s.registerOne(ctx, p)
 	}
+	if s.registers.tryAlone() {
+		defer s.registers.finished()
+		return s.registerOne(ctx, p)
+	}
 	b, ok, err := s.registers.do(ctx, p)
 	switch {
 	case err != nil:
@@ -505,6 +509,10 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	if s.claims == nil {
 		return s.claimOne(ctx, p)
 	}
+	if s.claims.tryAlone() {
+		defer s.claims.finished()
+		return s.claimOne(ctx, p)
+	}
 	b, ok, err := s.claims.do(ctx, p)
 	switch {
 	case err != nil:
@@ -552,6 +560,10 @@ func (s *Store) claimLost(ctx context.Context, p store.ClaimParams) (store.Claim
 // statement is shared with concurrent calls (batch.go).
 func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) (*opjournal.Operation, error) {
 	if s.marks == nil {
+		return s.markSucceededOne(ctx, p)
+	}
+	if s.marks.tryAlone() {
+		defer s.marks.finished()
 		return s.markSucceededOne(ctx, p)
 	}
 	b, ok, err := s.marks.do(ctx, p)

@@ -124,7 +124,23 @@ type summary struct {
 	BytesPerOperation float64           `json:"bytes_per_operation"`
 	Operations        int64             `json:"operations"`
 	JournalBytes      int64             `json:"journal_bytes"`
-	Targets           []target          `json:"targets"`
+	// The same after VACUUM FULL: live rows only, without the dead row
+	// versions that updates leave until autovacuum makes their space
+	// reusable.
+	CompactBytesPerOperation float64   `json:"compact_bytes_per_operation"`
+	CompactJournalBytes      int64     `json:"compact_journal_bytes"`
+	Relations                []relSize `json:"relations"` // after VACUUM FULL
+	EventsPerOperation       float64   `json:"events_per_operation"`
+	Targets                  []target  `json:"targets"`
+}
+
+// relSize is one table's footprint as PostgreSQL reports it.
+type relSize struct {
+	Table   string `json:"table"`
+	Rows    int64  `json:"rows"`
+	Heap    int64  `json:"heap_bytes"`
+	Indexes int64  `json:"index_bytes"`
+	Toast   int64  `json:"toast_bytes"`
 }
 
 type target struct {
@@ -249,13 +265,11 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM operations),
-		pg_total_relation_size('operations') + pg_total_relation_size('operation_events')`).Scan(&sum.Operations, &sum.JournalBytes); err != nil {
+	if err := footprint(ctx, pool, &sum); err != nil {
 		return err
 	}
-	sum.BytesPerOperation = float64(sum.JournalBytes) / float64(max(sum.Operations, 1))
-	fmt.Printf("server peak RSS (VmHWM) %.1f MiB; journal %d operations, %d bytes with indexes = %.0f bytes/operation\n",
-		sum.ServerPeakRSSMiB, sum.Operations, sum.JournalBytes, sum.BytesPerOperation)
+	fmt.Printf("server peak RSS (VmHWM) %.1f MiB; journal %d operations (%.2f events each): %d bytes with indexes = %.0f bytes/operation as is, %.0f after VACUUM FULL\n",
+		sum.ServerPeakRSSMiB, sum.Operations, sum.EventsPerOperation, sum.JournalBytes, sum.BytesPerOperation, sum.CompactBytesPerOperation)
 
 	if c.peersBin != "" && c.want("peers") {
 		peers, err := runPeers(ctx, c, schema)
@@ -281,6 +295,39 @@ func run(ctx context.Context, c config) error {
 	sum.Targets = targets(rows, sum, c)
 	sum.Machine["run_seconds"] = fmt.Sprintf("%.0f", time.Since(started).Seconds())
 	return report(c, rows, sum)
+}
+
+// footprint measures the journal's storage from the database itself: as
+// it stands after the runs, and after VACUUM FULL (live rows only), with
+// each table's heap, index and TOAST sizes.
+func footprint(ctx context.Context, pool *pgxpool.Pool, sum *summary) error {
+	total := `SELECT (SELECT count(*) FROM operations), (SELECT count(*) FROM operation_events),
+		pg_total_relation_size('operations') + pg_total_relation_size('operation_events')`
+	var events int64
+	if err := pool.QueryRow(ctx, total).Scan(&sum.Operations, &events, &sum.JournalBytes); err != nil {
+		return err
+	}
+	sum.BytesPerOperation = float64(sum.JournalBytes) / float64(max(sum.Operations, 1))
+	sum.EventsPerOperation = float64(events) / float64(max(sum.Operations, 1))
+	for _, t := range []string{"operations", "operation_events"} {
+		if _, err := pool.Exec(ctx, "VACUUM FULL "+t); err != nil {
+			return err
+		}
+	}
+	if err := pool.QueryRow(ctx, total).Scan(&sum.Operations, &events, &sum.CompactJournalBytes); err != nil {
+		return err
+	}
+	sum.CompactBytesPerOperation = float64(sum.CompactJournalBytes) / float64(max(sum.Operations, 1))
+	sum.Relations = nil
+	for _, t := range []string{"operations", "operation_events"} {
+		r := relSize{Table: t}
+		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+t+`), pg_relation_size($1), pg_indexes_size($1),
+			pg_total_relation_size($1) - pg_relation_size($1) - pg_indexes_size($1)`, t).Scan(&r.Rows, &r.Heap, &r.Indexes, &r.Toast); err != nil {
+			return err
+		}
+		sum.Relations = append(sum.Relations, r)
+	}
+	return nil
 }
 
 // parallel calls f(0) … f(n-1) from w goroutines and returns the first error.
@@ -356,7 +403,7 @@ func peakRSSMiB(pid int) (float64, error) {
 	return 0, errors.New("no VmHWM in /proc status")
 }
 
-// bulkLoad inserts n succeeded operations with one history row each, the
+// bulkLoad inserts n succeeded operations with their two history rows, the
 // shape a fused operation leaves, then VACUUM ANALYZEs both tables.
 func bulkLoad(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	for _, sql := range []string{
@@ -365,6 +412,9 @@ func bulkLoad(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		 SELECT '', 'bulk:' || g, 'create_payment', md5(g::text) || md5((-g)::text),
 			'{"amount_minor":490000,"currency":"RUB","order_id":"817"}', 'succeeded', 'in_progress',
 			1, 'bench', 'pay_' || g, '{"payment_id":"pay_1","status":"captured"}'
+		 FROM generate_series(1, $1::int) g`,
+		`INSERT INTO operation_events (tenant, operation_key, from_status, to_status, attempt, actor, reason, external_id)
+		 SELECT '', 'bulk:' || g, NULL, 'in_progress', 1, 'bench', 'registered and claimed', NULL
 		 FROM generate_series(1, $1::int) g`,
 		`INSERT INTO operation_events (tenant, operation_key, from_status, to_status, attempt, actor, reason, external_id)
 		 SELECT '', 'bulk:' || g, 'in_progress', 'succeeded', 1, 'bench', 'effect confirmed', 'pay_' || g
@@ -479,6 +529,11 @@ func targets(rows []bench.Row, s summary, c config) []target {
 	ratio("fused gRPC / raw-sql at c=32", "≥ 1.3", 1.3, fz, raw, okF, okRaw)
 	ratio("full cycle gRPC / raw-sql at c=32", "≥ 0.9", 0.9, fc, raw, okC, okRaw)
 	ratio("replay / fused gRPC at c=32", "≥ 10", 10, rp, fz, okR, okF)
+	if np, ok := find(rows, "grpc", "noop-health-check", 32); ok && okR && okF && len(ts) > 0 {
+		t := &ts[len(ts)-1]
+		t.Detail += fmt.Sprintf("; a no-op gRPC call on the same connection: %.0f ops/s, so 10× fused (%.0f) would be %.0f%% of the ceiling of any RPC here",
+			np.OpsPerSec, 10*fz.OpsPerSec, 1000*fz.OpsPerSec/np.OpsPerSec)
+	}
 	for _, peer := range []struct{ system, scenario string }{{"dbos", "workflow-1-step"}, {"river", "unique-job"}} {
 		for _, l := range c.levels {
 			p, okP := find(rows, peer.system, peer.scenario, l)
@@ -498,8 +553,9 @@ func targets(rows []bench.Row, s summary, c config) []target {
 		}
 	}
 	ts = append(ts, target{Name: "server peak RSS, MiB (max c=" + strconv.Itoa(slices.Max(c.levels)) + ")", Measured: round2(s.ServerPeakRSSMiB), Want: "≤ 128", Met: s.ServerPeakRSSMiB <= 128})
-	ts = append(ts, target{Name: "journal bytes per operation", Measured: round2(s.BytesPerOperation), Want: "≤ 1024", Met: s.BytesPerOperation <= 1024,
-		Detail: fmt.Sprintf("%d bytes / %d operations, tables + indexes, before the bulk load", s.JournalBytes, s.Operations)})
+	ts = append(ts, target{Name: "journal bytes per succeeded operation (live rows, VACUUM FULL)", Measured: round2(s.CompactBytesPerOperation), Want: "≤ 1024", Met: s.CompactBytesPerOperation <= 1024,
+		Detail: fmt.Sprintf("%d bytes / %d operations, tables + indexes + TOAST, %.2f history rows each; %.0f bytes/operation as the runs left it (dead row versions not yet vacuumed)",
+			s.CompactJournalBytes, s.Operations, s.EventsPerOperation, s.BytesPerOperation)})
 	return ts
 }
 
@@ -581,8 +637,14 @@ func markdown(c config, rows []bench.Row, s summary, chart string) string {
 			fmt.Fprintf(&b, "\n- %s / %s c=%d: %s", r.System, r.Scenario, r.Concurrency, r.Note)
 		}
 	}
-	fmt.Fprintf(&b, "\n\n## Footprint\n\n- server peak RSS (VmHWM): %.1f MiB\n- journal: %d operations, %d bytes (tables + indexes) = %.0f bytes/operation\n\n",
-		s.ServerPeakRSSMiB, s.Operations, s.JournalBytes, s.BytesPerOperation)
+	fmt.Fprintf(&b, "\n\n## Footprint\n\n- server peak RSS (VmHWM): %.1f MiB\n- journal: %d operations (%.2f history rows each), before the growth bulk load:\n"+
+		"  %d bytes as the runs left it (%.0f bytes/operation, dead row versions included), %d bytes after VACUUM FULL (%.0f bytes/operation)\n\n"+
+		"| table (after VACUUM FULL) | rows | heap | indexes | TOAST |\n|---|--:|--:|--:|--:|\n",
+		s.ServerPeakRSSMiB, s.Operations, s.EventsPerOperation, s.JournalBytes, s.BytesPerOperation, s.CompactJournalBytes, s.CompactBytesPerOperation)
+	for _, r := range s.Relations {
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d |\n", r.Table, r.Rows, r.Heap, r.Indexes, r.Toast)
+	}
+	b.WriteString("\n")
 	b.WriteString("## Targets\n\n| target | measured | want | verdict | detail |\n|---|--:|---|---|---|\n")
 	for _, t := range s.Targets {
 		fmt.Fprintf(&b, "| %s | %.2f | %s | %s | %s |\n", t.Name, t.Measured, t.Want, verdict(t), t.Detail)

@@ -21,8 +21,8 @@ import (
 //	go test -run '^$' -bench Fused -benchtime 5s ./store/postgres/
 //
 // parallelism is per GOMAXPROCS (-cpu): 16 with 2 CPUs is 32 callers;
-// "-cpu 1 -args -parallelism 1" measures one caller's latency.
-var parallelism = flag.Int("parallelism", 16, "callers per GOMAXPROCS in the store benchmarks")
+// "-args -parallelism 0" measures one caller's latency.
+var parallelism = flag.Int("parallelism", 16, "callers per GOMAXPROCS in the store benchmarks (0: one caller)")
 
 func BenchmarkFused(b *testing.B) { benchCycle(b, true) }
 
@@ -44,12 +44,12 @@ func benchCycle(b *testing.B, fused bool) {
 			defer s.Close()
 			var n atomic.Int64
 			payload := json.RawMessage(`{"amount_minor":490000,"currency":"RUB","order_id":"817"}`)
-			b.SetParallelism(*parallelism)
+			b.SetParallelism(max(1, *parallelism))
 			b.ResetTimer()
 			c0 := bench.ReadCPU(0)
-			b.RunParallel(func(pb *testing.PB) {
+			cycle := func(next func() bool) {
 				ctx := context.Background()
-				for pb.Next() {
+				for next() {
 					key := fmt.Sprintf("k%d", n.Add(1))
 					cp := &store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}
 					rp := store.RegisterParams{Key: key, Action: "create_payment", RequestHash: "h", Payload: payload}
@@ -72,7 +72,13 @@ func benchCycle(b *testing.B, fused bool) {
 						return
 					}
 				}
-			})
+			}
+			if *parallelism == 0 {
+				i := 0
+				cycle(func() bool { i++; return i <= b.N })
+			} else {
+				b.RunParallel(func(pb *testing.PB) { cycle(pb.Next) })
+			}
 			c1 := bench.ReadCPU(0)
 			b.ReportMetric(float64(c1.Postgres-c0.Postgres)/float64(b.N), "pg-cpu-µs/op")
 			b.ReportMetric(float64(c1.Client-c0.Client)/float64(b.N), "go-cpu-µs/op")

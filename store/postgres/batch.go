@@ -89,6 +89,12 @@ func newBatcher[In, Out any](what string, workers, max int, bound func(context.C
 // do runs one call and returns what exec set. ok is false when the call's
 // row did not apply; the caller then takes its one-call path.
 func (b *batcher[In, Out]) do(ctx context.Context, in In) (out Out, ok bool, err error) {
+	// The statement bound covers the wait in the queue too, as it covers
+	// the wait for a pooled connection: behind a statement that hangs (a
+	// silent database), a queued call gives up when its own bound ends,
+	// not after the other's.
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
 	if err := ctx.Err(); err != nil {
 		return out, false, classify(b.what, err)
 	}

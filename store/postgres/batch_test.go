@@ -253,3 +253,55 @@ func TestOneBatchOfRegisterAnswersEachCallAsAlone(t *testing.T) {
 		t.Errorf("r2 after the conflict: %+v", op)
 	}
 }
+
+// TestQueuedCallGivesUpAtItsOwnBound: behind a statement that hangs, a
+// queued call answers UNAVAILABLE when its own statement bound ends (the
+// bound covers the queue, as it covers the wait for a pooled connection),
+// not after the hung statement's bound plus its own.
+func TestQueuedCallGivesUpAtItsOwnBound(t *testing.T) {
+	base := pgtest.NewSchema(t)
+	s, err := Open(context.Background(), base+"&opjournal_batch_workers=1&opjournal_statement_timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	conn, err := pgx.Connect(context.Background(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	ctx := context.Background()
+	register(t, s, "", "h1", "h")
+
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM operations WHERE operation_key = 'h1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	mark := store.MarkSucceededParams{Key: "h1", Attempt: 1, ExternalID: "x"}
+	first := make(chan error, 1)
+	go func() { _, err := s.MarkSucceeded(ctx, mark); first <- err }()
+	await(t, "the first call to run", func() bool { return s.marks.batches.Load() == 1 })
+	start := time.Now()
+	_, err = s.MarkSucceeded(ctx, mark)
+	elapsed := time.Since(start)
+	if opjournal.ErrorCode(err) != opjournal.CodeUnavailable {
+		t.Errorf("queued call: %v, want UNAVAILABLE", err)
+	}
+	if elapsed > 1600*time.Millisecond {
+		t.Errorf("queued call answered after %s; its bound is 1s", elapsed)
+	}
+	if err := <-first; opjournal.ErrorCode(err) != opjournal.CodeUnavailable {
+		t.Errorf("hung call: %v, want UNAVAILABLE", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The lock is gone: the same call now applies.
+	if op, err := s.MarkSucceeded(ctx, mark); err != nil || op.Status != opjournal.StatusSucceeded {
+		t.Errorf("after the lock: %+v, %v", op, err)
+	}
+}

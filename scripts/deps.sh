@@ -7,7 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debs="python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc curl jq"
+# libprotobuf-dev holds the well-known types (google/protobuf/*.proto) that
+# protoc needs for the Python stubs; it is only a recommendation of
+# protobuf-compiler, which --no-install-recommends skips.
+debs="python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc libprotobuf-dev curl jq"
 if ! dpkg -s $debs >/dev/null 2>&1; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 		echo "deps.sh: missing Debian packages; install them: apt-get install -y $debs" >&2

@@ -3,7 +3,7 @@
 # stubs and the gRPC stub of proto/opjournal/v1/journal.proto) offline, from
 # Debian's packages only:
 #
-#   apt-get install -y protobuf-compiler protobuf-compiler-grpc
+#   apt-get install -y protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
 #
 # protobuf-compiler gives protoc 3.21 (its Python output runs on the
 # python3-protobuf 3.21 runtime, i.e. protobuf 4.21, and later ones);
@@ -24,7 +24,7 @@ want_protoc="libprotoc 3.21."
 die() { printf 'generate.sh: %s\n' "$*" >&2; exit 1; }
 
 command -v "$PROTOC" >/dev/null ||
-	die "no protoc: apt-get install -y protobuf-compiler protobuf-compiler-grpc"
+	die "no protoc: apt-get install -y protobuf-compiler protobuf-compiler-grpc libprotobuf-dev"
 plugin=$(command -v "$GRPC_PYTHON_PLUGIN") ||
 	die "no grpc_python_plugin: apt-get install -y protobuf-compiler-grpc"
 got=$("$PROTOC" --version 2>&1) || die "$PROTOC --version failed: $got"
@@ -32,6 +32,13 @@ case "$got" in
 "$want_protoc"*) ;;
 *) die "protoc is \"$got\"; the committed code is made by ${want_protoc}x (Debian 12's protobuf-compiler): other versions write other files" ;;
 esac
+
+# The well-known types (google/protobuf/struct.proto, timestamp.proto) come
+# from libprotobuf-dev, only a recommendation of protobuf-compiler.
+echo 'syntax = "proto3"; import "google/protobuf/struct.proto";' >"${TMPDIR:-/tmp}/opj-wkt-check.proto"
+"$PROTOC" -I"${TMPDIR:-/tmp}" --descriptor_set_out=/dev/null "${TMPDIR:-/tmp}/opj-wkt-check.proto" 2>/dev/null ||
+	die "protoc cannot find google/protobuf/struct.proto: apt-get install -y libprotobuf-dev"
+rm -f "${TMPDIR:-/tmp}/opj-wkt-check.proto"
 
 out="$here/opjournal/v1"
 tmp=$(mktemp -d)

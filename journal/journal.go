@@ -64,6 +64,15 @@ func (s *Service) Limits() Limits { return s.limits }
 // Ping checks the store.
 func (s *Service) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 
+// BatchStats reports how the store groups calls into shared statements
+// (nil for a store that does not).
+func (s *Service) BatchStats() []store.BatchStat {
+	if b, ok := s.store.(store.Batching); ok {
+		return b.BatchStats()
+	}
+	return nil
+}
+
 // ClaimOptions asks for a lease.
 type ClaimOptions struct {
 	WorkerID string

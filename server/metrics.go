@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/store"
 )
 
 // metrics are the service's Prometheus series, on their own registry so
@@ -42,6 +43,42 @@ func newMetrics() *metrics {
 	m.registry.MustRegister(m.operations, m.rpcs, m.latency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// batchCollector exports the store's group-commit figures (store/postgres,
+// batch.go): statements run and calls carried per kind, whose ratio is
+// the mean batch size, and the calls waiting now.
+type batchCollector struct {
+	stats                      func() []store.BatchStat
+	statements, calls, waiting *prometheus.Desc
+}
+
+func newBatchCollector(stats func() []store.BatchStat) *batchCollector {
+	return &batchCollector{
+		stats: stats,
+		statements: prometheus.NewDesc("opjournal_store_batch_statements_total",
+			"Statements the store ran for calls it groups (register, claim, mark_succeeded), one-call statements included.", []string{"kind"}, nil),
+		calls: prometheus.NewDesc("opjournal_store_batch_calls_total",
+			"Calls those statements carried; divided by the statements, the mean batch size.", []string{"kind"}, nil),
+		waiting: prometheus.NewDesc("opjournal_store_batch_waiting",
+			"Calls waiting for the next statement of their kind.", []string{"kind"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *batchCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.statements
+	ch <- c.calls
+	ch <- c.waiting
+}
+
+// Collect implements prometheus.Collector.
+func (c *batchCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, b := range c.stats() {
+		ch <- prometheus.MustNewConstMetric(c.statements, prometheus.CounterValue, float64(b.Statements), b.Kind)
+		ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(b.Calls), b.Kind)
+		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(b.Waiting), b.Kind)
+	}
 }
 
 func (m *metrics) outcome(action, outcome string) {

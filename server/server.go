@@ -79,7 +79,9 @@ func New(svc *journal.Service, cfg Config) *Server {
 	if cfg.RateBurst <= 0 {
 		cfg.RateBurst = max(1, int(cfg.RateLimit))
 	}
-	return &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: newMetrics(),
+	m := newMetrics()
+	m.registry.MustRegister(newBatchCollector(svc.BatchStats))
+	return &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m,
 		limits: &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}}}
 }
 

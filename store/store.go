@@ -189,3 +189,18 @@ func Page(ops []*opjournal.Operation, limit int) ([]*opjournal.Operation, string
 	}
 	return ops[:limit], ops[limit-1].Key
 }
+
+// BatchStat describes one kind of call that a store groups into shared
+// statements (store/postgres: Register, Claim, MarkSucceeded).
+type BatchStat struct {
+	Kind       string // "register", "claim", "mark_succeeded"
+	Statements int64  // statements run so far, one-call ones included
+	Calls      int64  // the calls they carried
+	Waiting    int64  // calls queued right now
+}
+
+// Batching is implemented by stores that group concurrent calls into
+// shared statements; the server exports its figures as metrics.
+type Batching interface {
+	BatchStats() []BatchStat
+}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/store"
 )
 
 // Group commit for the hot path.
@@ -34,7 +35,7 @@ import (
 
 // call is one caller's request waiting in a batcher.
 type call[In, Out any] struct {
-	ctx  context.Context // the caller's; a call whose caller gave up is skipped
+	ctx  context.Context // the caller's, bounded; a call whose caller gave up is skipped
 	in   In
 	out  Out  // set by exec when applied
 	ok   bool // exec applied the call (its row came back)
@@ -46,9 +47,10 @@ type call[In, Out any] struct {
 //
 // At most `workers` statements of its kind run at once. A call that finds
 // none running and nobody waiting runs its own one-call statement in its
-// own goroutine (tryAlone): a lone caller pays nothing for batching. Calls that arrive while
-// statements run wait in the queue; the worker goroutines take them, as
-// many as are waiting (up to max) per statement, until the queue is empty.
+// own goroutine (tryAlone): a lone caller pays nothing for batching.
+// Calls that arrive while statements run wait in the queue; the worker
+// goroutines take them, as many as are waiting (up to max) per statement,
+// until the queue is empty.
 type batcher[In, Out any] struct {
 	what    string // for errors: "register", "claim", …
 	workers int
@@ -135,6 +137,11 @@ func (b *batcher[In, Out]) tryAlone() bool {
 	return true
 }
 
+// stat reports the batcher's counters.
+func (b *batcher[In, Out]) stat(kind string) store.BatchStat {
+	return store.BatchStat{Kind: kind, Statements: b.batches.Load(), Calls: b.calls.Load(), Waiting: b.waiting.Load()}
+}
+
 // wake tells a worker that calls may be waiting.
 func (b *batcher[In, Out]) wake() {
 	select {
@@ -215,7 +222,9 @@ func (b *batcher[In, Out]) run(batch []*call[In, Out]) {
 	// statement's fate is unknown, and every call answers UNAVAILABLE, as
 	// a single statement would.
 	if err != nil && len(live) > 1 && opjournal.ErrorCode(err) != opjournal.CodeUnavailable {
+		var zero Out
 		for _, c := range live {
+			c.out, c.ok = zero, false // nothing of the failed statement holds
 			c.err = b.execBounded([]*call[In, Out]{c})
 		}
 	} else {

@@ -250,6 +250,16 @@ func Migrate(url string) error {
 	return nil
 }
 
+// BatchStats reports what the batchers did (nil when batching is off).
+func (s *Store) BatchStats() []store.BatchStat {
+	if s.registers == nil {
+		return nil
+	}
+	return []store.BatchStat{s.registers.stat("register"), s.claims.stat("claim"), s.marks.stat("mark_succeeded")}
+}
+
+var _ store.Batching = (*Store)(nil)
+
 // Close stops the batchers (calls in flight are answered first) and closes
 // the pool.
 func (s *Store) Close() error {

@@ -27,6 +27,14 @@ import (
 // Store implements store.Store on a SQLite file.
 type Store struct {
 	db *sql.DB
+	// writer lets one write transaction of this process at a time ask
+	// SQLite for its lock; the others wait here, in arrival order and
+	// bounded by their context. Left to SQLite's busy handler, which
+	// sleeps and retries, they would be served in no order and the
+	// unlucky ones would wait hundreds of milliseconds (p99 713 ms at 32
+	// callers in opjournal-bench). busy_timeout still orders writers
+	// across processes.
+	writer chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -69,7 +77,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, writer: make(chan struct{}, 1)}, nil
 }
 
 // Migrate applies the embedded migrations (migrations/sqlite) to the file
@@ -206,6 +214,12 @@ func get(ctx context.Context, q querier, tenant, key string) (scanned, error) {
 // writer, and taking its lock up front means fn's reads and writes see one
 // consistent state and never fail half-way on an upgrade.
 func (s *Store) inTx(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
+	select {
+	case s.writer <- struct{}{}:
+	case <-ctx.Done():
+		return classify(what, ctx.Err())
+	}
+	defer func() { <-s.writer }()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return classify(what, err)

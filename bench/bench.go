@@ -162,7 +162,12 @@ func WriteJSONFile(path string, v any) error {
 }
 
 // Series names one line of the chart: a system and scenario.
-func Series(r Row) string { return r.System + " " + r.Scenario }
+func Series(r Row) string {
+	if r.Store != "" && r.Store != "postgres" {
+		return r.System + " " + r.Scenario + " (" + r.Store + ")"
+	}
+	return r.System + " " + r.Scenario
+}
 
 // WriteSVG draws ops/s by concurrency, one line per system/scenario that
 // was measured at more than one concurrency, on a log-2 x axis and a

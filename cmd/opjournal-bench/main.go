@@ -87,7 +87,7 @@ func main() {
 	fs.StringVar(&c.resultsDir, "results-dir", "bench/results", "where latest.json, summary.json and chart.svg go")
 	fs.StringVar(&c.resultsMD, "results-md", "bench/RESULTS.md", "the report with the machine description (\"\" skips it)")
 	fs.StringVar(&c.serverLog, "server-log", "", "copy the server's log to this file")
-	only := fs.String("scenarios", "", "run only these, comma-separated: raw-sql, full-cycle-grpc, fused-grpc, fused-rest, replay-grpc, grpc (a no-op health check), contention, peers, growth (default: all; a partial run writes no targets it did not measure)")
+	only := fs.String("scenarios", "", "run only these, comma-separated: raw-sql, full-cycle-grpc, fused-grpc, fused-rest, replay-grpc, grpc (a no-op health check), sqlite (full cycle and fused on the embedded store), contention, peers, growth (default: all; a partial run writes no targets it did not measure)")
 	serverArgs := fs.String("server-args", "", "extra space-separated arguments for \"opjournal serve\" (e.g. --pprof-addr 127.0.0.1:6060)")
 	serverEnv := fs.String("server-env", "", "extra space-separated NAME=VALUE environment for the server (e.g. GOMAXPROCS=1)")
 	_ = fs.Parse(os.Args[1:])
@@ -254,6 +254,13 @@ func run(ctx context.Context, c config) error {
 			return ctx.Err()
 		}
 	}
+	if c.want("sqlite") {
+		sq, err := sqliteRows(ctx, c, k)
+		if err != nil {
+			return fmt.Errorf("sqlite: %w", err)
+		}
+		rows = append(rows, sq...)
+	}
 	if c.want("contention") {
 		cr := contention(ctx, cl, k, c.contenders, bench.Load{Warmup: c.warmup, Duration: c.duration}, srv.Pid())
 		cr.System, cr.Scenario, cr.Store = "opjournal", "contention-same-key", "postgres"
@@ -295,6 +302,46 @@ func run(ctx context.Context, c config) error {
 	sum.Targets = targets(rows, sum, c)
 	sum.Machine["run_seconds"] = fmt.Sprintf("%.0f", time.Since(started).Seconds())
 	return report(c, rows, sum)
+}
+
+// sqliteRows measures the opjournal scenarios that apply to the embedded
+// store (full cycle and fused over gRPC) through a second server process
+// on a fresh SQLite file.
+func sqliteRows(ctx context.Context, c config, k keyer) ([]bench.Row, error) {
+	dir, err := os.MkdirTemp("", "opjournal-bench-sqlite-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	spec := procs.Spec{Name: "opjournal (sqlite)", Path: c.bin, Ready: "serving", Env: c.serverEnv, Args: append([]string{"serve",
+		"--database-url", "sqlite://" + filepath.Join(dir, "bench.db"), "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, c.serverArgs...)}
+	srv, err := procs.Start(ctx, spec, 60*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = srv.Stop(10 * time.Second) }()
+	conn, err := grpc.NewClient(srv.Field("grpc_addr"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	cl := pb.NewJournalServiceClient(conn)
+	var rows []bench.Row
+	for _, cc := range c.levels {
+		for _, sc := range []struct {
+			name string
+			op   bench.Op
+		}{{"full-cycle-grpc", fullCycle(cl, k, cc)}, {"fused-grpc", fused(cl, k, "fused-sqlite", cc)}} {
+			r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: c.duration}, srv.Pid(), sc.op)
+			r.System, r.Scenario, r.Store = "opjournal", sc.name, "sqlite"
+			rows = append(rows, r)
+			progress(r)
+		}
+		if ctx.Err() != nil {
+			return rows, ctx.Err()
+		}
+	}
+	return rows, nil
 }
 
 // footprint measures the journal's storage from the database itself: as
@@ -502,7 +549,7 @@ func machine(ctx context.Context, conn *pgx.Conn) map[string]string {
 // find returns the row of system/scenario at concurrency c.
 func find(rows []bench.Row, system, scenario string, c int) (bench.Row, bool) {
 	i := slices.IndexFunc(rows, func(r bench.Row) bool {
-		return r.System == system && r.Scenario == scenario && r.Concurrency == c && r.OpsPerSec > 0
+		return r.System == system && r.Scenario == scenario && r.Concurrency == c && r.OpsPerSec > 0 && r.Store != "sqlite"
 	})
 	if i < 0 {
 		return bench.Row{}, false

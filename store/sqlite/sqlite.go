@@ -27,14 +27,9 @@ import (
 // Store implements store.Store on a SQLite file.
 type Store struct {
 	db *sql.DB
-	// writer lets one write transaction of this process at a time ask
-	// SQLite for its lock; the others wait here, in arrival order and
-	// bounded by their context. Left to SQLite's busy handler, which
-	// sleeps and retries, they would be served in no order and the
-	// unlucky ones would wait hundreds of milliseconds (p99 713 ms at 32
-	// callers in opjournal-bench). busy_timeout still orders writers
-	// across processes.
-	writer chan struct{}
+	// commit runs the write transactions, grouping concurrent ones
+	// (groupcommit.go).
+	commit *committer
 }
 
 var _ store.Store = (*Store)(nil)
@@ -77,7 +72,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	return &Store{db: db, writer: make(chan struct{}, 1)}, nil
+	return &Store{db: db, commit: newCommitter(db)}, nil
 }
 
 // Migrate applies the embedded migrations (migrations/sqlite) to the file
@@ -108,7 +103,10 @@ func Migrate(path string) error {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.commit.close()
+	return s.db.Close()
+}
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
@@ -210,28 +208,13 @@ func get(ctx context.Context, q querier, tenant, key string) (scanned, error) {
 	return sc, nil
 }
 
-// inTx runs fn in one IMMEDIATE transaction (see dsn): SQLite has one
-// writer, and taking its lock up front means fn's reads and writes see one
-// consistent state and never fail half-way on an upgrade.
-func (s *Store) inTx(ctx context.Context, what string, fn func(tx *sql.Tx) error) error {
-	select {
-	case s.writer <- struct{}{}:
-	case <-ctx.Done():
-		return classify(what, ctx.Err())
-	}
-	defer func() { <-s.writer }()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return classify(what, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return classify(what, err)
-	}
-	return nil
+// inTx runs fn in an IMMEDIATE transaction (see dsn), which it may share
+// with concurrent calls, each in its own savepoint (groupcommit.go): SQLite
+// has one writer, and taking its lock up front means fn's reads and writes
+// see one consistent state and never fail half-way on an upgrade. fn must
+// use the ctx it is given, not the caller's.
+func (s *Store) inTx(ctx context.Context, what string, fn txFunc) error {
+	return s.commit.do(ctx, what, fn)
 }
 
 // event is what a transition writes to the history.
@@ -285,7 +268,7 @@ func (s *Store) Register(ctx context.Context, p store.RegisterParams) (res store
 	if p.Claim != nil {
 		status, attempt, owner, lease, reason = "in_progress", 1, sql.NullString{String: p.Claim.WorkerID, Valid: true}, p.Claim.LeaseSeconds, "registered and claimed"
 	}
-	err = s.inTx(ctx, "register", func(tx *sql.Tx) error {
+	err = s.inTx(ctx, "register", func(ctx context.Context, tx *sql.Tx) error {
 		sc, created, err := one(ctx, tx, "register", `
 			INSERT INTO operations (tenant, operation_key, action_type, request_hash, payload, status,
 			                        attempt_count, lease_owner, lease_until, created_at, updated_at)
@@ -326,7 +309,7 @@ func (s *Store) Register(ctx context.Context, p store.RegisterParams) (res store
 
 // Claim takes a lease by one conditional UPDATE.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (res store.ClaimResult, err error) {
-	err = s.inTx(ctx, "claim", func(tx *sql.Tx) error {
+	err = s.inTx(ctx, "claim", func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := get(ctx, tx, p.Tenant, p.Key)
 		if err != nil {
 			return err
@@ -364,7 +347,7 @@ func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) 
 	if p.Result != nil {
 		result = string(p.Result)
 	}
-	err = s.inTx(ctx, "mark succeeded", func(tx *sql.Tx) error {
+	err = s.inTx(ctx, "mark succeeded", func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := get(ctx, tx, p.Tenant, p.Key)
 		if err != nil {
 			return err
@@ -425,7 +408,7 @@ func (s *Store) markByHolder(ctx context.Context, to, reason string, p store.Mar
 	if p.ErrorCode != "" {
 		reason += ": " + p.ErrorCode
 	}
-	err = s.inTx(ctx, "mark "+to, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, "mark "+to, func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := get(ctx, tx, p.Tenant, p.Key)
 		if err != nil {
 			return err
@@ -448,7 +431,7 @@ func (s *Store) markByHolder(ctx context.Context, to, reason string, p store.Mar
 // ReleaseForRetry moves an unknown operation (its latest attempt, not under
 // review, unknown for at least the visibility lag) back to pending.
 func (s *Store) ReleaseForRetry(ctx context.Context, p store.ReleaseParams) (op *opjournal.Operation, err error) {
-	err = s.inTx(ctx, "release", func(tx *sql.Tx) error {
+	err = s.inTx(ctx, "release", func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := get(ctx, tx, p.Tenant, p.Key)
 		if err != nil {
 			return err
@@ -471,7 +454,7 @@ func (s *Store) ReleaseForRetry(ctx context.Context, p store.ReleaseParams) (op 
 // RecordCheck counts an inconclusive check; an expired lease becomes
 // unknown for good (unknown_since = the lease's end).
 func (s *Store) RecordCheck(ctx context.Context, p store.RecordCheckParams) (op *opjournal.Operation, err error) {
-	err = s.inTx(ctx, "record check", func(tx *sql.Tx) error {
+	err = s.inTx(ctx, "record check", func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := get(ctx, tx, p.Tenant, p.Key)
 		if err != nil {
 			return err
@@ -500,7 +483,7 @@ func (s *Store) RecordCheck(ctx context.Context, p store.RecordCheckParams) (op 
 // Escalate sets needs_review on a non-terminal operation; escalating one
 // already under review returns it unchanged.
 func (s *Store) Escalate(ctx context.Context, p store.EscalateParams) (op *opjournal.Operation, err error) {
-	err = s.inTx(ctx, "escalate", func(tx *sql.Tx) error {
+	err = s.inTx(ctx, "escalate", func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := get(ctx, tx, p.Tenant, p.Key)
 		if err != nil {
 			return err
@@ -530,7 +513,7 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) (op *opjourn
 	if p.Result != nil {
 		result = string(p.Result)
 	}
-	err = s.inTx(ctx, "resolve", func(tx *sql.Tx) error {
+	err = s.inTx(ctx, "resolve", func(ctx context.Context, tx *sql.Tx) error {
 		cur, err := get(ctx, tx, p.Tenant, p.Key)
 		if err != nil {
 			return err

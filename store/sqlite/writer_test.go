@@ -2,8 +2,11 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,31 +14,174 @@ import (
 	"github.com/opjournal/opjournal/store"
 )
 
-// TestWriterQueueIsBoundedByTheCaller: while another write holds this
-// process's writer slot, a write waits for it only as long as its own
-// context allows, then answers UNAVAILABLE having written nothing; once the
-// slot is free the same write applies.
-func TestWriterQueueIsBoundedByTheCaller(t *testing.T) {
+func openTemp(t *testing.T) *Store {
+	t.Helper()
 	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// hold marks the committer busy, as while another transaction runs, and
+// returns the function that ends it.
+func hold(s *Store) func() {
+	s.commit.mu.Lock()
+	s.commit.busy = true
+	s.commit.mu.Unlock()
+	return s.commit.finished
+}
+
+func queued(s *Store) int {
+	s.commit.mu.Lock()
+	defer s.commit.mu.Unlock()
+	return len(s.commit.queue)
+}
+
+func await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestWriterQueueIsBoundedByTheCaller: while another transaction runs, a
+// write waits only as long as its own context allows, then answers
+// UNAVAILABLE having written nothing (it is skipped when its turn comes);
+// afterwards the same write applies.
+func TestWriterQueueIsBoundedByTheCaller(t *testing.T) {
+	s := openTemp(t)
 	p := store.RegisterParams{Key: "k", Action: "a", RequestHash: "h", Payload: json.RawMessage(`{}`)}
 
-	s.writer <- struct{}{} // another write holds the slot
+	release := hold(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = s.Register(ctx, p)
+	_, err := s.Register(ctx, p)
 	if opjournal.ErrorCode(err) != opjournal.CodeUnavailable || time.Since(start) > 2*time.Second {
-		t.Fatalf("register behind a held slot: %v after %s, want UNAVAILABLE at its deadline", err, time.Since(start))
+		t.Fatalf("register behind a running transaction: %v after %s, want UNAVAILABLE at its deadline", err, time.Since(start))
 	}
+	release()
+	await(t, "the abandoned call to leave the queue", func() bool { return queued(s) == 0 })
 	if _, err := s.Get(context.Background(), "", "k"); opjournal.ErrorCode(err) != opjournal.CodeNotFound {
-		t.Fatalf("after the refused register: %v, want NOT_FOUND", err)
+		t.Fatalf("after the abandoned register: %v, want NOT_FOUND", err)
 	}
-	<-s.writer // the slot is free
 	if r, err := s.Register(context.Background(), p); err != nil || !r.Created {
-		t.Fatalf("register with the slot free: %+v, %v", r, err)
+		t.Fatalf("register afterwards: %+v, %v", r, err)
+	}
+}
+
+// TestGroupCommitAnswersEachCallAsAlone queues calls behind a running
+// transaction so that they share ONE transaction: the ones that break a
+// rule (a conflicting payload, an attempt never issued) change nothing,
+// the same key twice is decided in order, and everything else commits
+// with its history.
+func TestGroupCommitAnswersEachCallAsAlone(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	reg := func(key, hash string, claim bool) store.RegisterParams {
+		p := store.RegisterParams{Key: key, Action: "a", RequestHash: hash, Payload: json.RawMessage(`{"k":"` + key + `"}`)}
+		if claim {
+			p.Claim = &store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 60}
+		}
+		return p
+	}
+	if _, err := s.Register(ctx, reg("existing", "h1", true)); err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		what string
+		err  error
+		ok   bool
+	}
+	calls := []func() result{
+		func() result { r, err := s.Register(ctx, reg("a", "h", true)); return result{"a claimed", err, r.Created && r.Claim.Claimed} },
+		func() result {
+			r, err := s.Register(ctx, reg("a", "h", true))
+			return result{"a again", err, !r.Created && !r.Claim.Claimed}
+		},
+		func() result {
+			_, err := s.Register(ctx, reg("a", "h-other", false))
+			return result{"a other payload", nil, opjournal.ErrorCode(err) == opjournal.CodePayloadMismatch}
+		},
+		func() result {
+			_, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Key: "existing", Attempt: 5, ExternalID: "x"})
+			return result{"existing, attempt never issued", nil, opjournal.ErrorCode(err) == opjournal.CodeInvalidArgument}
+		},
+		func() result {
+			op, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Key: "existing", Attempt: 1, ExternalID: "x"})
+			return result{"existing succeeded", err, err == nil && op.Status == opjournal.StatusSucceeded}
+		},
+		func() result { r, err := s.Register(ctx, reg("b", "h", false)); return result{"b", err, r.Created} },
+	}
+	release := hold(s)
+	out := make([]result, len(calls))
+	var wg sync.WaitGroup
+	for i, f := range calls {
+		wg.Go(func() { out[i] = f() })
+		await(t, fmt.Sprintf("call %d to queue", i), func() bool { return queued(s) == i+1 })
+	}
+	g0 := s.commit.groups
+	release()
+	wg.Wait()
+	for _, r := range out {
+		if r.err != nil || !r.ok {
+			t.Errorf("%s: %v (as expected: %v)", r.what, r.err, r.ok)
+		}
+	}
+	if g := s.commit.groups - g0; g != 1 {
+		t.Errorf("%d transactions for the queued calls, want 1", g)
+	}
+	for key, want := range map[string]int{"a": 1, "b": 1, "existing": 2} {
+		evs, err := s.Events(ctx, "", key)
+		if err != nil || len(evs) != want {
+			t.Errorf("%s: %d events (%v), want %d", key, len(evs), err, want)
+		}
+	}
+	if op, err := s.Get(ctx, "", "a"); err != nil || op.RequestHash != "h" || op.AttemptCount != 1 {
+		t.Errorf("a: %+v, %v", op, err)
+	}
+}
+
+// TestGroupCommitUndoesAFailedCallOnly: in one shared transaction, a call
+// that wrote and then failed leaves nothing behind, and the calls before
+// and after it commit.
+func TestGroupCommitUndoesAFailedCallOnly(t *testing.T) {
+	s := openTemp(t)
+	insert := func(key string, fail bool) txFunc {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO operations (tenant, operation_key, action_type, request_hash, payload, status, created_at, updated_at)
+				VALUES ('', ?1, 'a', 'h', '{}', 'pending', 0, 0)`, key); err != nil {
+				return err
+			}
+			if fail {
+				return opjournal.Errorf(opjournal.CodeInvalidArgument, "", "refused after writing")
+			}
+			return nil
+		}
+	}
+	release := hold(s)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i, f := range []txFunc{insert("x", false), insert("y", true), insert("z", false)} {
+		wg.Go(func() { errs[i] = s.inTx(context.Background(), "test", f) })
+		await(t, "the call to queue", func() bool { return queued(s) == i+1 })
+	}
+	release()
+	wg.Wait()
+	if errs[0] != nil || errs[2] != nil || opjournal.ErrorCode(errs[1]) != opjournal.CodeInvalidArgument {
+		t.Fatalf("errors: %v", errs)
+	}
+	for key, want := range map[string]bool{"x": true, "y": false, "z": true} {
+		_, err := s.Get(context.Background(), "", key)
+		if got := err == nil; got != want {
+			t.Errorf("%s present: %v, want %v (%v)", key, got, want, err)
+		}
 	}
 }

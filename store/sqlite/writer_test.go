@@ -101,7 +101,10 @@ func TestGroupCommitAnswersEachCallAsAlone(t *testing.T) {
 		ok   bool
 	}
 	calls := []func() result{
-		func() result { r, err := s.Register(ctx, reg("a", "h", true)); return result{"a claimed", err, r.Created && r.Claim.Claimed} },
+		func() result {
+			r, err := s.Register(ctx, reg("a", "h", true))
+			return result{"a claimed", err, r.Created && r.Claim.Claimed}
+		},
 		func() result {
 			r, err := s.Register(ctx, reg("a", "h", true))
 			return result{"a again", err, !r.Created && !r.Claim.Claimed}

@@ -103,11 +103,11 @@ func TestGroupCommitAnswersEachCallAsAlone(t *testing.T) {
 	calls := []func() result{
 		func() result {
 			r, err := s.Register(ctx, reg("a", "h", true))
-			return result{"a claimed", err, r.Created && r.Claim.Claimed}
+			return result{"a claimed", err, r.Created && r.Claim != nil && r.Claim.Claimed}
 		},
 		func() result {
 			r, err := s.Register(ctx, reg("a", "h", true))
-			return result{"a again", err, !r.Created && !r.Claim.Claimed}
+			return result{"a again", err, !r.Created && r.Claim != nil && !r.Claim.Claimed}
 		},
 		func() result {
 			_, err := s.Register(ctx, reg("a", "h-other", false))

@@ -57,7 +57,7 @@ func newBatchCollector(stats func() []store.BatchStat) *batchCollector {
 	return &batchCollector{
 		stats: stats,
 		statements: prometheus.NewDesc("opjournal_store_batch_statements_total",
-			"Statements the store ran for calls it groups (register, claim, mark_succeeded), one-call statements included.", []string{"kind"}, nil),
+			"Statements the store ran for calls it groups (PostgreSQL: register, claim, mark_succeeded; SQLite: write, counting transactions), one-call ones included.", []string{"kind"}, nil),
 		calls: prometheus.NewDesc("opjournal_store_batch_calls_total",
 			"Calls those statements carried; divided by the statements, the mean batch size.", []string{"kind"}, nil),
 		waiting: prometheus.NewDesc("opjournal_store_batch_waiting",

@@ -191,10 +191,11 @@ func Page(ops []*opjournal.Operation, limit int) ([]*opjournal.Operation, string
 }
 
 // BatchStat describes one kind of call that a store groups into shared
-// statements (store/postgres: Register, Claim, MarkSucceeded).
+// statements (store/postgres: Register, Claim, MarkSucceeded) or
+// transactions (store/sqlite: every write).
 type BatchStat struct {
-	Kind       string // "register", "claim", "mark_succeeded"
-	Statements int64  // statements run so far, one-call ones included
+	Kind       string // "register", "claim", "mark_succeeded"; "write" on SQLite
+	Statements int64  // statements (SQLite: transactions) run so far, one-call ones included
 	Calls      int64  // the calls they carried
 	Waiting    int64  // calls queued right now
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/opjournal/opjournal/store"
 )
 
 // Group commit for the embedded store.
@@ -89,6 +91,14 @@ func (c *committer) do(ctx context.Context, what string, fn txFunc) error {
 		// attempt) finds out.
 		return classify(what, ctx.Err())
 	}
+}
+
+// stat reports the committer's counters: transactions run, calls carried,
+// calls waiting.
+func (c *committer) stat() store.BatchStat {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return store.BatchStat{Kind: "write", Statements: c.groups, Calls: c.calls, Waiting: int64(len(c.queue))}
 }
 
 func (c *committer) wake() {

@@ -102,6 +102,12 @@ func Migrate(path string) error {
 	return nil
 }
 
+// BatchStats reports group commit: one kind, "write", counting
+// transactions and the write calls they carried.
+func (s *Store) BatchStats() []store.BatchStat { return []store.BatchStat{s.commit.stat()} }
+
+var _ store.Batching = (*Store)(nil)
+
 // Close closes the database.
 func (s *Store) Close() error {
 	s.commit.close()

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/await"
 	"github.com/opjournal/opjournal/internal/pgtest"
 	"github.com/opjournal/opjournal/store"
 )
@@ -20,12 +22,13 @@ import (
 // lock is released, so the worker takes them all in ONE statement. Each
 // call must still get exactly the answer it gets on its own.
 
-// openOneWorker opens a store with one batch worker per kind, and a plain
-// connection to the same schema for the test's own transactions.
-func openOneWorker(t *testing.T) (*Store, *pgx.Conn) {
+// openOneWorker opens a store with one batch worker per kind (and the
+// extra URL parameters given), and a plain connection to the same schema
+// for the test's own transactions.
+func openOneWorker(t *testing.T, params ...string) (*Store, *pgx.Conn) {
 	t.Helper()
 	base := pgtest.NewSchema(t)
-	s, err := Open(context.Background(), base+"&opjournal_batch_workers=1")
+	s, err := Open(context.Background(), base+"&opjournal_batch_workers=1"+strings.Join(params, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,18 +39,6 @@ func openOneWorker(t *testing.T) (*Store, *pgx.Conn) {
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return s, conn
-}
-
-// await polls cond (a condition, not a duration) for up to 10 s.
-func await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // inOneBatch runs calls[0] alone, parked on the lock that lockSQL takes
@@ -68,10 +59,10 @@ func inOneBatch[In, Out any](t *testing.T, conn *pgx.Conn, lockSQL string, b *ba
 	b0, c0 := b.batches.Load(), b.calls.Load()
 	var wg sync.WaitGroup
 	wg.Go(calls[0])
-	await(t, "the worker to take the first call", func() bool { return b.batches.Load() == b0+1 })
+	await.Until(t, "the worker to take the first call", func() bool { return b.batches.Load() == b0+1 })
 	for i := 1; i < len(calls); i++ {
 		wg.Go(calls[i])
-		await(t, "the call to queue", func() bool { return b.waiting.Load() == int64(i) })
+		await.Until(t, "the call to queue", func() bool { return b.waiting.Load() == int64(i) })
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -259,17 +250,7 @@ func TestOneBatchOfRegisterAnswersEachCallAsAlone(t *testing.T) {
 // bound covers the queue, as it covers the wait for a pooled connection),
 // not after the hung statement's bound plus its own.
 func TestQueuedCallGivesUpAtItsOwnBound(t *testing.T) {
-	base := pgtest.NewSchema(t)
-	s, err := Open(context.Background(), base+"&opjournal_batch_workers=1&opjournal_statement_timeout=1s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	conn, err := pgx.Connect(context.Background(), base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	s, conn := openOneWorker(t, "&opjournal_statement_timeout=1s")
 	ctx := context.Background()
 	register(t, s, "", "h1", "h")
 
@@ -284,7 +265,7 @@ func TestQueuedCallGivesUpAtItsOwnBound(t *testing.T) {
 	mark := store.MarkSucceededParams{Key: "h1", Attempt: 1, ExternalID: "x"}
 	first := make(chan error, 1)
 	go func() { _, err := s.MarkSucceeded(ctx, mark); first <- err }()
-	await(t, "the first call to run", func() bool { return s.marks.batches.Load() == 1 })
+	await.Until(t, "the first call to run", func() bool { return s.marks.batches.Load() == 1 })
 	start := time.Now()
 	_, err = s.MarkSucceeded(ctx, mark)
 	elapsed := time.Since(start)

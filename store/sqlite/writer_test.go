@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/await"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -39,17 +40,6 @@ func queued(s *Store) int {
 	return len(s.commit.queue)
 }
 
-func await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestWriterQueueIsBoundedByTheCaller: while another transaction runs, a
 // write waits only as long as its own context allows, then answers
 // UNAVAILABLE having written nothing (it is skipped when its turn comes);
@@ -67,7 +57,7 @@ func TestWriterQueueIsBoundedByTheCaller(t *testing.T) {
 		t.Fatalf("register behind a running transaction: %v after %s, want UNAVAILABLE at its deadline", err, time.Since(start))
 	}
 	release()
-	await(t, "the abandoned call to leave the queue", func() bool { return queued(s) == 0 })
+	await.Until(t, "the abandoned call to leave the queue", func() bool { return queued(s) == 0 })
 	if _, err := s.Get(context.Background(), "", "k"); opjournal.ErrorCode(err) != opjournal.CodeNotFound {
 		t.Fatalf("after the abandoned register: %v, want NOT_FOUND", err)
 	}
@@ -128,7 +118,7 @@ func TestGroupCommitAnswersEachCallAsAlone(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, f := range calls {
 		wg.Go(func() { out[i] = f() })
-		await(t, fmt.Sprintf("call %d to queue", i), func() bool { return queued(s) == i+1 })
+		await.Until(t, fmt.Sprintf("call %d to queue", i), func() bool { return queued(s) == i+1 })
 	}
 	g0 := s.commit.groups
 	release()
@@ -174,7 +164,7 @@ func TestGroupCommitUndoesAFailedCallOnly(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, f := range []txFunc{insert("x", false), insert("y", true), insert("z", false)} {
 		wg.Go(func() { errs[i] = s.inTx(context.Background(), "test", f) })
-		await(t, "the call to queue", func() bool { return queued(s) == i+1 })
+		await.Until(t, "the call to queue", func() bool { return queued(s) == i+1 })
 	}
 	release()
 	wg.Wait()

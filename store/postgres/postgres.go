@@ -87,9 +87,9 @@ const (
 // batches: while its statement runs, every call of that kind queues for
 // the next one, so each statement's fixed cost (round trip, executor
 // start-up, commit) is shared by all of them. On 2 cores at 32 callers it
-// beat 2 and 4 workers by 25% and 85% in ops/s (store/postgres
-// BenchmarkFused and opjournal-bench); a database with many cores may want
-// more (opjournal_batch_workers). A lone caller is never delayed.
+// did 29% and 58% more operations per second than 2 and 4 workers
+// (BenchmarkFused); a database with many cores may want more
+// (opjournal_batch_workers). A lone caller is never delayed.
 const (
 	defaultBatchWorkers = 1
 	defaultBatchSize    = 64

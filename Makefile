@@ -41,7 +41,7 @@ bench-build:
 	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-bench
 	cd bench/peers && $(GO) build -o ../../bin/opjournal-bench-peers .
 
-## bench: the full run (10 s per point after a 2 s warm-up, growth at 1M operations; ~7 min);
+## bench: the full run (10 s per point after a 2 s warm-up, growth at 1M operations; ~9 min);
 ## writes bench/results/{latest,summary}.json, bench/results/chart.svg and bench/RESULTS.md
 bench: bench-build
 	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' $(BENCH_FLAGS)

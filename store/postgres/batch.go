@@ -3,11 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
-	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/groupq"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -17,13 +15,12 @@ import (
 // the database spends most of its time on what each statement costs
 // regardless of its size: the round trip, executor start-up, the commit and
 // its WAL flush. So the calls an agent makes once per operation (Register,
-// Claim, MarkSucceeded) go through a batcher: a few worker goroutines each
-// take the next waiting call plus every other call of the same kind that is
-// already waiting (never waiting for more), and apply them all in ONE
-// statement over arrays (unnest), whose rows are matched back to the calls.
-// A lone caller is never delayed: with nothing else waiting its batch is
-// itself. Under load the batches grow by themselves, because calls queue
-// while the workers' statements run.
+// Claim, MarkSucceeded) go through a batcher. A call that finds its kind
+// idle runs its own one-row statement at once: a lone caller is never
+// delayed. Calls that arrive while a statement runs queue up, and the next
+// statement takes all of them (never waiting for more) and applies them in
+// ONE statement over arrays (unnest), whose rows are matched back to the
+// calls. Under load the batches grow by themselves.
 //
 // Nothing about the rules changes. Each row is still decided by its own
 // conditions inside one statement (a unique key for inserts, a conditional
@@ -43,36 +40,18 @@ type call[In, Out any] struct {
 	done chan struct{}
 }
 
-// batcher runs calls of one kind in batches (see above).
-//
-// At most `workers` statements of its kind run at once. A call that finds
-// none running and nobody waiting runs its own one-call statement in its
-// own goroutine (tryAlone): a lone caller pays nothing for batching.
-// Calls that arrive while statements run wait in the queue; the worker
-// goroutines take them, as many as are waiting (up to max) per statement,
-// until the queue is empty.
+// batcher runs calls of one kind in batches (see above): its queue
+// (internal/groupq) decides when a call runs alone and which calls share a
+// statement; the batcher runs the statements.
 type batcher[In, Out any] struct {
-	what    string // for errors: "register", "claim", …
-	workers int
-	max     int
+	what string // for errors: "register", "claim", …
 	// exec applies the calls in one statement, setting out and ok on each
 	// call it applied. An error means the statement as a whole failed
 	// (nothing of it was committed).
 	exec func(ctx context.Context, calls []*call[In, Out]) error
 	// bound limits one statement (the store's statement timeout).
 	bound func(context.Context) (context.Context, context.CancelFunc)
-
-	mu      sync.Mutex
-	queue   []*call[In, Out]
-	running int  // statements in flight, the callers' own included
-	closed  bool // no new calls
-	kick    chan struct{}
-	quit    chan struct{}
-	wg      sync.WaitGroup
-
-	// waiting mirrors len(queue); batches and calls count the statements
-	// run and the calls they carried (for tests and tuning).
-	waiting, batches, calls atomic.Int64
+	q     *groupq.Queue[*call[In, Out]]
 }
 
 // errClosed answers calls made after Close.
@@ -80,11 +59,8 @@ var errClosed = opjournal.Errorf(opjournal.CodeUnavailable, "", "the store is cl
 
 func newBatcher[In, Out any](what string, workers, max int, bound func(context.Context) (context.Context, context.CancelFunc),
 	exec func(context.Context, []*call[In, Out]) error) *batcher[In, Out] {
-	b := &batcher[In, Out]{what: what, workers: workers, max: max, exec: exec, bound: bound,
-		kick: make(chan struct{}, 1), quit: make(chan struct{})}
-	for range workers {
-		b.wg.Go(b.work)
-	}
+	b := &batcher[In, Out]{what: what, exec: exec, bound: bound}
+	b.q = groupq.New(workers, max, b.run)
 	return b
 }
 
@@ -101,15 +77,9 @@ func (b *batcher[In, Out]) do(ctx context.Context, in In) (out Out, ok bool, err
 		return out, false, classify(b.what, err)
 	}
 	c := &call[In, Out]{ctx: ctx, in: in, done: make(chan struct{})}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.q.Add(c) {
 		return out, false, errClosed
 	}
-	b.queue = append(b.queue, c)
-	b.waiting.Store(int64(len(b.queue)))
-	b.mu.Unlock()
-	b.wake()
 	select {
 	case <-c.done:
 		return c.out, c.ok, c.err
@@ -125,78 +95,15 @@ func (b *batcher[In, Out]) do(ctx context.Context, in In) (out Out, ok bool, err
 // statement of its kind in flight, nobody waiting). The caller then runs
 // its one-call path in its own goroutine, which for one call is cheaper
 // than the batched statement and pays no hand-off, and calls finished.
-func (b *batcher[In, Out]) tryAlone() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed || b.running >= b.workers || len(b.queue) > 0 {
-		return false
-	}
-	b.running++
-	b.batches.Add(1)
-	b.calls.Add(1)
-	return true
-}
+func (b *batcher[In, Out]) tryAlone() bool { return b.q.TryAlone() }
+
+// finished ends a tryAlone statement.
+func (b *batcher[In, Out]) finished() { b.q.Finished() }
 
 // stat reports the batcher's counters.
 func (b *batcher[In, Out]) stat(kind string) store.BatchStat {
-	return store.BatchStat{Kind: kind, Statements: b.batches.Load(), Calls: b.calls.Load(), Waiting: b.waiting.Load()}
-}
-
-// wake tells a worker that calls may be waiting.
-func (b *batcher[In, Out]) wake() {
-	select {
-	case b.kick <- struct{}{}:
-	default: // a wake-up is pending already
-	}
-}
-
-// finished ends a statement and wakes a worker for what queued meanwhile.
-func (b *batcher[In, Out]) finished() {
-	b.mu.Lock()
-	b.running--
-	more := len(b.queue) > 0
-	b.mu.Unlock()
-	if more {
-		b.wake()
-	}
-}
-
-// take removes the next batch from the queue and counts it as running, or
-// returns nil when the queue is empty or enough statements run already.
-func (b *batcher[In, Out]) take() []*call[In, Out] {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.queue) == 0 || b.running >= b.workers {
-		return nil
-	}
-	n := min(len(b.queue), b.max)
-	batch := slices.Clone(b.queue[:n])
-	b.queue = slices.Delete(b.queue, 0, n)
-	b.waiting.Store(int64(len(b.queue)))
-	b.running++
-	return batch
-}
-
-// work is one worker: whenever woken, run batches until the queue is
-// empty (or the other statements in flight leave it no room).
-func (b *batcher[In, Out]) work() {
-	for {
-		select {
-		case <-b.kick:
-		case <-b.quit:
-			return
-		}
-		for batch := b.take(); batch != nil; batch = b.take() {
-			b.runCounted(batch)
-			b.finished()
-		}
-	}
-}
-
-func (b *batcher[In, Out]) runCounted(batch []*call[In, Out]) {
-	b.batches.Add(1)
-	b.calls.Add(int64(len(batch)))
-	b.run(batch)
+	statements, calls, waiting := b.q.Stats()
+	return store.BatchStat{Kind: kind, Statements: statements, Calls: calls, Waiting: waiting}
 }
 
 // run executes one batch and answers every call in it. If the statement
@@ -253,36 +160,15 @@ func (b *batcher[In, Out]) execBounded(calls []*call[In, Out]) error {
 	return err
 }
 
-// close refuses new calls, answers the waiting ones, and stops the
-// workers. Closing twice is harmless.
+// close refuses new calls, stops the workers and runs the calls still
+// waiting. Closing twice is harmless.
 func (b *batcher[In, Out]) close() {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return
+	pending := b.q.Close()
+	for len(pending) > 0 {
+		n := min(len(pending), defaultBatchSize)
+		b.run(pending[:n])
+		pending = pending[n:]
 	}
-	b.closed = true
-	b.mu.Unlock()
-	for batch := b.drain(); batch != nil; batch = b.drain() {
-		b.runCounted(batch)
-	}
-	close(b.quit)
-	b.wg.Wait()
-}
-
-// drain takes the next batch regardless of the statements in flight (the
-// store is closing).
-func (b *batcher[In, Out]) drain() []*call[In, Out] {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := min(len(b.queue), b.max)
-	if n == 0 {
-		return nil
-	}
-	batch := slices.Clone(b.queue[:n])
-	b.queue = slices.Delete(b.queue, 0, n)
-	b.waiting.Store(int64(len(b.queue)))
-	return batch
 }
 
 // firstPerKey returns the indexes of the calls whose key has not appeared

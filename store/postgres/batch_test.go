@@ -56,19 +56,21 @@ func inOneBatch[In, Out any](t *testing.T, conn *pgx.Conn, lockSQL string, b *ba
 	if _, err := tx.Exec(ctx, lockSQL); err != nil {
 		t.Fatal(err)
 	}
-	b0, c0 := b.batches.Load(), b.calls.Load()
+	stats := func() (batches, calls, waiting int64) { return b.q.Stats() }
+	b0, c0, _ := stats()
 	var wg sync.WaitGroup
 	wg.Go(calls[0])
-	await.Until(t, "the worker to take the first call", func() bool { return b.batches.Load() == b0+1 })
+	await.Until(t, "the worker to take the first call", func() bool { n, _, _ := stats(); return n == b0+1 })
 	for i := 1; i < len(calls); i++ {
 		wg.Go(calls[i])
-		await.Until(t, "the call to queue", func() bool { return b.waiting.Load() == int64(i) })
+		await.Until(t, "the call to queue", func() bool { _, _, w := stats(); return w == int64(i) })
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	if nb, nc := b.batches.Load()-b0, b.calls.Load()-c0; nb != 2 || nc != int64(len(calls)) {
+	b1, c1, _ := stats()
+	if nb, nc := b1-b0, c1-c0; nb != 2 || nc != int64(len(calls)) {
 		t.Fatalf("%d batches with %d calls, want 2 with %d (the first alone, then the rest together)", nb, nc, len(calls))
 	}
 }
@@ -265,7 +267,7 @@ func TestQueuedCallGivesUpAtItsOwnBound(t *testing.T) {
 	mark := store.MarkSucceededParams{Key: "h1", Attempt: 1, ExternalID: "x"}
 	first := make(chan error, 1)
 	go func() { _, err := s.MarkSucceeded(ctx, mark); first <- err }()
-	await.Until(t, "the first call to run", func() bool { return s.marks.batches.Load() == 1 })
+	await.Until(t, "the first call to run", func() bool { n, _, _ := s.marks.q.Stats(); return n == 1 })
 	start := time.Now()
 	_, err = s.MarkSucceeded(ctx, mark)
 	elapsed := time.Since(start)

@@ -5,8 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 
+	"github.com/opjournal/opjournal/internal/groupq"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -40,23 +40,17 @@ type txCall struct {
 	done chan struct{}
 }
 
-// committer runs the process's write transactions (see above).
+// committer runs the process's write transactions (see above); its queue
+// (internal/groupq, one transaction at a time) decides which calls share
+// one.
 type committer struct {
-	db     *sql.DB
-	mu     sync.Mutex
-	queue  []*txCall
-	busy   bool // a transaction is running
-	closed bool
-	kick   chan struct{}
-	quit   chan struct{}
-	wg     sync.WaitGroup
-	// groups and calls count transactions and the calls they carried.
-	groups, calls int64
+	db *sql.DB
+	q  *groupq.Queue[*txCall]
 }
 
 func newCommitter(db *sql.DB) *committer {
-	c := &committer{db: db, kick: make(chan struct{}, 1), quit: make(chan struct{})}
-	c.wg.Go(c.work)
+	c := &committer{db: db}
+	c.q = groupq.New(1, maxGroup, c.run)
 	return c
 }
 
@@ -67,21 +61,14 @@ func (c *committer) do(ctx context.Context, what string, fn txFunc) error {
 		return classify(what, err)
 	}
 	call := &txCall{ctx: ctx, what: what, fn: fn, done: make(chan struct{})}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return classify(what, errClosed)
-	}
-	if !c.busy && len(c.queue) == 0 {
-		c.busy = true
-		c.mu.Unlock()
+	if c.q.TryAlone() {
 		c.run([]*txCall{call})
-		c.finished()
+		c.q.Finished()
 		return call.err
 	}
-	c.queue = append(c.queue, call)
-	c.mu.Unlock()
-	c.wake()
+	if !c.q.Add(call) {
+		return classify(what, errClosed)
+	}
 	select {
 	case <-call.done:
 		return call.err
@@ -96,65 +83,13 @@ func (c *committer) do(ctx context.Context, what string, fn txFunc) error {
 // stat reports the committer's counters: transactions run, calls carried,
 // calls waiting.
 func (c *committer) stat() store.BatchStat {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return store.BatchStat{Kind: "write", Statements: c.groups, Calls: c.calls, Waiting: int64(len(c.queue))}
-}
-
-func (c *committer) wake() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
-}
-
-// finished ends a transaction and wakes the worker for what queued.
-func (c *committer) finished() {
-	c.mu.Lock()
-	c.busy = false
-	more := len(c.queue) > 0
-	c.mu.Unlock()
-	if more {
-		c.wake()
-	}
-}
-
-// take removes the next group from the queue, or returns nil when there is
-// none or a transaction is running.
-func (c *committer) take() []*txCall {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.busy || len(c.queue) == 0 {
-		return nil
-	}
-	n := min(len(c.queue), maxGroup)
-	group := append([]*txCall(nil), c.queue[:n]...)
-	c.queue = append(c.queue[:0], c.queue[n:]...)
-	c.busy = true
-	return group
-}
-
-func (c *committer) work() {
-	for {
-		select {
-		case <-c.kick:
-		case <-c.quit:
-			return
-		}
-		for group := c.take(); group != nil; group = c.take() {
-			c.run(group)
-			c.finished()
-		}
-	}
+	groups, calls, waiting := c.q.Stats()
+	return store.BatchStat{Kind: "write", Statements: groups, Calls: calls, Waiting: waiting}
 }
 
 // run executes one group in one IMMEDIATE transaction and answers every
 // call in it.
 func (c *committer) run(group []*txCall) {
-	c.mu.Lock()
-	c.groups++
-	c.calls += int64(len(group))
-	c.mu.Unlock()
 	defer func() {
 		for _, call := range group {
 			close(call.done)
@@ -219,26 +154,13 @@ func (c *committer) inSavepoint(ctx context.Context, tx *sql.Tx, i int, call *tx
 	return err
 }
 
-// close refuses new calls, answers the queued ones UNAVAILABLE (the
-// server drains its calls before closing the store, so there are none in
-// an orderly shutdown) and stops the worker. A transaction already
-// running finishes.
+// close refuses new calls, lets the worker finish the queue, and answers
+// anything left UNAVAILABLE. A transaction already running finishes.
 func (c *committer) close() {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	c.closed = true
-	pending := c.queue
-	c.queue = nil
-	c.mu.Unlock()
-	for _, call := range pending {
+	for _, call := range c.q.Close() {
 		call.err = classify(call.what, errClosed)
 		close(call.done)
 	}
-	close(c.quit)
-	c.wg.Wait()
 }
 
 // errClosed is the cause for calls made after Close.

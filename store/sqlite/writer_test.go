@@ -25,19 +25,24 @@ func openTemp(t *testing.T) *Store {
 	return s
 }
 
-// hold marks the committer busy, as while another transaction runs, and
-// returns the function that ends it.
-func hold(s *Store) func() {
-	s.commit.mu.Lock()
-	s.commit.busy = true
-	s.commit.mu.Unlock()
-	return s.commit.finished
+// hold takes the committer's one slot, as another transaction running
+// would, and returns the function that ends it.
+func hold(t *testing.T, s *Store) func() {
+	t.Helper()
+	if !s.commit.q.TryAlone() {
+		t.Fatal("the committer is not idle")
+	}
+	return s.commit.q.Finished
 }
 
 func queued(s *Store) int {
-	s.commit.mu.Lock()
-	defer s.commit.mu.Unlock()
-	return len(s.commit.queue)
+	_, _, waiting := s.commit.q.Stats()
+	return int(waiting)
+}
+
+func transactions(s *Store) int64 {
+	groups, _, _ := s.commit.q.Stats()
+	return groups
 }
 
 // TestWriterQueueIsBoundedByTheCaller: while another transaction runs, a
@@ -48,7 +53,7 @@ func TestWriterQueueIsBoundedByTheCaller(t *testing.T) {
 	s := openTemp(t)
 	p := store.RegisterParams{Key: "k", Action: "a", RequestHash: "h", Payload: json.RawMessage(`{}`)}
 
-	release := hold(s)
+	release := hold(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -113,14 +118,14 @@ func TestGroupCommitAnswersEachCallAsAlone(t *testing.T) {
 		},
 		func() result { r, err := s.Register(ctx, reg("b", "h", false)); return result{"b", err, r.Created} },
 	}
-	release := hold(s)
+	release := hold(t, s)
 	out := make([]result, len(calls))
 	var wg sync.WaitGroup
 	for i, f := range calls {
 		wg.Go(func() { out[i] = f() })
 		await.Until(t, fmt.Sprintf("call %d to queue", i), func() bool { return queued(s) == i+1 })
 	}
-	g0 := s.commit.groups
+	g0 := transactions(s)
 	release()
 	wg.Wait()
 	for _, r := range out {
@@ -128,7 +133,7 @@ func TestGroupCommitAnswersEachCallAsAlone(t *testing.T) {
 			t.Errorf("%s: %v (as expected: %v)", r.what, r.err, r.ok)
 		}
 	}
-	if g := s.commit.groups - g0; g != 1 {
+	if g := transactions(s) - g0; g != 1 {
 		t.Errorf("%d transactions for the queued calls, want 1", g)
 	}
 	for key, want := range map[string]int{"a": 1, "b": 1, "existing": 2} {
@@ -159,7 +164,7 @@ func TestGroupCommitUndoesAFailedCallOnly(t *testing.T) {
 			return nil
 		}
 	}
-	release := hold(s)
+	release := hold(t, s)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i, f := range []txFunc{insert("x", false), insert("y", true), insert("z", false)} {

@@ -227,17 +227,27 @@ func TestRunUntilSIGTERM(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{
+	// The journal shows the operation settled as soon as MarkSucceeded
+	// commits; the reconciler counts its decision once the answer is back.
+	// So the metrics are read until they show it (or 10 s pass).
+	wants := []string{
 		`opjournal_reconciler_decisions_total{action="create_payment",decision="succeeded"} 1`,
 		"opjournal_reconciler_passes_total ",
 		"go_goroutines ",
-	} {
+	}
+	var body []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if bytes.Contains(body, []byte(wants[0])) || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, want := range wants {
 		if !bytes.Contains(body, []byte(want)) {
 			t.Errorf("/metrics lacks %q", want)
 		}

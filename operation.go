@@ -72,17 +72,77 @@ type Operation struct {
 	LastCheckedAt time.Time
 	// NextCheckAt is when the next check is due (zero: as soon as possible).
 	NextCheckAt time.Time
+
+	// AttemptStartedAt is when the current (or last) attempt was claimed;
+	// zero before the first claim. The policy's max_attempt_seconds, the
+	// limit of heartbeats, counts from it.
+	AttemptStartedAt time.Time
+	// DuplicateExternalIDs are the distinct other external_ids reported
+	// after the operation became terminal (detected duplicate effects),
+	// oldest first, at most MaxDuplicateExternalIDs. DuplicateExternalID is
+	// the first of them.
+	DuplicateExternalIDs []string
+	// DuplicateReports counts every MarkSucceeded that reported another
+	// effect after the operation became terminal, also beyond the ids kept.
+	DuplicateReports int
+	// HashKeyID names the key of the keyed request hash ("" for the plain
+	// SHA-256 of actions without redact_fields). Never shown to clients.
+	HashKeyID string
+}
+
+// Raw returns the status as stored: an operation read as unknown that
+// still carries a lease is an in_progress row whose lease has expired.
+func (op *Operation) Raw() Status {
+	if !op.LeaseUntil.IsZero() {
+		return StatusInProgress
+	}
+	return op.Status
+}
+
+// EffectiveAt returns the status op shows at now: in_progress whose lease
+// has ended (lease_until <= now) is unknown.
+func (op *Operation) EffectiveAt(now time.Time) Status {
+	if op.Raw() == StatusInProgress && !op.LeaseUntil.After(now) {
+		return StatusUnknown
+	}
+	return op.Raw()
+}
+
+// EffectiveUnknownSince is when op's outcome became unknown as of its
+// effective status: the lease's end for an expired lease, UnknownSince for
+// an unknown row, zero otherwise.
+func (op *Operation) EffectiveUnknownSince(now time.Time) time.Time {
+	switch {
+	case op.Raw() == StatusInProgress && !op.LeaseUntil.After(now):
+		return op.LeaseUntil
+	case op.Raw() == StatusUnknown:
+		return op.UnknownSince
+	}
+	return time.Time{}
+}
+
+// Clone returns a deep copy of op.
+func (op *Operation) Clone() *Operation {
+	c := *op
+	c.DuplicateExternalIDs = append([]string(nil), op.DuplicateExternalIDs...)
+	return &c
 }
 
 // Event is one entry of an operation's history. Every state change writes
 // one, in the same transaction as the change.
 type Event struct {
-	ID         int64
-	At         time.Time
-	From       Status // "" for the registration
-	To         Status
-	Attempt    int
-	Actor      string
-	Reason     string
-	ExternalID string
+	ID      int64
+	At      time.Time
+	From    Status // "" for the registration
+	To      Status
+	Attempt int
+	// Actor is who made the change: with authentication, the
+	// authenticated principal (the token's name); without it, what the
+	// caller stated, or the lease owner.
+	Actor string
+	// StatedActor is what the caller SAID it acts as (the request's actor
+	// or worker_id), not verified; "" when it said nothing.
+	StatedActor string
+	Reason      string
+	ExternalID  string
 }

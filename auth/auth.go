@@ -35,6 +35,9 @@ const (
 	RoleOperator Role = "operator"
 	// RoleAdmin may call everything.
 	RoleAdmin Role = "admin"
+	// RoleMetrics may read /metrics on the HTTP listener (a Prometheus
+	// scraper's token) and call nothing.
+	RoleMetrics Role = "metrics"
 )
 
 // methodRoles is THE table of who may call what (besides admin). Keys are
@@ -42,6 +45,7 @@ const (
 var methodRoles = map[string][]Role{
 	"Register":        {RoleAgent},
 	"Claim":           {RoleAgent},
+	"ExtendLease":     {RoleAgent},
 	"MarkSucceeded":   {RoleAgent, RoleReconciler},
 	"MarkUnknown":     {RoleAgent},
 	"MarkFailedFinal": {RoleAgent},
@@ -51,7 +55,14 @@ var methodRoles = map[string][]Role{
 	"RecordCheck":     {RoleReconciler},
 	"Escalate":        {RoleReconciler, RoleOperator},
 	"Resolve":         {RoleOperator},
+	"Acknowledge":     {RoleOperator},
 	"ListEvents":      {RoleOperator, RoleReconciler},
+	"GetPolicy":       {RoleReconciler, RoleOperator},
+}
+
+// MaySeeMetrics reports whether p may read /metrics (admin or metrics).
+func (p Principal) MaySeeMetrics() bool {
+	return slices.Contains(p.Roles, RoleAdmin) || slices.Contains(p.Roles, RoleMetrics)
 }
 
 // Principal is an authenticated caller.
@@ -191,16 +202,16 @@ func Parse(data []byte, source string) (*Authenticator, error) {
 			continue
 		}
 		if len(t.Roles) == 0 {
-			errs = append(errs, fmt.Errorf("%s: roles: give at least one of agent, reconciler, operator, admin", where))
+			errs = append(errs, fmt.Errorf("%s: roles: give at least one of agent, reconciler, operator, admin, metrics", where))
 			continue
 		}
 		p := Principal{Name: t.Name, Tenant: t.Tenant}
 		for _, r := range t.Roles {
 			switch Role(r) {
-			case RoleAgent, RoleReconciler, RoleOperator, RoleAdmin:
+			case RoleAgent, RoleReconciler, RoleOperator, RoleAdmin, RoleMetrics:
 				p.Roles = append(p.Roles, Role(r))
 			default:
-				errs = append(errs, fmt.Errorf("%s: unknown role %q (agent, reconciler, operator, admin)", where, r))
+				errs = append(errs, fmt.Errorf("%s: unknown role %q (agent, reconciler, operator, admin, metrics)", where, r))
 			}
 		}
 		var d [sha256.Size]byte

@@ -2,12 +2,14 @@ package canonjson
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -89,26 +91,53 @@ func Canonicalize(raw []byte, opts Options) ([]byte, error) {
 // On failure it returns "", nil and an [*Error]: the one from [Canonicalize] for an invalid
 // payload, or Path "" and Msg "action is not valid UTF-8" for an action that cannot be a JSON string.
 func RequestHash(action string, payload []byte, opts Options) (hash string, canonicalPayload []byte, err error) {
-	canonicalPayload, err = Canonicalize(payload, opts)
+	envelope, canonicalPayload, err := Request(action, payload, opts)
 	if err != nil {
 		return "", nil, err
 	}
+	return Hash(envelope), canonicalPayload, nil
+}
+
+// Request validates payload as RequestHash does and returns the canonical
+// JSON of {"action": action, "payload": <payload without nulls>} (the
+// bytes the request hash is computed over) and the canonical payload.
+func Request(action string, payload []byte, opts Options) (envelope, canonicalPayload []byte, err error) {
+	canonicalPayload, err = Canonicalize(payload, opts)
+	if err != nil {
+		return nil, nil, err
+	}
 	if jsontext.Value(canonicalPayload).Kind() != '{' {
-		return "", nil, &Error{Msg: "must be a JSON object"}
+		return nil, nil, &Error{Msg: "must be a JSON object"}
 	}
 
 	quotedAction, err := jsontext.AppendQuote(nil, action)
 	if err != nil {
-		return "", nil, &Error{Msg: "action is not valid UTF-8"}
+		return nil, nil, &Error{Msg: "action is not valid UTF-8"}
 	}
-	envelope := jsontext.Value(`{"action":` + string(quotedAction) + `,"payload":` + string(canonicalPayload) + `}`)
+	env := jsontext.Value(`{"action":` + string(quotedAction) + `,"payload":` + string(canonicalPayload) + `}`)
 	// Canonicalizing the envelope, rather than trusting the member order and
 	// string escaping written above, keeps the hash RFC 8785 by construction.
-	if err := envelope.Canonicalize(); err != nil {
-		return "", nil, &Error{Msg: "internal error: canonicalizing the request envelope: " + err.Error()}
+	if err := env.Canonicalize(); err != nil {
+		return nil, nil, &Error{Msg: "internal error: canonicalizing the request envelope: " + err.Error()}
 	}
+	return env, canonicalPayload, nil
+}
+
+// Hash is the SPEC's request hash of an envelope made by Request: its
+// lowercase hex SHA-256.
+func Hash(envelope []byte) string {
 	sum := sha256.Sum256(envelope)
-	return hex.EncodeToString(sum[:]), canonicalPayload, nil
+	return hex.EncodeToString(sum[:])
+}
+
+// KeyedHash is the keyed request hash of an envelope made by Request: the
+// lowercase hex HMAC-SHA256 under key. The journal uses it for actions
+// with redact_fields: without the key, nobody can confirm a guess of a
+// redacted value (a CVC has only 1,000) against the hash.
+func KeyedHash(key, envelope []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write(envelope)
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // canonicalizer copies one JSON value token by token from dec to enc,
@@ -230,10 +259,20 @@ func (c *canonicalizer) syntaxError(err error) *Error {
 	if errors.As(err, &se) {
 		return &Error{
 			Path: string(se.JSONPointer),
-			Msg:  fmt.Sprintf("invalid JSON: %v at byte offset %d", se.Err, se.ByteOffset),
+			Msg:  fmt.Sprintf("invalid JSON: %s at byte offset %d", withoutQuotes(se.Err.Error()), se.ByteOffset),
 		}
 	}
-	return &Error{Path: string(c.dec.StackPointer()), Msg: "invalid JSON: " + err.Error()}
+	return &Error{Path: string(c.dec.StackPointer()), Msg: "invalid JSON: " + withoutQuotes(err.Error())}
+}
+
+// quoted matches what a decoder's message quotes from the input.
+var quoted = regexp.MustCompile(`'[^']*'|"[^"]*"|` + "`[^`]*`")
+
+// withoutQuotes removes the input's characters that a decoder quotes in
+// its message ("invalid character 'x'"): they may be part of a secret,
+// and errors reach logs.
+func withoutQuotes(msg string) string {
+	return quoted.ReplaceAllString(msg, "(a character)")
 }
 
 // checkNumber returns why the JSON number num cannot be accepted, or "".
@@ -242,14 +281,16 @@ func (c *canonicalizer) syntaxError(err error) *Error {
 func checkNumber(num []byte, intField bool) string {
 	f, _ := strconv.ParseFloat(string(num), 64) // the decoder already checked the grammar
 	switch {
+	// The messages never quote the number: it is a payload value, which may
+	// be a secret (a card number), and errors reach logs.
 	case math.IsInf(f, 0):
-		return fmt.Sprintf("%s overflows a 64-bit float", quoteNumber(num))
+		return "is a number that overflows a 64-bit float"
 	case math.Abs(f) > MaxSafeInteger:
 		// Covers every integer beyond the safe range, and non-integers that
 		// a double would round to such an integer (9007199254740992.5).
-		return fmt.Sprintf("%s is outside ±%d (2^53-1), beyond what JSON carries exactly", quoteNumber(num), MaxSafeInteger)
+		return fmt.Sprintf("is a number outside ±%d (2^53-1), beyond what JSON carries exactly; send it as a string", MaxSafeInteger)
 	case intField && !isIntegerText(num):
-		return fmt.Sprintf("%s is not an integer", quoteNumber(num))
+		return "is not an integer: the policy makes this member an exact integer (money in minor units), and a fraction is never rounded"
 	}
 	return ""
 }
@@ -282,16 +323,6 @@ func isIntegerText(num []byte) bool {
 		return true
 	}
 	return strings.Trim(digits[point:], "0") == ""
-}
-
-// quoteNumber shortens a number for an error message; fuzzed or hostile
-// inputs can carry numbers thousands of digits long.
-func quoteNumber(num []byte) string {
-	const limit = 40
-	if len(num) <= limit {
-		return string(num)
-	}
-	return string(num[:limit]) + "…"
 }
 
 // kindName names a JSON kind for error messages.

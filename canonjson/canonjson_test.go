@@ -87,7 +87,7 @@ func TestJSONTextIsRFC8785(t *testing.T) {
 func TestRFC8785Structure(t *testing.T) {
 	// The RFC's example contains 1E30, an integer beyond 2^53-1, which this
 	// package rejects on purpose.
-	rejects(t, rfcStructure, canonjson.Options{}, "/numbers/1", "1E30 is outside")
+	rejects(t, rfcStructure, canonjson.Options{}, "/numbers/1", "is a number outside")
 
 	// Without it, the output is the RFC's output without 1e+30.
 	in := strings.Replace(rfcStructure, "1E30, ", "", 1)
@@ -252,15 +252,15 @@ func TestNumbers(t *testing.T) {
 	}
 
 	rejected := []struct{ in, msg string }{
-		{`9007199254740992`, "9007199254740992 is outside ±9007199254740991"},
-		{`-9007199254740992`, "-9007199254740992 is outside"},
-		{`9007199254740993`, "is outside"},
-		{`1e16`, "1e16 is outside"},
-		{`1e+20`, "is outside"},
-		{`9007199254740992.5`, "is outside"}, // would round to 2^53
-		{`1.7976931348623157e308`, "is outside"},
-		{`1e309`, "1e309 overflows a 64-bit float"},
-		{`-1e309`, "-1e309 overflows"},
+		{`9007199254740992`, "is a number outside ±9007199254740991"},
+		{`-9007199254740992`, "is a number outside"},
+		{`9007199254740993`, "outside"},
+		{`1e16`, "is a number outside"},
+		{`1e+20`, "outside"},
+		{`9007199254740992.5`, "outside"}, // would round to 2^53
+		{`1.7976931348623157e308`, "outside"},
+		{`1e309`, "is a number that overflows a 64-bit float"},
+		{`-1e309`, "overflows"},
 		{`1e99999999999999999999`, "overflows"},
 	}
 	for _, c := range rejected {
@@ -297,7 +297,7 @@ func TestIntegerFields(t *testing.T) {
 	}
 
 	rejected := []struct{ in, path, msg string }{
-		{`{"amount_minor":4900.5}`, "/amount_minor", "4900.5 is not an integer"},
+		{`{"amount_minor":4900.5}`, "/amount_minor", "is not an integer"},
 		{`{"amount_minor":4900.0000000000000001}`, "/amount_minor", "is not an integer"}, // a double would say 4900
 		{`{"amount_minor":49e-1}`, "/amount_minor", "is not an integer"},
 		{`{"amount_minor":1e-99999999999999999999}`, "/amount_minor", "is not an integer"},
@@ -305,9 +305,9 @@ func TestIntegerFields(t *testing.T) {
 		{`{"amount_minor":true}`, "/amount_minor", "must be an integer, got a boolean"},
 		{`{"amount_minor":{"v":1}}`, "/amount_minor", "must be an integer, got an object"},
 		{`{"amount_minor":[1]}`, "/amount_minor", "must be an integer, got an array"},
-		{`{"amount_minor":9007199254740992}`, "/amount_minor", "is outside"},
+		{`{"amount_minor":9007199254740992}`, "/amount_minor", "outside"},
 		{`{"items":[{"qty":1},{"qty":"2"}]}`, "/items/1/qty", "got a string"},
-		{`{"items":[{"a":{"amount_minor":1.5}}]}`, "/items/0/a/amount_minor", "1.5 is not an integer"},
+		{`{"items":[{"a":{"amount_minor":1.5}}]}`, "/items/0/a/amount_minor", "is not an integer"},
 	}
 	for _, c := range rejected {
 		rejects(t, c.in, opts, c.path, c.msg)
@@ -321,7 +321,7 @@ func TestIntegerFields(t *testing.T) {
 
 func TestErrorFormat(t *testing.T) {
 	_, err := canonjson.Canonicalize([]byte(`{"amount_minor":4900.5}`), payments)
-	if err == nil || err.Error() != "/amount_minor: 4900.5 is not an integer" {
+	if err == nil || !strings.HasPrefix(err.Error(), "/amount_minor: is not an integer") {
 		t.Errorf("Error() = %v", err)
 	}
 	if got := (&canonjson.Error{Path: "", Msg: "must be a JSON object"}).Error(); got != "must be a JSON object" {
@@ -421,4 +421,29 @@ func TestRequestHashRejects(t *testing.T) {
 	wantError(t, "amount_minor string", err, "/amount_minor", "must be an integer")
 	_, _, err = canonjson.RequestHash("a\xff", []byte(`{}`), payments)
 	wantError(t, "invalid action", err, "", "action is not valid UTF-8")
+}
+
+// TestErrorsNeverQuoteTheInput: a refused value may be a secret (a card
+// number, a CVC), and errors reach logs, so no error message carries the
+// input's text (issue 10, defect 12).
+func TestErrorsNeverQuoteTheInput(t *testing.T) {
+	const secret = "4111111111111111"
+	for _, in := range []string{
+		`{"card_number":` + secret + `000}`,
+		`{"card_number":` + secret + `e400}`,
+		`{"amount_minor":` + secret + `.25}`,
+		`{"card_number":` + secret + `x}`,
+		`{"card_number":"` + secret + `"x}`,
+		`{"card_number":` + secret + `,}`,
+		`{"card_number":tru` + secret + `}`,
+	} {
+		_, err := canonjson.Canonicalize([]byte(in), payments)
+		if err == nil {
+			t.Errorf("%s: accepted", in)
+			continue
+		}
+		if strings.Contains(err.Error(), secret[:8]) || strings.Contains(err.Error(), "4111") {
+			t.Errorf("%s: the error quotes the value: %v", in, err)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opjournal/opjournal/hashkey"
 	"io"
 	"net/http"
 	"os"
@@ -280,8 +281,16 @@ func childEnv(extra []string) []string {
 			env = append(env, kv)
 		}
 	}
+	// Every server of a test run shares one request-hash key, as the
+	// replicas of a deployment do (two servers on one PostgreSQL).
+	if !hasEnv(extra, "OPJOURNAL_HASH_KEYS") {
+		env = append(env, testHashKeys)
+	}
 	return append(env, extra...)
 }
+
+// testHashKeys is the request-hash key of the servers a test run starts.
+var testHashKeys = hashkey.EnvFor(hashkey.Random("e2e"))
 
 func hasFlag(args []string, name string) bool {
 	return slices.ContainsFunc(args, func(a string) bool {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/opjournal/opjournal/policy"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -39,9 +40,16 @@ type stack struct {
 
 type stackOpts struct {
 	dbURL       string // default: a fresh SQLite file
-	policy      string // YAML; default: the shipped policy
+	policy      string // YAML; default: the shipped policy with the short windows of testPolicy
 	indexLag    string // the provider's search lag
 	reconcilers int    // default 1
+}
+
+// testPolicy is the shipped policy with an in_flight_window of 3 s
+// instead of 2 minutes: the test provider's faults hold a request for at
+// most 2 s, and a test cannot wait the real window before a release.
+func testPolicy() string {
+	return strings.ReplaceAll(string(policy.DefaultYAML()), "in_flight_window: 2m", "in_flight_window: 3s")
 }
 
 func startStack(t *testing.T, o stackOpts) *stack {
@@ -72,6 +80,9 @@ func startStack(t *testing.T, o stackOpts) *stack {
 		})
 		return p
 	}
+	if o.policy == "" {
+		o.policy = testPolicy()
+	}
 	var policyArgs []string
 	if o.policy != "" {
 		path := filepath.Join(t.TempDir(), "policy.yaml")
@@ -83,7 +94,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	prov := start(procs.Spec{Name: "provider", Path: filepath.Join(binDir, "opjournal-fakeprovider"), Ready: "serving",
 		Args: []string{"--addr", "127.0.0.1:0", "--index-lag", o.indexLag}})
 	s.providerURL = "http://" + prov.Field("addr")
-	j := start(procs.Spec{Name: "journal", Path: binary, Ready: "serving",
+	j := start(procs.Spec{Name: "journal", Path: binary, Ready: "serving", Env: []string{testHashKeys},
 		Args: append([]string{"serve", "--database-url", o.dbURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, policyArgs...)})
 	s.grpcAddr = j.Field("grpc_addr")
 	for i := range o.reconcilers {
@@ -241,7 +252,8 @@ actions:
       initial_delay: 0s
       interval: 1s
       max_interval: 1s
-      visibility_lag: 3s
+      visibility_lag: 2s
+      in_flight_window: 1s
       definitive_absence: true
       verifier:
         http:

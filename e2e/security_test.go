@@ -73,7 +73,7 @@ func secured(t *testing.T, extra ...string) (*proc, string) {
   create_payment:
     integer_fields: [amount_minor]
     redact_fields: [card_number, api_token, email]
-    reconcile: {definitive_absence: true, visibility_lag: 0s}
+    reconcile: {definitive_absence: true, visibility_lag: 0s, in_flight_window: 1s}
 `
 	if err := os.WriteFile(policyFile, []byte(pol), 0o600); err != nil {
 		t.Fatal(err)
@@ -232,7 +232,7 @@ func TestTenantIsolationForEveryRPC(t *testing.T) {
 			}
 		}
 	}
-	list, err := b.ListOperations(ctx, &pb.ListOperationsRequest{})
+	list, err := b.ListOperations(ctx, &pb.ListOperationsRequest{View: pb.OperationView_OPERATION_VIEW_FULL})
 	if err != nil {
 		t.Fatal(err)
 	}

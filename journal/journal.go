@@ -13,6 +13,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/canonjson"
+	"github.com/opjournal/opjournal/hashkey"
 	"github.com/opjournal/opjournal/policy"
 	"github.com/opjournal/opjournal/store"
 )
@@ -28,34 +29,74 @@ type Limits struct {
 // DefaultLimits are 64 KiB each, the SPEC's limits.
 var DefaultLimits = Limits{MaxPayloadBytes: 64 << 10, MaxResultBytes: 64 << 10}
 
-// Field length limits.
+// Field length limits (opjournal's, the protocol's one home for them).
 const (
-	MaxKeyLen        = 200
-	MaxActionLen     = 80
-	MaxWorkerIDLen   = 200
-	MaxExternalIDLen = 200
-	MaxErrorCodeLen  = 100
+	MaxKeyLen        = opjournal.MaxKeyLen
+	MaxActionLen     = opjournal.MaxActionLen
+	MaxWorkerIDLen   = opjournal.MaxWorkerIDLen
+	MaxExternalIDLen = opjournal.MaxExternalIDLen
+	MaxErrorCodeLen  = opjournal.MaxErrorCodeLen
 )
 
 // Service is the journal. It is safe for concurrent use; all coordination
 // happens in the store's database.
 type Service struct {
-	store   store.Store
-	policy  *policy.Policy
-	limits  Limits
-	redacts map[string]bool // every member name some action redacts
-	actions *actionCache    // (tenant, key) → action, for Claim
+	store    store.Store
+	policy   *policy.Policy
+	limits   Limits
+	redacts  map[string]bool // every member name some action redacts
+	actions  *actionCache    // (tenant, key) → action, for Claim
+	hashKeys *hashkey.Ring   // keys of the keyed request hash (actions with redact_fields)
 }
 
+// Option configures a Service.
+type Option func(*Service)
+
+// WithHashKeys gives the keys of the keyed request hash, which actions
+// with redact_fields use (package hashkey). Without it a Service makes a
+// random key that lives as long as the process: fine for tests, wrong for
+// a server (after a restart no replay of such an action matches), so
+// `opjournal serve` always gives one.
+func WithHashKeys(r *hashkey.Ring) Option { return func(s *Service) { s.hashKeys = r } }
+
 // New returns a Service over st enforcing pol. Zero limits take DefaultLimits.
-func New(st store.Store, pol *policy.Policy, limits Limits) *Service {
+func New(st store.Store, pol *policy.Policy, limits Limits, opts ...Option) *Service {
 	if limits.MaxPayloadBytes <= 0 {
 		limits.MaxPayloadBytes = DefaultLimits.MaxPayloadBytes
 	}
 	if limits.MaxResultBytes <= 0 {
 		limits.MaxResultBytes = DefaultLimits.MaxResultBytes
 	}
-	return &Service{store: st, policy: pol, limits: limits, redacts: redactNames(pol), actions: newActionCache(actionCacheSize)}
+	s := &Service{store: st, policy: pol, limits: limits, redacts: redactNames(pol), actions: newActionCache(actionCacheSize)}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.hashKeys == nil {
+		s.hashKeys, _ = hashkey.New(hashkey.Random("process"))
+	}
+	return s
+}
+
+// Policy returns the policy the service enforces.
+func (s *Service) Policy() *policy.Policy { return s.policy }
+
+// Caller is who makes a request: the tenant whose operations it sees and,
+// with authentication, the principal (the token's name). The history
+// records the principal as the actor of every change it makes; what a
+// request states about who it acts for is kept beside it as stated_actor.
+type Caller struct {
+	Tenant string
+	// Principal is the authenticated name; "" without authentication.
+	Principal string
+}
+
+// who returns the actor and stated actor of a change: the principal, or
+// (without authentication) what the caller stated.
+func (c Caller) who(stated string) (actor, statedActor string) {
+	if c.Principal != "" {
+		return c.Principal, stated
+	}
+	return stated, stated
 }
 
 // Limits returns the limits in force.
@@ -82,7 +123,7 @@ type ClaimOptions struct {
 
 // RegisterRequest registers an operation.
 type RegisterRequest struct {
-	Tenant  string
+	Caller
 	Key     string
 	Action  string
 	Payload json.RawMessage // a JSON object; nil is "missing"
@@ -112,7 +153,7 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.Regi
 		}
 		cp = &c
 	}
-	hash, canonical, err := s.hashPayload(act, req.Payload)
+	envelope, canonical, err := s.checkPayload(act, req.Payload)
 	if err != nil {
 		return store.RegisterResult{}, err
 	}
@@ -122,9 +163,16 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.Regi
 	if err != nil {
 		return store.RegisterResult{}, err
 	}
-	res, err := s.store.Register(ctx, store.RegisterParams{
-		Tenant: req.Tenant, Key: req.Key, Action: act.Name, RequestHash: hash, Payload: stored, Claim: cp,
-	})
+	p := store.RegisterParams{
+		Tenant: req.Tenant, Key: req.Key, Action: act.Name, Payload: stored, Claim: cp,
+	}
+	p.RequestHash, p.HashKeyID, p.HashFor = s.requestHash(act, envelope)
+	if cp != nil {
+		p.Actor, p.StatedActor = req.who(cp.WorkerID)
+	} else {
+		p.Actor, _ = req.who("")
+	}
+	res, err := s.store.Register(ctx, p)
 	if err != nil {
 		return res, fmt.Errorf("register %q: %w", req.Key, err)
 	}
@@ -142,27 +190,53 @@ func (s *Service) CheckPayload(action string, payload json.RawMessage) error {
 	if !ok {
 		return nil
 	}
-	_, _, err := s.hashPayload(act, payload)
+	_, _, err := s.checkPayload(act, payload)
 	return err
 }
 
-// hashPayload validates a payload for act (numbers, integer fields,
-// nesting, size) and returns its request hash and canonical form.
-func (s *Service) hashPayload(act *policy.Action, payload json.RawMessage) (hash string, canonical json.RawMessage, err error) {
-	hash, canonical, err = canonjson.RequestHash(act.Name, payload, canonjson.Options{IntegerFields: act.IntegerFields})
+// checkPayload validates a payload for act (numbers, integer fields,
+// nesting, size) and returns the envelope its request hash covers and
+// its canonical form.
+func (s *Service) checkPayload(act *policy.Action, payload json.RawMessage) (envelope, canonical json.RawMessage, err error) {
+	envelope, canonical, err = canonjson.Request(act.Name, payload, canonjson.Options{IntegerFields: act.IntegerFields})
 	if err != nil {
-		return "", nil, jsonError("payload", err)
+		return nil, nil, jsonError("payload", err)
 	}
 	if len(canonical) > s.limits.MaxPayloadBytes {
-		return "", nil, opjournal.Errorf(opjournal.CodeTooLarge, "payload",
+		return nil, nil, opjournal.Errorf(opjournal.CodeTooLarge, "payload",
 			"is %d bytes as canonical JSON; the limit is %d", len(canonical), s.limits.MaxPayloadBytes)
 	}
-	return hash, canonical, nil
+	return envelope, canonical, nil
+}
+
+// requestHash is the request hash of envelope for act: the SPEC's plain
+// SHA-256, or, for an action with redact_fields, an HMAC-SHA256 under the
+// current hash key, so that nobody without the key can confirm a guess of
+// a redacted value (a CVC) against the hash Lookup returns. hashFor gives
+// the request's hash under another key (or "" for the plain hash), to
+// compare with an operation registered before a rotation or a policy
+// change.
+func (s *Service) requestHash(act *policy.Action, envelope []byte) (hash, keyID string, hashFor func(string) (string, bool)) {
+	hashFor = func(id string) (string, bool) {
+		if id == "" {
+			return canonjson.Hash(envelope), true
+		}
+		k, ok := s.hashKeys.Get(id)
+		if !ok {
+			return "", false
+		}
+		return k.Hash(envelope), true
+	}
+	if len(act.RedactFields) == 0 {
+		return canonjson.Hash(envelope), "", hashFor
+	}
+	k := s.hashKeys.Current()
+	return k.Hash(envelope), k.ID, hashFor
 }
 
 // ClaimRequest asks for a lease on an existing operation.
 type ClaimRequest struct {
-	Tenant       string
+	Caller
 	Key          string
 	WorkerID     string
 	LeaseSeconds int
@@ -180,38 +254,90 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (store.ClaimResul
 	// The policy belongs to the operation's action, which is immutable, so
 	// reading it before the conditional update cannot race with anything;
 	// and remembering it (actioncache.go) cannot be wrong.
-	action, ok := s.actions.get(req.Tenant, req.Key)
-	if !ok {
-		op, err := s.store.Get(ctx, req.Tenant, req.Key)
-		if err != nil {
-			return store.ClaimResult{}, fmt.Errorf("claim %q: %w", req.Key, err)
-		}
-		action = op.Action
-		s.actions.put(req.Tenant, req.Key, action)
-	}
-	act, err := s.action(action)
+	act, err := s.actionOf(ctx, req.Tenant, req.Key)
 	if err != nil {
-		return store.ClaimResult{}, err
+		return store.ClaimResult{}, fmt.Errorf("claim %q: %w", req.Key, err)
 	}
 	cp, err := claimPolicy(act, req.WorkerID, req.LeaseSeconds, "")
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
-	res, err := s.store.Claim(ctx, store.ClaimParams{Tenant: req.Tenant, Key: req.Key, ClaimPolicy: cp})
+	p := store.ClaimParams{Tenant: req.Tenant, Key: req.Key, ClaimPolicy: cp}
+	p.Actor, p.StatedActor = req.who(req.WorkerID)
+	res, err := s.store.Claim(ctx, p)
 	if err != nil {
 		return res, fmt.Errorf("claim %q: %w", req.Key, err)
 	}
 	return res, nil
 }
 
+// actionOf returns the policy of the operation's action (immutable, so
+// remembered; see actioncache.go).
+func (s *Service) actionOf(ctx context.Context, tenant, key string) (*policy.Action, error) {
+	action, ok := s.actions.get(tenant, key)
+	if !ok {
+		op, err := s.store.Get(ctx, tenant, key)
+		if err != nil {
+			return nil, err
+		}
+		action = op.Action
+		s.actions.put(tenant, key, action)
+	}
+	return s.action(action)
+}
+
+// ExtendLeaseRequest is a heartbeat of the current lease holder.
+type ExtendLeaseRequest struct {
+	Caller
+	Key     string
+	Attempt int
+	// LeaseSeconds of 0 means the policy's lease_seconds; more than it is an error.
+	LeaseSeconds int
+}
+
+// ExtendLease extends the caller's live lease, bounded by the policy:
+// lease_seconds from now, never beyond max_attempt_seconds after the
+// attempt was claimed. It returns CodeStaleAttempt when the caller no
+// longer holds the lease (an expired lease is never revived) and
+// CodeInvalidState once max_attempt_seconds is reached.
+func (s *Service) ExtendLease(ctx context.Context, req ExtendLeaseRequest) (*opjournal.Operation, error) {
+	if err := checkKey(req.Key); err != nil {
+		return nil, err
+	}
+	if err := checkAttempt(req.Attempt); err != nil {
+		return nil, err
+	}
+	act, err := s.actionOf(ctx, req.Tenant, req.Key)
+	if err != nil {
+		return nil, fmt.Errorf("extend lease %q: %w", req.Key, err)
+	}
+	lease := req.LeaseSeconds
+	switch {
+	case lease == 0:
+		lease = act.LeaseSeconds
+	case lease < 0 || lease > act.LeaseSeconds:
+		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "lease_seconds",
+			"%d is outside 1..%d (the lease_seconds of %s's policy); 0 takes the policy's value", lease, act.LeaseSeconds, act.Name)
+	}
+	p := store.ExtendLeaseParams{Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, LeaseSeconds: lease, MaxAttempt: act.MaxAttempt}
+	p.Actor, p.StatedActor = req.who("")
+	op, err := s.store.ExtendLease(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("extend lease %q: %w", req.Key, err)
+	}
+	return op, nil
+}
+
 // MarkSucceededRequest records a confirmed effect.
 type MarkSucceededRequest struct {
-	Tenant     string
+	Caller
 	Key        string
 	Attempt    int
 	ExternalID string
 	Result     json.RawMessage // a JSON object, or nil for none
-	// Actor is recorded in the history (optional; default: the lease owner).
+	// Actor is who the caller says reports the effect (optional); it is
+	// the history's actor only without authentication (default: the lease
+	// owner).
 	Actor string
 }
 
@@ -238,9 +364,9 @@ func (s *Service) MarkSucceeded(ctx context.Context, req MarkSucceededRequest) (
 	if result, err = s.redactResult(ctx, req.Tenant, req.Key, result); err != nil {
 		return nil, fmt.Errorf("mark succeeded %q: %w", req.Key, err)
 	}
-	op, err := s.store.MarkSucceeded(ctx, store.MarkSucceededParams{
-		Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, ExternalID: req.ExternalID, Result: result, Actor: req.Actor,
-	})
+	p := store.MarkSucceededParams{Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, ExternalID: req.ExternalID, Result: result}
+	p.Actor, p.StatedActor = req.who(req.Actor)
+	op, err := s.store.MarkSucceeded(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("mark succeeded %q: %w", req.Key, err)
 	}
@@ -249,7 +375,7 @@ func (s *Service) MarkSucceeded(ctx context.Context, req MarkSucceededRequest) (
 
 // MarkRequest is the argument of MarkUnknown and MarkFailedFinal.
 type MarkRequest struct {
-	Tenant    string
+	Caller
 	Key       string
 	Attempt   int
 	ErrorCode string
@@ -277,7 +403,9 @@ func (s *Service) mark(ctx context.Context, what string, fn func(context.Context
 	if err := checkText("error_code", req.ErrorCode, MaxErrorCodeLen); err != nil {
 		return nil, err
 	}
-	op, err := fn(ctx, store.MarkParams{Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, ErrorCode: req.ErrorCode})
+	p := store.MarkParams{Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, ErrorCode: req.ErrorCode}
+	p.Actor, p.StatedActor = req.who("")
+	op, err := fn(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("%s %q: %w", what, req.Key, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/opjournal/opjournal"
@@ -14,21 +15,29 @@ import (
 
 // Limits of the reconciliation and review calls.
 const (
-	MaxPageSize     = 1000
-	DefaultPageSize = 100
-	MaxReasonLen    = 200
-	MaxNextCheck    = 24 * time.Hour
+	MaxPageSize     = opjournal.MaxPageSize
+	DefaultPageSize = opjournal.DefaultPageSize
+	MaxReasonLen    = opjournal.MaxReasonLen
+	MaxNextCheck    = opjournal.MaxNextCheckSeconds * time.Second
 )
 
 // ListRequest filters and pages ListOperations.
 type ListRequest struct {
-	Tenant      string
+	Caller
 	Statuses    []opjournal.Status
 	NeedsReview *bool
 	Action      string
 	DueForCheck bool
 	PageSize    int    // 0: DefaultPageSize; above MaxPageSize is capped
 	PageToken   string // from a previous ListResponse
+	// Full returns payloads and results too (AIP-157's FULL view); the
+	// default BASIC view leaves them out, so a page stays small whatever
+	// the operations carry.
+	Full bool
+	// MaxBytes cuts the page before the operations' approximate size
+	// (Size) would exceed it; 0 means opjournal.MaxPageBytes. The first
+	// operation is always returned.
+	MaxBytes int
 }
 
 // ListResponse is one page.
@@ -40,14 +49,9 @@ type ListResponse struct {
 // List pages through operations in key order. It returns
 // CodeInvalidArgument for a malformed page token, page size or status.
 func (s *Service) List(ctx context.Context, req ListRequest) (ListResponse, error) {
-	size := req.PageSize
-	switch {
-	case size < 0:
-		return ListResponse{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "page_size", "must not be negative")
-	case size == 0:
-		size = DefaultPageSize
-	case size > MaxPageSize:
-		size = MaxPageSize
+	size, err := pageSize(req.PageSize)
+	if err != nil {
+		return ListResponse{}, err
 	}
 	after := ""
 	if req.PageToken != "" {
@@ -67,10 +71,24 @@ func (s *Service) List(ctx context.Context, req ListRequest) (ListResponse, erro
 	}
 	ops, next, err := s.store.List(ctx, store.ListParams{
 		Tenant: req.Tenant, Statuses: req.Statuses, NeedsReview: req.NeedsReview, Action: req.Action,
-		DueForCheck: req.DueForCheck, After: after, Limit: size,
+		DueForCheck: req.DueForCheck, After: after, Limit: size, Basic: !req.Full,
 	})
 	if err != nil {
 		return ListResponse{}, fmt.Errorf("list operations: %w", err)
+	}
+	// Bound the page by bytes as well as by count: one tenant's large
+	// payloads must never make a page exceed what a client accepts (gRPC's
+	// default 4 MiB), or the reconciler could not list that tenant at all.
+	budget := req.MaxBytes
+	if budget <= 0 {
+		budget = opjournal.MaxPageBytes
+	}
+	total := 0
+	for i, op := range ops {
+		if total += Size(op); total > budget && i > 0 {
+			ops, next = ops[:i], ops[i-1].Key
+			break
+		}
 	}
 	res := ListResponse{Operations: ops}
 	if next != "" {
@@ -80,9 +98,20 @@ func (s *Service) List(ctx context.Context, req ListRequest) (ListResponse, erro
 	return res, nil
 }
 
+// Size approximates the encoded size of an operation in an answer: its
+// payload, result and text fields plus a fixed allowance for the rest.
+func Size(op *opjournal.Operation) int {
+	n := 256 + len(op.Payload) + len(op.Result) + len(op.Key) + len(op.Action) + len(op.RequestHash) +
+		len(op.ExternalID) + len(op.ErrorCode) + len(op.ReviewReason) + len(op.LeaseOwner)
+	for _, id := range op.DuplicateExternalIDs {
+		n += len(id) + 2
+	}
+	return n
+}
+
 // ReleaseRequest releases an unknown operation for retry.
 type ReleaseRequest struct {
-	Tenant  string
+	Caller
 	Key     string
 	Attempt int
 	Actor   string
@@ -92,10 +121,12 @@ type ReleaseRequest struct {
 // ReleaseForRetry moves an unknown operation back to pending after the
 // provider definitively reported absence. The action's policy decides
 // whether absence can be proven at all (reconcile.definitive_absence) and
-// how long the provider's search may lag (reconcile.visibility_lag); both
-// are enforced here, on the database clock, whatever the caller believes.
-// It returns CodeInvalidState when the policy or the operation's state
-// forbids the release, CodeStaleAttempt when attempt is not the latest.
+// how long after the attempt ended it may be (reconcile.visibility_lag
+// plus reconcile.in_flight_window: the provider may still carry out the
+// request, then its search may lag); the protocol table enforces both, on
+// the database clock, whatever the caller believes. It returns
+// CodeInvalidState when the policy or the operation's state forbids the
+// release, CodeStaleAttempt when attempt is not the latest.
 func (s *Service) ReleaseForRetry(ctx context.Context, req ReleaseRequest) (*opjournal.Operation, error) {
 	if err := checkKey(req.Key); err != nil {
 		return nil, err
@@ -103,25 +134,22 @@ func (s *Service) ReleaseForRetry(ctx context.Context, req ReleaseRequest) (*opj
 	if err := checkAttempt(req.Attempt); err != nil {
 		return nil, err
 	}
-	if err := checkActorReason(req.Actor, req.Reason, false); err != nil {
+	if err := req.checkActor(req.Actor); err != nil {
 		return nil, err
 	}
-	op, err := s.store.Get(ctx, req.Tenant, req.Key)
+	if err := checkText("reason", req.Reason, MaxReasonLen); err != nil {
+		return nil, err
+	}
+	act, err := s.actionOf(ctx, req.Tenant, req.Key)
 	if err != nil {
 		return nil, fmt.Errorf("release %q: %w", req.Key, err)
 	}
-	act, err := s.action(op.Action)
-	if err != nil {
-		return nil, err
+	p := store.ReleaseParams{
+		Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, Reason: req.Reason,
+		DefinitiveAbsence: act.Reconcile.DefinitiveAbsence, ReleaseAfter: act.ReleaseAfter(),
 	}
-	if !act.Reconcile.DefinitiveAbsence {
-		return nil, opjournal.Errorf(opjournal.CodeInvalidState, "",
-			"the policy of %s says its provider's search is not definitive (reconcile.definitive_absence: false): absence cannot be proven, so the operation is never released automatically; escalate it", act.Name)
-	}
-	op, err = s.store.ReleaseForRetry(ctx, store.ReleaseParams{
-		Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, Actor: req.Actor, Reason: req.Reason,
-		VisibilityLag: act.Reconcile.VisibilityLag,
-	})
+	p.Actor, p.StatedActor = req.who(req.Actor)
+	op, err := s.store.ReleaseForRetry(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("release %q: %w", req.Key, err)
 	}
@@ -130,7 +158,7 @@ func (s *Service) ReleaseForRetry(ctx context.Context, req ReleaseRequest) (*opj
 
 // RecordCheckRequest records an inconclusive check.
 type RecordCheckRequest struct {
-	Tenant         string
+	Caller
 	Key            string
 	Attempt        int
 	Actor          string
@@ -148,58 +176,79 @@ func (s *Service) RecordCheck(ctx context.Context, req RecordCheckRequest) (*opj
 	if err := checkAttempt(req.Attempt); err != nil {
 		return nil, err
 	}
-	if err := checkActorReason(req.Actor, req.Note, false); err != nil {
+	if err := req.checkActor(req.Actor); err != nil {
+		return nil, err
+	}
+	if err := checkText("note", req.Note, MaxReasonLen); err != nil {
 		return nil, err
 	}
 	if req.NextCheckAfter < time.Second || req.NextCheckAfter > MaxNextCheck {
 		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "next_check_after_seconds", "must be 1 … %d", int(MaxNextCheck.Seconds()))
 	}
-	op, err := s.store.RecordCheck(ctx, store.RecordCheckParams{
-		Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, Actor: req.Actor, Note: req.Note, NextCheckAfter: req.NextCheckAfter,
-	})
+	p := store.RecordCheckParams{Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, Note: req.Note, NextCheckAfter: req.NextCheckAfter}
+	p.Actor, p.StatedActor = req.who(req.Actor)
+	op, err := s.store.RecordCheck(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("record check %q: %w", req.Key, err)
 	}
 	return op, nil
 }
 
+// EscalateRequest hands an operation to a person.
+type EscalateRequest struct {
+	Caller
+	Key    string
+	Actor  string // stated; required without authentication
+	Reason string // required
+}
+
 // Escalate hands a non-terminal operation to a person. Escalating one
 // already under review returns it unchanged; a terminal one is
 // CodeInvalidState.
-func (s *Service) Escalate(ctx context.Context, tenant, key, actor, reason string) (*opjournal.Operation, error) {
-	if err := checkKey(key); err != nil {
+func (s *Service) Escalate(ctx context.Context, req EscalateRequest) (*opjournal.Operation, error) {
+	if err := checkKey(req.Key); err != nil {
 		return nil, err
 	}
-	if err := checkActorReason(actor, reason, true); err != nil {
+	if err := req.checkActor(req.Actor); err != nil {
 		return nil, err
 	}
-	op, err := s.store.Escalate(ctx, store.EscalateParams{Tenant: tenant, Key: key, Actor: actor, Reason: reason})
+	if err := checkReason(req.Reason); err != nil {
+		return nil, err
+	}
+	p := store.EscalateParams{Tenant: req.Tenant, Key: req.Key, Reason: req.Reason}
+	p.Actor, p.StatedActor = req.who(req.Actor)
+	op, err := s.store.Escalate(ctx, p)
 	if err != nil {
-		return nil, fmt.Errorf("escalate %q: %w", key, err)
+		return nil, fmt.Errorf("escalate %q: %w", req.Key, err)
 	}
 	return op, nil
 }
 
 // ResolveRequest is an operator's verdict.
 type ResolveRequest struct {
-	Tenant     string
+	Caller
 	Key        string
 	To         opjournal.Status // StatusSucceeded or StatusFailedFinal
 	ExternalID string           // required with StatusSucceeded
 	Result     json.RawMessage  // optional, with StatusSucceeded
 	ErrorCode  string           // optional, with StatusFailedFinal
-	Actor      string           // required
+	Actor      string           // stated; required without authentication
 	Reason     string           // required
 }
 
-// Resolve applies an operator's verdict to an unknown or needs_review
-// operation. Actor and reason are required and go to the history. It
-// returns CodeInvalidState for any other operation.
+// Resolve applies an operator's verdict to a non-terminal operation that
+// is unknown or under review. The reason is required and goes to the
+// history with the principal as actor. It returns CodeInvalidState for
+// any other operation: a terminal one is never resolved again (see
+// Acknowledge).
 func (s *Service) Resolve(ctx context.Context, req ResolveRequest) (*opjournal.Operation, error) {
 	if err := checkKey(req.Key); err != nil {
 		return nil, err
 	}
-	if err := checkActorReason(req.Actor, req.Reason, true); err != nil {
+	if err := req.checkActor(req.Actor); err != nil {
+		return nil, err
+	}
+	if err := checkReason(req.Reason); err != nil {
 		return nil, err
 	}
 	switch req.To {
@@ -230,26 +279,102 @@ func (s *Service) Resolve(ctx context.Context, req ResolveRequest) (*opjournal.O
 	if result, err = s.redactResult(ctx, req.Tenant, req.Key, result); err != nil {
 		return nil, fmt.Errorf("resolve %q: %w", req.Key, err)
 	}
-	op, err := s.store.Resolve(ctx, store.ResolveParams{
-		Tenant: req.Tenant, Key: req.Key, To: req.To, ExternalID: req.ExternalID, Result: result,
-		ErrorCode: req.ErrorCode, Actor: req.Actor, Reason: req.Reason,
-	})
+	p := store.ResolveParams{Tenant: req.Tenant, Key: req.Key, To: req.To, ExternalID: req.ExternalID, Result: result,
+		ErrorCode: req.ErrorCode, Reason: req.Reason}
+	p.Actor, p.StatedActor = req.who(req.Actor)
+	op, err := s.store.Resolve(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("resolve %q: %w", req.Key, err)
 	}
 	return op, nil
 }
 
-// Events returns an operation's history, oldest first.
-func (s *Service) Events(ctx context.Context, tenant, key string) ([]opjournal.Event, error) {
-	if err := checkKey(key); err != nil {
+// AcknowledgeRequest ends the review of a terminal operation.
+type AcknowledgeRequest struct {
+	Caller
+	Key    string
+	Actor  string // stated; required without authentication
+	Reason string // required
+}
+
+// Acknowledge is an operator's decision on a terminal operation under
+// review (a detected duplicate effect, an effect after failed_final): the
+// review ends and the status stays, since terminal states never change.
+// It returns CodeInvalidState for an operation that is not terminal (use
+// Resolve) or not under review.
+func (s *Service) Acknowledge(ctx context.Context, req AcknowledgeRequest) (*opjournal.Operation, error) {
+	if err := checkKey(req.Key); err != nil {
 		return nil, err
 	}
-	evs, err := s.store.Events(ctx, tenant, key)
-	if err != nil {
-		return nil, fmt.Errorf("events %q: %w", key, err)
+	if err := req.checkActor(req.Actor); err != nil {
+		return nil, err
 	}
-	return evs, nil
+	if err := checkReason(req.Reason); err != nil {
+		return nil, err
+	}
+	p := store.AcknowledgeParams{Tenant: req.Tenant, Key: req.Key, Reason: req.Reason}
+	p.Actor, p.StatedActor = req.who(req.Actor)
+	op, err := s.store.Acknowledge(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("acknowledge %q: %w", req.Key, err)
+	}
+	return op, nil
+}
+
+// EventsRequest asks for one page of an operation's history.
+type EventsRequest struct {
+	Caller
+	Key       string
+	PageSize  int    // 0: DefaultPageSize; above MaxPageSize is capped
+	PageToken string // from a previous EventsResponse
+}
+
+// EventsResponse is one page of a history, oldest first.
+type EventsResponse struct {
+	Events        []opjournal.Event
+	NextPageToken string
+}
+
+// Events returns one page of an operation's history, oldest first: every
+// event is reachable, however long the history.
+func (s *Service) Events(ctx context.Context, req EventsRequest) (EventsResponse, error) {
+	if err := checkKey(req.Key); err != nil {
+		return EventsResponse{}, err
+	}
+	size, err := pageSize(req.PageSize)
+	if err != nil {
+		return EventsResponse{}, err
+	}
+	var after int64
+	if req.PageToken != "" {
+		b, err := base64.RawURLEncoding.DecodeString(req.PageToken)
+		if err != nil || len(b) < 2 || b[0] != 'e' {
+			return EventsResponse{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "page_token", "is not a token this server issued")
+		}
+		if after, err = strconv.ParseInt(string(b[1:]), 10, 64); err != nil || after < 0 {
+			return EventsResponse{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "page_token", "is not a token this server issued")
+		}
+	}
+	evs, next, err := s.store.Events(ctx, store.EventsParams{Tenant: req.Tenant, Key: req.Key, After: after, Limit: size})
+	if err != nil {
+		return EventsResponse{}, fmt.Errorf("events %q: %w", req.Key, err)
+	}
+	res := EventsResponse{Events: evs}
+	if next != 0 {
+		res.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte("e" + strconv.FormatInt(next, 10)))
+	}
+	return res, nil
+}
+
+// pageSize applies the default and the cap of a page size.
+func pageSize(n int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, opjournal.Errorf(opjournal.CodeInvalidArgument, "page_size", "must not be negative")
+	case n == 0:
+		return DefaultPageSize, nil
+	}
+	return min(n, MaxPageSize), nil
 }
 
 // canonicalResult validates and canonicalises an optional result object.
@@ -270,12 +395,19 @@ func (s *Service) canonicalResult(raw json.RawMessage) (json.RawMessage, error) 
 	return c, nil
 }
 
-// checkActorReason validates who and why; reason may be optional.
-func checkActorReason(actor, reason string, reasonRequired bool) error {
-	if err := checkToken("actor", actor, MaxWorkerIDLen); err != nil {
-		return err
+// checkActor validates what the caller states about who it acts for:
+// required without authentication (it is then the history's only name
+// for the actor), optional with it (the principal is the actor).
+func (c Caller) checkActor(actor string) error {
+	if actor == "" && c.Principal != "" {
+		return nil
 	}
-	if reasonRequired && reason == "" {
+	return checkToken("actor", actor, MaxWorkerIDLen)
+}
+
+// checkReason validates a required reason.
+func checkReason(reason string) error {
+	if reason == "" {
 		return opjournal.Errorf(opjournal.CodeInvalidArgument, "reason", "is required: say why, for the history")
 	}
 	return checkText("reason", reason, MaxReasonLen)

@@ -25,7 +25,7 @@ var (
 	actionFields = []string{
 		"operation_key", "lease_seconds", "retry", "terminal_states",
 		"unknown_after_seconds", "on_unresolved", "retention", "integer_fields", "redact_fields",
-		"reconcile",
+		"reconcile", "max_attempt_seconds",
 	}
 	retryFields = []string{"reuse_operation_key", "on_timeout"}
 )
@@ -78,7 +78,7 @@ func Parse(data []byte, source string) (*Policy, error) {
 	if len(p.problems) > 0 {
 		return nil, p.err()
 	}
-	pol := &Policy{actions: make(map[string]*Action, len(actions))}
+	pol := &Policy{actions: make(map[string]*Action, len(actions)), source: bytes.Clone(data)}
 	for _, a := range actions {
 		pol.actions[a.Name] = a
 		pol.names = append(pol.names, a.Name)
@@ -433,8 +433,9 @@ func (p *parser) action(n *yaml.Node, path string) *Action {
 	}
 	// The nodes of the two fields compared with each other, if present and
 	// individually valid.
-	var unknownAfterNode, retentionNode *yaml.Node
+	var unknownAfterNode, retentionNode, maxAttemptNode, reconcileNode *yaml.Node
 	unknownAfterValid, retentionValid := true, true
+	maxAttempt := int64(0)
 
 	ok := p.fields(n, path, "a mapping of policy fields (use {} to accept every default)", func(key string, k, v *yaml.Node) {
 		fpath := join(path, key)
@@ -482,13 +483,39 @@ func (p *parser) action(n *yaml.Node, path string) *Action {
 		case "redact_fields":
 			a.RedactFields = p.integerFields(v, fpath) // the same rules: unique, non-empty names
 		case "reconcile":
+			reconcileNode = v
 			p.reconcile(v, fpath, &a.Reconcile)
+		case "max_attempt_seconds":
+			maxAttemptNode = v
+			if i, ok := p.integer(v, fpath); ok {
+				if i < 1 || i > maxMaxAttemptSeconds {
+					p.add(v, fpath, "%d is out of range 1..%d", i, maxMaxAttemptSeconds)
+				} else {
+					maxAttempt = i
+				}
+			}
 		default:
 			p.unknownField(k, path, actionFields)
 		}
 	})
 	if !ok {
 		return nil
+	}
+	a.MaxAttempt = time.Duration(defaultMaxAttemptLeases*a.LeaseSeconds) * time.Second
+	if maxAttempt > 0 {
+		a.MaxAttempt = time.Duration(maxAttempt) * time.Second
+		if maxAttempt < int64(a.LeaseSeconds) {
+			p.add(maxAttemptNode, join(path, "max_attempt_seconds"), "%d is shorter than lease_seconds (%d): an attempt holds at least one lease", maxAttempt, a.LeaseSeconds)
+		}
+	}
+	if rc := a.Reconcile; rc.DefinitiveAbsence && rc.InFlightWindow <= 0 && reconcileNode != nil {
+		// Proving absence releases the operation for a retry that calls
+		// the provider again. A provider that received the first request
+		// may still carry it out after our attempt ended (we gave up
+		// waiting; it did not), so "not found" proves nothing until that
+		// window has passed too. Without it the numbers cannot be safe.
+		p.add(reconcileNode, join(path, "reconcile.in_flight_window"),
+			"is required with definitive_absence: true: how long the provider may still carry out a request after the attempt ended (its own processing timeout, e.g. 60s); a release before that can make a second effect")
 	}
 	if unknownAfterValid && retentionValid && a.Retention < a.UnknownAfter {
 		// Blame the field that was written down; if both were, blame

@@ -2,11 +2,16 @@ package policy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -30,6 +35,10 @@ const (
 	maxPolicyBytes = 1 << 20
 
 	defaultLeaseSeconds = 30
+	// defaultMaxAttemptLeases: max_attempt_seconds defaults to this many
+	// leases; maxMaxAttemptSeconds bounds it (a week).
+	defaultMaxAttemptLeases = 10
+	maxMaxAttemptSeconds    = 7 * 86400
 	minLeaseSeconds     = 1
 	maxLeaseSeconds     = 86400
 
@@ -84,6 +93,20 @@ type Action struct {
 	// whose outcome is unknown (reconcile; every field has a default, and
 	// without a verifier such operations go to a person).
 	Reconcile Reconcile
+	// MaxAttempt is the longest one attempt may keep its lease by
+	// heartbeats (ExtendLease), counted from its claim
+	// (max_attempt_seconds; default 10 × lease_seconds; at least
+	// lease_seconds). After it the lease runs out: the SDK gives up on the
+	// call and the outcome is unknown.
+	MaxAttempt time.Duration
+}
+
+// ReleaseAfter is how long an operation's outcome must have been unknown
+// before "not found" may release it for retry: the provider may still act
+// on a request it received for in_flight_window after our attempt ended,
+// and its search may miss the effect for visibility_lag after that.
+func (a *Action) ReleaseAfter() time.Duration {
+	return a.Reconcile.VisibilityLag + a.Reconcile.InFlightWindow
 }
 
 // AllowsRetryAfterUnknown reports whether an unknown or lease-expired
@@ -107,6 +130,102 @@ func (a *Action) clone() *Action {
 type Policy struct {
 	actions map[string]*Action
 	names   []string // sorted
+	source  []byte   // the document as parsed
+}
+
+// Source returns the policy document as it was parsed (YAML). A policy
+// holds no secrets: they come from ${VAR} references.
+func (p *Policy) Source() []byte { return bytes.Clone(p.source) }
+
+// Fingerprint returns the lowercase hex SHA-256 of the policy's effective
+// settings (every action with its defaults filled in), so that two
+// policies that mean the same have the same fingerprint whatever their
+// formatting and comments.
+func (p *Policy) Fingerprint() string {
+	sum := sha256.Sum256(p.canonical())
+	return hex.EncodeToString(sum[:])
+}
+
+// canonical is the policy's effective settings as JSON, actions sorted
+// (encoding/json sorts map keys).
+func (p *Policy) canonical() []byte {
+	b, err := json.Marshal(p.actions)
+	if err != nil {
+		panic("policy: effective settings do not encode: " + err.Error())
+	}
+	return b
+}
+
+// Diff lists, one per line, the actions and settings in which p and q
+// differ ("create_payment: Reconcile.DefinitiveAbsence: true ≠ false").
+// It returns nil for equal policies.
+func (p *Policy) Diff(q *Policy) []string {
+	var out []string
+	names := slices.Clone(p.names)
+	for _, n := range q.names {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		a, inP := p.actions[n]
+		b, inQ := q.actions[n]
+		switch {
+		case !inP:
+			out = append(out, n+": only in the other policy")
+		case !inQ:
+			out = append(out, n+": only in this policy")
+		default:
+			out = append(out, diffValues(n, flatten(a), flatten(b))...)
+		}
+	}
+	return out
+}
+
+// flatten maps an action's settings to "Field.Sub" → JSON value.
+func flatten(a *Action) map[string]string {
+	var v any
+	b, _ := json.Marshal(a)
+	_ = json.Unmarshal(b, &v)
+	out := map[string]string{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		if m, ok := v.(map[string]any); ok {
+			for k, x := range m {
+				walk(strings.TrimPrefix(prefix+"."+k, "."), x)
+			}
+			return
+		}
+		j, _ := json.Marshal(v)
+		out[prefix] = string(j)
+	}
+	walk("", v)
+	return out
+}
+
+func diffValues(action string, a, b map[string]string) []string {
+	keys := slices.Collect(maps.Keys(a))
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		if a[k] != b[k] {
+			out = append(out, fmt.Sprintf("%s: %s: %s ≠ %s", action, k, orNone(a[k]), orNone(b[k])))
+		}
+	}
+	return out
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }
 
 // Action returns a copy of the named action's policy, or nil, false if the

@@ -22,7 +22,7 @@ func TestDefault(t *testing.T) {
 	fake := func(path, status string, lag time.Duration) Reconcile {
 		return Reconcile{
 			InitialDelay: time.Second, Interval: 2 * time.Second, MaxInterval: time.Minute,
-			VisibilityLag: lag, DefinitiveAbsence: true,
+			VisibilityLag: lag, InFlightWindow: 2 * time.Minute, DefinitiveAbsence: true,
 			Verifier: &Verifier{HTTP: &HTTPVerifier{
 				Method: "GET", URL: "${PROVIDER_URL:-http://127.0.0.1:8099}" + path, Timeout: 5 * time.Second,
 				List: "/data", Found: "/id", Completed: "/status", CompletedValues: []string{status}, ExternalID: "/id",
@@ -31,28 +31,28 @@ func TestDefault(t *testing.T) {
 	}
 	want := map[string]Action{
 		"create_payment": {
-			Name: "create_payment", LeaseSeconds: 30, ReuseOperationKey: true,
+			Name: "create_payment", LeaseSeconds: 30, ReuseOperationKey: true, MaxAttempt: 300 * time.Second,
 			OnTimeout: ReconcileBeforeRetry, UnknownAfter: 900 * time.Second,
 			OnUnresolved: "require_human_review", Retention: 720 * time.Hour,
 			IntegerFields: []string{"amount_minor"}, RedactFields: []string{"card_number", "card_cvc"},
 			Reconcile: fake("/payments?idempotency_key={operation_key}", "succeeded", 3*time.Second),
 		},
 		"send_email": {
-			Name: "send_email", LeaseSeconds: 30, ReuseOperationKey: true,
+			Name: "send_email", LeaseSeconds: 30, ReuseOperationKey: true, MaxAttempt: 300 * time.Second,
 			OnTimeout: ReconcileBeforeRetry, UnknownAfter: 900 * time.Second,
 			OnUnresolved: "require_human_review", Retention: 720 * time.Hour,
 			IntegerFields: []string{}, RedactFields: []string{},
 			Reconcile: fake("/emails?reference={operation_key}", "sent", 5*time.Second),
 		},
 		"submit_application": {
-			Name: "submit_application", LeaseSeconds: 60, ReuseOperationKey: true,
+			Name: "submit_application", LeaseSeconds: 60, ReuseOperationKey: true, MaxAttempt: 600 * time.Second,
 			OnTimeout: ReconcileBeforeRetry, UnknownAfter: 3600 * time.Second,
 			OnUnresolved: "require_human_review", Retention: 2160 * time.Hour,
 			IntegerFields: []string{}, RedactFields: []string{},
 			Reconcile: fake("/applications?reference={operation_key}", "submitted", 5*time.Second),
 		},
 		"create_ticket": {
-			Name: "create_ticket", LeaseSeconds: 30, ReuseOperationKey: true,
+			Name: "create_ticket", LeaseSeconds: 30, ReuseOperationKey: true, MaxAttempt: 300 * time.Second,
 			OnTimeout: RetrySameKey, UnknownAfter: 900 * time.Second,
 			OnUnresolved: "require_human_review", Retention: 720 * time.Hour,
 			IntegerFields: []string{}, RedactFields: []string{},
@@ -127,7 +127,7 @@ actions:
 	defaults := Action{
 		LeaseSeconds: 30, ReuseOperationKey: true, OnTimeout: ReconcileBeforeRetry,
 		UnknownAfter: 900 * time.Second, OnUnresolved: "require_human_review",
-		Retention: 720 * time.Hour, IntegerFields: []string{}, RedactFields: []string{},
+		Retention: 720 * time.Hour, IntegerFields: []string{}, RedactFields: []string{}, MaxAttempt: 300 * time.Second,
 		Reconcile: Reconcile{
 			InitialDelay: 5 * time.Second, Interval: 10 * time.Second, MaxInterval: 5 * time.Minute,
 			VisibilityLag: 30 * time.Second,
@@ -146,7 +146,7 @@ actions:
 	}
 	a, _ := p.Action("partial")
 	w := defaults
-	w.Name, w.LeaseSeconds, w.OnTimeout, w.Retention = "partial", 45, RetrySameKey, 30*24*time.Hour
+	w.Name, w.LeaseSeconds, w.OnTimeout, w.Retention, w.MaxAttempt = "partial", 45, RetrySameKey, 30*24*time.Hour, 450*time.Second
 	if !reflect.DeepEqual(*a, w) {
 		t.Errorf("partial = %+v, want %+v", *a, w)
 	}
@@ -239,6 +239,16 @@ func TestParseInvalid(t *testing.T) {
 			name: "lease_seconds 86401",
 			doc:  "actions:\n  create_payment:\n\n    lease_seconds: 86401\n",
 			want: []problemLine{{"policy.yaml:4: actions.create_payment.lease_seconds: ", "86401 is out of range 1..86400"}},
+		},
+		{
+			name: "max_attempt_seconds shorter than the lease",
+			doc:  "actions:\n  create_payment:\n    lease_seconds: 30\n    max_attempt_seconds: 10\n",
+			want: []problemLine{{"policy.yaml:4: actions.create_payment.max_attempt_seconds: ", "10 is shorter than lease_seconds (30)"}},
+		},
+		{
+			name: "max_attempt_seconds beyond a week",
+			doc:  "actions:\n  create_payment:\n    max_attempt_seconds: 604801\n",
+			want: []problemLine{{"policy.yaml:3: actions.create_payment.max_attempt_seconds: ", "604801 is out of range 1..604800"}},
 		},
 		{
 			name: "lease_seconds null",

@@ -47,6 +47,12 @@ type Reconcile struct {
 	// search may still miss the effect; "not found" only counts as absence
 	// after it (visibility_lag; default 30s; 0 allowed).
 	VisibilityLag time.Duration
+	// InFlightWindow is how long the provider may still carry out a request
+	// it received after our attempt ended: we gave up waiting (a timeout,
+	// the lease's end), it did not (in_flight_window; required with
+	// DefinitiveAbsence; take the provider's own processing timeout). A
+	// release waits VisibilityLag + InFlightWindow after the attempt ended.
+	InFlightWindow time.Duration
 	// DefinitiveAbsence says that the provider's search is complete and
 	// current, so that "not found" after VisibilityLag proves the effect is
 	// absent and the operation may be released for retry
@@ -130,7 +136,7 @@ func defaultReconcile() Reconcile {
 // Known fields of the reconcile section, in the order they are listed in
 // error messages.
 var (
-	reconcileFields = []string{"initial_delay", "interval", "max_interval", "visibility_lag", "definitive_absence", "verifier"}
+	reconcileFields = []string{"initial_delay", "interval", "max_interval", "visibility_lag", "in_flight_window", "definitive_absence", "verifier"}
 	verifierFields  = []string{"http"}
 	httpFields      = []string{"method", "url", "headers", "timeout", "list", "found", "completed", "completed_values", "external_id"}
 )
@@ -161,6 +167,10 @@ func (p *parser) reconcile(n *yaml.Node, path string, r *Reconcile) {
 		case "visibility_lag":
 			if d, ok := p.duration(v, fpath, false); ok {
 				r.VisibilityLag = d
+			}
+		case "in_flight_window":
+			if d, ok := p.duration(v, fpath, true); ok {
+				r.InFlightWindow = d
 			}
 		case "definitive_absence":
 			if b, ok := p.boolean(v, fpath); ok {

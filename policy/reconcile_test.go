@@ -15,6 +15,7 @@ func TestReconcileParsesEveryField(t *testing.T) {
       interval: 1s
       max_interval: 1s
       visibility_lag: 0s
+      in_flight_window: 90s
       definitive_absence: true
       verifier:
         http:
@@ -38,7 +39,7 @@ func TestReconcileParsesEveryField(t *testing.T) {
 	}
 	a, _ := p.Action("pay")
 	want := Reconcile{
-		InitialDelay: 0, Interval: time.Second, MaxInterval: time.Second, VisibilityLag: 0, DefinitiveAbsence: true,
+		InitialDelay: 0, Interval: time.Second, MaxInterval: time.Second, VisibilityLag: 0, InFlightWindow: 90 * time.Second, DefinitiveAbsence: true,
 		Verifier: &Verifier{HTTP: &HTTPVerifier{
 			Method: "POST",
 			URL:    "${PROVIDER_URL:-https://api.example.com}/v1/payments/{external_id}/search?k={operation_key}&tenant=${TENANT}",
@@ -92,7 +93,22 @@ func TestReconcileInvalid(t *testing.T) {
 		{
 			name: "unknown reconcile field",
 			doc:  head + "      intervall: 5s\n",
-			want: []problemLine{{"policy.yaml:4: " + path + "intervall: ", "unknown field (known fields: initial_delay, interval, max_interval, visibility_lag, definitive_absence, verifier)"}},
+			want: []problemLine{{"policy.yaml:4: " + path + "intervall: ", "unknown field (known fields: initial_delay, interval, max_interval, visibility_lag, in_flight_window, definitive_absence, verifier)"}},
+		},
+		{
+			// Issue 10: a definitive search proves nothing while the
+			// provider may still carry out the request it received.
+			name: "definitive absence without an in-flight window",
+			doc:  head + "      visibility_lag: 5s\n      definitive_absence: true\n",
+			want: []problemLine{{"policy.yaml:4: " + path + "in_flight_window: ", "is required with definitive_absence: true"}},
+		},
+		{
+			name: "in-flight window of zero",
+			doc:  head + "      in_flight_window: 0s\n      definitive_absence: true\n",
+			want: []problemLine{
+				{"policy.yaml:4: " + path + "in_flight_window: ", "is required with definitive_absence: true"},
+				{"policy.yaml:4: " + path + "in_flight_window: ", `"0s" must be greater than zero`},
+			},
 		},
 		{
 			name: "duration is a number",

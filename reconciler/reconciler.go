@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -185,6 +186,9 @@ type Reconciler struct {
 	metrics   *metrics
 
 	randMu sync.Mutex
+
+	policyMu        sync.Mutex
+	policyCheckedAt time.Time
 }
 
 // New checks cfg, fills in its defaults, builds the verifiers the policy
@@ -305,13 +309,26 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Stats, error) {
 	work := context.WithoutCancel(ctx)
 	var listErr error
 	token := ""
+	r.checkPolicy(ctx)
+	pageSize := r.cfg.PageSize
 pages:
 	for {
 		lctx, cancel := context.WithTimeout(ctx, r.cfg.RPCTimeout)
+		// The BASIC view: a check needs the key, action, attempt and
+		// times, never the payload, and a page of large payloads must not
+		// exceed what a message may carry.
 		resp, err := r.cfg.Journal.ListOperations(lctx, &opjournalv1.ListOperationsRequest{
-			DueForCheck: true, PageSize: int32(r.cfg.PageSize), PageToken: token,
+			DueForCheck: true, PageSize: int32(pageSize), PageToken: token, View: opjournalv1.OperationView_OPERATION_VIEW_BASIC,
 		})
 		cancel()
+		if status.Code(err) == codes.ResourceExhausted && pageSize > 1 {
+			// The page was too large to receive (an older journal that
+			// does not bound pages by bytes): ask for smaller ones rather
+			// than give up on the whole tenant.
+			pageSize = max(pageSize/2, 1)
+			r.log.Warn("a page of operations was too large; asking for smaller pages", "page_size", pageSize)
+			continue
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				listErr = fmt.Errorf("list operations due for a check: %w", err)
@@ -330,7 +347,7 @@ pages:
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				d := r.handle(work, op)
+				d := r.handleSafely(work, op)
 				r.metrics.decisions.WithLabelValues(op.GetActionType(), string(d)).Inc()
 				mu.Lock()
 				stats.count(d)
@@ -353,6 +370,57 @@ pages:
 		"rechecked", stats.Rechecked, "escalated", stats.Escalated, "skipped", stats.Skipped,
 		"deferred", stats.Deferred, "errors", stats.Errors, "duration", time.Since(start).Round(time.Millisecond).String())
 	return stats, listErr
+}
+
+// handleSafely is handle that survives a bug: one operation that makes it
+// panic is counted as an error and never stops the pass for the others.
+func (r *Reconciler) handleSafely(ctx context.Context, op *opjournalv1.Operation) (d Decision) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("reconciler bug: handling an operation panicked", "key", op.GetOperationKey(), "action", op.GetActionType(), "panic", fmt.Sprint(p))
+			d = DecisionError
+		}
+	}()
+	return r.handle(ctx, op)
+}
+
+// policyCheckInterval is how often a reconciler asks the journal for its
+// policy to compare with its own.
+const policyCheckInterval = time.Minute
+
+// checkPolicy compares the journal's policy (GetPolicy) with the
+// reconciler's, at most once per policyCheckInterval, and says so loudly
+// when they differ: the journal enforces its own (it refuses a release
+// its policy forbids), and this reconciler decides by another. Every
+// unsettled operation still reaches a person after unknown_after_seconds.
+func (r *Reconciler) checkPolicy(ctx context.Context) {
+	r.policyMu.Lock()
+	defer r.policyMu.Unlock()
+	if !r.policyCheckedAt.IsZero() && time.Since(r.policyCheckedAt) < policyCheckInterval {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := r.cfg.Journal.GetPolicy(cctx, &opjournalv1.GetPolicyRequest{})
+	if err != nil {
+		if status.Code(err) == codes.Unimplemented || status.Code(err) == codes.PermissionDenied {
+			r.policyCheckedAt = time.Now() // an older journal, or a token without the right: do not ask every pass
+		}
+		r.log.Debug("could not compare policies with the journal", "error", grpcMessage(err))
+		return
+	}
+	r.policyCheckedAt = time.Now()
+	if resp.GetFingerprint() == r.cfg.Policy.Fingerprint() {
+		r.metrics.policyMismatch.Set(0)
+		return
+	}
+	r.metrics.policyMismatch.Set(1)
+	var diffs []string
+	if theirs, err := policy.Parse([]byte(resp.GetSource()), "the journal's policy"); err == nil {
+		diffs = r.cfg.Policy.Diff(theirs)
+	}
+	r.log.Error("the journal enforces another policy than this reconciler's: decisions may be refused by the journal; give both the same policy file",
+		"journal_fingerprint", resp.GetFingerprint(), "reconciler_fingerprint", r.cfg.Policy.Fingerprint(), "differences", diffs)
 }
 
 // handle decides about one operation and tells the journal.
@@ -417,10 +485,14 @@ func (r *Reconciler) handle(ctx context.Context, op *opjournalv1.Operation) Deci
 			return r.escalate(ctx, op, fmt.Sprintf("not found at provider, whose search is not definitive; unresolved after %s", formatDuration(unknownFor)))
 		}
 		return r.recheck(ctx, op, "not found; provider search is not definitive", r.backoff(rc, op.GetCheckCount()))
-	case unknownFor < rc.VisibilityLag:
-		return r.recheck(ctx, op, "not found yet; within visibility lag", ceilSeconds(rc.VisibilityLag-unknownFor))
+	case unknownFor < act.ReleaseAfter():
+		if pastDeadline {
+			return r.escalate(ctx, op, fmt.Sprintf("not found at provider, but still within visibility_lag + in_flight_window (%s) after %s unknown",
+				formatDuration(act.ReleaseAfter()), formatDuration(unknownFor)))
+		}
+		return r.recheck(ctx, op, "not found yet; within visibility lag and the provider's in-flight window", ceilSeconds(act.ReleaseAfter()-unknownFor))
 	default:
-		return r.release(ctx, op, rc)
+		return r.release(ctx, op, rc, pastDeadline)
 	}
 }
 
@@ -456,7 +528,10 @@ func (r *Reconciler) markSucceeded(ctx context.Context, op *opjournalv1.Operatio
 }
 
 // release returns an operation whose effect is proven absent to pending.
-func (r *Reconciler) release(ctx context.Context, op *opjournalv1.Operation, rc policy.Reconcile) Decision {
+// If the journal refuses, its policy or clock disagrees with ours (or the
+// operation moved on): the operation is checked again later, and handed
+// to a person once past its deadline, so a refusal never loops forever.
+func (r *Reconciler) release(ctx context.Context, op *opjournalv1.Operation, rc policy.Reconcile, pastDeadline bool) Decision {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.RPCTimeout)
 	defer cancel()
 	_, err := r.cfg.Journal.ReleaseForRetry(cctx, &opjournalv1.ReleaseForRetryRequest{
@@ -474,6 +549,9 @@ func (r *Reconciler) release(ctx context.Context, op *opjournalv1.Operation, rc 
 		// about on every pass and eventually goes to a person.
 		r.log.Info("release refused by the journal", "key", op.GetOperationKey(), "action", op.GetActionType(),
 			"attempt", op.GetAttemptCount(), "error", grpcMessage(err))
+		if pastDeadline {
+			return r.escalate(ctx, op, "absent at provider, but the journal refuses the release: "+shorten(grpcMessage(err), 120))
+		}
 		return r.recheck(ctx, op, "absent at provider, but the journal refused the release: "+shorten(grpcMessage(err), 100), r.backoff(rc, op.GetCheckCount()))
 	}
 	return r.failed(op, DecisionReleased, err)

@@ -112,7 +112,8 @@ func testPolicy(t *testing.T, providerURL string) *policy.Policy {
       initial_delay: 0s
       interval: 1s
       max_interval: 4s
-      visibility_lag: 2s
+      visibility_lag: 1s
+      in_flight_window: 1s
       definitive_absence: true` + search("/payments?idempotency_key={operation_key}", "succeeded") + `
   mail:
     reconcile:
@@ -127,6 +128,7 @@ func testPolicy(t *testing.T, providerURL string) *policy.Policy {
       initial_delay: 0s
       interval: 1s
       max_interval: 1s
+      in_flight_window: 1s
       definitive_absence: true` + search("/broken?k={operation_key}", "ok") + `
   slow_start:
     reconcile:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/auth"
+	"github.com/opjournal/opjournal/journal"
 )
 
 // servicePrefix marks the RPCs that authentication guards. The health
@@ -21,14 +22,27 @@ const servicePrefix = "/opjournal.v1.JournalService/"
 
 type principalKey struct{}
 
+// authorizedKey marks a context whose request the HTTP listener has
+// already authenticated, authorised and counted against the rate limit
+// (before reading its body); the interceptor then does not do it twice.
+// A context value: no client can send it.
+type authorizedKey struct{}
+
 // tenantOf returns the caller's tenant: the authenticated token's, or ""
 // when the server runs without authentication. Every store call is scoped
 // by it, so no call can reach another tenant's operations.
 func tenantOf(ctx context.Context) string {
+	return callerOf(ctx).Tenant
+}
+
+// callerOf returns who calls: the authenticated principal and its tenant,
+// or the default tenant "" without a principal when the server runs
+// without authentication. The history records the principal as the actor.
+func callerOf(ctx context.Context) journal.Caller {
 	if p, ok := ctx.Value(principalKey{}).(auth.Principal); ok {
-		return p.Tenant
+		return journal.Caller{Tenant: p.Tenant, Principal: p.Name}
 	}
-	return ""
+	return journal.Caller{}
 }
 
 // limiters holds one token bucket per tenant.
@@ -59,19 +73,26 @@ func (l *limiters) allow(tenant string) bool {
 // the method and the peer, never with the token.
 func (s *Server) authorize(ctx context.Context, fullMethod string) (context.Context, error) {
 	method, ours := strings.CutPrefix(fullMethod, servicePrefix)
-	if !ours {
+	if !ours || ctx.Value(authorizedKey{}) != nil {
 		return ctx, nil
 	}
+	var token string
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get("authorization")) > 0 {
+		token = auth.BearerToken(md.Get("authorization")[0])
+	}
+	return s.authorizeToken(ctx, method, token, peerAddr(ctx))
+}
+
+// authorizeToken authenticates a bearer token for method (its short name),
+// checks the role and the tenant's rate, and returns the context the call
+// runs with. Both transports use it, before they parse anything.
+func (s *Server) authorizeToken(ctx context.Context, method, token, peer string) (context.Context, error) {
 	var p auth.Principal
 	if s.cfg.Auth != nil {
-		var token string
-		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get("authorization")) > 0 {
-			token = auth.BearerToken(md.Get("authorization")[0])
-		}
 		var err error
 		p, err = s.cfg.Auth.Authenticate(token)
 		if err != nil {
-			s.log.WarnContext(ctx, "authentication failed", "method", method, "peer", peerAddr(ctx), "reason", err.Error())
+			s.log.WarnContext(ctx, "authentication failed", "method", method, "peer", peer, "reason", err.Error())
 			msg := "a valid bearer token is required (Authorization: Bearer <token>)"
 			if errors.Is(err, auth.ErrBadToken) {
 				msg = "the bearer token is not valid"
@@ -79,7 +100,7 @@ func (s *Server) authorize(ctx context.Context, fullMethod string) (context.Cont
 			return ctx, opjournal.Errorf(opjournal.CodeUnauthenticated, "", "%s", msg)
 		}
 		if !p.Allowed(method) {
-			s.log.WarnContext(ctx, "permission denied", "method", method, "principal", p.Name, "tenant", p.Tenant, "roles", p.Roles, "peer", peerAddr(ctx))
+			s.log.WarnContext(ctx, "permission denied", "method", method, "principal", p.Name, "tenant", p.Tenant, "roles", p.Roles, "peer", peer)
 			return ctx, opjournal.Errorf(opjournal.CodePermissionDenied, "", "token %q (roles %v) may not call %s", p.Name, p.Roles, method)
 		}
 		ctx = context.WithValue(ctx, principalKey{}, p)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -33,7 +34,7 @@ func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (
 		return nil, err
 	}
 	jr := journal.RegisterRequest{
-		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), Action: req.GetActionType(), Payload: payload,
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Action: req.GetActionType(), Payload: payload,
 	}
 	if c := req.GetClaim(); c != nil {
 		jr.Claim = &journal.ClaimOptions{WorkerID: c.GetWorkerId(), LeaseSeconds: int(c.GetLeaseSeconds())}
@@ -55,24 +56,55 @@ func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (
 	} else {
 		s.metrics.outcome(res.Operation.Action, "replayed")
 	}
+	claimed := false
 	if res.Claim != nil {
-		out.Claimed, out.Attempt, out.LeaseUntil, out.RetryAfterSeconds = s.claimFields(*res.Claim)
+		c := s.claimFields(*res.Claim)
+		claimed = c.claimed
+		out.Claimed, out.Attempt, out.LeaseUntil, out.RetryAfterSeconds, out.LeaseSeconds = c.claimed, c.attempt, c.leaseUntil, c.retryAfter, c.leaseSeconds
 	}
+	out.Next = nextPB[opjournal.NextStepOf(res.Operation, res.Claim != nil, claimed)]
 	return out, nil
 }
 
-func (s *journalServer) claimFields(cr store.ClaimResult) (claimed bool, attempt int32, leaseUntil *timestamppb.Timestamp, retryAfter int32) {
+// claimAnswer is what a claim tells its caller.
+type claimAnswer struct {
+	claimed      bool
+	attempt      int32
+	leaseUntil   *timestamppb.Timestamp
+	retryAfter   int32
+	leaseSeconds int32
+}
+
+func (s *journalServer) claimFields(cr store.ClaimResult) claimAnswer {
 	if cr.Claimed {
 		s.metrics.outcome(cr.Operation.Action, "claim_won")
-		return true, int32(cr.Operation.AttemptCount), timestamppb.New(cr.Operation.LeaseUntil), 0
+		op := cr.Operation
+		// The lease granted, from the claim's own times (one statement,
+		// one clock): SDKs count it down on their monotonic clock.
+		lease := int32(op.LeaseUntil.Sub(op.AttemptStartedAt).Round(time.Second) / time.Second)
+		return claimAnswer{claimed: true, attempt: int32(op.AttemptCount), leaseUntil: timestamppb.New(op.LeaseUntil), leaseSeconds: lease}
 	}
 	s.metrics.outcome(cr.Operation.Action, "claim_lost")
-	return false, 0, nil, int32(journal.RetryAfterSeconds(cr.RetryAfter))
+	ra := int32(journal.RetryAfterSeconds(cr.RetryAfter))
+	if ra == 0 && opjournal.NextStepOf(cr.Operation, true, false) == opjournal.NextWait {
+		ra = 1 // changing hands: ask again soon
+	}
+	return claimAnswer{retryAfter: ra}
+}
+
+// nextPB maps the journal's decision to the wire.
+var nextPB = map[opjournal.NextStep]pb.NextStep{
+	opjournal.NextCallProvider:         pb.NextStep_NEXT_STEP_CALL_PROVIDER,
+	opjournal.NextReplay:               pb.NextStep_NEXT_STEP_REPLAY,
+	opjournal.NextWait:                 pb.NextStep_NEXT_STEP_WAIT,
+	opjournal.NextVerificationRequired: pb.NextStep_NEXT_STEP_VERIFICATION_REQUIRED,
+	opjournal.NextFailedFinal:          pb.NextStep_NEXT_STEP_FAILED_FINAL,
+	opjournal.NextClaim:                pb.NextStep_NEXT_STEP_CLAIM,
 }
 
 func (s *journalServer) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
 	res, err := s.svc.Claim(ctx, journal.ClaimRequest{
-		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), WorkerID: req.GetWorkerId(), LeaseSeconds: int(req.GetLeaseSeconds()),
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), WorkerID: req.GetWorkerId(), LeaseSeconds: int(req.GetLeaseSeconds()),
 	})
 	if err != nil {
 		return nil, err
@@ -81,9 +113,29 @@ func (s *journalServer) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.Cl
 	if err != nil {
 		return nil, err
 	}
-	out := &pb.ClaimResponse{Operation: op}
-	out.Claimed, out.Attempt, out.LeaseUntil, out.RetryAfterSeconds = s.claimFields(res)
-	return out, nil
+	c := s.claimFields(res)
+	return &pb.ClaimResponse{Operation: op, Claimed: c.claimed, Attempt: c.attempt, LeaseUntil: c.leaseUntil,
+		RetryAfterSeconds: c.retryAfter, LeaseSeconds: c.leaseSeconds,
+		Next: nextPB[opjournal.NextStepOf(res.Operation, true, c.claimed)]}, nil
+}
+
+func (s *journalServer) ExtendLease(ctx context.Context, req *pb.ExtendLeaseRequest) (*pb.ExtendLeaseResponse, error) {
+	op, err := s.svc.ExtendLease(ctx, journal.ExtendLeaseRequest{
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), LeaseSeconds: int(req.GetLeaseSeconds()),
+	})
+	if err != nil {
+		s.countStale(ctx, req.GetOperationKey(), err)
+		return nil, err
+	}
+	s.metrics.outcome(op.Action, "lease_extended")
+	pop, err := operationPB(op)
+	if err != nil {
+		return nil, err
+	}
+	// Whole seconds from now, rounded down: an SDK never believes in more
+	// lease than it has.
+	granted := int32(op.LeaseUntil.Sub(op.UpdatedAt) / time.Second)
+	return &pb.ExtendLeaseResponse{Operation: pop, LeaseUntil: pop.GetLeaseUntil(), LeaseSeconds: granted}, nil
 }
 
 func (s *journalServer) MarkSucceeded(ctx context.Context, req *pb.MarkSucceededRequest) (*pb.MarkSucceededResponse, error) {
@@ -96,14 +148,14 @@ func (s *journalServer) MarkSucceeded(ctx context.Context, req *pb.MarkSucceeded
 		result = r
 	}
 	op, err := s.svc.MarkSucceeded(ctx, journal.MarkSucceededRequest{
-		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ExternalID: req.GetExternalId(), Result: result,
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ExternalID: req.GetExternalId(), Result: result,
 		Actor: req.GetActor(),
 	})
 	if err != nil {
 		s.countStale(ctx, req.GetOperationKey(), err)
 		return nil, err
 	}
-	if op.NeedsReview && op.DuplicateExternalID == req.GetExternalId() && op.ExternalID != req.GetExternalId() {
+	if op.NeedsReview && req.GetExternalId() != op.ExternalID && slices.Contains(op.DuplicateExternalIDs, req.GetExternalId()) {
 		s.metrics.outcome(op.Action, "duplicate_effect")
 	} else {
 		s.metrics.outcome(op.Action, "succeeded")
@@ -114,7 +166,7 @@ func (s *journalServer) MarkSucceeded(ctx context.Context, req *pb.MarkSucceeded
 
 func (s *journalServer) MarkUnknown(ctx context.Context, req *pb.MarkUnknownRequest) (*pb.MarkUnknownResponse, error) {
 	op, err := s.svc.MarkUnknown(ctx, journal.MarkRequest{
-		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ErrorCode: req.GetErrorCode(),
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ErrorCode: req.GetErrorCode(),
 	})
 	if err != nil {
 		s.countStale(ctx, req.GetOperationKey(), err)
@@ -127,7 +179,7 @@ func (s *journalServer) MarkUnknown(ctx context.Context, req *pb.MarkUnknownRequ
 
 func (s *journalServer) MarkFailedFinal(ctx context.Context, req *pb.MarkFailedFinalRequest) (*pb.MarkFailedFinalResponse, error) {
 	op, err := s.svc.MarkFailedFinal(ctx, journal.MarkRequest{
-		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ErrorCode: req.GetErrorCode(),
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ErrorCode: req.GetErrorCode(),
 	})
 	if err != nil {
 		s.countStale(ctx, req.GetOperationKey(), err)
@@ -139,9 +191,16 @@ func (s *journalServer) MarkFailedFinal(ctx context.Context, req *pb.MarkFailedF
 }
 
 func (s *journalServer) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
+	full, err := fullView(req.GetView(), pb.OperationView_OPERATION_VIEW_FULL)
+	if err != nil {
+		return nil, err
+	}
 	op, err := s.svc.Lookup(ctx, tenantOf(ctx), req.GetOperationKey())
 	if err != nil {
 		return nil, err
+	}
+	if !full {
+		op.Payload, op.Result = nil, nil
 	}
 	pop, err := operationPB(op)
 	return &pb.LookupResponse{Operation: pop}, err
@@ -230,25 +289,27 @@ var statusPB = map[opjournal.Status]pb.Status{
 // operationPB converts a record for the wire.
 func operationPB(op *opjournal.Operation) (*pb.Operation, error) {
 	out := &pb.Operation{
-		OperationKey:        op.Key,
-		ActionType:          op.Action,
-		RequestHash:         op.RequestHash,
-		Status:              statusPB[op.Status],
-		AttemptCount:        int32(op.AttemptCount),
-		ExternalId:          op.ExternalID,
-		ErrorCode:           op.ErrorCode,
-		NeedsReview:         op.NeedsReview,
-		ReviewReason:        op.ReviewReason,
-		LeaseOwner:          op.LeaseOwner,
-		DuplicateExternalId: op.DuplicateExternalID,
-		CreatedAt:           timestamppb.New(op.CreatedAt),
-		UpdatedAt:           timestamppb.New(op.UpdatedAt),
+		OperationKey:         op.Key,
+		ActionType:           op.Action,
+		RequestHash:          op.RequestHash,
+		Status:               statusPB[op.Status],
+		AttemptCount:         int32(op.AttemptCount),
+		ExternalId:           op.ExternalID,
+		ErrorCode:            op.ErrorCode,
+		NeedsReview:          op.NeedsReview,
+		ReviewReason:         op.ReviewReason,
+		LeaseOwner:           op.LeaseOwner,
+		DuplicateExternalId:  op.DuplicateExternalID,
+		DuplicateExternalIds: op.DuplicateExternalIDs,
+		DuplicateReports:     int32(op.DuplicateReports),
+		CreatedAt:            timestamppb.New(op.CreatedAt),
+		UpdatedAt:            timestamppb.New(op.UpdatedAt),
 	}
 	out.CheckCount = int32(op.CheckCount)
 	for _, t := range []struct {
 		src time.Time
 		dst **timestamppb.Timestamp
-	}{{op.LeaseUntil, &out.LeaseUntil}, {op.UnknownSince, &out.UnknownSince}, {op.LastCheckedAt, &out.LastCheckedAt}, {op.NextCheckAt, &out.NextCheckAt}} {
+	}{{op.LeaseUntil, &out.LeaseUntil}, {op.UnknownSince, &out.UnknownSince}, {op.LastCheckedAt, &out.LastCheckedAt}, {op.NextCheckAt, &out.NextCheckAt}, {op.AttemptStartedAt, &out.AttemptStartedAt}} {
 		if !t.src.IsZero() {
 			*t.dst = timestamppb.New(t.src)
 		}

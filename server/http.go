@@ -19,17 +19,19 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/gen/openapi"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 )
 
-// httpHandler serves the REST mirror (grpc-gateway, forwarding to the gRPC
-// listener through conn so both transports share one interceptor chain),
-// /openapi.json, /metrics and /healthz.
-func (s *Server) httpHandler(ctx context.Context, conn *grpc.ClientConn) (http.Handler, error) {
+// httpHandler serves the REST mirror (grpc-gateway, calling the service
+// in process through the same interceptor as gRPC, see restServer),
+// /openapi.json, /metrics (unless it has its own listener) and /healthz.
+func (s *Server) httpHandler(ctx context.Context) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		// Responses use the proto field names (snake_case) and show every
 		// field, so `"claimed": false` is visible rather than absent.
@@ -54,12 +56,14 @@ func (s *Server) httpHandler(ctx context.Context, conn *grpc.ClientConn) (http.H
 			writeError(w, httpStatus, code, "", msg)
 		}),
 	)
-	if err := pb.RegisterJournalServiceHandler(ctx, gw, conn); err != nil {
+	if err := pb.RegisterJournalServiceHandlerServer(ctx, gw, &restServer{s: s, inner: s.journal}); err != nil {
 		return nil, fmt.Errorf("register gateway: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", s.limitBody(gw))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/v1/", s.restGuard(gw))
+	if s.cfg.MetricsAddr == "" {
+		mux.Handle("GET /metrics", s.metricsHandler(true))
+	}
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openapi.JSON)
@@ -78,14 +82,55 @@ func (s *Server) httpHandler(ctx context.Context, conn *grpc.ClientConn) (http.H
 	return mux, nil
 }
 
-// limitBody rejects a body over the request limit with 413 and a body that
-// is not one JSON object with 400, before the gateway sees it, so both get
-// a message that names the problem rather than a decoder's internals.
-func (s *Server) limitBody(next http.Handler) http.Handler {
+// metricsHandler serves the Prometheus metrics. The counts are per action
+// for every tenant, so on the main listener of a server with
+// authentication they need a bearer token with the admin or metrics role;
+// on their own listener (--metrics-addr, for a private network) they do not.
+func (s *Server) metricsHandler(guarded bool) http.Handler {
+	h := promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})
+	if !guarded {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Auth != nil {
+			p, err := s.cfg.Auth.Authenticate(auth.BearerToken(r.Header.Get("Authorization")))
+			switch {
+			case err != nil:
+				s.log.Warn("authentication failed", "method", "GET /metrics", "peer", r.RemoteAddr, "reason", err.Error())
+				writeError(w, http.StatusUnauthorized, opjournal.CodeUnauthenticated, "", "a valid bearer token with the admin or metrics role is required for /metrics (or serve it on --metrics-addr)")
+				return
+			case !p.MaySeeMetrics():
+				writeError(w, http.StatusForbidden, opjournal.CodePermissionDenied, "", fmt.Sprintf("token %q (roles %v) may not read /metrics: it needs the admin or metrics role", p.Name, p.Roles))
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// restGuard runs before the gateway reads anything of a request: it finds
+// the RPC the route maps to, authenticates the caller, checks its role and
+// its tenant's rate (exactly as the gRPC interceptor does), and only then
+// reads the body, bounds its size and nesting, and checks the payload's
+// numbers on their JSON text. So nobody without a valid token makes the
+// server parse a body, and every refusal names its problem rather than a
+// decoder's internals.
+func (s *Server) restGuard(next http.Handler) http.Handler {
 	max := int64(s.cfg.MaxRequestBytes)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// Every body-carrying route is a POST; other methods go straight to
-		// the router (which answers 405 where the method is wrong).
+		method, ok := restRoutes[r.Method+" "+r.URL.Path]
+		if !ok {
+			next.ServeHTTP(w, r) // the gateway answers 404 or 405
+			return
+		}
+		ctx, err := s.authorizeToken(r.Context(), method, auth.BearerToken(r.Header.Get("Authorization")), r.RemoteAddr)
+		if err != nil {
+			writeErr(w, err)
+			s.metrics.rpcs.WithLabelValues(servicePrefix+method, string(opjournal.ErrorCode(err))).Inc()
+			return
+		}
+		r = r.WithContext(context.WithValue(ctx, authorizedKey{}, true))
+		// Every body-carrying route is a POST.
 		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
@@ -110,13 +155,10 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			writeError(w, http.StatusBadRequest, opjournal.CodeInvalidArgument, "body", msg)
 			return
 		}
-		if strings.HasSuffix(r.URL.Path, ":register") {
+		if method == "Register" {
 			if err := s.checkPayloadText(body); err != nil {
-				var e *opjournal.Error
-				if errors.As(err, &e) {
-					writeError(w, HTTPStatus(e.Code), e.Code, e.Field, e.Message)
-					return
-				}
+				writeErr(w, err)
+				return
 			}
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -125,20 +167,169 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 	})
 }
 
+// writeErr writes an *opjournal.Error (any other error as INTERNAL).
+func writeErr(w http.ResponseWriter, err error) {
+	var e *opjournal.Error
+	if !errors.As(err, &e) {
+		e = &opjournal.Error{Code: opjournal.CodeInternal, Message: "internal error"}
+	}
+	if e.Code == opjournal.CodeRateLimited {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeError(w, HTTPStatus(e.Code), e.Code, e.Field, e.Message)
+}
+
+// restRoutes maps "METHOD /path" to the JournalService method it serves,
+// from the OpenAPI document generated from the same HTTP mapping as the
+// gateway's routes (proto/opjournal/v1/journal_http.yaml).
+var restRoutes = func() map[string]string {
+	var doc struct {
+		Paths map[string]map[string]struct {
+			OperationID string `json:"operationId"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(openapi.JSON, &doc); err != nil {
+		panic("server: the generated OpenAPI document does not parse: " + err.Error())
+	}
+	routes := map[string]string{}
+	for path, ops := range doc.Paths {
+		for verb, op := range ops {
+			routes[strings.ToUpper(verb)+" "+path] = strings.TrimPrefix(op.OperationID, "JournalService_")
+		}
+	}
+	return routes
+}()
+
+// restServer is the JournalService the REST gateway calls in process: each
+// call goes through the same interceptor as a gRPC call (errors, metrics,
+// audit log, panics), with the caller restGuard authenticated.
+type restServer struct {
+	pb.UnimplementedJournalServiceServer
+	s     *Server
+	inner pb.JournalServiceServer
+}
+
+// call runs one method through the interceptor.
+func call[Req, Resp any](r *restServer, ctx context.Context, method string, req Req, fn func(context.Context, Req) (Resp, error)) (Resp, error) {
+	resp, err := r.s.interceptor(ctx, req, &grpc.UnaryServerInfo{Server: r.inner, FullMethod: servicePrefix + method},
+		func(ctx context.Context, req any) (any, error) { return fn(ctx, req.(Req)) })
+	if err != nil {
+		var zero Resp
+		return zero, err
+	}
+	return resp.(Resp), nil
+}
+
+func (r *restServer) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.RegisterResponse, error) {
+	return call(r, ctx, "Register", req, r.inner.Register)
+}
+
+func (r *restServer) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
+	return call(r, ctx, "Claim", req, r.inner.Claim)
+}
+
+func (r *restServer) ExtendLease(ctx context.Context, req *pb.ExtendLeaseRequest) (*pb.ExtendLeaseResponse, error) {
+	return call(r, ctx, "ExtendLease", req, r.inner.ExtendLease)
+}
+
+func (r *restServer) MarkSucceeded(ctx context.Context, req *pb.MarkSucceededRequest) (*pb.MarkSucceededResponse, error) {
+	return call(r, ctx, "MarkSucceeded", req, r.inner.MarkSucceeded)
+}
+
+func (r *restServer) MarkUnknown(ctx context.Context, req *pb.MarkUnknownRequest) (*pb.MarkUnknownResponse, error) {
+	return call(r, ctx, "MarkUnknown", req, r.inner.MarkUnknown)
+}
+
+func (r *restServer) MarkFailedFinal(ctx context.Context, req *pb.MarkFailedFinalRequest) (*pb.MarkFailedFinalResponse, error) {
+	return call(r, ctx, "MarkFailedFinal", req, r.inner.MarkFailedFinal)
+}
+
+func (r *restServer) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
+	return call(r, ctx, "Lookup", req, r.inner.Lookup)
+}
+
+func (r *restServer) ListOperations(ctx context.Context, req *pb.ListOperationsRequest) (*pb.ListOperationsResponse, error) {
+	return call(r, ctx, "ListOperations", req, r.inner.ListOperations)
+}
+
+func (r *restServer) ReleaseForRetry(ctx context.Context, req *pb.ReleaseForRetryRequest) (*pb.ReleaseForRetryResponse, error) {
+	return call(r, ctx, "ReleaseForRetry", req, r.inner.ReleaseForRetry)
+}
+
+func (r *restServer) RecordCheck(ctx context.Context, req *pb.RecordCheckRequest) (*pb.RecordCheckResponse, error) {
+	return call(r, ctx, "RecordCheck", req, r.inner.RecordCheck)
+}
+
+func (r *restServer) Escalate(ctx context.Context, req *pb.EscalateRequest) (*pb.EscalateResponse, error) {
+	return call(r, ctx, "Escalate", req, r.inner.Escalate)
+}
+
+func (r *restServer) Resolve(ctx context.Context, req *pb.ResolveRequest) (*pb.ResolveResponse, error) {
+	return call(r, ctx, "Resolve", req, r.inner.Resolve)
+}
+
+func (r *restServer) Acknowledge(ctx context.Context, req *pb.AcknowledgeRequest) (*pb.AcknowledgeResponse, error) {
+	return call(r, ctx, "Acknowledge", req, r.inner.Acknowledge)
+}
+
+func (r *restServer) ListEvents(ctx context.Context, req *pb.ListEventsRequest) (*pb.ListEventsResponse, error) {
+	return call(r, ctx, "ListEvents", req, r.inner.ListEvents)
+}
+
+func (r *restServer) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*pb.GetPolicyResponse, error) {
+	return call(r, ctx, "GetPolicy", req, r.inner.GetPolicy)
+}
+
 // checkPayloadText validates a register body's payload on its JSON TEXT,
 // before the gateway decodes it into google.protobuf.Struct (doubles): only
 // the text still says that 4900.0000000000000001 is not the integer 4900
 // or that 9007199254740993 is not …992. The journal checks again after
-// decoding; this check only makes sure nothing was rounded on the way.
+// decoding; this check only makes sure nothing was rounded on the way. The
+// gateway accepts each field under its proto name and its JSON name
+// (action_type, actionType), so both are looked at, exactly as it does.
 func (s *Server) checkPayloadText(body []byte) error {
-	var req struct {
-		ActionType string          `json:"action_type"`
-		Payload    json.RawMessage `json:"payload"`
+	fields, err := requestFields(registerFields, body)
+	if err != nil {
+		return err
 	}
-	if json.Unmarshal(body, &req) != nil || req.Payload == nil || string(req.Payload) == "null" {
-		return nil // the gateway and the journal name these problems
+	var action string
+	if raw, ok := fields["action_type"]; ok && json.Unmarshal(raw, &action) != nil {
+		return nil // the gateway names a non-string action_type
 	}
-	return s.svc.CheckPayload(req.ActionType, req.Payload)
+	payload, ok := fields["payload"]
+	if !ok || string(payload) == "null" {
+		return nil // the journal names a missing payload
+	}
+	return s.svc.CheckPayload(action, payload)
+}
+
+// registerFields describes RegisterRequest's fields.
+var registerFields = (&pb.RegisterRequest{}).ProtoReflect().Descriptor().Fields()
+
+// requestFields returns a JSON object's members by proto field name,
+// accepting each field under either of its names as protojson does. A
+// field given under both names is refused, as protojson refuses it.
+func requestFields(fds protoreflect.FieldDescriptors, body []byte) (map[string]json.RawMessage, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(body, &members); err != nil {
+		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "body", "request body is not a JSON object")
+	}
+	out := map[string]json.RawMessage{}
+	for i := 0; i < fds.Len(); i++ {
+		fd := fds.Get(i)
+		name := string(fd.Name())
+		for _, spelling := range []string{name, fd.JSONName()} {
+			raw, ok := members[spelling]
+			if !ok {
+				continue
+			}
+			if _, dup := out[name]; dup && spelling != name {
+				return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, name, "is given twice (as %s and %s)", name, fd.JSONName())
+			}
+			out[name] = raw
+		}
+	}
+	return out, nil
 }
 
 // maxBodyDepth bounds the nesting of a REST body: the payload may nest

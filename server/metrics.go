@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opjournal/opjournal"
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -81,6 +83,34 @@ func (c *batchCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// mutations are the JournalService methods that may change an operation:
+// each successful call is logged with its principal (audit).
+var mutations = map[string]bool{
+	"Register": true, "Claim": true, "ExtendLease": true, "MarkSucceeded": true, "MarkUnknown": true,
+	"MarkFailedFinal": true, "ReleaseForRetry": true, "RecordCheck": true, "Escalate": true,
+	"Resolve": true, "Acknowledge": true,
+}
+
+// audit logs a successful call of a mutating method: the method, the key,
+// the principal and tenant (from authentication) and the status after.
+// Never a payload, result or token.
+func (s *Server) audit(ctx context.Context, fullMethod string, req, resp any) {
+	method := strings.TrimPrefix(fullMethod, servicePrefix)
+	if !mutations[method] {
+		return
+	}
+	key := ""
+	if r, ok := req.(interface{ GetOperationKey() string }); ok {
+		key = r.GetOperationKey()
+	}
+	st := ""
+	if r, ok := resp.(interface{ GetOperation() *pb.Operation }); ok {
+		st = r.GetOperation().GetStatus().String()
+	}
+	c := callerOf(ctx)
+	s.log.InfoContext(ctx, "journal call", "method", method, "key", key, "principal", c.Principal, "tenant", c.Tenant, "status", st)
+}
+
 func (m *metrics) outcome(action, outcome string) {
 	m.operations.WithLabelValues(action, outcome).Inc()
 }
@@ -110,9 +140,17 @@ func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
 		}()
 		ctx, err = s.authorize(ctx, method)
 		if err == nil {
+			// Parsed only now that the caller is known (codec.go).
+			if derr := decodeRequest(req); derr != nil {
+				err = opjournal.Errorf(opjournal.CodeInvalidArgument, "", "the request is not a valid %s message: %s",
+					strings.TrimPrefix(method, servicePrefix), strings.TrimPrefix(derr.Error(), "proto: "))
+			}
+		}
+		if err == nil {
 			resp, err = handler(ctx, req)
 		}
 		if err == nil {
+			s.audit(ctx, method, req, resp)
 			return resp, nil
 		}
 		switch c := opjournal.ErrorCode(err); c {

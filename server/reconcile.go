@@ -22,10 +22,30 @@ var statusFromPB = map[pb.Status]opjournal.Status{
 	pb.Status_STATUS_FAILED_FINAL: opjournal.StatusFailedFinal,
 }
 
+// fullView reports whether a request asks for payloads and results: the
+// default of lists is BASIC (AIP-157), so that a page stays small whatever
+// the operations carry.
+func fullView(v pb.OperationView, def pb.OperationView) (bool, error) {
+	if v == pb.OperationView_OPERATION_VIEW_UNSPECIFIED {
+		v = def
+	}
+	switch v {
+	case pb.OperationView_OPERATION_VIEW_BASIC:
+		return false, nil
+	case pb.OperationView_OPERATION_VIEW_FULL:
+		return true, nil
+	}
+	return false, opjournal.Errorf(opjournal.CodeInvalidArgument, "view", "%s is not a view (BASIC or FULL)", v)
+}
+
 func (s *journalServer) ListOperations(ctx context.Context, req *pb.ListOperationsRequest) (*pb.ListOperationsResponse, error) {
+	full, err := fullView(req.GetView(), pb.OperationView_OPERATION_VIEW_BASIC)
+	if err != nil {
+		return nil, err
+	}
 	lr := journal.ListRequest{
-		Tenant: tenantOf(ctx), NeedsReview: req.NeedsReview, Action: req.GetActionType(),
-		DueForCheck: req.GetDueForCheck(), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken(),
+		Caller: callerOf(ctx), NeedsReview: req.NeedsReview, Action: req.GetActionType(),
+		DueForCheck: req.GetDueForCheck(), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken(), Full: full,
 	}
 	for _, st := range req.GetStatuses() {
 		ds, ok := statusFromPB[st]
@@ -51,7 +71,7 @@ func (s *journalServer) ListOperations(ctx context.Context, req *pb.ListOperatio
 
 func (s *journalServer) ReleaseForRetry(ctx context.Context, req *pb.ReleaseForRetryRequest) (*pb.ReleaseForRetryResponse, error) {
 	op, err := s.svc.ReleaseForRetry(ctx, journal.ReleaseRequest{
-		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), Actor: req.GetActor(), Reason: req.GetReason(),
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), Actor: req.GetActor(), Reason: req.GetReason(),
 	})
 	if err != nil {
 		return nil, err
@@ -63,7 +83,7 @@ func (s *journalServer) ReleaseForRetry(ctx context.Context, req *pb.ReleaseForR
 
 func (s *journalServer) RecordCheck(ctx context.Context, req *pb.RecordCheckRequest) (*pb.RecordCheckResponse, error) {
 	op, err := s.svc.RecordCheck(ctx, journal.RecordCheckRequest{
-		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), Actor: req.GetActor(),
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), Actor: req.GetActor(),
 		Note: req.GetNote(), NextCheckAfter: time.Duration(req.GetNextCheckAfterSeconds()) * time.Second,
 	})
 	if err != nil {
@@ -75,7 +95,9 @@ func (s *journalServer) RecordCheck(ctx context.Context, req *pb.RecordCheckRequ
 }
 
 func (s *journalServer) Escalate(ctx context.Context, req *pb.EscalateRequest) (*pb.EscalateResponse, error) {
-	op, err := s.svc.Escalate(ctx, tenantOf(ctx), req.GetOperationKey(), req.GetActor(), req.GetReason())
+	op, err := s.svc.Escalate(ctx, journal.EscalateRequest{
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Actor: req.GetActor(), Reason: req.GetReason(),
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +123,7 @@ func (s *journalServer) Resolve(ctx context.Context, req *pb.ResolveRequest) (*p
 		result = r
 	}
 	op, err := s.svc.Resolve(ctx, journal.ResolveRequest{
-		Tenant: tenantOf(ctx), Key: req.GetOperationKey(), To: to, ExternalID: req.GetExternalId(), Result: result,
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), To: to, ExternalID: req.GetExternalId(), Result: result,
 		ErrorCode: req.GetErrorCode(), Actor: req.GetActor(), Reason: req.GetReason(),
 	})
 	if err != nil {
@@ -112,17 +134,36 @@ func (s *journalServer) Resolve(ctx context.Context, req *pb.ResolveRequest) (*p
 	return &pb.ResolveResponse{Operation: pop}, err
 }
 
-func (s *journalServer) ListEvents(ctx context.Context, req *pb.ListEventsRequest) (*pb.ListEventsResponse, error) {
-	evs, err := s.svc.Events(ctx, tenantOf(ctx), req.GetOperationKey())
+func (s *journalServer) Acknowledge(ctx context.Context, req *pb.AcknowledgeRequest) (*pb.AcknowledgeResponse, error) {
+	op, err := s.svc.Acknowledge(ctx, journal.AcknowledgeRequest{
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Actor: req.GetActor(), Reason: req.GetReason(),
+	})
 	if err != nil {
 		return nil, err
 	}
-	out := &pb.ListEventsResponse{}
-	for _, e := range evs {
+	s.metrics.outcome(op.Action, "acknowledged")
+	pop, err := operationPB(op)
+	return &pb.AcknowledgeResponse{Operation: pop}, err
+}
+
+func (s *journalServer) ListEvents(ctx context.Context, req *pb.ListEventsRequest) (*pb.ListEventsResponse, error) {
+	res, err := s.svc.Events(ctx, journal.EventsRequest{
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.ListEventsResponse{NextPageToken: res.NextPageToken}
+	for _, e := range res.Events {
 		out.Events = append(out.Events, &pb.Event{
 			Id: e.ID, At: timestamppb.New(e.At), FromStatus: statusPB[e.From], ToStatus: statusPB[e.To],
-			Attempt: int32(e.Attempt), Actor: e.Actor, Reason: e.Reason, ExternalId: e.ExternalID,
+			Attempt: int32(e.Attempt), Actor: e.Actor, Reason: e.Reason, ExternalId: e.ExternalID, StatedActor: e.StatedActor,
 		})
 	}
 	return out, nil
+}
+
+func (s *journalServer) GetPolicy(context.Context, *pb.GetPolicyRequest) (*pb.GetPolicyResponse, error) {
+	pol := s.svc.Policy()
+	return &pb.GetPolicyResponse{Fingerprint: pol.Fingerprint(), Source: string(pol.Source())}, nil
 }

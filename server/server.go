@@ -5,10 +5,8 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,7 +18,6 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -53,6 +50,9 @@ type Config struct {
 	RateBurst int
 	// TLS, if set, serves both listeners over TLS with this certificate.
 	TLS *tls.Certificate
+	// MetricsAddr, if set, serves /metrics on its own listener (without a
+	// token: bind it to a private network), and not on the HTTP listener.
+	MetricsAddr string
 }
 
 // Server serves one journal.Service on a gRPC and an HTTP listener.
@@ -62,6 +62,11 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	limits  *limiters
+	// journal is the JournalService implementation and interceptor the
+	// interceptor chain: gRPC runs them, and so does the REST gateway, in
+	// process (http.go).
+	journal     *journalServer
+	interceptor grpc.UnaryServerInterceptor
 }
 
 // New returns a Server for svc.
@@ -81,14 +86,19 @@ func New(svc *journal.Service, cfg Config) *Server {
 	}
 	m := newMetrics()
 	m.registry.MustRegister(newBatchCollector(svc.BatchStats))
-	return &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m,
-		limits: &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}}}
+	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m,
+		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}},
+		journal: &journalServer{svc: svc, metrics: m}}
+	s.interceptor = s.unaryInterceptor()
+	return s
 }
 
 // Addrs are the addresses actually listened on.
 type Addrs struct {
 	GRPC net.Addr
 	HTTP net.Addr
+	// Metrics is the metrics listener's (nil without Config.MetricsAddr).
+	Metrics net.Addr
 }
 
 // Run listens, calls ready with the bound addresses, and serves until ctx
@@ -105,46 +115,49 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 		grpcLis.Close()
 		return fmt.Errorf("http listen %s: %w", s.cfg.HTTPAddr, err)
 	}
+	var metricsLis net.Listener
+	if s.cfg.MetricsAddr != "" {
+		if metricsLis, err = net.Listen("tcp", s.cfg.MetricsAddr); err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return fmt.Errorf("metrics listen %s: %w", s.cfg.MetricsAddr, err)
+		}
+	}
 
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.unaryInterceptor()),
+		grpc.ChainUnaryInterceptor(s.interceptor),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.ForceServerCodecV2(codec{}),
 		grpc.NumStreamWorkers(streamWorkers()),
 	}
-	clientCreds := insecure.NewCredentials()
 	if s.cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS(s.cfg.TLS))))
-		clientCreds = credentials.NewTLS(pinnedTLS(s.cfg.TLS))
 	}
 	gs := grpc.NewServer(opts...)
-	pb.RegisterJournalServiceServer(gs, &journalServer{svc: s.svc, metrics: s.metrics})
+	pb.RegisterJournalServiceServer(gs, s.journal)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 
-	// The gateway calls our own gRPC listener, so REST requests pass the
-	// same interceptors (errors, metrics, and later authentication).
-	conn, err := grpc.NewClient(grpcLis.Addr().String(),
-		grpc.WithTransportCredentials(clientCreds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(s.cfg.MaxRequestBytes)))
-	if err != nil {
-		gs.Stop() // ends its stream workers
-		grpcLis.Close()
-		httpLis.Close()
-		return fmt.Errorf("gateway client: %w", err)
-	}
-	defer conn.Close()
-	handler, err := s.httpHandler(ctx, conn)
+	handler, err := s.httpHandler(ctx)
 	if err != nil {
 		gs.Stop()
 		grpcLis.Close()
 		httpLis.Close()
+		if metricsLis != nil {
+			metricsLis.Close()
+		}
 		return err
 	}
 	hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second}
+	var msrv *http.Server
+	if metricsLis != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", s.metricsHandler(false))
+		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- gs.Serve(grpcLis) }()
 	go func() {
 		var err error
@@ -160,9 +173,20 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 		}
 		errc <- nil
 	}()
+	if msrv != nil {
+		go func() {
+			if err := msrv.Serve(metricsLis); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
 	go s.watchHealth(ctx, hs)
 	if ready != nil {
-		ready(Addrs{GRPC: grpcLis.Addr(), HTTP: httpLis.Addr()})
+		a := Addrs{GRPC: grpcLis.Addr(), HTTP: httpLis.Addr()}
+		if metricsLis != nil {
+			a.Metrics = metricsLis.Addr()
+		}
+		ready(a)
 	}
 
 	var runErr error
@@ -175,6 +199,9 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	_ = hsrv.Shutdown(sctx)
+	if msrv != nil {
+		_ = msrv.Shutdown(sctx)
+	}
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
 	select {
@@ -209,23 +236,6 @@ func streamWorkers() uint32 {
 
 func serverTLS(cert *tls.Certificate) *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12}
-}
-
-// pinnedTLS is how the REST gateway reaches its own gRPC listener over TLS:
-// it accepts exactly our own certificate (byte for byte), whatever names
-// it carries, so no CA or hostname setup is needed for the loopback hop.
-func pinnedTLS(cert *tls.Certificate) *tls.Config {
-	own := cert.Certificate[0]
-	return &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: true, // replaced by the exact match below
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 || !bytes.Equal(raw[0], own) {
-				return errors.New("gateway: the gRPC listener presented another certificate")
-			}
-			return nil
-		},
-	}
 }
 
 // watchHealth reports NOT_SERVING on the gRPC health service while the

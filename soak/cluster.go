@@ -55,6 +55,7 @@ type cluster struct {
 	appPrefix   string // application_name prefix of the journal's connections
 	policyPath  string
 	providerURL string
+	hashKeys    string // OPJOURNAL_HASH_KEYS=… shared by the replicas
 	logs        []io.Closer
 
 	provider *procs.Proc
@@ -124,6 +125,7 @@ func (c *cluster) journalURL(i int) string {
 func (c *cluster) startJournal(ctx context.Context, i int, grpcAddr, httpAddr string) (*procs.Proc, error) {
 	return procs.Start(ctx, procs.Spec{
 		Name: fmt.Sprintf("journal-%d", i+1), Path: c.bin("opjournal"), Ready: "serving", Log: c.logTo(fmt.Sprintf("journal-%d", i+1)),
+		Env: []string{c.hashKeys}, // the replicas share their request-hash key
 		Args: []string{"serve", "--database-url", c.journalURL(i), "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
 			"--policy", c.policyPath, "--log-format", "json"},
 	}, startTimeout)

@@ -41,6 +41,7 @@ func PolicyYAML(cfg Config) string {
       interval: %s
       max_interval: %s
       visibility_lag: %s
+      in_flight_window: %s
       definitive_absence: true
       verifier:
         http:
@@ -51,7 +52,7 @@ func PolicyYAML(cfg Config) string {
           completed: /status
           completed_values: [%s]
           external_id: /id
-`, cfg.InitialDelay, cfg.Interval, cfg.MaxInterval, cfg.VisibilityLag, a.path, a.query, a.completed)
+`, cfg.InitialDelay, cfg.Interval, cfg.MaxInterval, cfg.VisibilityLag, max(cfg.SlowDelay, time.Second), a.path, a.query, a.completed)
 	}
 	return b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/opjournal/opjournal/hashkey"
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
@@ -126,7 +127,8 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 	q := u.Query()
 	q.Set("search_path", h.schema)
 	u.RawQuery = q.Encode()
-	h.cluster = &cluster{cfg: h.cfg, dbURL: u.String(), appPrefix: "opjournal-soak-" + h.runID, policyPath: policyPath}
+	h.cluster = &cluster{cfg: h.cfg, dbURL: u.String(), appPrefix: "opjournal-soak-" + h.runID, policyPath: policyPath,
+		hashKeys: hashkey.EnvFor(hashkey.Random("soak"))}
 	defer h.cluster.stop()
 	defer func() {
 		if err != nil {

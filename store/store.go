@@ -17,17 +17,23 @@ import (
 	"github.com/opjournal/opjournal"
 )
 
-// Store is the journal's durable storage. Methods return *opjournal.Error
-// with CodeNotFound, CodePayloadMismatch, CodeStaleAttempt or
-// CodeInvalidArgument for rule violations (and then change nothing),
-// CodeUnavailable when the database cannot be reached, and CodeInternal
-// otherwise.
+// Store is the journal's durable storage. Every method that changes an
+// operation applies one command of the protocol table (opjournal.Apply,
+// protocol.go) atomically: SQLite by applying the pure function inside its
+// write transaction, PostgreSQL by running the table's rows as conditional
+// statements rendered from them. Methods return *opjournal.Error with the
+// refusal the table gives (and then change nothing), CodeNotFound for an
+// unknown key, CodeUnavailable when the database cannot be reached, and
+// CodeInternal otherwise.
 type Store interface {
 	// Register inserts a new operation (pending, or in_progress with attempt
-	// 1 when Claim is set) or returns the existing one with the same hash.
+	// 1 when Claim is set) or returns the existing one with the same hash
+	// (and claims it when Claim is set).
 	Register(ctx context.Context, p RegisterParams) (RegisterResult, error)
 	// Claim takes a lease by one conditional update; losing is not an error.
 	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
+	// ExtendLease extends the current holder's live lease (a heartbeat).
+	ExtendLease(ctx context.Context, p ExtendLeaseParams) (*opjournal.Operation, error)
 	// MarkSucceeded records a confirmed effect (from any issued attempt).
 	MarkSucceeded(ctx context.Context, p MarkSucceededParams) (*opjournal.Operation, error)
 	// MarkUnknown moves the current lease holder's operation to unknown.
@@ -45,15 +51,28 @@ type Store interface {
 	RecordCheck(ctx context.Context, p RecordCheckParams) (*opjournal.Operation, error)
 	// Escalate sets needs_review on a non-terminal operation.
 	Escalate(ctx context.Context, p EscalateParams) (*opjournal.Operation, error)
-	// Resolve applies an operator's verdict to an unknown or needs_review operation.
+	// Resolve applies an operator's verdict to a non-terminal operation
+	// that is unknown or under review.
 	Resolve(ctx context.Context, p ResolveParams) (*opjournal.Operation, error)
-	// Events returns the operation's history, oldest first (CodeNotFound if
-	// the operation does not exist).
-	Events(ctx context.Context, tenant, key string) ([]opjournal.Event, error)
+	// Acknowledge ends the review of a terminal operation.
+	Acknowledge(ctx context.Context, p AcknowledgeParams) (*opjournal.Operation, error)
+	// Events returns one page of the operation's history, oldest first,
+	// and the id to continue after (0 on the last page); CodeNotFound if
+	// the operation does not exist.
+	Events(ctx context.Context, p EventsParams) (evs []opjournal.Event, next int64, err error)
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 	// Close releases the connections.
 	Close() error
+}
+
+// Clock is a test hook: stores whose clock is set read "now" from it
+// instead of the database's clock, so that tests move time (lease expiry,
+// visibility lags) without sleeping. Production never sets it.
+type Clock interface {
+	// SetClock makes every statement use now() instead of the database
+	// clock; nil restores the database clock.
+	SetClock(now func() time.Time)
 }
 
 // ClaimPolicy is what the action's policy says about claiming.
@@ -74,9 +93,35 @@ type RegisterParams struct {
 	Key         string
 	Action      string
 	RequestHash string
-	Payload     json.RawMessage
+	// HashKeyID names the key of a keyed request hash ("" for plain SHA-256).
+	HashKeyID string
+	// HashFor returns the request's hash under another key, to compare with
+	// an operation registered under it (nil: only HashKeyID).
+	HashFor func(keyID string) (string, bool)
+	Payload json.RawMessage
 	// Claim, if set, claims the operation in the same call.
 	Claim *ClaimPolicy
+	// Actor is recorded as the event's actor: the authenticated principal,
+	// or without authentication what the caller stated ("" records the
+	// lease owner). StatedActor is what the caller said it acts as.
+	Actor, StatedActor string
+}
+
+// Command returns the protocol command of p.
+func (p RegisterParams) Command() *opjournal.Command {
+	c := &opjournal.Command{Kind: opjournal.CmdRegister, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
+		Action: p.Action, RequestHash: p.RequestHash, HashKeyID: p.HashKeyID, HashFor: p.HashFor, Payload: p.Payload}
+	if p.Claim != nil {
+		c.Claim, c.WorkerID, c.LeaseSeconds = true, p.Claim.WorkerID, p.Claim.LeaseSeconds
+		c.Policy.RetryAfterUnknown = p.Claim.AllowRetryAfterUnknown
+	}
+	return c
+}
+
+// ClaimCommand is the Claim that Register with a claim applies to an
+// operation that already exists.
+func (p RegisterParams) ClaimCommand() *opjournal.Command {
+	return ClaimParams{Tenant: p.Tenant, Key: p.Key, ClaimPolicy: *p.Claim, Actor: p.Actor, StatedActor: p.StatedActor}.Command()
 }
 
 // RegisterResult is what Register did.
@@ -93,6 +138,17 @@ type ClaimParams struct {
 	Tenant string
 	Key    string
 	ClaimPolicy
+	// Actor is recorded as the event's actor: the authenticated principal,
+	// or without authentication what the caller stated ("" records the
+	// lease owner). StatedActor is what the caller said it acts as.
+	Actor, StatedActor string
+}
+
+// Command returns the protocol command of p.
+func (p ClaimParams) Command() *opjournal.Command {
+	return &opjournal.Command{Kind: opjournal.CmdClaim, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
+		WorkerID: p.WorkerID, LeaseSeconds: p.LeaseSeconds,
+		Policy: opjournal.CommandPolicy{RetryAfterUnknown: p.AllowRetryAfterUnknown}}
 }
 
 // ClaimResult is the outcome of a claim.
@@ -106,6 +162,25 @@ type ClaimResult struct {
 	RetryAfter time.Duration
 }
 
+// ExtendLeaseParams are the arguments of ExtendLease.
+type ExtendLeaseParams struct {
+	Tenant       string
+	Key          string
+	Attempt      int
+	LeaseSeconds int           // already bounded by the policy (≥ 1)
+	MaxAttempt   time.Duration // the policy's max_attempt_seconds
+	// Actor is recorded as the event's actor: the authenticated principal,
+	// or without authentication what the caller stated ("" records the
+	// lease owner). StatedActor is what the caller said it acts as.
+	Actor, StatedActor string
+}
+
+// Command returns the protocol command of p.
+func (p ExtendLeaseParams) Command() *opjournal.Command {
+	return &opjournal.Command{Kind: opjournal.CmdExtendLease, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
+		Attempt: p.Attempt, LeaseSeconds: p.LeaseSeconds, Policy: opjournal.CommandPolicy{MaxAttempt: p.MaxAttempt}}
+}
+
 // MarkSucceededParams are the arguments of MarkSucceeded.
 type MarkSucceededParams struct {
 	Tenant     string
@@ -113,8 +188,16 @@ type MarkSucceededParams struct {
 	Attempt    int
 	ExternalID string
 	Result     json.RawMessage // canonical JSON object or nil
-	// Actor is recorded in the history; "" records the lease owner.
-	Actor string
+	// Actor is recorded as the event's actor: the authenticated principal,
+	// or without authentication what the caller stated ("" records the
+	// lease owner). StatedActor is what the caller said it acts as.
+	Actor, StatedActor string
+}
+
+// Command returns the protocol command of p.
+func (p MarkSucceededParams) Command() *opjournal.Command {
+	return &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
+		Attempt: p.Attempt, ExternalID: p.ExternalID, Result: p.Result}
 }
 
 // MarkParams are the arguments of MarkUnknown and MarkFailedFinal.
@@ -123,6 +206,16 @@ type MarkParams struct {
 	Key       string
 	Attempt   int
 	ErrorCode string
+	// Actor is recorded as the event's actor: the authenticated principal,
+	// or without authentication what the caller stated ("" records the
+	// lease owner). StatedActor is what the caller said it acts as.
+	Actor, StatedActor string
+}
+
+// Command returns the protocol command kind of p.
+func (p MarkParams) Command(kind opjournal.CommandKind) *opjournal.Command {
+	return &opjournal.Command{Kind: kind, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
+		Attempt: p.Attempt, ErrorCode: p.ErrorCode}
 }
 
 // ListParams filter and page List. Zero values do not filter.
@@ -136,6 +229,8 @@ type ListParams struct {
 	DueForCheck bool
 	After       string // exclusive: continue after this key
 	Limit       int
+	// Basic leaves out payload and result (AIP-157's BASIC view).
+	Basic bool
 }
 
 // ReleaseParams are the arguments of ReleaseForRetry.
@@ -143,11 +238,25 @@ type ReleaseParams struct {
 	Tenant  string
 	Key     string
 	Attempt int // must be the latest attempt
-	Actor   string
 	Reason  string
-	// VisibilityLag: absence only counts once the operation has been
-	// unknown this long (database clock).
-	VisibilityLag time.Duration
+	// DefinitiveAbsence: the action's policy says its provider's search is
+	// complete and current (reconcile.definitive_absence); without it
+	// nothing is released.
+	DefinitiveAbsence bool
+	// ReleaseAfter: absence only counts once the outcome has been unknown
+	// this long (database clock): visibility_lag + in_flight_window.
+	ReleaseAfter time.Duration
+	// Actor is recorded as the event's actor: the authenticated principal,
+	// or without authentication what the caller stated ("" records the
+	// lease owner). StatedActor is what the caller said it acts as.
+	Actor, StatedActor string
+}
+
+// Command returns the protocol command of p.
+func (p ReleaseParams) Command() *opjournal.Command {
+	return &opjournal.Command{Kind: opjournal.CmdReleaseForRetry, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
+		Attempt: p.Attempt, Reason: p.Reason,
+		Policy: opjournal.CommandPolicy{DefinitiveAbsence: p.DefinitiveAbsence, ReleaseAfter: p.ReleaseAfter}}
 }
 
 // RecordCheckParams are the arguments of RecordCheck.
@@ -155,17 +264,34 @@ type RecordCheckParams struct {
 	Tenant         string
 	Key            string
 	Attempt        int // must be the latest attempt
-	Actor          string
 	Note           string
 	NextCheckAfter time.Duration
+	// Actor is recorded as the event's actor: the authenticated principal,
+	// or without authentication what the caller stated ("" records the
+	// lease owner). StatedActor is what the caller said it acts as.
+	Actor, StatedActor string
+}
+
+// Command returns the protocol command of p.
+func (p RecordCheckParams) Command() *opjournal.Command {
+	return &opjournal.Command{Kind: opjournal.CmdRecordCheck, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
+		Attempt: p.Attempt, Reason: p.Note, NextCheckAfter: p.NextCheckAfter}
 }
 
 // EscalateParams are the arguments of Escalate.
 type EscalateParams struct {
 	Tenant string
 	Key    string
-	Actor  string
 	Reason string
+	// Actor is recorded as the event's actor: the authenticated principal,
+	// or without authentication what the caller stated ("" records the
+	// lease owner). StatedActor is what the caller said it acts as.
+	Actor, StatedActor string
+}
+
+// Command returns the protocol command of p.
+func (p EscalateParams) Command() *opjournal.Command {
+	return &opjournal.Command{Kind: opjournal.CmdEscalate, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor, Reason: p.Reason}
 }
 
 // ResolveParams are the arguments of Resolve.
@@ -176,8 +302,41 @@ type ResolveParams struct {
 	ExternalID string           // with StatusSucceeded
 	Result     json.RawMessage  // with StatusSucceeded, optional
 	ErrorCode  string           // with StatusFailedFinal, optional
-	Actor      string
 	Reason     string
+	// Actor is recorded as the event's actor: the authenticated principal,
+	// or without authentication what the caller stated ("" records the
+	// lease owner). StatedActor is what the caller said it acts as.
+	Actor, StatedActor string
+}
+
+// Command returns the protocol command of p.
+func (p ResolveParams) Command() *opjournal.Command {
+	return &opjournal.Command{Kind: opjournal.CmdResolve, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
+		Resolution: p.To, ExternalID: p.ExternalID, Result: p.Result, ErrorCode: p.ErrorCode, Reason: p.Reason}
+}
+
+// AcknowledgeParams are the arguments of Acknowledge.
+type AcknowledgeParams struct {
+	Tenant string
+	Key    string
+	Reason string
+	// Actor is recorded as the event's actor: the authenticated principal,
+	// or without authentication what the caller stated ("" records the
+	// lease owner). StatedActor is what the caller said it acts as.
+	Actor, StatedActor string
+}
+
+// Command returns the protocol command of p.
+func (p AcknowledgeParams) Command() *opjournal.Command {
+	return &opjournal.Command{Kind: opjournal.CmdAcknowledge, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor, Reason: p.Reason}
+}
+
+// EventsParams page Events.
+type EventsParams struct {
+	Tenant string
+	Key    string
+	After  int64 // exclusive: continue after this event id
+	Limit  int   // ≤ 0: opjournal.DefaultPageSize
 }
 
 // Page cuts a List result fetched with limit+1 rows down to limit and
@@ -188,6 +347,23 @@ func Page(ops []*opjournal.Operation, limit int) ([]*opjournal.Operation, string
 		return ops, ""
 	}
 	return ops[:limit], ops[limit-1].Key
+}
+
+// EventPage is Page for events.
+func EventPage(evs []opjournal.Event, limit int) ([]opjournal.Event, int64) {
+	if len(evs) <= limit {
+		return evs, 0
+	}
+	return evs[:limit], evs[limit-1].ID
+}
+
+// RetryAfter is how long op's lease still runs at now, for a claim that
+// lost to a live lease; 0 otherwise.
+func RetryAfter(op *opjournal.Operation, now time.Time) time.Duration {
+	if op.Status == opjournal.StatusInProgress {
+		return op.LeaseUntil.Sub(now)
+	}
+	return 0
 }
 
 // BatchStat describes one kind of call that a store groups into shared

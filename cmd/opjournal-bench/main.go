@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/opjournal/opjournal/hashkey"
 	"net/http"
 	"net/url"
 	"os"
@@ -99,7 +100,9 @@ func main() {
 		}
 	}
 	c.serverArgs = strings.Fields(*serverArgs)
-	c.serverEnv = strings.Fields(*serverEnv)
+	// Every server the bench starts shares one request-hash key (the
+	// payment action redacts fields), as a deployment's replicas do.
+	c.serverEnv = append([]string{hashkey.EnvFor(hashkey.Random("bench"))}, strings.Fields(*serverEnv)...)
 	for _, s := range strings.Split(levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {

@@ -81,7 +81,8 @@ func newWorld(t *testing.T) *world {
       initial_delay: 0s
       interval: 1s
       max_interval: 1m
-      visibility_lag: 3s
+      visibility_lag: 2s
+      in_flight_window: 1s
       definitive_absence: true
       verifier:
         http:

@@ -34,6 +34,7 @@ import (
 
 	"github.com/opjournal/opjournal/auth"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/hashkey"
 	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/ops"
@@ -53,6 +54,9 @@ Usage:
                               operators' tools over gRPC ("opjournal ops" for help)
   opjournal token   --name N --tenant T --roles R
                               make a bearer token and its tokens-file entry
+  opjournal hashkey [--rotate FILE]
+                              make a request-hash key file (or put a new
+                              current key first in FILE)
   opjournal version           print the version
 
 Run "opjournal serve -h" for the flags. Each flag may also be given as an
@@ -82,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return opsCmd(ctx, args[1:], stdout, stderr)
 	case "token":
 		return tokenCmd(args[1:], stdout, stderr)
+	case "hashkey":
+		return hashkeyCmd(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version())
 		return nil
@@ -115,6 +121,8 @@ type options struct {
 	logLevel        string
 	logFormat       string
 	pprofAddr       string
+	hashKeyFile     string
+	metricsAddr     string
 }
 
 func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.FlagSet {
@@ -136,6 +144,8 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.Fla
 		fs.Float64Var(&o.rateLimit, "rate-limit", 0, "requests per second per tenant (0: unlimited); over it: RESOURCE_EXHAUSTED / HTTP 429")
 		fs.IntVar(&o.rateBurst, "rate-burst", 0, "burst size of --rate-limit (default: one second's worth)")
 		fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof on this loopback address (off by default; for profiling)")
+		fs.StringVar(&o.hashKeyFile, "hash-key-file", "", "request-hash keys for actions with redact_fields (opjournal hashkey); default: $OPJOURNAL_HASH_KEYS, or on SQLite a file beside the database, created on first start")
+		fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics on this address, without a token, instead of on --http-addr (where it needs an admin or metrics token when --auth-file is set)")
 	}
 	return fs
 }
@@ -156,7 +166,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, RateLimit: o.rateLimit, RateBurst: o.rateBurst}
+	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
+		MetricsAddr: o.metricsAddr}
 	if o.authFile != "" {
 		if cfg.Auth, err = auth.Load(o.authFile); err != nil {
 			return err
@@ -199,19 +210,85 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 
+	keys, err := hashKeys(o.hashKeyFile, o.databaseURL, pol, log)
+	if err != nil {
+		return err
+	}
 	st, err := openStore(ctx, o.databaseURL)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 
-	svc := journal.New(st, pol, journal.Limits{MaxPayloadBytes: o.maxPayloadBytes, MaxResultBytes: o.maxResultBytes})
+	svc := journal.New(st, pol, journal.Limits{MaxPayloadBytes: o.maxPayloadBytes, MaxResultBytes: o.maxResultBytes},
+		journal.WithHashKeys(keys))
 	srv := server.New(svc, cfg)
 	return srv.Run(ctx, func(a server.Addrs) {
 		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(),
 			"store", storeKind(o.databaseURL), "actions", pol.Names(), "auth", cfg.Auth != nil,
 			"tls", cfg.TLS != nil, "rate_limit", o.rateLimit, "version", version())
 	})
+}
+
+// hashKeys finds the keys of the keyed request hash (package hashkey):
+// --hash-key-file, else $OPJOURNAL_HASH_KEYS, else, for the embedded store
+// only, a key file beside the database, made on the first start. Several
+// replicas on PostgreSQL must share their keys, so there one must be
+// given, unless no action redacts anything.
+func hashKeys(path, databaseURL string, pol *policy.Policy, log *slog.Logger) (*hashkey.Ring, error) {
+	if path != "" {
+		return hashkey.Load(path)
+	}
+	if env := os.Getenv("OPJOURNAL_HASH_KEYS"); env != "" {
+		return hashkey.FromEnv(env)
+	}
+	var redacting []string
+	for _, name := range pol.Names() {
+		if a, _ := pol.Action(name); len(a.RedactFields) > 0 {
+			redacting = append(redacting, name)
+		}
+	}
+	if len(redacting) == 0 {
+		return nil, nil
+	}
+	kind, target, err := splitURL(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "postgres" {
+		return nil, fmt.Errorf("the policy redacts fields of %s, whose request hash is keyed so that nobody can confirm a guess of a redacted value: give the key file every replica shares with --hash-key-file (make one with `opjournal hashkey > hashkeys.yaml; chmod 600 hashkeys.yaml`) or OPJOURNAL_HASH_KEYS", strings.Join(redacting, ", "))
+	}
+	keyPath := target + ".hashkeys"
+	r, created, err := hashkey.LoadOrCreate(keyPath)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		log.Warn("created a request-hash key file beside the database; keep it with the database (replays of operations hashed under it need it)", "hash_key_file", keyPath)
+	}
+	return r, nil
+}
+
+// hashkeyCmd prints a new request-hash key file, or rotates one: a new
+// current key goes first and the old keys stay to verify their
+// operations.
+func hashkeyCmd(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hashkey", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	id := fs.String("id", "", "the new key's id (default k<unix time>)")
+	rotate := fs.String("rotate", "", "put the new key first in this key file (created 0600 if missing), keeping the others")
+	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	if *id == "" {
+		*id = fmt.Sprintf("k%d", time.Now().Unix())
+	}
+	k := hashkey.Random(*id)
+	if *rotate == "" {
+		_, err := io.WriteString(stdout, hashkey.Header+k.Entry())
+		return err
+	}
+	return hashkey.Rotate(*rotate, k)
 }
 
 // servePprof serves Go's profiler on its own listener until ctx is done.

@@ -154,7 +154,7 @@ func TestOneBatchOfMarkSucceededAnswersEachCallAsAlone(t *testing.T) {
 		if err != nil || op.Status != c.status || op.NeedsReview {
 			t.Errorf("%s: %+v, %v; want %s, not under review", c.key, op, err, c.status)
 		}
-		evs, err := s.Events(ctx, c.tenant, c.key)
+		evs, _, err := s.Events(ctx, store.EventsParams{Tenant: c.tenant, Key: c.key})
 		if err != nil || len(evs) != c.events {
 			t.Errorf("%s: %d events (%v), want %d", c.key, len(evs), err, c.events)
 		}
@@ -237,7 +237,7 @@ func TestOneBatchOfRegisterAnswersEachCallAsAlone(t *testing.T) {
 		t.Errorf("r5: %d rows (%v), want none", n, err)
 	}
 	for _, c := range []struct{ tenant, key string }{{"", "r1"}, {"t2", "r1"}, {"", "r6"}} {
-		evs, err := s.Events(ctx, c.tenant, c.key)
+		evs, _, err := s.Events(ctx, store.EventsParams{Tenant: c.tenant, Key: c.key})
 		if err != nil || len(evs) != 1 {
 			t.Errorf("%s/%s: %d events (%v), want 1", c.tenant, c.key, len(evs), err)
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -27,6 +28,7 @@ import (
 // Store implements store.Store on PostgreSQL.
 type Store struct {
 	pool        *pgxpool.Pool
+	clock       atomic.Pointer[func() time.Time] // test clock (SetClock); nil: now()
 	stmtTimeout time.Duration // bounds each statement; 0: only the caller's context
 	// The hot path's batchers (batch.go); nil when batching is off.
 	registers *batcher[store.RegisterParams, batched]
@@ -291,61 +293,71 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// effectiveStatus is the status as the rules see it: an in_progress row
-// whose lease has expired on the database clock is unknown (its worker
-// vanished mid-call).
-const effectiveStatus = `(CASE WHEN status = 'in_progress' AND lease_until <= now() THEN 'unknown' ELSE status END)`
-
-// isUnknown matches operations whose effective status is unknown.
-const isUnknown = `(status = 'unknown' OR (status = 'in_progress' AND lease_until <= now()))`
-
-// columns is the row every query returns, with the effective status and,
-// last, the database's clock (used to compute retry-after hints without
-// trusting ours).
-const columns = `tenant, operation_key, action_type, request_hash, payload::text, ` + effectiveStatus + `,
-	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
-	coalesce(duplicate_external_id, ''), result::text, coalesce(error_code, ''),
-	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= now() THEN lease_until END,
-	check_count, last_checked_at, next_check_at, now()`
-
 type scanned struct {
 	op    *opjournal.Operation
 	dbNow time.Time
 }
 
-// scanOp reads one row of columns, after the extra leading columns, if any.
+// scanOp reads one row of the columns, after the extra leading columns, if any.
 func scanOp(row pgx.Row, extra ...any) (scanned, error) {
 	var (
-		op                                             opjournal.Operation
-		payload                                        string
-		result                                         *string
-		status                                         string
-		leaseUntil, unknownSince, lastCheck, nextCheck *time.Time
-		dbNow                                          time.Time
+		op                                                       opjournal.Operation
+		payload, result                                          *string
+		status                                                   string
+		leaseUntil, unknownSince, lastCheck, nextCheck, attStart *time.Time
+		dbNow                                                    time.Time
 	)
-	err := row.Scan(append(extra, &op.Tenant, &op.Key, &op.Action, &op.RequestHash, &payload, &status,
-		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &op.DuplicateExternalID,
-		&result, &op.ErrorCode, &op.NeedsReview, &op.ReviewReason, &op.CreatedAt, &op.UpdatedAt,
-		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &dbNow)...)
+	err := row.Scan(append(extra, &payload, &result, &op.Tenant, &op.Key, &op.Action, &op.RequestHash, &status,
+		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &op.DuplicateExternalIDs, &op.DuplicateReports,
+		&op.ErrorCode, &op.NeedsReview, &op.ReviewReason, &op.CreatedAt, &op.UpdatedAt,
+		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &attStart, &op.HashKeyID, &dbNow)...)
 	if err != nil {
 		return scanned{}, err
 	}
-	op.Payload = []byte(payload)
+	if payload != nil {
+		op.Payload = []byte(*payload)
+	}
 	if result != nil {
 		op.Result = []byte(*result)
+	}
+	if len(op.DuplicateExternalIDs) > 0 {
+		op.DuplicateExternalID = op.DuplicateExternalIDs[0]
+	} else {
+		op.DuplicateExternalIDs = nil
 	}
 	op.Status = opjournal.Status(status)
 	for _, t := range []struct {
 		src *time.Time
 		dst *time.Time
-	}{{leaseUntil, &op.LeaseUntil}, {unknownSince, &op.UnknownSince}, {lastCheck, &op.LastCheckedAt}, {nextCheck, &op.NextCheckAt}} {
+	}{{leaseUntil, &op.LeaseUntil}, {unknownSince, &op.UnknownSince}, {lastCheck, &op.LastCheckedAt}, {nextCheck, &op.NextCheckAt}, {attStart, &op.AttemptStartedAt}} {
 		if t.src != nil {
 			*t.dst = *t.src
 		}
 	}
 	return scanned{op: &op, dbNow: dbNow}, nil
 }
+
+// clockArg is $1 of every statement: the test clock, or NULL for the
+// database's now().
+func (s *Store) clockArg() any {
+	if f := s.clock.Load(); f != nil {
+		t := (*f)()
+		return &t
+	}
+	return nil
+}
+
+// SetClock makes every statement read the time from now instead of the
+// database's clock (store.Clock, for tests); nil restores the database's.
+func (s *Store) SetClock(now func() time.Time) {
+	if now == nil {
+		s.clock.Store(nil)
+		return
+	}
+	s.clock.Store(&now)
+}
+
+var _ store.Clock = (*Store)(nil)
 
 // one runs a statement that returns at most one operation row. found is
 // false when no row matched (the conditional update did not apply).
@@ -369,7 +381,8 @@ func (s *Store) one(ctx context.Context, what, sql string, args ...any) (sc scan
 }
 
 func (s *Store) get(ctx context.Context, tenant, key string) (scanned, error) {
-	sc, found, err := s.one(ctx, "get", `SELECT `+columns+` FROM operations WHERE tenant = $1 AND operation_key = $2`, tenant, key)
+	sc, found, err := s.one(ctx, "get", `SELECT `+fullColumns+` FROM operations WHERE tenant = $2 AND operation_key = $3`,
+		s.clockArg(), tenant, key)
 	if err != nil {
 		return scanned{}, err
 	}
@@ -385,39 +398,137 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*opjournal.Operati
 	return sc.op, err
 }
 
-// event says what a transition writes to the history: SQL expressions over
-// the updated row, which may use the statement's parameters.
-type event struct {
-	prev    string // the "from" status, evaluated on the row before the update
-	attempt string
-	actor   string
-	reason  string
-	extID   string
+// The statements of the table's rules, rendered once (render.go).
+var (
+	updates  = map[*opjournal.Rule]*statement{}
+	inserts  = map[*opjournal.Rule]*statement{}
+	batchReg *statement
+	// The hot path's batched statements: the first rule of Claim and of
+	// MarkSucceeded.
+	batchClaim, batchMark *statement
+)
+
+func init() {
+	for _, r := range opjournal.AllRules() {
+		switch {
+		case r.Outcome != opjournal.Changed:
+		case r.Command == opjournal.CmdRegister:
+			inserts[r] = renderInsert(r)
+		default:
+			updates[r] = renderUpdate(r)
+		}
+	}
+	reg := opjournal.Rules(opjournal.CmdRegister)
+	batchReg = renderBatchedInsert(reg[0], reg[1])
+	batchClaim = renderBatchedUpdate(opjournal.Rules(opjournal.CmdClaim)[0])
+	batchMark = renderBatchedUpdate(opjournal.Rules(opjournal.CmdMarkSucceeded)[0])
 }
 
-// transition applies one conditional UPDATE and writes its event in the
-// SAME statement (a data-modifying CTE): one round trip, one commit, and no
-// way for a change to exist without its history. set and cond may use $1
-// (tenant) and $2 (key); args fill $3 onwards. found is false when the
-// condition did not hold, and then nothing was written.
-func (s *Store) transition(ctx context.Context, what, set, cond string, ev event, args ...any) (scanned, bool, error) {
-	if ev.prev == "" {
-		ev.prev = effectiveStatus
+// firstRule is the rule a command tries without reading the row: the
+// first of its rules whose conditions on the command alone (policy flags,
+// the resolution) hold. nil when that rule changes nothing (the row is
+// read first then).
+func firstRule(c *opjournal.Command) *opjournal.Rule {
+	for _, r := range opjournal.Rules(c.Kind) {
+		if paramsHold(r, c) {
+			if r.Outcome == opjournal.Changed {
+				return r
+			}
+			return nil
+		}
 	}
-	if ev.extID == "" {
-		ev.extID = "NULL"
+	return nil
+}
+
+// paramsHold evaluates the requirements of r that depend on the command
+// alone.
+func paramsHold(r *opjournal.Rule, c *opjournal.Command) bool {
+	for _, req := range r.Requires {
+		if commandOnly(req.Cond) && !req.Cond.Eval(nil, c, time.Time{}) {
+			return false
+		}
 	}
-	sql := `WITH upd AS (
-			UPDATE operations SET prev_status = ` + ev.prev + `, ` + set + `, updated_at = now()
-			WHERE tenant = $1 AND operation_key = $2 AND (` + cond + `)
-			RETURNING *
-		), ev AS (
-			INSERT INTO operation_events (tenant, operation_key, from_status, to_status, attempt, actor, reason, external_id)
-			SELECT tenant, operation_key, prev_status, ` + effectiveStatus + `, ` + ev.attempt + `, ` + ev.actor + `, ` + ev.reason + `, ` + ev.extID + `
-			FROM upd
-		)
-		SELECT ` + columns + ` FROM upd`
-	return s.one(ctx, what, sql, args...)
+	return true
+}
+
+func commandOnly(c opjournal.Cond) bool {
+	switch c.Kind {
+	case opjournal.CondFlag, opjournal.CondResolution:
+		return true
+	case opjournal.CondNot, opjournal.CondAnd, opjournal.CondOr:
+		for _, s := range c.Sub {
+			if !commandOnly(s) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// maxApplyRounds bounds how often one call re-reads a row that changed
+// under it (each round means another call changed it, and an operation has
+// only a handful of transitions).
+const maxApplyRounds = 16
+
+// executed is what one command did.
+type executed struct {
+	sc      scanned
+	rule    *opjournal.Rule
+	changed bool
+}
+
+// execute applies command c: the rule it is likely to take, as one
+// conditional statement; if that does not apply, the row is read, Apply
+// decides on it (the rule, an unchanged answer, or the refusal), and the
+// chosen rule runs as a conditional statement guarded by its own
+// conditions, so that a concurrent change is never overwritten: then the
+// row is read again. known, if set, is the row as just read.
+func (s *Store) execute(ctx context.Context, tenant string, c *opjournal.Command, known *scanned) (executed, error) {
+	if known == nil {
+		if r := firstRule(c); r != nil {
+			st := updates[r]
+			sc, done, err := s.one(ctx, strings.ToLower(string(c.Kind)), st.sql, st.args(s.clockArg(), tenant, c, nil)...)
+			if err != nil || done {
+				return executed{sc: sc, rule: r, changed: done}, err
+			}
+		}
+	}
+	for round := 0; ; round++ {
+		cur := known
+		if cur == nil {
+			sc, err := s.get(ctx, tenant, c.Key)
+			if err != nil {
+				return executed{}, err
+			}
+			cur = &sc
+		}
+		known = nil
+		d, err := opjournal.Apply(cur.op, c, cur.dbNow)
+		if err != nil {
+			return executed{}, err
+		}
+		if d.Rule.Outcome != opjournal.Changed {
+			return executed{sc: *cur, rule: d.Rule}, nil
+		}
+		st := updates[d.Rule]
+		sc, done, err := s.one(ctx, strings.ToLower(string(c.Kind)), st.sql, st.args(s.clockArg(), tenant, c, cur.op)...)
+		if err != nil || done {
+			return executed{sc: sc, rule: d.Rule, changed: done}, err
+		}
+		if round == maxApplyRounds {
+			return executed{}, opjournal.Errorf(opjournal.CodeUnavailable, "", "operation %q changed %d times while %s was applied; retry", c.Key, round, c.Kind)
+		}
+	}
+}
+
+// execOp is execute for the commands that answer with the operation.
+func (s *Store) execOp(ctx context.Context, tenant string, c *opjournal.Command) (*opjournal.Operation, error) {
+	ex, err := s.execute(ctx, tenant, c, nil)
+	if err != nil {
+		return nil, err
+	}
+	return ex.sc.op, nil
 }
 
 // Register inserts the operation, or returns the existing one with the same
@@ -446,26 +557,21 @@ func (s *Store) Register(ctx context.Context, p store.RegisterParams) (store.Reg
 	return s.registerOne(ctx, p)
 }
 
+// insertRule is the Register rule for a new key: claimed or not.
+func insertRule(c *opjournal.Command) *opjournal.Rule {
+	for _, r := range opjournal.Rules(opjournal.CmdRegister) {
+		if paramsHold(r, c) && r.Outcome == opjournal.Changed {
+			return r
+		}
+	}
+	panic("postgres: no Register rule inserts")
+}
+
 // registerOne is Register in a statement of its own.
 func (s *Store) registerOne(ctx context.Context, p store.RegisterParams) (store.RegisterResult, error) {
-	status, attempt, owner, lease, reason := "pending", 0, (*string)(nil), 0, "registered"
-	if p.Claim != nil {
-		status, attempt, owner, lease, reason = "in_progress", 1, &p.Claim.WorkerID, p.Claim.LeaseSeconds, "registered and claimed"
-	}
-	sc, created, err := s.one(ctx, "register", `
-		WITH ins AS (
-			INSERT INTO operations (tenant, operation_key, action_type, request_hash, payload, status,
-			                        attempt_count, lease_owner, lease_until)
-			VALUES ($1, $2, $3, $4, $5::json, $6, $7, $8,
-			        CASE WHEN $6 = 'in_progress' THEN now() + make_interval(secs => $9) END)
-			ON CONFLICT (tenant, operation_key) DO NOTHING
-			RETURNING *
-		), ev AS (
-			INSERT INTO operation_events (tenant, operation_key, from_status, to_status, attempt, actor, reason)
-			SELECT tenant, operation_key, NULL, status, attempt_count, coalesce(lease_owner, ''), $10 FROM ins
-		)
-		SELECT `+columns+` FROM ins`,
-		p.Tenant, p.Key, p.Action, p.RequestHash, string(p.Payload), status, attempt, owner, lease, reason)
+	c := p.Command()
+	st := inserts[insertRule(c)]
+	sc, created, err := s.one(ctx, "register", st.sql, st.args(s.clockArg(), p.Tenant, c, nil)...)
 	if err != nil {
 		return store.RegisterResult{}, err
 	}
@@ -488,28 +594,33 @@ func registered(p store.RegisterParams, sc scanned) store.RegisterResult {
 	return res
 }
 
-// registerExisting answers a Register whose key exists: its hash decides
-// (same request → replay, and a claim if asked; other → conflict).
+// registerExisting answers a Register whose key exists: the table decides
+// (the same request → replay, and a claim if asked; another → conflict).
+// A claim is decided on the row just read, so a replay of a terminal or
+// reviewed operation costs no statement.
 func (s *Store) registerExisting(ctx context.Context, p store.RegisterParams, existing scanned) (store.RegisterResult, error) {
-	if err := store.CheckHash(existing.op, p.RequestHash); err != nil {
+	if _, err := opjournal.Apply(existing.op, p.Command(), existing.dbNow); err != nil {
 		return store.RegisterResult{}, err
 	}
 	res := store.RegisterResult{Operation: existing.op}
-	if p.Claim != nil && (existing.op.Status.Terminal() || existing.op.NeedsReview) {
-		// No claim can win: a terminal state never changes, and an
-		// operation under review leaves review only for a terminal one.
-		// A replay is answered without another statement.
-		res.Claim = &store.ClaimResult{Operation: existing.op}
-		return res, nil
-	}
 	if p.Claim != nil {
-		cr, err := s.Claim(ctx, store.ClaimParams{Tenant: p.Tenant, Key: p.Key, ClaimPolicy: *p.Claim})
+		ex, err := s.execute(ctx, p.Tenant, p.ClaimCommand(), &existing)
 		if err != nil {
 			return store.RegisterResult{}, err
 		}
+		cr := claimResult(ex)
 		res.Operation, res.Claim = cr.Operation, &cr
 	}
 	return res, nil
+}
+
+// claimResult answers a claim.
+func claimResult(ex executed) store.ClaimResult {
+	res := store.ClaimResult{Operation: ex.sc.op, Claimed: ex.changed}
+	if !ex.changed {
+		res.RetryAfter = store.RetryAfter(ex.sc.op, ex.sc.dbNow)
+	}
+	return res
 }
 
 // Claim takes a lease by one conditional UPDATE: exactly one of any number
@@ -529,52 +640,32 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		return store.ClaimResult{}, err
 	case ok:
 		return store.ClaimResult{Operation: b.sc.op, Claimed: true}, nil
-	case !b.sent:
-		return s.claimOne(ctx, p)
 	}
-	return s.claimLost(ctx, p)
+	return s.claimOne(ctx, p)
 }
 
-// claimOne is Claim in a statement of its own.
 func (s *Store) claimOne(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	sc, claimed, err := s.transition(ctx, "claim",
-		`status = 'in_progress', attempt_count = attempt_count + 1, lease_owner = $3,
-		 lease_until = now() + make_interval(secs => $4), unknown_since = NULL, next_check_at = NULL`,
-		`NOT needs_review AND (status = 'pending' OR ($5 AND `+isUnknown+`))`,
-		event{attempt: "attempt_count", actor: "$3", reason: "'claimed'"},
-		p.Tenant, p.Key, p.WorkerID, p.LeaseSeconds, p.AllowRetryAfterUnknown)
+	ex, err := s.execute(ctx, p.Tenant, p.Command(), nil)
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
-	if claimed {
-		return store.ClaimResult{Operation: sc.op, Claimed: true}, nil
-	}
-	return s.claimLost(ctx, p)
+	return claimResult(ex), nil
 }
 
-// claimLost answers a claim whose update did not apply with the operation
-// as it is now, and how long another worker's lease still runs.
-func (s *Store) claimLost(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	cur, err := s.get(ctx, p.Tenant, p.Key)
-	if err != nil {
-		return store.ClaimResult{}, err
-	}
-	res := store.ClaimResult{Operation: cur.op}
-	if cur.op.Status == opjournal.StatusInProgress {
-		res.RetryAfter = cur.op.LeaseUntil.Sub(cur.dbNow)
-	}
-	return res, nil
+// ExtendLease extends the current holder's live lease.
+func (s *Store) ExtendLease(ctx context.Context, p store.ExtendLeaseParams) (*opjournal.Operation, error) {
+	return s.execOp(ctx, p.Tenant, p.Command())
 }
 
 // MarkSucceeded records a confirmed effect from any issued attempt. The
 // statement is shared with concurrent calls (batch.go).
 func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) (*opjournal.Operation, error) {
 	if s.marks == nil {
-		return s.markSucceededOne(ctx, p)
+		return s.execOp(ctx, p.Tenant, p.Command())
 	}
 	if s.marks.tryAlone() {
 		defer s.marks.finished()
-		return s.markSucceededOne(ctx, p)
+		return s.execOp(ctx, p.Tenant, p.Command())
 	}
 	b, ok, err := s.marks.do(ctx, p)
 	switch {
@@ -582,185 +673,47 @@ func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) 
 		return nil, err
 	case ok:
 		return b.sc.op, nil
-	case !b.sent:
-		return s.markSucceededOne(ctx, p)
 	}
-	return s.markSucceededNotApplied(ctx, p)
-}
-
-// markSucceededOne is MarkSucceeded in a statement of its own.
-func (s *Store) markSucceededOne(ctx context.Context, p store.MarkSucceededParams) (*opjournal.Operation, error) {
-	var result *string
-	if p.Result != nil {
-		r := string(p.Result)
-		result = &r
-	}
-	sc, done, err := s.transition(ctx, "mark succeeded",
-		`status = 'succeeded', external_id = $4, result = $5::json, lease_until = NULL,
-		 unknown_since = NULL, next_check_at = NULL`,
-		`status IN ('pending', 'in_progress', 'unknown') AND $3 BETWEEN 1 AND attempt_count`,
-		event{attempt: "$3", actor: "coalesce(nullif($6, ''), lease_owner, '')", reason: "'effect confirmed'", extID: "$4"},
-		p.Tenant, p.Key, p.Attempt, p.ExternalID, result, p.Actor)
-	if err != nil || done {
-		return sc.op, err
-	}
-	return s.markSucceededNotApplied(ctx, p)
-}
-
-// markSucceededNotApplied explains a MarkSucceeded whose update did not
-// apply: the attempt was never issued, the same effect is confirmed
-// again (a no-op), or another effect is (a duplicate, for a person).
-func (s *Store) markSucceededNotApplied(ctx context.Context, p store.MarkSucceededParams) (*opjournal.Operation, error) {
-	cur, err := s.get(ctx, p.Tenant, p.Key)
-	if err != nil {
-		return nil, err
-	}
-	if err := store.CheckAttemptIssued(cur.op, p.Attempt); err != nil {
-		return nil, err
-	}
-	// The operation is terminal (terminal states never change back, so this
-	// read is stable). The same external_id again is a no-op.
-	if cur.op.Status == opjournal.StatusSucceeded && cur.op.ExternalID == p.ExternalID {
-		return cur.op, nil
-	}
-	// Another effect was confirmed: keep the first, record the second, and
-	// hand the operation to a person. The first duplicate reported is kept
-	// on the row; every one is in the history.
-	reason := store.DuplicateEffectReason(cur.op, p.ExternalID)
-	sc, done, err := s.transition(ctx, "mark succeeded (duplicate)",
-		`needs_review = true, review_reason = coalesce(review_reason, $4),
-		 duplicate_external_id = coalesce(duplicate_external_id, $3)`,
-		`status IN ('succeeded', 'failed_final')`,
-		event{attempt: "$5", actor: "coalesce(nullif($6, ''), lease_owner, '')", reason: "$4", extID: "$3"},
-		p.Tenant, p.Key, p.ExternalID, reason, p.Attempt, p.Actor)
-	if err != nil {
-		return nil, err
-	}
-	if !done {
-		return nil, opjournal.Errorf(opjournal.CodeInternal, "", "operation %q left a terminal state", p.Key)
-	}
-	return sc.op, nil
+	return s.execOp(ctx, p.Tenant, p.Command())
 }
 
 // MarkUnknown moves the current lease holder's operation to unknown.
 func (s *Store) MarkUnknown(ctx context.Context, p store.MarkParams) (*opjournal.Operation, error) {
-	return s.markByHolder(ctx, "unknown", "outcome unknown", p)
+	return s.execOp(ctx, p.Tenant, p.Command(opjournal.CmdMarkUnknown))
 }
 
 // MarkFailedFinal moves the current lease holder's operation to failed_final.
 func (s *Store) MarkFailedFinal(ctx context.Context, p store.MarkParams) (*opjournal.Operation, error) {
-	return s.markByHolder(ctx, "failed_final", "rejected", p)
+	return s.execOp(ctx, p.Tenant, p.Command(opjournal.CmdMarkFailedFinal))
 }
 
-// markByHolder applies a transition only for the current, live lease: the
-// attempt number is the fencing token and the lease is judged by now().
-func (s *Store) markByHolder(ctx context.Context, to, reason string, p store.MarkParams) (*opjournal.Operation, error) {
-	if p.ErrorCode != "" {
-		reason += ": " + p.ErrorCode
-	}
-	sc, done, err := s.transition(ctx, "mark "+to,
-		`status = $4, error_code = nullif($5, ''), lease_until = NULL,
-		 unknown_since = CASE WHEN $4 = 'unknown' THEN now() END`,
-		`status = 'in_progress' AND attempt_count = $3 AND lease_until > now()`,
-		event{attempt: "$3", actor: "coalesce(lease_owner, '')", reason: "$6"},
-		p.Tenant, p.Key, p.Attempt, to, p.ErrorCode, reason)
-	if err != nil || done {
-		return sc.op, err
-	}
-	cur, err := s.get(ctx, p.Tenant, p.Key)
-	if err != nil {
-		return nil, err
-	}
-	return nil, store.ExplainNotHolder(cur.op, p.Attempt)
-}
-
-// ReleaseForRetry moves an unknown operation (its latest attempt, not under
-// review, unknown for at least the visibility lag) back to pending.
+// ReleaseForRetry moves an unknown operation back to pending.
 func (s *Store) ReleaseForRetry(ctx context.Context, p store.ReleaseParams) (*opjournal.Operation, error) {
-	sc, done, err := s.transition(ctx, "release",
-		`status = 'pending', lease_until = NULL, unknown_since = NULL, next_check_at = NULL`,
-		isUnknown+` AND attempt_count = $3 AND NOT needs_review
-		 AND coalesce(unknown_since, lease_until) <= now() - make_interval(secs => $4)`,
-		event{attempt: "attempt_count", actor: "$5", reason: "$6"},
-		p.Tenant, p.Key, p.Attempt, p.VisibilityLag.Seconds(), p.Actor, "released for retry: "+p.Reason)
-	if err != nil || done {
-		return sc.op, err
-	}
-	cur, err := s.get(ctx, p.Tenant, p.Key)
-	if err != nil {
-		return nil, err
-	}
-	return nil, store.ExplainNoRelease(cur.op, p, cur.dbNow)
+	return s.execOp(ctx, p.Tenant, p.Command())
 }
 
 // RecordCheck counts an inconclusive check. An expired lease becomes
 // unknown for good (with unknown_since = the lease's end), so the history
 // shows the in_progress → unknown step.
 func (s *Store) RecordCheck(ctx context.Context, p store.RecordCheckParams) (*opjournal.Operation, error) {
-	sc, done, err := s.transition(ctx, "record check",
-		`status = 'unknown',
-		 unknown_since = CASE WHEN status = 'in_progress' THEN lease_until ELSE unknown_since END,
-		 lease_until = NULL, check_count = check_count + 1, last_checked_at = now(),
-		 next_check_at = now() + make_interval(secs => $4)`,
-		isUnknown+` AND attempt_count = $3`,
-		event{prev: "status", attempt: "attempt_count", actor: "$5", reason: "$6"},
-		p.Tenant, p.Key, p.Attempt, p.NextCheckAfter.Seconds(), p.Actor, "checked: "+p.Note)
-	if err != nil || done {
-		return sc.op, err
-	}
-	cur, err := s.get(ctx, p.Tenant, p.Key)
-	if err != nil {
-		return nil, err
-	}
-	return nil, store.ExplainNoCheck(cur.op, p.Attempt)
+	return s.execOp(ctx, p.Tenant, p.Command())
 }
 
 // Escalate sets needs_review on a non-terminal operation; escalating one
 // already under review returns it unchanged.
 func (s *Store) Escalate(ctx context.Context, p store.EscalateParams) (*opjournal.Operation, error) {
-	sc, done, err := s.transition(ctx, "escalate",
-		`needs_review = true, review_reason = $4`,
-		`status IN ('pending', 'in_progress', 'unknown') AND NOT needs_review`,
-		event{attempt: "attempt_count", actor: "$3", reason: "'escalated: ' || $4"},
-		p.Tenant, p.Key, p.Actor, p.Reason)
-	if err != nil || done {
-		return sc.op, err
-	}
-	cur, err := s.get(ctx, p.Tenant, p.Key)
-	if err != nil {
-		return nil, err
-	}
-	if cur.op.NeedsReview {
-		return cur.op, nil
-	}
-	return nil, opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s: a terminal operation is not escalated", p.Key, cur.op.Status)
+	return s.execOp(ctx, p.Tenant, p.Command())
 }
 
-// Resolve applies an operator's verdict to an unknown or needs_review
-// operation. Nothing is deleted: the previous values stay in the history.
+// Resolve applies an operator's verdict. Nothing is deleted: the previous
+// values stay in the history.
 func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) (*opjournal.Operation, error) {
-	var result *string
-	if p.Result != nil {
-		r := string(p.Result)
-		result = &r
-	}
-	sc, done, err := s.transition(ctx, "resolve",
-		`status = $3,
-		 external_id = CASE WHEN $3 = 'succeeded' THEN $4 ELSE external_id END,
-		 result = CASE WHEN $3 = 'succeeded' THEN coalesce($5::json, result) ELSE result END,
-		 error_code = CASE WHEN $3 = 'failed_final' THEN coalesce(nullif($6, ''), error_code) ELSE error_code END,
-		 needs_review = false, lease_until = NULL, unknown_since = NULL, next_check_at = NULL`,
-		isUnknown+` OR needs_review`,
-		event{attempt: "attempt_count", actor: "$7", reason: "$8", extID: "nullif($4, '')"},
-		p.Tenant, p.Key, string(p.To), p.ExternalID, result, p.ErrorCode, p.Actor, "resolved by operator: "+p.Reason)
-	if err != nil || done {
-		return sc.op, err
-	}
-	cur, err := s.get(ctx, p.Tenant, p.Key)
-	if err != nil {
-		return nil, err
-	}
-	return nil, store.ExplainNoResolve(cur.op)
+	return s.execOp(ctx, p.Tenant, p.Command())
+}
+
+// Acknowledge ends the review of a terminal operation.
+func (s *Store) Acknowledge(ctx context.Context, p store.AcknowledgeParams) (*opjournal.Operation, error) {
+	return s.execOp(ctx, p.Tenant, p.Command())
 }
 
 // List returns one page of operations in key order.
@@ -771,22 +724,26 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 	}
 	limit := p.Limit
 	if limit <= 0 {
-		limit = 100
+		limit = opjournal.DefaultPageSize
+	}
+	cols := fullColumns
+	if p.Basic {
+		cols = basicColumns
 	}
 	// The due-for-check filter repeats the partial index's predicate
 	// (status IN ('in_progress', 'unknown')) so the planner can use it.
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM operations
-		WHERE tenant = $1 AND operation_key > $2
-		  AND (coalesce(cardinality($3::text[]), 0) = 0 OR `+effectiveStatus+` = ANY($3))
-		  AND ($4::boolean IS NULL OR needs_review = $4)
-		  AND ($5 = '' OR action_type = $5)
-		  AND (NOT $6 OR (status IN ('in_progress', 'unknown') AND `+isUnknown+` AND NOT needs_review
-		                  AND (next_check_at IS NULL OR next_check_at <= now())))
+	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM operations
+		WHERE tenant = $2 AND operation_key > $3
+		  AND (coalesce(cardinality($4::text[]), 0) = 0 OR `+effectiveStatus+` = ANY($4))
+		  AND ($5::boolean IS NULL OR needs_review = $5)
+		  AND ($6 = '' OR action_type = $6)
+		  AND (NOT $7 OR (status IN ('in_progress', 'unknown') AND `+isUnknown+` AND NOT needs_review
+		                  AND (next_check_at IS NULL OR next_check_at <= `+clock+`)))
 		ORDER BY operation_key
-		LIMIT $7`,
-		p.Tenant, p.After, statuses, p.NeedsReview, p.Action, p.DueForCheck, limit+1)
+		LIMIT $8`,
+		s.clockArg(), p.Tenant, p.After, statuses, p.NeedsReview, p.Action, p.DueForCheck, limit+1)
 	if err != nil {
 		return nil, "", classify("list", err)
 	}
@@ -806,27 +763,32 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 	return ops, next, nil
 }
 
-// Events returns the operation's history, oldest first.
-func (s *Store) Events(ctx context.Context, tenant, key string) ([]opjournal.Event, error) {
-	if _, err := s.get(ctx, tenant, key); err != nil {
-		return nil, err
+// Events returns one page of the operation's history, oldest first.
+func (s *Store) Events(ctx context.Context, p store.EventsParams) ([]opjournal.Event, int64, error) {
+	if _, err := s.get(ctx, p.Tenant, p.Key); err != nil {
+		return nil, 0, err
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = opjournal.DefaultPageSize
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT id, at, coalesce(from_status, ''), to_status, attempt, actor, reason, coalesce(external_id, '')
-		FROM operation_events WHERE tenant = $1 AND operation_key = $2 ORDER BY id LIMIT $3`, tenant, key, store.MaxEvents)
+	rows, err := s.pool.Query(ctx, `SELECT id, at, coalesce(from_status, ''), to_status, attempt, actor, stated_actor, reason, coalesce(external_id, '')
+		FROM operation_events WHERE tenant = $1 AND operation_key = $2 AND id > $3 ORDER BY id LIMIT $4`, p.Tenant, p.Key, p.After, limit+1)
 	if err != nil {
-		return nil, classify("events", err)
+		return nil, 0, classify("events", err)
 	}
 	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (opjournal.Event, error) {
 		var e opjournal.Event
 		var from, to string
-		err := r.Scan(&e.ID, &e.At, &from, &to, &e.Attempt, &e.Actor, &e.Reason, &e.ExternalID)
+		err := r.Scan(&e.ID, &e.At, &from, &to, &e.Attempt, &e.Actor, &e.StatedActor, &e.Reason, &e.ExternalID)
 		e.From, e.To = opjournal.Status(from), opjournal.Status(to)
 		return e, err
 	})
 	if err != nil {
-		return nil, classify("events", err)
+		return nil, 0, classify("events", err)
 	}
-	return evs, nil
+	evs, next := store.EventPage(evs, limit)
+	return evs, next, nil
 }

@@ -82,7 +82,7 @@ func TestFailsFastAndRecovers(t *testing.T) {
 		},
 		"Get":    func() error { _, err := s.Get(ctx, "", "k0"); return err },
 		"List":   func() error { _, _, err := s.List(ctx, store.ListParams{}); return err },
-		"Events": func() error { _, err := s.Events(ctx, "", "k0"); return err },
+		"Events": func() error { _, _, err := s.Events(ctx, store.EventsParams{Key: "k0"}); return err },
 		"Ping":   func() error { return s.Ping(ctx) },
 	}
 	for _, mode := range []struct {

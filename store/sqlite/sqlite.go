@@ -7,10 +7,13 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -26,7 +29,8 @@ import (
 
 // Store implements store.Store on a SQLite file.
 type Store struct {
-	db *sql.DB
+	db    *sql.DB
+	clock atomic.Pointer[func() time.Time] // test clock (SetClock); nil: SQLite's
 	// commit runs the write transactions, grouping concurrent ones
 	// (groupcommit.go).
 	commit *committer
@@ -61,6 +65,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("sqlite: empty database path")
 	}
+	if err := createPrivate(path); err != nil {
+		return nil, err
+	}
 	if err := Migrate(path); err != nil {
 		return nil, err
 	}
@@ -73,6 +80,21 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	return &Store{db: db, commit: newCommitter(db)}, nil
+}
+
+// createPrivate creates the database file, if it does not exist yet, as
+// readable and writable by its owner only (0600): it holds every payload.
+// SQLite creates the -wal and -shm files with the database file's mode, so
+// they are private too.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case errors.Is(err, os.ErrExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("sqlite: create %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // Migrate applies the embedded migrations (migrations/sqlite) to the file
@@ -122,25 +144,33 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// now is SQLite's clock in milliseconds. Within one statement SQLite reads
-// the clock once, so every "now" in a statement is the same instant.
-const now = `CAST(unixepoch('subsec') * 1000 AS INTEGER)`
+// nowSQL is the clock of a statement in milliseconds: the test clock
+// (SetClock) when one is set, passed as ?1 in every statement, else
+// SQLite's own. Within one statement SQLite reads its clock once, so every
+// "now" in a statement is the same instant.
+const nowSQL = `coalesce(?1, CAST(unixepoch('subsec') * 1000 AS INTEGER))`
 
 // effectiveStatus is the status as the rules see it: an in_progress row
 // whose lease has expired on the database clock is unknown.
-const effectiveStatus = `(CASE WHEN status = 'in_progress' AND lease_until <= ` + now + ` THEN 'unknown' ELSE status END)`
+const effectiveStatus = `(CASE WHEN status = 'in_progress' AND lease_until <= ` + nowSQL + ` THEN 'unknown' ELSE status END)`
 
 // isUnknown matches operations whose effective status is unknown.
-const isUnknown = `(status = 'unknown' OR (status = 'in_progress' AND lease_until <= ` + now + `))`
+const isUnknown = `(status = 'unknown' OR (status = 'in_progress' AND lease_until <= ` + nowSQL + `))`
 
 // columns is the row every query returns; see the postgres store for why
-// the status is the effective one and why the clock comes last.
-const columns = `tenant, operation_key, action_type, request_hash, payload, ` + effectiveStatus + `,
+// the status is the effective one and why the clock comes last. The
+// payload and result are the first two, so that the BASIC view can leave
+// them out.
+const (
+	fullColumns  = `payload, result, ` + restColumns
+	basicColumns = `NULL, NULL, ` + restColumns
+	restColumns  = `tenant, operation_key, action_type, request_hash, ` + effectiveStatus + `,
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
-	coalesce(duplicate_external_id, ''), result, coalesce(error_code, ''),
+	duplicate_external_ids, duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= ` + now + ` THEN lease_until END,
-	check_count, last_checked_at, next_check_at, ` + now
+	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= ` + nowSQL + ` THEN lease_until END,
+	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id, ` + nowSQL
+)
 
 type scanned struct {
 	op    *opjournal.Operation
@@ -151,30 +181,39 @@ type rowScanner interface{ Scan(dest ...any) error }
 
 func scanOp(row rowScanner) (scanned, error) {
 	var (
-		op                                             opjournal.Operation
-		payload                                        string
-		result                                         sql.NullString
-		status                                         string
-		leaseUntil, unknownSince, lastCheck, nextCheck sql.NullInt64
-		needsReview                                    int
-		createdAt, updatedAt, dbNow                    int64
+		op                                                       opjournal.Operation
+		payload, result                                          sql.NullString
+		status, dups                                             string
+		leaseUntil, unknownSince, lastCheck, nextCheck, attStart sql.NullInt64
+		needsReview                                              int
+		createdAt, updatedAt, dbNow                              int64
 	)
-	err := row.Scan(&op.Tenant, &op.Key, &op.Action, &op.RequestHash, &payload, &status,
-		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &op.DuplicateExternalID,
-		&result, &op.ErrorCode, &needsReview, &op.ReviewReason, &createdAt, &updatedAt,
-		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &dbNow)
+	err := row.Scan(&payload, &result, &op.Tenant, &op.Key, &op.Action, &op.RequestHash, &status,
+		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &dups, &op.DuplicateReports,
+		&op.ErrorCode, &needsReview, &op.ReviewReason, &createdAt, &updatedAt,
+		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &attStart, &op.HashKeyID, &dbNow)
 	if err != nil {
 		return scanned{}, err
 	}
-	op.Payload = []byte(payload)
+	if payload.Valid {
+		op.Payload = []byte(payload.String)
+	}
 	if result.Valid {
 		op.Result = []byte(result.String)
+	}
+	if err := json.Unmarshal([]byte(dups), &op.DuplicateExternalIDs); err != nil {
+		return scanned{}, fmt.Errorf("duplicate_external_ids: %w", err)
+	}
+	if len(op.DuplicateExternalIDs) > 0 {
+		op.DuplicateExternalID = op.DuplicateExternalIDs[0]
+	} else {
+		op.DuplicateExternalIDs = nil
 	}
 	op.Status = opjournal.Status(status)
 	for _, t := range []struct {
 		src sql.NullInt64
 		dst *time.Time
-	}{{leaseUntil, &op.LeaseUntil}, {unknownSince, &op.UnknownSince}, {lastCheck, &op.LastCheckedAt}, {nextCheck, &op.NextCheckAt}} {
+	}{{leaseUntil, &op.LeaseUntil}, {unknownSince, &op.UnknownSince}, {lastCheck, &op.LastCheckedAt}, {nextCheck, &op.NextCheckAt}, {attStart, &op.AttemptStartedAt}} {
 		if t.src.Valid {
 			*t.dst = ms(t.src.Int64)
 		}
@@ -190,386 +229,315 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// one runs a statement that returns at most one operation row; found is
-// false when no row matched (a conditional update did not apply).
-func one(ctx context.Context, q querier, what, query string, args ...any) (sc scanned, found bool, err error) {
-	sc, err = scanOp(q.QueryRowContext(ctx, query, args...))
+// clockArg is ?1 of every statement: the test clock in milliseconds, or
+// NULL for SQLite's.
+func (s *Store) clockArg() any {
+	if f := s.clock.Load(); f != nil {
+		return (*f)().UnixMilli()
+	}
+	return nil
+}
+
+// SetClock makes the store read the time from now instead of SQLite's
+// clock (store.Clock, for tests); nil restores SQLite's clock.
+func (s *Store) SetClock(now func() time.Time) {
+	if now == nil {
+		s.clock.Store(nil)
+		return
+	}
+	s.clock.Store(&now)
+}
+
+var _ store.Clock = (*Store)(nil)
+
+// get reads one operation (and the clock) through q.
+func (s *Store) get(ctx context.Context, q querier, tenant, key string) (scanned, bool, error) {
+	sc, err := scanOp(q.QueryRowContext(ctx, `SELECT `+fullColumns+` FROM operations WHERE tenant = ?2 AND operation_key = ?3`,
+		s.clockArg(), tenant, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return scanned{}, false, nil
 	}
 	if err != nil {
-		return scanned{}, false, classify(what, err)
+		return scanned{}, false, classify("get", err)
 	}
 	return sc, true, nil
 }
 
-func get(ctx context.Context, q querier, tenant, key string) (scanned, error) {
-	sc, found, err := one(ctx, q, "get", `SELECT `+columns+` FROM operations WHERE tenant = ?1 AND operation_key = ?2`, tenant, key)
+// Get returns the operation with its effective status.
+func (s *Store) Get(ctx context.Context, tenant, key string) (*opjournal.Operation, error) {
+	sc, found, err := s.get(ctx, s.db, tenant, key)
 	if err != nil {
-		return scanned{}, err
+		return nil, err
 	}
 	if !found {
-		return scanned{}, opjournal.Errorf(opjournal.CodeNotFound, "operation_key", "no operation %q", key)
+		return nil, opjournal.Errorf(opjournal.CodeNotFound, "operation_key", "no operation %q", key)
 	}
-	return sc, nil
+	return sc.op, nil
 }
 
-// inTx runs fn in an IMMEDIATE transaction (see dsn), which it may share
-// with concurrent calls, each in its own savepoint (groupcommit.go): SQLite
-// has one writer, and taking its lock up front means fn's reads and writes
-// see one consistent state and never fail half-way on an upgrade. fn must
-// use the ctx it is given, not the caller's.
-func (s *Store) inTx(ctx context.Context, what string, fn txFunc) error {
-	return s.commit.do(ctx, what, fn)
+// applied is what one command did inside a transaction.
+type applied struct {
+	op       *opjournal.Operation
+	rule     *opjournal.Rule
+	dbNow    time.Time
+	existed  bool // the operation was there before (Register)
+	claimed  bool
+	retryFor time.Duration
 }
 
-// event is what a transition writes to the history.
-type event struct {
-	from    opjournal.Status // "" for the registration
-	attempt int              // 0: the attempt_count after the change
-	actor   string
-	reason  string
-	extID   string
-}
-
-func insertEvent(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, ev event) error {
-	attempt := ev.attempt
-	if attempt == 0 {
-		attempt = op.AttemptCount
+// apply reads the operation inside tx, applies c with opjournal.Apply on
+// the database clock, and writes the change and its event. It is the
+// whole store: SQLite runs the protocol table itself.
+func (s *Store) apply(ctx context.Context, tx *sql.Tx, tenant string, c *opjournal.Command) (applied, error) {
+	cur, found, err := s.get(ctx, tx, tenant, c.Key)
+	if err != nil {
+		return applied{}, err
 	}
+	var op *opjournal.Operation
+	dbNow := cur.dbNow
+	if found {
+		op = cur.op
+	} else if dbNow, err = s.now(ctx, tx); err != nil {
+		return applied{}, err
+	}
+	d, err := opjournal.Apply(op, c, dbNow)
+	if err != nil {
+		return applied{}, err
+	}
+	res := applied{op: d.Op, rule: d.Rule, dbNow: dbNow, existed: found}
+	if d.Rule.Outcome == opjournal.Changed {
+		d.Op.Tenant = tenant
+		if err := s.write(ctx, tx, d.Op, !found); err != nil {
+			return applied{}, err
+		}
+		if d.Event != nil {
+			if err := insertEvent(ctx, tx, d.Op, d.Event); err != nil {
+				return applied{}, err
+			}
+		}
+	}
+	switch {
+	case c.Kind == opjournal.CmdClaim || (c.Kind == opjournal.CmdRegister && !found && c.Claim):
+		res.claimed = d.Rule.Outcome == opjournal.Changed
+		if !res.claimed {
+			res.retryFor = store.RetryAfter(d.Op, dbNow)
+		}
+	}
+	return res, nil
+}
+
+// now reads the statement clock (for a Register of a new key, which reads
+// no row).
+func (s *Store) now(ctx context.Context, q querier) (time.Time, error) {
+	var v int64
+	if err := q.QueryRowContext(ctx, `SELECT `+nowSQL, s.clockArg()).Scan(&v); err != nil {
+		return time.Time{}, classify("clock", err)
+	}
+	return ms(v), nil
+}
+
+// write stores op's row as Apply left it: a new row (insert) or every
+// field a rule may change (update). The stored status is the raw one: an
+// expired lease stays in_progress, as in PostgreSQL.
+func (s *Store) write(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, insert bool) error {
+	dups, err := json.Marshal(nonNil(op.DuplicateExternalIDs))
+	if err != nil {
+		return classify("write", err)
+	}
+	var result any
+	if op.Result != nil {
+		result = string(op.Result)
+	}
+	args := []any{s.clockArg(), op.Tenant, op.Key, string(op.Raw()), op.AttemptCount, nullText(op.LeaseOwner), nullTime(op.LeaseUntil),
+		nullText(op.ExternalID), result, nullText(op.ErrorCode), boolInt(op.NeedsReview), nullText(op.ReviewReason),
+		nullTime(op.UnknownSince), op.CheckCount, nullTime(op.LastCheckedAt), nullTime(op.NextCheckAt),
+		nullTime(op.AttemptStartedAt), string(dups), op.DuplicateReports, op.UpdatedAt.UnixMilli()}
+	if insert {
+		_, err = tx.ExecContext(ctx, `INSERT INTO operations (tenant, operation_key, status, attempt_count, lease_owner,
+			lease_until, external_id, result, error_code, needs_review, review_reason, unknown_since, check_count,
+			last_checked_at, next_check_at, attempt_started_at, duplicate_external_ids, duplicate_reports, updated_at,
+			action_type, request_hash, hash_key_id, payload, created_at)
+			VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)`,
+			append(args, op.Action, op.RequestHash, op.HashKeyID, string(op.Payload), op.CreatedAt.UnixMilli())...)
+	} else {
+		_, err = tx.ExecContext(ctx, `UPDATE operations SET status = ?4, attempt_count = ?5, lease_owner = ?6,
+			lease_until = ?7, external_id = ?8, result = ?9, error_code = ?10, needs_review = ?11, review_reason = ?12,
+			unknown_since = ?13, check_count = ?14, last_checked_at = ?15, next_check_at = ?16, attempt_started_at = ?17,
+			duplicate_external_ids = ?18, duplicate_reports = ?19, updated_at = ?20
+			WHERE tenant = ?2 AND operation_key = ?3`, args...)
+	}
+	if err != nil {
+		return classify("write", err)
+	}
+	return nil
+}
+
+func insertEvent(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, ev *opjournal.Event) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO operation_events
-		(tenant, operation_key, at, from_status, to_status, attempt, actor, reason, external_id)
-		VALUES (?1, ?2, `+now+`, nullif(?3, ''), ?4, ?5, ?6, ?7, nullif(?8, ''))`,
-		op.Tenant, op.Key, string(ev.from), string(op.Status), attempt, ev.actor, ev.reason, ev.extID)
+		(tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
+		VALUES (?1, ?2, ?3, nullif(?4, ''), ?5, ?6, ?7, ?8, ?9, nullif(?10, ''))`,
+		op.Tenant, op.Key, ev.At.UnixMilli(), string(ev.From), string(ev.To), ev.Attempt, ev.Actor, ev.StatedActor, ev.Reason, ev.ExternalID)
 	if err != nil {
 		return classify("write history", err)
 	}
 	return nil
 }
 
-// transition applies one conditional UPDATE inside tx and, when it
-// applied, writes its event. set and cond may use ?1 (tenant) and ?2 (key);
-// args fill ?3 onwards. found is false when the condition did not hold;
-// then nothing was written.
-func transition(ctx context.Context, tx *sql.Tx, what, set, cond string, ev event, args ...any) (scanned, bool, error) {
-	sc, found, err := one(ctx, tx, what, `UPDATE operations SET `+set+`, updated_at = `+now+`
-		WHERE tenant = ?1 AND operation_key = ?2 AND (`+cond+`)
-		RETURNING `+columns, args...)
-	if err != nil || !found {
-		return sc, found, err
-	}
-	return sc, true, insertEvent(ctx, tx, sc.op, ev)
-}
-
-// Get returns the operation with its effective status.
-func (s *Store) Get(ctx context.Context, tenant, key string) (*opjournal.Operation, error) {
-	sc, err := get(ctx, s.db, tenant, key)
-	return sc.op, err
-}
-
-// Register inserts the operation, or returns the existing one with the same
-// hash (and claims it if asked), in one transaction.
-func (s *Store) Register(ctx context.Context, p store.RegisterParams) (res store.RegisterResult, err error) {
-	status, attempt, owner, lease, reason := "pending", 0, sql.NullString{}, 0, "registered"
-	if p.Claim != nil {
-		status, attempt, owner, lease, reason = "in_progress", 1, sql.NullString{String: p.Claim.WorkerID, Valid: true}, p.Claim.LeaseSeconds, "registered and claimed"
-	}
-	err = s.inTx(ctx, "register", func(ctx context.Context, tx *sql.Tx) error {
-		sc, created, err := one(ctx, tx, "register", `
-			INSERT INTO operations (tenant, operation_key, action_type, request_hash, payload, status,
-			                        attempt_count, lease_owner, lease_until, created_at, updated_at)
-			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
-			        CASE WHEN ?6 = 'in_progress' THEN `+now+` + ?9 * 1000 END, `+now+`, `+now+`)
-			ON CONFLICT (tenant, operation_key) DO NOTHING
-			RETURNING `+columns,
-			p.Tenant, p.Key, p.Action, p.RequestHash, string(p.Payload), status, attempt, owner, lease)
-		if err != nil {
-			return err
-		}
-		if created {
-			res = store.RegisterResult{Operation: sc.op, Created: true}
-			if p.Claim != nil {
-				res.Claim = &store.ClaimResult{Operation: sc.op, Claimed: true}
-			}
-			return insertEvent(ctx, tx, sc.op, event{actor: owner.String, reason: reason})
-		}
-		existing, err := get(ctx, tx, p.Tenant, p.Key)
-		if err != nil {
-			return err
-		}
-		if err := store.CheckHash(existing.op, p.RequestHash); err != nil {
-			return err
-		}
-		res = store.RegisterResult{Operation: existing.op}
-		if p.Claim != nil {
-			cr, err := claim(ctx, tx, existing, *p.Claim)
-			if err != nil {
-				return err
-			}
-			res.Operation, res.Claim = cr.Operation, &cr
-		}
+func nullText(s string) any {
+	if s == "" {
 		return nil
-	})
-	return res, err
+	}
+	return s
 }
 
-// Claim takes a lease by one conditional UPDATE.
-func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (res store.ClaimResult, err error) {
-	err = s.inTx(ctx, "claim", func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := get(ctx, tx, p.Tenant, p.Key)
-		if err != nil {
-			return err
-		}
-		res, err = claim(ctx, tx, cur, p.ClaimPolicy)
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+func nonNil(ids []string) []string {
+	if ids == nil {
+		return []string{}
+	}
+	return ids
+}
+
+// exec applies one command in a write transaction (shared with concurrent
+// ones, groupcommit.go).
+func (s *Store) exec(ctx context.Context, what, tenant string, c *opjournal.Command) (res applied, err error) {
+	err = s.commit.do(ctx, what, func(ctx context.Context, tx *sql.Tx) error {
+		res, err = s.apply(ctx, tx, tenant, c)
 		return err
 	})
 	return res, err
 }
 
-// claim claims cur's operation inside tx; cur is its row as read in tx.
-func claim(ctx context.Context, tx *sql.Tx, cur scanned, cp store.ClaimPolicy) (store.ClaimResult, error) {
-	sc, claimed, err := transition(ctx, tx, "claim",
-		`status = 'in_progress', attempt_count = attempt_count + 1, lease_owner = ?3,
-		 lease_until = `+now+` + ?4 * 1000, unknown_since = NULL, next_check_at = NULL`,
-		`needs_review = 0 AND (status = 'pending' OR (?5 AND `+isUnknown+`))`,
-		event{from: cur.op.Status, actor: cp.WorkerID, reason: "claimed"},
-		cur.op.Tenant, cur.op.Key, cp.WorkerID, cp.LeaseSeconds, boolInt(cp.AllowRetryAfterUnknown))
+// execOp is exec for the commands that answer with the operation.
+func (s *Store) execOp(ctx context.Context, what, tenant string, c *opjournal.Command) (*opjournal.Operation, error) {
+	res, err := s.exec(ctx, what, tenant, c)
+	if err != nil {
+		return nil, err
+	}
+	return res.op, nil
+}
+
+// Register inserts the operation, or returns the existing one with the same
+// hash (and claims it if asked), in one transaction.
+func (s *Store) Register(ctx context.Context, p store.RegisterParams) (res store.RegisterResult, err error) {
+	err = s.commit.do(ctx, "register", func(ctx context.Context, tx *sql.Tx) error {
+		a, err := s.apply(ctx, tx, p.Tenant, p.Command())
+		if err != nil {
+			return err
+		}
+		res = store.RegisterResult{Operation: a.op, Created: !a.existed}
+		if p.Claim == nil {
+			return nil
+		}
+		if !a.existed {
+			res.Claim = &store.ClaimResult{Operation: a.op, Claimed: true}
+			return nil
+		}
+		c, err := s.apply(ctx, tx, p.Tenant, p.ClaimCommand())
+		if err != nil {
+			return err
+		}
+		res.Operation = c.op
+		res.Claim = &store.ClaimResult{Operation: c.op, Claimed: c.claimed, RetryAfter: c.retryFor}
+		return nil
+	})
+	return res, err
+}
+
+// Claim takes a lease.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	a, err := s.exec(ctx, "claim", p.Tenant, p.Command())
 	if err != nil {
 		return store.ClaimResult{}, err
 	}
-	if claimed {
-		return store.ClaimResult{Operation: sc.op, Claimed: true}, nil
-	}
-	res := store.ClaimResult{Operation: cur.op}
-	if cur.op.Status == opjournal.StatusInProgress {
-		res.RetryAfter = cur.op.LeaseUntil.Sub(cur.dbNow)
-	}
-	return res, nil
+	return store.ClaimResult{Operation: a.op, Claimed: a.claimed, RetryAfter: a.retryFor}, nil
+}
+
+// ExtendLease extends the current holder's live lease.
+func (s *Store) ExtendLease(ctx context.Context, p store.ExtendLeaseParams) (*opjournal.Operation, error) {
+	return s.execOp(ctx, "extend lease", p.Tenant, p.Command())
 }
 
 // MarkSucceeded records a confirmed effect from any issued attempt.
-func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) (op *opjournal.Operation, err error) {
-	var result any
-	if p.Result != nil {
-		result = string(p.Result)
-	}
-	err = s.inTx(ctx, "mark succeeded", func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := get(ctx, tx, p.Tenant, p.Key)
-		if err != nil {
-			return err
-		}
-		actor := p.Actor
-		if actor == "" {
-			actor = cur.op.LeaseOwner
-		}
-		sc, done, err := transition(ctx, tx, "mark succeeded",
-			`status = 'succeeded', external_id = ?4, result = ?5, lease_until = NULL,
-			 unknown_since = NULL, next_check_at = NULL`,
-			`status IN ('pending', 'in_progress', 'unknown') AND ?3 BETWEEN 1 AND attempt_count`,
-			event{from: cur.op.Status, attempt: p.Attempt, actor: actor, reason: "effect confirmed", extID: p.ExternalID},
-			p.Tenant, p.Key, p.Attempt, p.ExternalID, result)
-		if err != nil || done {
-			op = sc.op
-			return err
-		}
-		if err := store.CheckAttemptIssued(cur.op, p.Attempt); err != nil {
-			return err
-		}
-		if cur.op.Status == opjournal.StatusSucceeded && cur.op.ExternalID == p.ExternalID {
-			op = cur.op
-			return nil
-		}
-		// A second, different effect: keep the first, record the second,
-		// and hand the operation to a person.
-		reason := store.DuplicateEffectReason(cur.op, p.ExternalID)
-		sc, done, err = transition(ctx, tx, "mark succeeded (duplicate)",
-			`needs_review = 1, review_reason = coalesce(review_reason, ?4),
-			 duplicate_external_id = coalesce(duplicate_external_id, ?3)`,
-			`status IN ('succeeded', 'failed_final')`,
-			event{from: cur.op.Status, attempt: p.Attempt, actor: actor, reason: reason, extID: p.ExternalID},
-			p.Tenant, p.Key, p.ExternalID, reason)
-		if err != nil {
-			return err
-		}
-		if !done {
-			return opjournal.Errorf(opjournal.CodeInternal, "", "operation %q left a terminal state", p.Key)
-		}
-		op = sc.op
-		return nil
-	})
-	return op, err
+func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) (*opjournal.Operation, error) {
+	return s.execOp(ctx, "mark succeeded", p.Tenant, p.Command())
 }
 
 // MarkUnknown moves the current lease holder's operation to unknown.
 func (s *Store) MarkUnknown(ctx context.Context, p store.MarkParams) (*opjournal.Operation, error) {
-	return s.markByHolder(ctx, "unknown", "outcome unknown", p)
+	return s.execOp(ctx, "mark unknown", p.Tenant, p.Command(opjournal.CmdMarkUnknown))
 }
 
 // MarkFailedFinal moves the current lease holder's operation to failed_final.
 func (s *Store) MarkFailedFinal(ctx context.Context, p store.MarkParams) (*opjournal.Operation, error) {
-	return s.markByHolder(ctx, "failed_final", "rejected", p)
+	return s.execOp(ctx, "mark failed_final", p.Tenant, p.Command(opjournal.CmdMarkFailedFinal))
 }
 
-func (s *Store) markByHolder(ctx context.Context, to, reason string, p store.MarkParams) (op *opjournal.Operation, err error) {
-	if p.ErrorCode != "" {
-		reason += ": " + p.ErrorCode
-	}
-	err = s.inTx(ctx, "mark "+to, func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := get(ctx, tx, p.Tenant, p.Key)
-		if err != nil {
-			return err
-		}
-		sc, done, err := transition(ctx, tx, "mark "+to,
-			`status = ?4, error_code = nullif(?5, ''), lease_until = NULL,
-			 unknown_since = CASE WHEN ?4 = 'unknown' THEN `+now+` END`,
-			`status = 'in_progress' AND attempt_count = ?3 AND lease_until > `+now,
-			event{from: cur.op.Status, attempt: p.Attempt, actor: cur.op.LeaseOwner, reason: reason},
-			p.Tenant, p.Key, p.Attempt, to, p.ErrorCode)
-		if err != nil || done {
-			op = sc.op
-			return err
-		}
-		return store.ExplainNotHolder(cur.op, p.Attempt)
-	})
-	return op, err
+// ReleaseForRetry moves an unknown operation back to pending.
+func (s *Store) ReleaseForRetry(ctx context.Context, p store.ReleaseParams) (*opjournal.Operation, error) {
+	return s.execOp(ctx, "release", p.Tenant, p.Command())
 }
 
-// ReleaseForRetry moves an unknown operation (its latest attempt, not under
-// review, unknown for at least the visibility lag) back to pending.
-func (s *Store) ReleaseForRetry(ctx context.Context, p store.ReleaseParams) (op *opjournal.Operation, err error) {
-	err = s.inTx(ctx, "release", func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := get(ctx, tx, p.Tenant, p.Key)
-		if err != nil {
-			return err
-		}
-		sc, done, err := transition(ctx, tx, "release",
-			`status = 'pending', lease_until = NULL, unknown_since = NULL, next_check_at = NULL`,
-			isUnknown+` AND attempt_count = ?3 AND needs_review = 0
-			 AND coalesce(unknown_since, lease_until) <= `+now+` - ?4`,
-			event{from: cur.op.Status, actor: p.Actor, reason: "released for retry: " + p.Reason},
-			p.Tenant, p.Key, p.Attempt, p.VisibilityLag.Milliseconds())
-		if err != nil || done {
-			op = sc.op
-			return err
-		}
-		return store.ExplainNoRelease(cur.op, p, cur.dbNow)
-	})
-	return op, err
+// RecordCheck counts an inconclusive check.
+func (s *Store) RecordCheck(ctx context.Context, p store.RecordCheckParams) (*opjournal.Operation, error) {
+	return s.execOp(ctx, "record check", p.Tenant, p.Command())
 }
 
-// RecordCheck counts an inconclusive check; an expired lease becomes
-// unknown for good (unknown_since = the lease's end).
-func (s *Store) RecordCheck(ctx context.Context, p store.RecordCheckParams) (op *opjournal.Operation, err error) {
-	err = s.inTx(ctx, "record check", func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := get(ctx, tx, p.Tenant, p.Key)
-		if err != nil {
-			return err
-		}
-		from := cur.op.Status
-		if from == opjournal.StatusUnknown && !cur.op.LeaseUntil.IsZero() {
-			from = opjournal.StatusInProgress // an expired lease, made unknown now
-		}
-		sc, done, err := transition(ctx, tx, "record check",
-			`status = 'unknown',
-			 unknown_since = CASE WHEN status = 'in_progress' THEN lease_until ELSE unknown_since END,
-			 lease_until = NULL, check_count = check_count + 1, last_checked_at = `+now+`,
-			 next_check_at = `+now+` + ?4`,
-			isUnknown+` AND attempt_count = ?3`,
-			event{from: from, actor: p.Actor, reason: "checked: " + p.Note},
-			p.Tenant, p.Key, p.Attempt, p.NextCheckAfter.Milliseconds())
-		if err != nil || done {
-			op = sc.op
-			return err
-		}
-		return store.ExplainNoCheck(cur.op, p.Attempt)
-	})
-	return op, err
+// Escalate sets needs_review on a non-terminal operation.
+func (s *Store) Escalate(ctx context.Context, p store.EscalateParams) (*opjournal.Operation, error) {
+	return s.execOp(ctx, "escalate", p.Tenant, p.Command())
 }
 
-// Escalate sets needs_review on a non-terminal operation; escalating one
-// already under review returns it unchanged.
-func (s *Store) Escalate(ctx context.Context, p store.EscalateParams) (op *opjournal.Operation, err error) {
-	err = s.inTx(ctx, "escalate", func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := get(ctx, tx, p.Tenant, p.Key)
-		if err != nil {
-			return err
-		}
-		sc, done, err := transition(ctx, tx, "escalate",
-			`needs_review = 1, review_reason = ?3`,
-			`status IN ('pending', 'in_progress', 'unknown') AND needs_review = 0`,
-			event{from: cur.op.Status, actor: p.Actor, reason: "escalated: " + p.Reason},
-			p.Tenant, p.Key, p.Reason)
-		switch {
-		case err != nil || done:
-			op = sc.op
-			return err
-		case cur.op.NeedsReview:
-			op = cur.op
-			return nil
-		}
-		return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s: a terminal operation is not escalated", p.Key, cur.op.Status)
-	})
-	return op, err
+// Resolve applies an operator's verdict.
+func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) (*opjournal.Operation, error) {
+	return s.execOp(ctx, "resolve", p.Tenant, p.Command())
 }
 
-// Resolve applies an operator's verdict to an unknown or needs_review
-// operation. Nothing is deleted: the previous values stay in the history.
-func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) (op *opjournal.Operation, err error) {
-	var result any
-	if p.Result != nil {
-		result = string(p.Result)
-	}
-	err = s.inTx(ctx, "resolve", func(ctx context.Context, tx *sql.Tx) error {
-		cur, err := get(ctx, tx, p.Tenant, p.Key)
-		if err != nil {
-			return err
-		}
-		sc, done, err := transition(ctx, tx, "resolve",
-			`status = ?3,
-			 external_id = CASE WHEN ?3 = 'succeeded' THEN ?4 ELSE external_id END,
-			 result = CASE WHEN ?3 = 'succeeded' THEN coalesce(?5, result) ELSE result END,
-			 error_code = CASE WHEN ?3 = 'failed_final' THEN coalesce(nullif(?6, ''), error_code) ELSE error_code END,
-			 needs_review = 0, lease_until = NULL, unknown_since = NULL, next_check_at = NULL`,
-			isUnknown+` OR needs_review = 1`,
-			event{from: cur.op.Status, actor: p.Actor, reason: "resolved by operator: " + p.Reason, extID: p.ExternalID},
-			p.Tenant, p.Key, string(p.To), p.ExternalID, result, p.ErrorCode)
-		if err != nil || done {
-			op = sc.op
-			return err
-		}
-		return store.ExplainNoResolve(cur.op)
-	})
-	return op, err
+// Acknowledge ends the review of a terminal operation.
+func (s *Store) Acknowledge(ctx context.Context, p store.AcknowledgeParams) (*opjournal.Operation, error) {
+	return s.execOp(ctx, "acknowledge", p.Tenant, p.Command())
 }
 
 // List returns one page of operations in key order.
 func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Operation, string, error) {
 	limit := p.Limit
 	if limit <= 0 {
-		limit = 100
+		limit = opjournal.DefaultPageSize
 	}
-	q := `SELECT ` + columns + ` FROM operations WHERE tenant = ? AND operation_key > ?`
-	args := []any{p.Tenant, p.After}
+	cols := fullColumns
+	if p.Basic {
+		cols = basicColumns
+	}
+	q := `SELECT ` + cols + ` FROM operations WHERE tenant = ?2 AND operation_key > ?3`
+	args := []any{s.clockArg(), p.Tenant, p.After}
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("?%d", len(args))
+	}
 	if len(p.Statuses) > 0 {
-		q += ` AND ` + effectiveStatus + ` IN (?` + strings.Repeat(", ?", len(p.Statuses)-1) + `)`
+		var in []string
 		for _, st := range p.Statuses {
-			args = append(args, string(st))
+			in = append(in, arg(string(st)))
 		}
+		q += ` AND ` + effectiveStatus + ` IN (` + strings.Join(in, ", ") + `)`
 	}
 	if p.NeedsReview != nil {
-		q += ` AND needs_review = ?`
-		args = append(args, boolInt(*p.NeedsReview))
+		q += ` AND needs_review = ` + arg(boolInt(*p.NeedsReview))
 	}
 	if p.Action != "" {
-		q += ` AND action_type = ?`
-		args = append(args, p.Action)
+		q += ` AND action_type = ` + arg(p.Action)
 	}
 	if p.DueForCheck {
 		q += ` AND status IN ('in_progress', 'unknown') AND ` + isUnknown + ` AND needs_review = 0
-		       AND (next_check_at IS NULL OR next_check_at <= ` + now + `)`
+		       AND (next_check_at IS NULL OR next_check_at <= ` + nowSQL + `)`
 	}
-	q += ` ORDER BY operation_key LIMIT ?`
-	args = append(args, limit+1)
+	q += ` ORDER BY operation_key LIMIT ` + arg(limit+1)
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, "", classify("list", err)
@@ -590,15 +558,19 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 	return ops, next, nil
 }
 
-// Events returns the operation's history, oldest first.
-func (s *Store) Events(ctx context.Context, tenant, key string) ([]opjournal.Event, error) {
-	if _, err := get(ctx, s.db, tenant, key); err != nil {
-		return nil, err
+// Events returns one page of the operation's history, oldest first.
+func (s *Store) Events(ctx context.Context, p store.EventsParams) ([]opjournal.Event, int64, error) {
+	if _, err := s.Get(ctx, p.Tenant, p.Key); err != nil {
+		return nil, 0, err
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT id, at, coalesce(from_status, ''), to_status, attempt, actor, reason, coalesce(external_id, '')
-		FROM operation_events WHERE tenant = ?1 AND operation_key = ?2 ORDER BY id LIMIT ?3`, tenant, key, store.MaxEvents)
+	limit := p.Limit
+	if limit <= 0 {
+		limit = opjournal.DefaultPageSize
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT id, at, coalesce(from_status, ''), to_status, attempt, actor, stated_actor, reason, coalesce(external_id, '')
+		FROM operation_events WHERE tenant = ?1 AND operation_key = ?2 AND id > ?3 ORDER BY id LIMIT ?4`, p.Tenant, p.Key, p.After, limit+1)
 	if err != nil {
-		return nil, classify("events", err)
+		return nil, 0, classify("events", err)
 	}
 	defer rows.Close()
 	var evs []opjournal.Event
@@ -606,16 +578,17 @@ func (s *Store) Events(ctx context.Context, tenant, key string) ([]opjournal.Eve
 		var e opjournal.Event
 		var at int64
 		var from, to string
-		if err := rows.Scan(&e.ID, &at, &from, &to, &e.Attempt, &e.Actor, &e.Reason, &e.ExternalID); err != nil {
-			return nil, classify("events", err)
+		if err := rows.Scan(&e.ID, &at, &from, &to, &e.Attempt, &e.Actor, &e.StatedActor, &e.Reason, &e.ExternalID); err != nil {
+			return nil, 0, classify("events", err)
 		}
 		e.At, e.From, e.To = ms(at), opjournal.Status(from), opjournal.Status(to)
 		evs = append(evs, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, classify("events", err)
+		return nil, 0, classify("events", err)
 	}
-	return evs, nil
+	evs, next := store.EventPage(evs, limit)
+	return evs, next, nil
 }
 
 func boolInt(b bool) int {

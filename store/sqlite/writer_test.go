@@ -137,7 +137,7 @@ func TestGroupCommitAnswersEachCallAsAlone(t *testing.T) {
 		t.Errorf("%d transactions for the queued calls, want 1", g)
 	}
 	for key, want := range map[string]int{"a": 1, "b": 1, "existing": 2} {
-		evs, err := s.Events(ctx, "", key)
+		evs, _, err := s.Events(ctx, store.EventsParams{Key: key})
 		if err != nil || len(evs) != want {
 			t.Errorf("%s: %d events (%v), want %d", key, len(evs), err, want)
 		}
@@ -168,7 +168,7 @@ func TestGroupCommitUndoesAFailedCallOnly(t *testing.T) {
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i, f := range []txFunc{insert("x", false), insert("y", true), insert("z", false)} {
-		wg.Go(func() { errs[i] = s.inTx(context.Background(), "test", f) })
+		wg.Go(func() { errs[i] = s.commit.do(context.Background(), "test", f) })
 		await.Until(t, "the call to queue", func() bool { return queued(s) == i+1 })
 	}
 	release()

@@ -15,7 +15,7 @@ import (
 
 func events(t *testing.T, s store.Store, key string) []opjournal.Event {
 	t.Helper()
-	evs, err := s.Events(ctxT(t), tenant, key)
+	evs, _, err := s.Events(ctxT(t), store.EventsParams{Tenant: tenant, Key: key, Limit: opjournal.MaxPageSize})
 	if err != nil {
 		t.Fatalf("events %q: %v", key, err)
 	}
@@ -100,7 +100,7 @@ func testHistoryRecordsEveryChange(t *testing.T, newDB NewDatabase) {
 		ev(succeeded, succeeded, 2, "w2", "pay_2"), // the duplicate, for review
 	)
 	wantHistory(t, events(t, s, "k2"), ev("", pending, 0, "", ""))
-	if _, err := s.Events(ctx, tenant, "nope"); opjournal.ErrorCode(err) != opjournal.CodeNotFound {
+	if _, _, err := s.Events(ctx, store.EventsParams{Tenant: tenant, Key: "nope"}); opjournal.ErrorCode(err) != opjournal.CodeNotFound {
 		t.Fatalf("events of a missing key: %v", err)
 	}
 }
@@ -117,7 +117,7 @@ func testRefusalsWriteNoHistory(t *testing.T, newDB NewDatabase) {
 		t.Fatal(err) // a replay is not a change either
 	}
 	_, _ = s.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount + 1})
-	_, _ = s.ReleaseForRetry(ctx, store.ReleaseParams{Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r"})
+	_, _ = s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r"})
 	_, _ = s.Resolve(ctx, store.ResolveParams{Tenant: tenant, Key: "k1", To: succeeded, ExternalID: "x", Actor: "op", Reason: "r"})
 	if after := len(events(t, s, "k1")); after != before {
 		t.Fatalf("refused requests wrote %d events", after-before)
@@ -240,15 +240,15 @@ func testReleaseForRetry(t *testing.T, newDB NewDatabase) {
 	makeUnknown(t, s, "k1")
 	before := get(t, s, "k1")
 	// Absence does not count inside the visibility lag (database clock).
-	_, err := s.ReleaseForRetry(ctx, store.ReleaseParams{Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Reason: "absent", VisibilityLag: time.Hour})
+	_, err := s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Reason: "absent", ReleaseAfter: time.Hour})
 	wantCode(t, err, opjournal.CodeInvalidState)
 	sameRecord(t, before, get(t, s, "k1"))
-	_, err = s.ReleaseForRetry(ctx, store.ReleaseParams{Tenant: tenant, Key: "k1", Attempt: 2, Actor: "r", Reason: "absent"})
+	_, err = s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 2, Actor: "r", Reason: "absent"})
 	wantCode(t, err, opjournal.CodeInvalidArgument)
 
 	var op *opjournal.Operation
 	eventually(t, 10*time.Second, "a release after a 1 s visibility lag", func() bool {
-		op, err = s.ReleaseForRetry(ctx, store.ReleaseParams{Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Reason: "absent", VisibilityLag: time.Second})
+		op, err = s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Reason: "absent", ReleaseAfter: time.Second})
 		if err != nil && opjournal.ErrorCode(err) != opjournal.CodeInvalidState {
 			t.Fatal(err)
 		}
@@ -265,7 +265,7 @@ func testReleaseForRetry(t *testing.T, newDB NewDatabase) {
 	if cr := claim(t, s, "k1", noRetry); !cr.Claimed || cr.Operation.AttemptCount != 2 {
 		t.Fatalf("claim after release: %+v", cr)
 	}
-	_, err = s.ReleaseForRetry(ctx, store.ReleaseParams{Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Reason: "late"})
+	_, err = s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Reason: "late"})
 	wantCode(t, err, opjournal.CodeStaleAttempt)
 	wantHistory(t, events(t, s, "k1"),
 		ev("", pending, 0, "", ""), ev(pending, inProgress, 1, "w1", ""), ev(inProgress, unknown, 1, "w1", ""),
@@ -276,7 +276,7 @@ func testReleaseForRetry(t *testing.T, newDB NewDatabase) {
 	if _, err := s.Escalate(ctx, store.EscalateParams{Tenant: tenant, Key: "k2", Actor: "r", Reason: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.ReleaseForRetry(ctx, store.ReleaseParams{Tenant: tenant, Key: "k2", Attempt: 1, Actor: "r", Reason: "absent"})
+	_, err = s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k2", Attempt: 1, Actor: "r", Reason: "absent"})
 	wantCode(t, err, opjournal.CodeInvalidState)
 }
 
@@ -285,7 +285,7 @@ func testConcurrentReleasesOneApplies(t *testing.T, newDB NewDatabase) {
 	makeUnknown(t, s, "k1")
 	var applied atomic.Int64
 	race(16, func(i int) {
-		_, err := s.ReleaseForRetry(ctx, store.ReleaseParams{Tenant: tenant, Key: "k1", Attempt: 1, Actor: fmt.Sprintf("r%d", i), Reason: "absent"})
+		_, err := s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: fmt.Sprintf("r%d", i), Reason: "absent"})
 		switch opjournal.ErrorCode(err) {
 		case "":
 			applied.Add(1)
@@ -367,8 +367,18 @@ func testResolve(t *testing.T, newDB NewDatabase) {
 			t.Fatal(err)
 		}
 	}
-	if op, err = s.Resolve(ctx, store.ResolveParams{Tenant: tenant, Key: "k3", To: succeeded, ExternalID: "pay_1", Actor: "carol", Reason: "pay_2 refunded"}); err != nil || op.NeedsReview || op.DuplicateExternalID != "pay_2" {
-		t.Fatalf("resolve duplicate: %v %+v", err, op)
+	// Terminal states never go backwards: neither verdict applies to a
+	// succeeded operation, also under review (issue 10, defect 6); the
+	// operator acknowledges it instead.
+	before := get(t, s, "k3")
+	for _, to := range []opjournal.Status{failed, succeeded} {
+		_, err = s.Resolve(ctx, store.ResolveParams{Tenant: tenant, Key: "k3", To: to, ExternalID: "pay_1", Actor: "carol", Reason: "pay_2 refunded"})
+		wantCode(t, err, opjournal.CodeInvalidState)
+		sameRecord(t, before, get(t, s, "k3"))
+	}
+	if op, err = s.Acknowledge(ctx, store.AcknowledgeParams{Tenant: tenant, Key: "k3", Actor: "carol", Reason: "pay_2 refunded"}); err != nil ||
+		op.NeedsReview || op.Status != succeeded || op.ExternalID != "pay_1" || op.DuplicateExternalID != "pay_2" {
+		t.Fatalf("acknowledge duplicate: %v %+v", err, op)
 	}
 	// Not unknown and not under review: nothing to resolve.
 	register(t, s, "k4")

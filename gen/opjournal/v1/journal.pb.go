@@ -98,6 +98,135 @@ func (Status) EnumDescriptor() ([]byte, []int) {
 	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{0}
 }
 
+// OperationView selects how much of an operation an answer carries (AIP-157).
+type OperationView int32
+
+const (
+	// OPERATION_VIEW_UNSPECIFIED takes the method's default: BASIC for
+	// ListOperations, FULL for Lookup.
+	OperationView_OPERATION_VIEW_UNSPECIFIED OperationView = 0
+	// OPERATION_VIEW_BASIC: every field but payload and result.
+	OperationView_OPERATION_VIEW_BASIC OperationView = 1
+	// OPERATION_VIEW_FULL: every field.
+	OperationView_OPERATION_VIEW_FULL OperationView = 2
+)
+
+// Enum value maps for OperationView.
+var (
+	OperationView_name = map[int32]string{
+		0: "OPERATION_VIEW_UNSPECIFIED",
+		1: "OPERATION_VIEW_BASIC",
+		2: "OPERATION_VIEW_FULL",
+	}
+	OperationView_value = map[string]int32{
+		"OPERATION_VIEW_UNSPECIFIED": 0,
+		"OPERATION_VIEW_BASIC":       1,
+		"OPERATION_VIEW_FULL":        2,
+	}
+)
+
+func (x OperationView) Enum() *OperationView {
+	p := new(OperationView)
+	*p = x
+	return p
+}
+
+func (x OperationView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OperationView) Descriptor() protoreflect.EnumDescriptor {
+	return file_opjournal_v1_journal_proto_enumTypes[1].Descriptor()
+}
+
+func (OperationView) Type() protoreflect.EnumType {
+	return &file_opjournal_v1_journal_proto_enumTypes[1]
+}
+
+func (x OperationView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OperationView.Descriptor instead.
+func (OperationView) EnumDescriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{1}
+}
+
+// NextStep is the journal's decision about what the caller of Register or
+// Claim does next. The SDKs act on it and on nothing else.
+type NextStep int32
+
+const (
+	// NEXT_STEP_UNSPECIFIED is never returned by this server.
+	NextStep_NEXT_STEP_UNSPECIFIED NextStep = 0
+	// NEXT_STEP_CALL_PROVIDER: the caller holds the lease (attempt,
+	// lease_until, lease_seconds) and may call the provider once.
+	NextStep_NEXT_STEP_CALL_PROVIDER NextStep = 1
+	// NEXT_STEP_REPLAY: the effect is confirmed; return the stored result
+	// and call nothing.
+	NextStep_NEXT_STEP_REPLAY NextStep = 2
+	// NEXT_STEP_WAIT: another worker holds a live lease (or the operation is
+	// changing hands); ask again after retry_after_seconds, call nothing.
+	NextStep_NEXT_STEP_WAIT NextStep = 3
+	// NEXT_STEP_VERIFICATION_REQUIRED: the outcome is unknown or a person
+	// must decide; call nothing until reconciliation or an operator settles it.
+	NextStep_NEXT_STEP_VERIFICATION_REQUIRED NextStep = 4
+	// NEXT_STEP_FAILED_FINAL: the provider confirmed a rejection; call nothing.
+	NextStep_NEXT_STEP_FAILED_FINAL NextStep = 5
+	// NEXT_STEP_CLAIM: registered without a claim and pending; Claim it to
+	// call the provider.
+	NextStep_NEXT_STEP_CLAIM NextStep = 6
+)
+
+// Enum value maps for NextStep.
+var (
+	NextStep_name = map[int32]string{
+		0: "NEXT_STEP_UNSPECIFIED",
+		1: "NEXT_STEP_CALL_PROVIDER",
+		2: "NEXT_STEP_REPLAY",
+		3: "NEXT_STEP_WAIT",
+		4: "NEXT_STEP_VERIFICATION_REQUIRED",
+		5: "NEXT_STEP_FAILED_FINAL",
+		6: "NEXT_STEP_CLAIM",
+	}
+	NextStep_value = map[string]int32{
+		"NEXT_STEP_UNSPECIFIED":           0,
+		"NEXT_STEP_CALL_PROVIDER":         1,
+		"NEXT_STEP_REPLAY":                2,
+		"NEXT_STEP_WAIT":                  3,
+		"NEXT_STEP_VERIFICATION_REQUIRED": 4,
+		"NEXT_STEP_FAILED_FINAL":          5,
+		"NEXT_STEP_CLAIM":                 6,
+	}
+)
+
+func (x NextStep) Enum() *NextStep {
+	p := new(NextStep)
+	*p = x
+	return p
+}
+
+func (x NextStep) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NextStep) Descriptor() protoreflect.EnumDescriptor {
+	return file_opjournal_v1_journal_proto_enumTypes[2].Descriptor()
+}
+
+func (NextStep) Type() protoreflect.EnumType {
+	return &file_opjournal_v1_journal_proto_enumTypes[2]
+}
+
+func (x NextStep) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NextStep.Descriptor instead.
+func (NextStep) EnumDescriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{2}
+}
+
 // Resolution is an operator's verdict.
 type Resolution int32
 
@@ -135,11 +264,11 @@ func (x Resolution) String() string {
 }
 
 func (Resolution) Descriptor() protoreflect.EnumDescriptor {
-	return file_opjournal_v1_journal_proto_enumTypes[1].Descriptor()
+	return file_opjournal_v1_journal_proto_enumTypes[3].Descriptor()
 }
 
 func (Resolution) Type() protoreflect.EnumType {
-	return &file_opjournal_v1_journal_proto_enumTypes[1]
+	return &file_opjournal_v1_journal_proto_enumTypes[3]
 }
 
 func (x Resolution) Number() protoreflect.EnumNumber {
@@ -148,7 +277,7 @@ func (x Resolution) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Resolution.Descriptor instead.
 func (Resolution) EnumDescriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{1}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{3}
 }
 
 // Operation is the journal's record of one business intent.
@@ -196,9 +325,18 @@ type Operation struct {
 	// When the last check was recorded.
 	LastCheckedAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=last_checked_at,json=lastCheckedAt,proto3" json:"last_checked_at,omitempty"`
 	// When the next check is due; unset means "as soon as possible".
-	NextCheckAt   *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=next_check_at,json=nextCheckAt,proto3" json:"next_check_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NextCheckAt *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=next_check_at,json=nextCheckAt,proto3" json:"next_check_at,omitempty"`
+	// The distinct other external_ids reported by later MarkSucceeded calls
+	// (detected duplicate effects), oldest first, at most 10.
+	DuplicateExternalIds []string `protobuf:"bytes,21,rep,name=duplicate_external_ids,json=duplicateExternalIds,proto3" json:"duplicate_external_ids,omitempty"`
+	// How many MarkSucceeded calls reported an external_id other than the
+	// confirmed one (every report counts, also beyond the 10 kept).
+	DuplicateReports int32 `protobuf:"varint,22,opt,name=duplicate_reports,json=duplicateReports,proto3" json:"duplicate_reports,omitempty"`
+	// When the current (or last) attempt was claimed (database clock); the
+	// policy's max_attempt_seconds counts from here.
+	AttemptStartedAt *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=attempt_started_at,json=attemptStartedAt,proto3" json:"attempt_started_at,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Operation) Reset() {
@@ -371,6 +509,27 @@ func (x *Operation) GetNextCheckAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Operation) GetDuplicateExternalIds() []string {
+	if x != nil {
+		return x.DuplicateExternalIds
+	}
+	return nil
+}
+
+func (x *Operation) GetDuplicateReports() int32 {
+	if x != nil {
+		return x.DuplicateReports
+	}
+	return 0
+}
+
+func (x *Operation) GetAttemptStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AttemptStartedAt
+	}
+	return nil
+}
+
 // Event is one entry of an operation's history, written in the same
 // transaction as the change it records.
 type Event struct {
@@ -385,12 +544,17 @@ type Event struct {
 	ToStatus Status `protobuf:"varint,4,opt,name=to_status,json=toStatus,proto3,enum=opjournal.v1.Status" json:"to_status,omitempty"`
 	// The attempt the event concerns (0 before the first claim).
 	Attempt int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// Who: a worker id, a reconciler id or an operator.
+	// Who: with authentication, the authenticated principal (the token's
+	// name); without it, the caller-stated actor, worker id or lease owner.
 	Actor string `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
 	// Why, in words: "claimed", "marked unknown: timeout", "released: absent at provider", ...
 	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The external_id involved, if any.
-	ExternalId    string `protobuf:"bytes,8,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	ExternalId string `protobuf:"bytes,8,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
+	// What the caller SAID it acts as (the actor or worker_id field of the
+	// request), not verified; empty when it said nothing. Under
+	// authentication the verified identity is actor.
+	StatedActor   string `protobuf:"bytes,9,opt,name=stated_actor,json=statedActor,proto3" json:"stated_actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -477,6 +641,13 @@ func (x *Event) GetReason() string {
 func (x *Event) GetExternalId() string {
 	if x != nil {
 		return x.ExternalId
+	}
+	return ""
+}
+
+func (x *Event) GetStatedActor() string {
+	if x != nil {
+		return x.StatedActor
 	}
 	return ""
 }
@@ -625,8 +796,15 @@ type RegisterResponse struct {
 	LeaseUntil *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
 	// With claim, not claimed, and another worker's lease live: seconds until it ends.
 	RetryAfterSeconds int32 `protobuf:"varint,6,opt,name=retry_after_seconds,json=retryAfterSeconds,proto3" json:"retry_after_seconds,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// What the caller does next; see NextStep.
+	Next NextStep `protobuf:"varint,7,opt,name=next,proto3,enum=opjournal.v1.NextStep" json:"next,omitempty"`
+	// With claim and claimed: the lease granted, in seconds. SDKs stop
+	// waiting for the provider before it runs out, measured on their own
+	// monotonic clock from when they sent the request (never from
+	// lease_until, which is on the database's clock).
+	LeaseSeconds  int32 `protobuf:"varint,8,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
@@ -697,6 +875,20 @@ func (x *RegisterResponse) GetLeaseUntil() *timestamppb.Timestamp {
 func (x *RegisterResponse) GetRetryAfterSeconds() int32 {
 	if x != nil {
 		return x.RetryAfterSeconds
+	}
+	return 0
+}
+
+func (x *RegisterResponse) GetNext() NextStep {
+	if x != nil {
+		return x.Next
+	}
+	return NextStep_NEXT_STEP_UNSPECIFIED
+}
+
+func (x *RegisterResponse) GetLeaseSeconds() int32 {
+	if x != nil {
+		return x.LeaseSeconds
 	}
 	return 0
 }
@@ -778,8 +970,12 @@ type ClaimResponse struct {
 	LeaseUntil *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
 	// When not claimed because another worker's lease is live: seconds until it ends.
 	RetryAfterSeconds int32 `protobuf:"varint,5,opt,name=retry_after_seconds,json=retryAfterSeconds,proto3" json:"retry_after_seconds,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// What the caller does next; see NextStep.
+	Next NextStep `protobuf:"varint,6,opt,name=next,proto3,enum=opjournal.v1.NextStep" json:"next,omitempty"`
+	// When claimed: the lease granted, in seconds (see RegisterResponse).
+	LeaseSeconds  int32 `protobuf:"varint,7,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClaimResponse) Reset() {
@@ -847,6 +1043,150 @@ func (x *ClaimResponse) GetRetryAfterSeconds() int32 {
 	return 0
 }
 
+func (x *ClaimResponse) GetNext() NextStep {
+	if x != nil {
+		return x.Next
+	}
+	return NextStep_NEXT_STEP_UNSPECIFIED
+}
+
+func (x *ClaimResponse) GetLeaseSeconds() int32 {
+	if x != nil {
+		return x.LeaseSeconds
+	}
+	return 0
+}
+
+// ExtendLeaseRequest is a heartbeat of the current lease holder.
+type ExtendLeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	// The attempt holding the lease (fencing token).
+	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The lease wanted from now; 0 means the policy's lease_seconds, more
+	// than it is an error.
+	LeaseSeconds  int32 `protobuf:"varint,3,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendLeaseRequest) Reset() {
+	*x = ExtendLeaseRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendLeaseRequest) ProtoMessage() {}
+
+func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendLeaseRequest.ProtoReflect.Descriptor instead.
+func (*ExtendLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ExtendLeaseRequest) GetOperationKey() string {
+	if x != nil {
+		return x.OperationKey
+	}
+	return ""
+}
+
+func (x *ExtendLeaseRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ExtendLeaseRequest) GetLeaseSeconds() int32 {
+	if x != nil {
+		return x.LeaseSeconds
+	}
+	return 0
+}
+
+// ExtendLeaseResponse answers ExtendLease.
+type ExtendLeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record after the call.
+	Operation *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	// When the lease now ends (database clock).
+	LeaseUntil *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
+	// The lease granted from now, in seconds: less than asked when the
+	// attempt nears the policy's max_attempt_seconds.
+	LeaseSeconds  int32 `protobuf:"varint,3,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtendLeaseResponse) Reset() {
+	*x = ExtendLeaseResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtendLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtendLeaseResponse) ProtoMessage() {}
+
+func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtendLeaseResponse.ProtoReflect.Descriptor instead.
+func (*ExtendLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ExtendLeaseResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+func (x *ExtendLeaseResponse) GetLeaseUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseUntil
+	}
+	return nil
+}
+
+func (x *ExtendLeaseResponse) GetLeaseSeconds() int32 {
+	if x != nil {
+		return x.LeaseSeconds
+	}
+	return 0
+}
+
 // MarkSucceededRequest records a confirmed effect.
 type MarkSucceededRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -858,8 +1198,9 @@ type MarkSucceededRequest struct {
 	ExternalId string `protobuf:"bytes,3,opt,name=external_id,json=externalId,proto3" json:"external_id,omitempty"`
 	// A sanitized result to return on replay (≤ 64 KiB canonical by default).
 	Result *structpb.Struct `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
-	// Who reports the effect, for the history (optional; defaults to the
-	// lease owner). A reconciler sets its id here.
+	// Who the caller says reports the effect (optional; the lease owner by
+	// default). Recorded as the event's stated_actor; under authentication
+	// the event's actor is the authenticated principal.
 	Actor         string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -867,7 +1208,7 @@ type MarkSucceededRequest struct {
 
 func (x *MarkSucceededRequest) Reset() {
 	*x = MarkSucceededRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +1220,7 @@ func (x *MarkSucceededRequest) String() string {
 func (*MarkSucceededRequest) ProtoMessage() {}
 
 func (x *MarkSucceededRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +1233,7 @@ func (x *MarkSucceededRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkSucceededRequest.ProtoReflect.Descriptor instead.
 func (*MarkSucceededRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{7}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MarkSucceededRequest) GetOperationKey() string {
@@ -941,7 +1282,7 @@ type MarkSucceededResponse struct {
 
 func (x *MarkSucceededResponse) Reset() {
 	*x = MarkSucceededResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1294,7 @@ func (x *MarkSucceededResponse) String() string {
 func (*MarkSucceededResponse) ProtoMessage() {}
 
 func (x *MarkSucceededResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1307,7 @@ func (x *MarkSucceededResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkSucceededResponse.ProtoReflect.Descriptor instead.
 func (*MarkSucceededResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{8}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MarkSucceededResponse) GetOperation() *Operation {
@@ -991,7 +1332,7 @@ type MarkUnknownRequest struct {
 
 func (x *MarkUnknownRequest) Reset() {
 	*x = MarkUnknownRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1344,7 @@ func (x *MarkUnknownRequest) String() string {
 func (*MarkUnknownRequest) ProtoMessage() {}
 
 func (x *MarkUnknownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1357,7 @@ func (x *MarkUnknownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUnknownRequest.ProtoReflect.Descriptor instead.
 func (*MarkUnknownRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{9}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MarkUnknownRequest) GetOperationKey() string {
@@ -1051,7 +1392,7 @@ type MarkUnknownResponse struct {
 
 func (x *MarkUnknownResponse) Reset() {
 	*x = MarkUnknownResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1404,7 @@ func (x *MarkUnknownResponse) String() string {
 func (*MarkUnknownResponse) ProtoMessage() {}
 
 func (x *MarkUnknownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1417,7 @@ func (x *MarkUnknownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUnknownResponse.ProtoReflect.Descriptor instead.
 func (*MarkUnknownResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{10}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MarkUnknownResponse) GetOperation() *Operation {
@@ -1101,7 +1442,7 @@ type MarkFailedFinalRequest struct {
 
 func (x *MarkFailedFinalRequest) Reset() {
 	*x = MarkFailedFinalRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1454,7 @@ func (x *MarkFailedFinalRequest) String() string {
 func (*MarkFailedFinalRequest) ProtoMessage() {}
 
 func (x *MarkFailedFinalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1467,7 @@ func (x *MarkFailedFinalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkFailedFinalRequest.ProtoReflect.Descriptor instead.
 func (*MarkFailedFinalRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{11}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MarkFailedFinalRequest) GetOperationKey() string {
@@ -1161,7 +1502,7 @@ type MarkFailedFinalResponse struct {
 
 func (x *MarkFailedFinalResponse) Reset() {
 	*x = MarkFailedFinalResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1514,7 @@ func (x *MarkFailedFinalResponse) String() string {
 func (*MarkFailedFinalResponse) ProtoMessage() {}
 
 func (x *MarkFailedFinalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1527,7 @@ func (x *MarkFailedFinalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkFailedFinalResponse.ProtoReflect.Descriptor instead.
 func (*MarkFailedFinalResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{12}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MarkFailedFinalResponse) GetOperation() *Operation {
@@ -1200,14 +1541,16 @@ func (x *MarkFailedFinalResponse) GetOperation() *Operation {
 type LookupRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The operation key.
-	OperationKey  string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	// How much to return (default FULL).
+	View          OperationView `protobuf:"varint,2,opt,name=view,proto3,enum=opjournal.v1.OperationView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1562,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1575,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{13}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LookupRequest) GetOperationKey() string {
@@ -1240,6 +1583,13 @@ func (x *LookupRequest) GetOperationKey() string {
 		return x.OperationKey
 	}
 	return ""
+}
+
+func (x *LookupRequest) GetView() OperationView {
+	if x != nil {
+		return x.View
+	}
+	return OperationView_OPERATION_VIEW_UNSPECIFIED
 }
 
 // LookupResponse answers Lookup.
@@ -1253,7 +1603,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1615,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1628,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{14}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LookupResponse) GetOperation() *Operation {
@@ -1299,17 +1649,21 @@ type ListOperationsRequest struct {
 	ActionType string `protobuf:"bytes,3,opt,name=action_type,json=actionType,proto3" json:"action_type,omitempty"`
 	// Only operations due for a reconciliation check.
 	DueForCheck bool `protobuf:"varint,4,opt,name=due_for_check,json=dueForCheck,proto3" json:"due_for_check,omitempty"`
-	// At most this many (default 100, at most 1000).
+	// At most this many (default 100, at most 1000). A page is also cut
+	// before it would exceed 1 MiB; next_page_token then continues it.
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From a previous response's next_page_token.
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// How much of each operation to return (default BASIC: no payload, no
+	// result).
+	View          OperationView `protobuf:"varint,7,opt,name=view,proto3,enum=opjournal.v1.OperationView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1675,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1688,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{15}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListOperationsRequest) GetStatuses() []Status {
@@ -1379,6 +1733,13 @@ func (x *ListOperationsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListOperationsRequest) GetView() OperationView {
+	if x != nil {
+		return x.View
+	}
+	return OperationView_OPERATION_VIEW_UNSPECIFIED
+}
+
 // ListOperationsResponse is one page.
 type ListOperationsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1392,7 +1753,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1765,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1778,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{16}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -1441,7 +1802,8 @@ type ReleaseForRetryRequest struct {
 	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
 	// The latest attempt, for which absence was observed.
 	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// Who decided (a reconciler id), 1–200 visible ASCII characters.
+	// Who the caller says decided (a reconciler id), 1–200 visible ASCII
+	// characters; recorded as stated_actor (the principal is the actor).
 	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
 	// What the provider said (≤ 200 characters, no secrets).
 	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -1451,7 +1813,7 @@ type ReleaseForRetryRequest struct {
 
 func (x *ReleaseForRetryRequest) Reset() {
 	*x = ReleaseForRetryRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1825,7 @@ func (x *ReleaseForRetryRequest) String() string {
 func (*ReleaseForRetryRequest) ProtoMessage() {}
 
 func (x *ReleaseForRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1838,7 @@ func (x *ReleaseForRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseForRetryRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseForRetryRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{17}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseForRetryRequest) GetOperationKey() string {
@@ -1518,7 +1880,7 @@ type ReleaseForRetryResponse struct {
 
 func (x *ReleaseForRetryResponse) Reset() {
 	*x = ReleaseForRetryResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1892,7 @@ func (x *ReleaseForRetryResponse) String() string {
 func (*ReleaseForRetryResponse) ProtoMessage() {}
 
 func (x *ReleaseForRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1905,7 @@ func (x *ReleaseForRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseForRetryResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseForRetryResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{18}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReleaseForRetryResponse) GetOperation() *Operation {
@@ -1560,7 +1922,8 @@ type RecordCheckRequest struct {
 	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
 	// The latest attempt.
 	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// Who checked, 1–200 visible ASCII characters.
+	// Who the caller says checked, 1–200 visible ASCII characters;
+	// recorded as stated_actor (the principal is the actor).
 	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
 	// What was observed (≤ 200 characters, no secrets).
 	Note string `protobuf:"bytes,4,opt,name=note,proto3" json:"note,omitempty"`
@@ -1572,7 +1935,7 @@ type RecordCheckRequest struct {
 
 func (x *RecordCheckRequest) Reset() {
 	*x = RecordCheckRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1947,7 @@ func (x *RecordCheckRequest) String() string {
 func (*RecordCheckRequest) ProtoMessage() {}
 
 func (x *RecordCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1960,7 @@ func (x *RecordCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordCheckRequest.ProtoReflect.Descriptor instead.
 func (*RecordCheckRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{19}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RecordCheckRequest) GetOperationKey() string {
@@ -1646,7 +2009,7 @@ type RecordCheckResponse struct {
 
 func (x *RecordCheckResponse) Reset() {
 	*x = RecordCheckResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +2021,7 @@ func (x *RecordCheckResponse) String() string {
 func (*RecordCheckResponse) ProtoMessage() {}
 
 func (x *RecordCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +2034,7 @@ func (x *RecordCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordCheckResponse.ProtoReflect.Descriptor instead.
 func (*RecordCheckResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{20}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RecordCheckResponse) GetOperation() *Operation {
@@ -1686,7 +2049,8 @@ type EscalateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The operation.
 	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
-	// Who escalates, 1–200 visible ASCII characters.
+	// Who the caller says escalates, 1–200 visible ASCII characters;
+	// recorded as stated_actor (the principal is the actor).
 	Actor string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
 	// Why (1–200 characters, no secrets).
 	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -1696,7 +2060,7 @@ type EscalateRequest struct {
 
 func (x *EscalateRequest) Reset() {
 	*x = EscalateRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +2072,7 @@ func (x *EscalateRequest) String() string {
 func (*EscalateRequest) ProtoMessage() {}
 
 func (x *EscalateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +2085,7 @@ func (x *EscalateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscalateRequest.ProtoReflect.Descriptor instead.
 func (*EscalateRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{21}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EscalateRequest) GetOperationKey() string {
@@ -1756,7 +2120,7 @@ type EscalateResponse struct {
 
 func (x *EscalateResponse) Reset() {
 	*x = EscalateResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +2132,7 @@ func (x *EscalateResponse) String() string {
 func (*EscalateResponse) ProtoMessage() {}
 
 func (x *EscalateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +2145,7 @@ func (x *EscalateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscalateResponse.ProtoReflect.Descriptor instead.
 func (*EscalateResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{22}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EscalateResponse) GetOperation() *Operation {
@@ -1804,7 +2168,9 @@ type ResolveRequest struct {
 	Result *structpb.Struct `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
 	// With FAILED_FINAL: an error code (≤ 100 characters).
 	ErrorCode string `protobuf:"bytes,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
-	// Who decided (required), 1–200 visible ASCII characters.
+	// Who the caller says decided, 1–200 visible ASCII characters
+	// (optional under authentication, where the principal is the actor and
+	// this is recorded as stated_actor; required without it).
 	Actor string `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
 	// Why (required, ≤ 200 characters).
 	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -1814,7 +2180,7 @@ type ResolveRequest struct {
 
 func (x *ResolveRequest) Reset() {
 	*x = ResolveRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +2192,7 @@ func (x *ResolveRequest) String() string {
 func (*ResolveRequest) ProtoMessage() {}
 
 func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +2205,7 @@ func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
 func (*ResolveRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{23}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResolveRequest) GetOperationKey() string {
@@ -1902,7 +2268,7 @@ type ResolveResponse struct {
 
 func (x *ResolveResponse) Reset() {
 	*x = ResolveResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2280,7 @@ func (x *ResolveResponse) String() string {
 func (*ResolveResponse) ProtoMessage() {}
 
 func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2293,7 @@ func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveResponse.ProtoReflect.Descriptor instead.
 func (*ResolveResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{24}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResolveResponse) GetOperation() *Operation {
@@ -1937,18 +2303,134 @@ func (x *ResolveResponse) GetOperation() *Operation {
 	return nil
 }
 
-// ListEventsRequest asks for an operation's history.
+// AcknowledgeRequest records an operator's decision on a terminal
+// operation under review.
+type AcknowledgeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	// Who the caller says decided (optional under authentication, where the
+	// principal is the actor; required without it).
+	Actor string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Why (required, ≤ 200 characters, no secrets), for the history.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeRequest) Reset() {
+	*x = AcknowledgeRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeRequest) ProtoMessage() {}
+
+func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeRequest.ProtoReflect.Descriptor instead.
+func (*AcknowledgeRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *AcknowledgeRequest) GetOperationKey() string {
+	if x != nil {
+		return x.OperationKey
+	}
+	return ""
+}
+
+func (x *AcknowledgeRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AcknowledgeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// AcknowledgeResponse answers Acknowledge.
+type AcknowledgeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record after the call.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeResponse) Reset() {
+	*x = AcknowledgeResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeResponse) ProtoMessage() {}
+
+func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeResponse.ProtoReflect.Descriptor instead.
+func (*AcknowledgeResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *AcknowledgeResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+// ListEventsRequest asks for one page of an operation's history.
 type ListEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The operation.
-	OperationKey  string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	// At most this many events (default 100, at most 1000).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2442,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2455,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{25}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListEventsRequest) GetOperationKey() string {
@@ -1983,18 +2465,34 @@ func (x *ListEventsRequest) GetOperationKey() string {
 	return ""
 }
 
-// ListEventsResponse is the history, oldest first.
+func (x *ListEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListEventsResponse is one page of the history, oldest first.
 type ListEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The events.
-	Events        []*Event `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	Events []*Event `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Pass to get the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2006,7 +2504,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2019,7 +2517,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{26}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -2029,11 +2527,113 @@ func (x *ListEventsResponse) GetEvents() []*Event {
 	return nil
 }
 
+func (x *ListEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// GetPolicyRequest asks for the server's policy.
+type GetPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPolicyRequest) Reset() {
+	*x = GetPolicyRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPolicyRequest) ProtoMessage() {}
+
+func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
+func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{31}
+}
+
+// GetPolicyResponse is the policy the server enforces.
+type GetPolicyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lowercase hex SHA-256 of the policy's canonical form (its effective
+	// settings, whatever the formatting and comments of the file): equal
+	// fingerprints mean equal policies.
+	Fingerprint string `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// The policy file as the server loaded it (YAML). A policy file never
+	// holds secrets: they come from ${VAR} references.
+	Source        string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPolicyResponse) Reset() {
+	*x = GetPolicyResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPolicyResponse) ProtoMessage() {}
+
+func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
+func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *GetPolicyResponse) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *GetPolicyResponse) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
 var File_opjournal_v1_journal_proto protoreflect.FileDescriptor
 
 const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\n" +
-	"\x1aopjournal/v1/journal.proto\x12\fopjournal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa1\a\n" +
+	"\x1aopjournal/v1/journal.proto\x12\fopjournal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\b\n" +
 	"\tOperation\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x1f\n" +
 	"\vaction_type\x18\x02 \x01(\tR\n" +
@@ -2063,7 +2663,10 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\vcheck_count\x18\x12 \x01(\x05R\n" +
 	"checkCount\x12B\n" +
 	"\x0flast_checked_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\rlastCheckedAt\x12>\n" +
-	"\rnext_check_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vnextCheckAt\"\x96\x02\n" +
+	"\rnext_check_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vnextCheckAt\x124\n" +
+	"\x16duplicate_external_ids\x18\x15 \x03(\tR\x14duplicateExternalIds\x12+\n" +
+	"\x11duplicate_reports\x18\x16 \x01(\x05R\x10duplicateReports\x12H\n" +
+	"\x12attempt_started_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\x10attemptStartedAt\"\xb9\x02\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x125\n" +
@@ -2074,7 +2677,8 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x05actor\x18\x06 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1f\n" +
 	"\vexternal_id\x18\b \x01(\tR\n" +
-	"externalId\"P\n" +
+	"externalId\x12!\n" +
+	"\fstated_actor\x18\t \x01(\tR\vstatedActor\"P\n" +
 	"\fClaimOptions\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12#\n" +
 	"\rlease_seconds\x18\x02 \x01(\x05R\fleaseSeconds\"\xbc\x01\n" +
@@ -2083,7 +2687,7 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\vaction_type\x18\x02 \x01(\tR\n" +
 	"actionType\x121\n" +
 	"\apayload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\apayload\x120\n" +
-	"\x05claim\x18\x04 \x01(\v2\x1a.opjournal.v1.ClaimOptionsR\x05claim\"\x84\x02\n" +
+	"\x05claim\x18\x04 \x01(\v2\x1a.opjournal.v1.ClaimOptionsR\x05claim\"\xd5\x02\n" +
 	"\x10RegisterResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12\x18\n" +
@@ -2091,18 +2695,31 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12;\n" +
 	"\vlease_until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"leaseUntil\x12.\n" +
-	"\x13retry_after_seconds\x18\x06 \x01(\x05R\x11retryAfterSeconds\"u\n" +
+	"\x13retry_after_seconds\x18\x06 \x01(\x05R\x11retryAfterSeconds\x12*\n" +
+	"\x04next\x18\a \x01(\x0e2\x16.opjournal.v1.NextStepR\x04next\x12#\n" +
+	"\rlease_seconds\x18\b \x01(\x05R\fleaseSeconds\"u\n" +
 	"\fClaimRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12#\n" +
-	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\"\xe7\x01\n" +
+	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\"\xb8\x02\n" +
 	"\rClaimResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\x12\x18\n" +
 	"\aclaimed\x18\x02 \x01(\bR\aclaimed\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12;\n" +
 	"\vlease_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"leaseUntil\x12.\n" +
-	"\x13retry_after_seconds\x18\x05 \x01(\x05R\x11retryAfterSeconds\"\xbd\x01\n" +
+	"\x13retry_after_seconds\x18\x05 \x01(\x05R\x11retryAfterSeconds\x12*\n" +
+	"\x04next\x18\x06 \x01(\x0e2\x16.opjournal.v1.NextStepR\x04next\x12#\n" +
+	"\rlease_seconds\x18\a \x01(\x05R\fleaseSeconds\"x\n" +
+	"\x12ExtendLeaseRequest\x12#\n" +
+	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12#\n" +
+	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\"\xae\x01\n" +
+	"\x13ExtendLeaseResponse\x125\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\x12;\n" +
+	"\vlease_until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"leaseUntil\x12#\n" +
+	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\"\xbd\x01\n" +
 	"\x14MarkSucceededRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1f\n" +
@@ -2125,11 +2742,12 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x03 \x01(\tR\terrorCode\"P\n" +
 	"\x17MarkFailedFinalResponse\x125\n" +
-	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"4\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"e\n" +
 	"\rLookupRequest\x12#\n" +
-	"\roperation_key\x18\x01 \x01(\tR\foperationKey\"G\n" +
+	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12/\n" +
+	"\x04view\x18\x02 \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04view\"G\n" +
 	"\x0eLookupResponse\x125\n" +
-	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\x83\x02\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\xb4\x02\n" +
 	"\x15ListOperationsRequest\x120\n" +
 	"\bstatuses\x18\x01 \x03(\x0e2\x14.opjournal.v1.StatusR\bstatuses\x12&\n" +
 	"\fneeds_review\x18\x02 \x01(\bH\x00R\vneedsReview\x88\x01\x01\x12\x1f\n" +
@@ -2138,7 +2756,8 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\rdue_for_check\x18\x04 \x01(\bR\vdueForCheck\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageTokenB\x0f\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12/\n" +
+	"\x04view\x18\a \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04viewB\x0f\n" +
 	"\r_needs_review\"y\n" +
 	"\x16ListOperationsResponse\x127\n" +
 	"\n" +
@@ -2179,26 +2798,53 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x05actor\x18\x06 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\"H\n" +
 	"\x0fResolveResponse\x125\n" +
-	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"8\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"g\n" +
+	"\x12AcknowledgeRequest\x12#\n" +
+	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"L\n" +
+	"\x13AcknowledgeResponse\x125\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"t\n" +
 	"\x11ListEventsRequest\x12#\n" +
-	"\roperation_key\x18\x01 \x01(\tR\foperationKey\"A\n" +
+	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"i\n" +
 	"\x12ListEventsResponse\x12+\n" +
-	"\x06events\x18\x01 \x03(\v2\x13.opjournal.v1.EventR\x06events*\x8f\x01\n" +
+	"\x06events\x18\x01 \x03(\v2\x13.opjournal.v1.EventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x12\n" +
+	"\x10GetPolicyRequest\"M\n" +
+	"\x11GetPolicyResponse\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source*\x8f\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSTATUS_PENDING\x10\x01\x12\x16\n" +
 	"\x12STATUS_IN_PROGRESS\x10\x02\x12\x12\n" +
 	"\x0eSTATUS_UNKNOWN\x10\x03\x12\x14\n" +
 	"\x10STATUS_SUCCEEDED\x10\x04\x12\x17\n" +
-	"\x13STATUS_FAILED_FINAL\x10\x05*_\n" +
+	"\x13STATUS_FAILED_FINAL\x10\x05*b\n" +
+	"\rOperationView\x12\x1e\n" +
+	"\x1aOPERATION_VIEW_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14OPERATION_VIEW_BASIC\x10\x01\x12\x17\n" +
+	"\x13OPERATION_VIEW_FULL\x10\x02*\xc2\x01\n" +
+	"\bNextStep\x12\x19\n" +
+	"\x15NEXT_STEP_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17NEXT_STEP_CALL_PROVIDER\x10\x01\x12\x14\n" +
+	"\x10NEXT_STEP_REPLAY\x10\x02\x12\x12\n" +
+	"\x0eNEXT_STEP_WAIT\x10\x03\x12#\n" +
+	"\x1fNEXT_STEP_VERIFICATION_REQUIRED\x10\x04\x12\x1a\n" +
+	"\x16NEXT_STEP_FAILED_FINAL\x10\x05\x12\x13\n" +
+	"\x0fNEXT_STEP_CLAIM\x10\x06*_\n" +
 	"\n" +
 	"Resolution\x12\x1a\n" +
 	"\x16RESOLUTION_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14RESOLUTION_SUCCEEDED\x10\x01\x12\x1b\n" +
-	"\x17RESOLUTION_FAILED_FINAL\x10\x022\xe5\a\n" +
+	"\x17RESOLUTION_FAILED_FINAL\x10\x022\xdb\t\n" +
 	"\x0eJournalService\x12I\n" +
 	"\bRegister\x12\x1d.opjournal.v1.RegisterRequest\x1a\x1e.opjournal.v1.RegisterResponse\x12@\n" +
-	"\x05Claim\x12\x1a.opjournal.v1.ClaimRequest\x1a\x1b.opjournal.v1.ClaimResponse\x12X\n" +
+	"\x05Claim\x12\x1a.opjournal.v1.ClaimRequest\x1a\x1b.opjournal.v1.ClaimResponse\x12R\n" +
+	"\vExtendLease\x12 .opjournal.v1.ExtendLeaseRequest\x1a!.opjournal.v1.ExtendLeaseResponse\x12X\n" +
 	"\rMarkSucceeded\x12\".opjournal.v1.MarkSucceededRequest\x1a#.opjournal.v1.MarkSucceededResponse\x12R\n" +
 	"\vMarkUnknown\x12 .opjournal.v1.MarkUnknownRequest\x1a!.opjournal.v1.MarkUnknownResponse\x12^\n" +
 	"\x0fMarkFailedFinal\x12$.opjournal.v1.MarkFailedFinalRequest\x1a%.opjournal.v1.MarkFailedFinalResponse\x12C\n" +
@@ -2207,9 +2853,11 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x0fReleaseForRetry\x12$.opjournal.v1.ReleaseForRetryRequest\x1a%.opjournal.v1.ReleaseForRetryResponse\x12R\n" +
 	"\vRecordCheck\x12 .opjournal.v1.RecordCheckRequest\x1a!.opjournal.v1.RecordCheckResponse\x12I\n" +
 	"\bEscalate\x12\x1d.opjournal.v1.EscalateRequest\x1a\x1e.opjournal.v1.EscalateResponse\x12F\n" +
-	"\aResolve\x12\x1c.opjournal.v1.ResolveRequest\x1a\x1d.opjournal.v1.ResolveResponse\x12O\n" +
+	"\aResolve\x12\x1c.opjournal.v1.ResolveRequest\x1a\x1d.opjournal.v1.ResolveResponse\x12R\n" +
+	"\vAcknowledge\x12 .opjournal.v1.AcknowledgeRequest\x1a!.opjournal.v1.AcknowledgeResponse\x12O\n" +
 	"\n" +
-	"ListEvents\x12\x1f.opjournal.v1.ListEventsRequest\x1a .opjournal.v1.ListEventsResponseB=Z;github.com/opjournal/opjournal/gen/opjournal/v1;opjournalv1b\x06proto3"
+	"ListEvents\x12\x1f.opjournal.v1.ListEventsRequest\x1a .opjournal.v1.ListEventsResponse\x12L\n" +
+	"\tGetPolicy\x12\x1e.opjournal.v1.GetPolicyRequest\x1a\x1f.opjournal.v1.GetPolicyResponseB=Z;github.com/opjournal/opjournal/gen/opjournal/v1;opjournalv1b\x06proto3"
 
 var (
 	file_opjournal_v1_journal_proto_rawDescOnce sync.Once
@@ -2223,103 +2871,125 @@ func file_opjournal_v1_journal_proto_rawDescGZIP() []byte {
 	return file_opjournal_v1_journal_proto_rawDescData
 }
 
-var file_opjournal_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_opjournal_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_opjournal_v1_journal_proto_goTypes = []any{
 	(Status)(0),                     // 0: opjournal.v1.Status
-	(Resolution)(0),                 // 1: opjournal.v1.Resolution
-	(*Operation)(nil),               // 2: opjournal.v1.Operation
-	(*Event)(nil),                   // 3: opjournal.v1.Event
-	(*ClaimOptions)(nil),            // 4: opjournal.v1.ClaimOptions
-	(*RegisterRequest)(nil),         // 5: opjournal.v1.RegisterRequest
-	(*RegisterResponse)(nil),        // 6: opjournal.v1.RegisterResponse
-	(*ClaimRequest)(nil),            // 7: opjournal.v1.ClaimRequest
-	(*ClaimResponse)(nil),           // 8: opjournal.v1.ClaimResponse
-	(*MarkSucceededRequest)(nil),    // 9: opjournal.v1.MarkSucceededRequest
-	(*MarkSucceededResponse)(nil),   // 10: opjournal.v1.MarkSucceededResponse
-	(*MarkUnknownRequest)(nil),      // 11: opjournal.v1.MarkUnknownRequest
-	(*MarkUnknownResponse)(nil),     // 12: opjournal.v1.MarkUnknownResponse
-	(*MarkFailedFinalRequest)(nil),  // 13: opjournal.v1.MarkFailedFinalRequest
-	(*MarkFailedFinalResponse)(nil), // 14: opjournal.v1.MarkFailedFinalResponse
-	(*LookupRequest)(nil),           // 15: opjournal.v1.LookupRequest
-	(*LookupResponse)(nil),          // 16: opjournal.v1.LookupResponse
-	(*ListOperationsRequest)(nil),   // 17: opjournal.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),  // 18: opjournal.v1.ListOperationsResponse
-	(*ReleaseForRetryRequest)(nil),  // 19: opjournal.v1.ReleaseForRetryRequest
-	(*ReleaseForRetryResponse)(nil), // 20: opjournal.v1.ReleaseForRetryResponse
-	(*RecordCheckRequest)(nil),      // 21: opjournal.v1.RecordCheckRequest
-	(*RecordCheckResponse)(nil),     // 22: opjournal.v1.RecordCheckResponse
-	(*EscalateRequest)(nil),         // 23: opjournal.v1.EscalateRequest
-	(*EscalateResponse)(nil),        // 24: opjournal.v1.EscalateResponse
-	(*ResolveRequest)(nil),          // 25: opjournal.v1.ResolveRequest
-	(*ResolveResponse)(nil),         // 26: opjournal.v1.ResolveResponse
-	(*ListEventsRequest)(nil),       // 27: opjournal.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),      // 28: opjournal.v1.ListEventsResponse
-	(*structpb.Struct)(nil),         // 29: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
+	(OperationView)(0),              // 1: opjournal.v1.OperationView
+	(NextStep)(0),                   // 2: opjournal.v1.NextStep
+	(Resolution)(0),                 // 3: opjournal.v1.Resolution
+	(*Operation)(nil),               // 4: opjournal.v1.Operation
+	(*Event)(nil),                   // 5: opjournal.v1.Event
+	(*ClaimOptions)(nil),            // 6: opjournal.v1.ClaimOptions
+	(*RegisterRequest)(nil),         // 7: opjournal.v1.RegisterRequest
+	(*RegisterResponse)(nil),        // 8: opjournal.v1.RegisterResponse
+	(*ClaimRequest)(nil),            // 9: opjournal.v1.ClaimRequest
+	(*ClaimResponse)(nil),           // 10: opjournal.v1.ClaimResponse
+	(*ExtendLeaseRequest)(nil),      // 11: opjournal.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),     // 12: opjournal.v1.ExtendLeaseResponse
+	(*MarkSucceededRequest)(nil),    // 13: opjournal.v1.MarkSucceededRequest
+	(*MarkSucceededResponse)(nil),   // 14: opjournal.v1.MarkSucceededResponse
+	(*MarkUnknownRequest)(nil),      // 15: opjournal.v1.MarkUnknownRequest
+	(*MarkUnknownResponse)(nil),     // 16: opjournal.v1.MarkUnknownResponse
+	(*MarkFailedFinalRequest)(nil),  // 17: opjournal.v1.MarkFailedFinalRequest
+	(*MarkFailedFinalResponse)(nil), // 18: opjournal.v1.MarkFailedFinalResponse
+	(*LookupRequest)(nil),           // 19: opjournal.v1.LookupRequest
+	(*LookupResponse)(nil),          // 20: opjournal.v1.LookupResponse
+	(*ListOperationsRequest)(nil),   // 21: opjournal.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),  // 22: opjournal.v1.ListOperationsResponse
+	(*ReleaseForRetryRequest)(nil),  // 23: opjournal.v1.ReleaseForRetryRequest
+	(*ReleaseForRetryResponse)(nil), // 24: opjournal.v1.ReleaseForRetryResponse
+	(*RecordCheckRequest)(nil),      // 25: opjournal.v1.RecordCheckRequest
+	(*RecordCheckResponse)(nil),     // 26: opjournal.v1.RecordCheckResponse
+	(*EscalateRequest)(nil),         // 27: opjournal.v1.EscalateRequest
+	(*EscalateResponse)(nil),        // 28: opjournal.v1.EscalateResponse
+	(*ResolveRequest)(nil),          // 29: opjournal.v1.ResolveRequest
+	(*ResolveResponse)(nil),         // 30: opjournal.v1.ResolveResponse
+	(*AcknowledgeRequest)(nil),      // 31: opjournal.v1.AcknowledgeRequest
+	(*AcknowledgeResponse)(nil),     // 32: opjournal.v1.AcknowledgeResponse
+	(*ListEventsRequest)(nil),       // 33: opjournal.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),      // 34: opjournal.v1.ListEventsResponse
+	(*GetPolicyRequest)(nil),        // 35: opjournal.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),       // 36: opjournal.v1.GetPolicyResponse
+	(*structpb.Struct)(nil),         // 37: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 38: google.protobuf.Timestamp
 }
 var file_opjournal_v1_journal_proto_depIdxs = []int32{
 	0,  // 0: opjournal.v1.Operation.status:type_name -> opjournal.v1.Status
-	29, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
-	30, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
-	30, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	30, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
-	29, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
-	30, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
-	30, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
-	30, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
-	30, // 9: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
-	0,  // 10: opjournal.v1.Event.from_status:type_name -> opjournal.v1.Status
-	0,  // 11: opjournal.v1.Event.to_status:type_name -> opjournal.v1.Status
-	29, // 12: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
-	4,  // 13: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
-	2,  // 14: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
-	30, // 15: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
-	2,  // 16: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
-	30, // 17: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
-	29, // 18: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
-	2,  // 19: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
-	2,  // 20: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
-	2,  // 21: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
-	2,  // 22: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
-	0,  // 23: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
-	2,  // 24: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
-	2,  // 25: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
-	2,  // 26: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
-	2,  // 27: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
-	1,  // 28: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
-	29, // 29: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
-	2,  // 30: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
-	3,  // 31: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
-	5,  // 32: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
-	7,  // 33: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
-	9,  // 34: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
-	11, // 35: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
-	13, // 36: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
-	15, // 37: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
-	17, // 38: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
-	19, // 39: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
-	21, // 40: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
-	23, // 41: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
-	25, // 42: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
-	27, // 43: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
-	6,  // 44: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
-	8,  // 45: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
-	10, // 46: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
-	12, // 47: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
-	14, // 48: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
-	16, // 49: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
-	18, // 50: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
-	20, // 51: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
-	22, // 52: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
-	24, // 53: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
-	26, // 54: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
-	28, // 55: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
-	44, // [44:56] is the sub-list for method output_type
-	32, // [32:44] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	37, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
+	38, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
+	38, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	38, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
+	37, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
+	38, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
+	38, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
+	38, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
+	38, // 9: opjournal.v1.Operation.attempt_started_at:type_name -> google.protobuf.Timestamp
+	38, // 10: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
+	0,  // 11: opjournal.v1.Event.from_status:type_name -> opjournal.v1.Status
+	0,  // 12: opjournal.v1.Event.to_status:type_name -> opjournal.v1.Status
+	37, // 13: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
+	6,  // 14: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
+	4,  // 15: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
+	38, // 16: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
+	2,  // 17: opjournal.v1.RegisterResponse.next:type_name -> opjournal.v1.NextStep
+	4,  // 18: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
+	38, // 19: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
+	2,  // 20: opjournal.v1.ClaimResponse.next:type_name -> opjournal.v1.NextStep
+	4,  // 21: opjournal.v1.ExtendLeaseResponse.operation:type_name -> opjournal.v1.Operation
+	38, // 22: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
+	37, // 23: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
+	4,  // 24: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 25: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 26: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
+	1,  // 27: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 28: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
+	0,  // 29: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
+	1,  // 30: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 31: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
+	4,  // 32: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 33: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 34: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
+	3,  // 35: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
+	37, // 36: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
+	4,  // 37: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 38: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
+	5,  // 39: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
+	7,  // 40: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
+	9,  // 41: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
+	11, // 42: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
+	13, // 43: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
+	15, // 44: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
+	17, // 45: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
+	19, // 46: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
+	21, // 47: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
+	23, // 48: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
+	25, // 49: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
+	27, // 50: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
+	29, // 51: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
+	31, // 52: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
+	33, // 53: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
+	35, // 54: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
+	8,  // 55: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
+	10, // 56: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
+	12, // 57: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
+	14, // 58: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
+	16, // 59: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
+	18, // 60: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
+	20, // 61: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
+	22, // 62: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
+	24, // 63: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
+	26, // 64: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
+	28, // 65: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
+	30, // 66: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
+	32, // 67: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
+	34, // 68: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
+	36, // 69: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
+	55, // [55:70] is the sub-list for method output_type
+	40, // [40:55] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_opjournal_v1_journal_proto_init() }
@@ -2327,14 +2997,14 @@ func file_opjournal_v1_journal_proto_init() {
 	if File_opjournal_v1_journal_proto != nil {
 		return
 	}
-	file_opjournal_v1_journal_proto_msgTypes[15].OneofWrappers = []any{}
+	file_opjournal_v1_journal_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_opjournal_v1_journal_proto_rawDesc), len(file_opjournal_v1_journal_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   27,
+			NumEnums:      4,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	JournalService_Register_FullMethodName        = "/opjournal.v1.JournalService/Register"
 	JournalService_Claim_FullMethodName           = "/opjournal.v1.JournalService/Claim"
+	JournalService_ExtendLease_FullMethodName     = "/opjournal.v1.JournalService/ExtendLease"
 	JournalService_MarkSucceeded_FullMethodName   = "/opjournal.v1.JournalService/MarkSucceeded"
 	JournalService_MarkUnknown_FullMethodName     = "/opjournal.v1.JournalService/MarkUnknown"
 	JournalService_MarkFailedFinal_FullMethodName = "/opjournal.v1.JournalService/MarkFailedFinal"
@@ -38,7 +39,9 @@ const (
 	JournalService_RecordCheck_FullMethodName     = "/opjournal.v1.JournalService/RecordCheck"
 	JournalService_Escalate_FullMethodName        = "/opjournal.v1.JournalService/Escalate"
 	JournalService_Resolve_FullMethodName         = "/opjournal.v1.JournalService/Resolve"
+	JournalService_Acknowledge_FullMethodName     = "/opjournal.v1.JournalService/Acknowledge"
 	JournalService_ListEvents_FullMethodName      = "/opjournal.v1.JournalService/ListEvents"
+	JournalService_GetPolicy_FullMethodName       = "/opjournal.v1.JournalService/GetPolicy"
 )
 
 // JournalServiceClient is the client API for JournalService service.
@@ -49,7 +52,8 @@ const (
 //
 // Errors carry a google.rpc.ErrorInfo detail whose reason is one of the
 // opjournal error codes (INVALID_ARGUMENT, UNKNOWN_ACTION, TOO_LARGE,
-// PAYLOAD_MISMATCH, STALE_ATTEMPT, NOT_FOUND, UNAVAILABLE, INTERNAL) and
+// PAYLOAD_MISMATCH, STALE_ATTEMPT, INVALID_STATE, NOT_FOUND, UNAUTHENTICATED,
+// PERMISSION_DENIED, RATE_LIMITED, UNAVAILABLE, INTERNAL) and
 // whose metadata "field" names the offending request field, if any.
 type JournalServiceClient interface {
 	// Register records an operation before its external call. A new key is
@@ -66,6 +70,14 @@ type JournalServiceClient interface {
 	// current state (and retry_after_seconds when another worker's lease is
 	// live). Never an error for a lost race.
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
+	// ExtendLease keeps the caller's live lease alive while a long provider
+	// call runs (a heartbeat). Only the current lease holder may call it
+	// (matching attempt, status IN_PROGRESS, lease not yet expired on the
+	// database clock); an expired lease is never revived: its outcome is
+	// already UNKNOWN. The new lease ends lease_seconds (at most the policy's
+	// lease_seconds) from now, but never later than the policy's
+	// max_attempt_seconds after the attempt was claimed.
+	ExtendLease(ctx context.Context, in *ExtendLeaseRequest, opts ...grpc.CallOption) (*ExtendLeaseResponse, error)
 	// MarkSucceeded records a confirmed effect. Accepted from the current
 	// attempt and from a stale one (a confirmed effect is a fact). Repeating it
 	// with the same external_id is a no-op; with a different external_id the
@@ -98,12 +110,23 @@ type JournalServiceClient interface {
 	// Escalate hands a non-terminal operation to a person (needs_review with a
 	// reason). Escalating an operation already under review changes nothing.
 	Escalate(ctx context.Context, in *EscalateRequest, opts ...grpc.CallOption) (*EscalateResponse, error)
-	// Resolve is an operator's decision on an UNKNOWN or needs_review
-	// operation: SUCCEEDED (with external_id) or FAILED_FINAL. Actor and
-	// reason are required and recorded in the history.
+	// Resolve is an operator's decision on a NON-TERMINAL operation that is
+	// UNKNOWN or under review: SUCCEEDED (with external_id) or FAILED_FINAL.
+	// A terminal operation is never resolved again (INVALID_STATE; see
+	// Acknowledge). Reason is required; the history records the
+	// authenticated principal as the actor.
 	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error)
-	// ListEvents returns an operation's history, oldest first.
+	// Acknowledge is an operator's decision on a TERMINAL operation under
+	// review (for example a detected duplicate effect): it clears
+	// needs_review and records the reason. The status never changes:
+	// terminal states never go backwards. Reason is required.
+	Acknowledge(ctx context.Context, in *AcknowledgeRequest, opts ...grpc.CallOption) (*AcknowledgeResponse, error)
+	// ListEvents returns an operation's history, oldest first, one page at a
+	// time.
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
+	// GetPolicy returns the policy this server enforces, so that a
+	// reconciler (or an operator) can check that it works from the same one.
+	GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*GetPolicyResponse, error)
 }
 
 type journalServiceClient struct {
@@ -128,6 +151,16 @@ func (c *journalServiceClient) Claim(ctx context.Context, in *ClaimRequest, opts
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ClaimResponse)
 	err := c.cc.Invoke(ctx, JournalService_Claim_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *journalServiceClient) ExtendLease(ctx context.Context, in *ExtendLeaseRequest, opts ...grpc.CallOption) (*ExtendLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExtendLeaseResponse)
+	err := c.cc.Invoke(ctx, JournalService_ExtendLease_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -224,10 +257,30 @@ func (c *journalServiceClient) Resolve(ctx context.Context, in *ResolveRequest, 
 	return out, nil
 }
 
+func (c *journalServiceClient) Acknowledge(ctx context.Context, in *AcknowledgeRequest, opts ...grpc.CallOption) (*AcknowledgeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcknowledgeResponse)
+	err := c.cc.Invoke(ctx, JournalService_Acknowledge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *journalServiceClient) ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListEventsResponse)
 	err := c.cc.Invoke(ctx, JournalService_ListEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *journalServiceClient) GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*GetPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPolicyResponse)
+	err := c.cc.Invoke(ctx, JournalService_GetPolicy_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +295,8 @@ func (c *journalServiceClient) ListEvents(ctx context.Context, in *ListEventsReq
 //
 // Errors carry a google.rpc.ErrorInfo detail whose reason is one of the
 // opjournal error codes (INVALID_ARGUMENT, UNKNOWN_ACTION, TOO_LARGE,
-// PAYLOAD_MISMATCH, STALE_ATTEMPT, NOT_FOUND, UNAVAILABLE, INTERNAL) and
+// PAYLOAD_MISMATCH, STALE_ATTEMPT, INVALID_STATE, NOT_FOUND, UNAUTHENTICATED,
+// PERMISSION_DENIED, RATE_LIMITED, UNAVAILABLE, INTERNAL) and
 // whose metadata "field" names the offending request field, if any.
 type JournalServiceServer interface {
 	// Register records an operation before its external call. A new key is
@@ -259,6 +313,14 @@ type JournalServiceServer interface {
 	// current state (and retry_after_seconds when another worker's lease is
 	// live). Never an error for a lost race.
 	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
+	// ExtendLease keeps the caller's live lease alive while a long provider
+	// call runs (a heartbeat). Only the current lease holder may call it
+	// (matching attempt, status IN_PROGRESS, lease not yet expired on the
+	// database clock); an expired lease is never revived: its outcome is
+	// already UNKNOWN. The new lease ends lease_seconds (at most the policy's
+	// lease_seconds) from now, but never later than the policy's
+	// max_attempt_seconds after the attempt was claimed.
+	ExtendLease(context.Context, *ExtendLeaseRequest) (*ExtendLeaseResponse, error)
 	// MarkSucceeded records a confirmed effect. Accepted from the current
 	// attempt and from a stale one (a confirmed effect is a fact). Repeating it
 	// with the same external_id is a no-op; with a different external_id the
@@ -291,12 +353,23 @@ type JournalServiceServer interface {
 	// Escalate hands a non-terminal operation to a person (needs_review with a
 	// reason). Escalating an operation already under review changes nothing.
 	Escalate(context.Context, *EscalateRequest) (*EscalateResponse, error)
-	// Resolve is an operator's decision on an UNKNOWN or needs_review
-	// operation: SUCCEEDED (with external_id) or FAILED_FINAL. Actor and
-	// reason are required and recorded in the history.
+	// Resolve is an operator's decision on a NON-TERMINAL operation that is
+	// UNKNOWN or under review: SUCCEEDED (with external_id) or FAILED_FINAL.
+	// A terminal operation is never resolved again (INVALID_STATE; see
+	// Acknowledge). Reason is required; the history records the
+	// authenticated principal as the actor.
 	Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error)
-	// ListEvents returns an operation's history, oldest first.
+	// Acknowledge is an operator's decision on a TERMINAL operation under
+	// review (for example a detected duplicate effect): it clears
+	// needs_review and records the reason. The status never changes:
+	// terminal states never go backwards. Reason is required.
+	Acknowledge(context.Context, *AcknowledgeRequest) (*AcknowledgeResponse, error)
+	// ListEvents returns an operation's history, oldest first, one page at a
+	// time.
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
+	// GetPolicy returns the policy this server enforces, so that a
+	// reconciler (or an operator) can check that it works from the same one.
+	GetPolicy(context.Context, *GetPolicyRequest) (*GetPolicyResponse, error)
 	mustEmbedUnimplementedJournalServiceServer()
 }
 
@@ -312,6 +385,9 @@ func (UnimplementedJournalServiceServer) Register(context.Context, *RegisterRequ
 }
 func (UnimplementedJournalServiceServer) Claim(context.Context, *ClaimRequest) (*ClaimResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Claim not implemented")
+}
+func (UnimplementedJournalServiceServer) ExtendLease(context.Context, *ExtendLeaseRequest) (*ExtendLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExtendLease not implemented")
 }
 func (UnimplementedJournalServiceServer) MarkSucceeded(context.Context, *MarkSucceededRequest) (*MarkSucceededResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MarkSucceeded not implemented")
@@ -340,8 +416,14 @@ func (UnimplementedJournalServiceServer) Escalate(context.Context, *EscalateRequ
 func (UnimplementedJournalServiceServer) Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
 }
+func (UnimplementedJournalServiceServer) Acknowledge(context.Context, *AcknowledgeRequest) (*AcknowledgeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Acknowledge not implemented")
+}
 func (UnimplementedJournalServiceServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
+}
+func (UnimplementedJournalServiceServer) GetPolicy(context.Context, *GetPolicyRequest) (*GetPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPolicy not implemented")
 }
 func (UnimplementedJournalServiceServer) mustEmbedUnimplementedJournalServiceServer() {}
 func (UnimplementedJournalServiceServer) testEmbeddedByValue()                        {}
@@ -396,6 +478,24 @@ func _JournalService_Claim_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(JournalServiceServer).Claim(ctx, req.(*ClaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JournalService_ExtendLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExtendLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).ExtendLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_ExtendLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).ExtendLease(ctx, req.(*ExtendLeaseRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -562,6 +662,24 @@ func _JournalService_Resolve_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JournalService_Acknowledge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcknowledgeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).Acknowledge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_Acknowledge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).Acknowledge(ctx, req.(*AcknowledgeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _JournalService_ListEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListEventsRequest)
 	if err := dec(in); err != nil {
@@ -580,6 +698,24 @@ func _JournalService_ListEvents_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JournalService_GetPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).GetPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_GetPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).GetPolicy(ctx, req.(*GetPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JournalService_ServiceDesc is the grpc.ServiceDesc for JournalService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -594,6 +730,10 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Claim",
 			Handler:    _JournalService_Claim_Handler,
+		},
+		{
+			MethodName: "ExtendLease",
+			Handler:    _JournalService_ExtendLease_Handler,
 		},
 		{
 			MethodName: "MarkSucceeded",
@@ -632,8 +772,16 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _JournalService_Resolve_Handler,
 		},
 		{
+			MethodName: "Acknowledge",
+			Handler:    _JournalService_Acknowledge_Handler,
+		},
+		{
 			MethodName: "ListEvents",
 			Handler:    _JournalService_ListEvents_Handler,
+		},
+		{
+			MethodName: "GetPolicy",
+			Handler:    _JournalService_GetPolicy_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

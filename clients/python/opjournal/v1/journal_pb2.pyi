@@ -7,6 +7,16 @@ from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+NEXT_STEP_CALL_PROVIDER: NextStep
+NEXT_STEP_CLAIM: NextStep
+NEXT_STEP_FAILED_FINAL: NextStep
+NEXT_STEP_REPLAY: NextStep
+NEXT_STEP_UNSPECIFIED: NextStep
+NEXT_STEP_VERIFICATION_REQUIRED: NextStep
+NEXT_STEP_WAIT: NextStep
+OPERATION_VIEW_BASIC: OperationView
+OPERATION_VIEW_FULL: OperationView
+OPERATION_VIEW_UNSPECIFIED: OperationView
 RESOLUTION_FAILED_FINAL: Resolution
 RESOLUTION_SUCCEEDED: Resolution
 RESOLUTION_UNSPECIFIED: Resolution
@@ -16,6 +26,22 @@ STATUS_PENDING: Status
 STATUS_SUCCEEDED: Status
 STATUS_UNKNOWN: Status
 STATUS_UNSPECIFIED: Status
+
+class AcknowledgeRequest(_message.Message):
+    __slots__ = ["actor", "operation_key", "reason"]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    actor: str
+    operation_key: str
+    reason: str
+    def __init__(self, operation_key: _Optional[str] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class AcknowledgeResponse(_message.Message):
+    __slots__ = ["operation"]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class ClaimOptions(_message.Message):
     __slots__ = ["lease_seconds", "worker_id"]
@@ -36,18 +62,22 @@ class ClaimRequest(_message.Message):
     def __init__(self, operation_key: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
 
 class ClaimResponse(_message.Message):
-    __slots__ = ["attempt", "claimed", "lease_until", "operation", "retry_after_seconds"]
+    __slots__ = ["attempt", "claimed", "lease_seconds", "lease_until", "next", "operation", "retry_after_seconds"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     CLAIMED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     claimed: bool
+    lease_seconds: int
     lease_until: _timestamp_pb2.Timestamp
+    next: NextStep
     operation: Operation
     retry_after_seconds: int
-    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., claimed: bool = ..., attempt: _Optional[int] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retry_after_seconds: _Optional[int] = ...) -> None: ...
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., claimed: bool = ..., attempt: _Optional[int] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retry_after_seconds: _Optional[int] = ..., next: _Optional[_Union[NextStep, str]] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
 
 class EscalateRequest(_message.Message):
     __slots__ = ["actor", "operation_key", "reason"]
@@ -66,7 +96,7 @@ class EscalateResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ["actor", "at", "attempt", "external_id", "from_status", "id", "reason", "to_status"]
+    __slots__ = ["actor", "at", "attempt", "external_id", "from_status", "id", "reason", "stated_actor", "to_status"]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +104,7 @@ class Event(_message.Message):
     FROM_STATUS_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    STATED_ACTOR_FIELD_NUMBER: _ClassVar[int]
     TO_STATUS_FIELD_NUMBER: _ClassVar[int]
     actor: str
     at: _timestamp_pb2.Timestamp
@@ -82,36 +113,77 @@ class Event(_message.Message):
     from_status: Status
     id: int
     reason: str
+    stated_actor: str
     to_status: Status
-    def __init__(self, id: _Optional[int] = ..., at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., from_status: _Optional[_Union[Status, str]] = ..., to_status: _Optional[_Union[Status, str]] = ..., attempt: _Optional[int] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ..., external_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., from_status: _Optional[_Union[Status, str]] = ..., to_status: _Optional[_Union[Status, str]] = ..., attempt: _Optional[int] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ..., external_id: _Optional[str] = ..., stated_actor: _Optional[str] = ...) -> None: ...
+
+class ExtendLeaseRequest(_message.Message):
+    __slots__ = ["attempt", "lease_seconds", "operation_key"]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    lease_seconds: int
+    operation_key: str
+    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
+
+class ExtendLeaseResponse(_message.Message):
+    __slots__ = ["lease_seconds", "lease_until", "operation"]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    lease_seconds: int
+    lease_until: _timestamp_pb2.Timestamp
+    operation: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
+
+class GetPolicyRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class GetPolicyResponse(_message.Message):
+    __slots__ = ["fingerprint", "source"]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    fingerprint: str
+    source: str
+    def __init__(self, fingerprint: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
 
 class ListEventsRequest(_message.Message):
-    __slots__ = ["operation_key"]
+    __slots__ = ["operation_key", "page_size", "page_token"]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     operation_key: str
-    def __init__(self, operation_key: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, operation_key: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListEventsResponse(_message.Message):
-    __slots__ = ["events"]
+    __slots__ = ["events", "next_page_token"]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[Event]
-    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListOperationsRequest(_message.Message):
-    __slots__ = ["action_type", "due_for_check", "needs_review", "page_size", "page_token", "statuses"]
+    __slots__ = ["action_type", "due_for_check", "needs_review", "page_size", "page_token", "statuses", "view"]
     ACTION_TYPE_FIELD_NUMBER: _ClassVar[int]
     DUE_FOR_CHECK_FIELD_NUMBER: _ClassVar[int]
     NEEDS_REVIEW_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     STATUSES_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     action_type: str
     due_for_check: bool
     needs_review: bool
     page_size: int
     page_token: str
     statuses: _containers.RepeatedScalarFieldContainer[Status]
-    def __init__(self, statuses: _Optional[_Iterable[_Union[Status, str]]] = ..., needs_review: bool = ..., action_type: _Optional[str] = ..., due_for_check: bool = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    view: OperationView
+    def __init__(self, statuses: _Optional[_Iterable[_Union[Status, str]]] = ..., needs_review: bool = ..., action_type: _Optional[str] = ..., due_for_check: bool = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., view: _Optional[_Union[OperationView, str]] = ...) -> None: ...
 
 class ListOperationsResponse(_message.Message):
     __slots__ = ["next_page_token", "operations"]
@@ -122,10 +194,12 @@ class ListOperationsResponse(_message.Message):
     def __init__(self, operations: _Optional[_Iterable[_Union[Operation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
-    __slots__ = ["operation_key"]
+    __slots__ = ["operation_key", "view"]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     operation_key: str
-    def __init__(self, operation_key: _Optional[str] = ...) -> None: ...
+    view: OperationView
+    def __init__(self, operation_key: _Optional[str] = ..., view: _Optional[_Union[OperationView, str]] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
     __slots__ = ["operation"]
@@ -186,12 +260,15 @@ class MarkUnknownResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class Operation(_message.Message):
-    __slots__ = ["action_type", "attempt_count", "check_count", "created_at", "duplicate_external_id", "error_code", "external_id", "last_checked_at", "lease_owner", "lease_until", "needs_review", "next_check_at", "operation_key", "payload", "request_hash", "result", "review_reason", "status", "unknown_since", "updated_at"]
+    __slots__ = ["action_type", "attempt_count", "attempt_started_at", "check_count", "created_at", "duplicate_external_id", "duplicate_external_ids", "duplicate_reports", "error_code", "external_id", "last_checked_at", "lease_owner", "lease_until", "needs_review", "next_check_at", "operation_key", "payload", "request_hash", "result", "review_reason", "status", "unknown_since", "updated_at"]
     ACTION_TYPE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     CHECK_COUNT_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_EXTERNAL_IDS_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_EXTERNAL_ID_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_REPORTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     EXTERNAL_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_CHECKED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -209,9 +286,12 @@ class Operation(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     action_type: str
     attempt_count: int
+    attempt_started_at: _timestamp_pb2.Timestamp
     check_count: int
     created_at: _timestamp_pb2.Timestamp
     duplicate_external_id: str
+    duplicate_external_ids: _containers.RepeatedScalarFieldContainer[str]
+    duplicate_reports: int
     error_code: str
     external_id: str
     last_checked_at: _timestamp_pb2.Timestamp
@@ -227,7 +307,7 @@ class Operation(_message.Message):
     status: Status
     unknown_since: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., request_hash: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., attempt_count: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., needs_review: bool = ..., review_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., duplicate_external_id: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., unknown_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., check_count: _Optional[int] = ..., last_checked_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_check_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., request_hash: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., attempt_count: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., needs_review: bool = ..., review_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., duplicate_external_id: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., unknown_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., check_count: _Optional[int] = ..., last_checked_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_check_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duplicate_external_ids: _Optional[_Iterable[str]] = ..., duplicate_reports: _Optional[int] = ..., attempt_started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RecordCheckRequest(_message.Message):
     __slots__ = ["actor", "attempt", "next_check_after_seconds", "note", "operation_key"]
@@ -262,20 +342,24 @@ class RegisterRequest(_message.Message):
     def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., claim: _Optional[_Union[ClaimOptions, _Mapping]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ["attempt", "claimed", "created", "lease_until", "operation", "retry_after_seconds"]
+    __slots__ = ["attempt", "claimed", "created", "lease_seconds", "lease_until", "next", "operation", "retry_after_seconds"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     CLAIMED_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     claimed: bool
     created: bool
+    lease_seconds: int
     lease_until: _timestamp_pb2.Timestamp
+    next: NextStep
     operation: Operation
     retry_after_seconds: int
-    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., created: bool = ..., claimed: bool = ..., attempt: _Optional[int] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retry_after_seconds: _Optional[int] = ...) -> None: ...
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., created: bool = ..., claimed: bool = ..., attempt: _Optional[int] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retry_after_seconds: _Optional[int] = ..., next: _Optional[_Union[NextStep, str]] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
 
 class ReleaseForRetryRequest(_message.Message):
     __slots__ = ["actor", "attempt", "operation_key", "reason"]
@@ -320,6 +404,12 @@ class ResolveResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class OperationView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class NextStep(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class Resolution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):

@@ -10,7 +10,8 @@ class JournalServiceStub(object):
 
     Errors carry a google.rpc.ErrorInfo detail whose reason is one of the
     opjournal error codes (INVALID_ARGUMENT, UNKNOWN_ACTION, TOO_LARGE,
-    PAYLOAD_MISMATCH, STALE_ATTEMPT, NOT_FOUND, UNAVAILABLE, INTERNAL) and
+    PAYLOAD_MISMATCH, STALE_ATTEMPT, INVALID_STATE, NOT_FOUND, UNAUTHENTICATED,
+    PERMISSION_DENIED, RATE_LIMITED, UNAVAILABLE, INTERNAL) and
     whose metadata "field" names the offending request field, if any.
     """
 
@@ -29,6 +30,11 @@ class JournalServiceStub(object):
                 '/opjournal.v1.JournalService/Claim',
                 request_serializer=opjournal_dot_v1_dot_journal__pb2.ClaimRequest.SerializeToString,
                 response_deserializer=opjournal_dot_v1_dot_journal__pb2.ClaimResponse.FromString,
+                )
+        self.ExtendLease = channel.unary_unary(
+                '/opjournal.v1.JournalService/ExtendLease',
+                request_serializer=opjournal_dot_v1_dot_journal__pb2.ExtendLeaseRequest.SerializeToString,
+                response_deserializer=opjournal_dot_v1_dot_journal__pb2.ExtendLeaseResponse.FromString,
                 )
         self.MarkSucceeded = channel.unary_unary(
                 '/opjournal.v1.JournalService/MarkSucceeded',
@@ -75,10 +81,20 @@ class JournalServiceStub(object):
                 request_serializer=opjournal_dot_v1_dot_journal__pb2.ResolveRequest.SerializeToString,
                 response_deserializer=opjournal_dot_v1_dot_journal__pb2.ResolveResponse.FromString,
                 )
+        self.Acknowledge = channel.unary_unary(
+                '/opjournal.v1.JournalService/Acknowledge',
+                request_serializer=opjournal_dot_v1_dot_journal__pb2.AcknowledgeRequest.SerializeToString,
+                response_deserializer=opjournal_dot_v1_dot_journal__pb2.AcknowledgeResponse.FromString,
+                )
         self.ListEvents = channel.unary_unary(
                 '/opjournal.v1.JournalService/ListEvents',
                 request_serializer=opjournal_dot_v1_dot_journal__pb2.ListEventsRequest.SerializeToString,
                 response_deserializer=opjournal_dot_v1_dot_journal__pb2.ListEventsResponse.FromString,
+                )
+        self.GetPolicy = channel.unary_unary(
+                '/opjournal.v1.JournalService/GetPolicy',
+                request_serializer=opjournal_dot_v1_dot_journal__pb2.GetPolicyRequest.SerializeToString,
+                response_deserializer=opjournal_dot_v1_dot_journal__pb2.GetPolicyResponse.FromString,
                 )
 
 
@@ -87,7 +103,8 @@ class JournalServiceServicer(object):
 
     Errors carry a google.rpc.ErrorInfo detail whose reason is one of the
     opjournal error codes (INVALID_ARGUMENT, UNKNOWN_ACTION, TOO_LARGE,
-    PAYLOAD_MISMATCH, STALE_ATTEMPT, NOT_FOUND, UNAVAILABLE, INTERNAL) and
+    PAYLOAD_MISMATCH, STALE_ATTEMPT, INVALID_STATE, NOT_FOUND, UNAUTHENTICATED,
+    PERMISSION_DENIED, RATE_LIMITED, UNAVAILABLE, INTERNAL) and
     whose metadata "field" names the offending request field, if any.
     """
 
@@ -110,6 +127,19 @@ class JournalServiceServicer(object):
         the action's policy is retry_same_key. Otherwise claimed = false with the
         current state (and retry_after_seconds when another worker's lease is
         live). Never an error for a lost race.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExtendLease(self, request, context):
+        """ExtendLease keeps the caller's live lease alive while a long provider
+        call runs (a heartbeat). Only the current lease holder may call it
+        (matching attempt, status IN_PROGRESS, lease not yet expired on the
+        database clock); an expired lease is never revived: its outcome is
+        already UNKNOWN. The new lease ends lease_seconds (at most the policy's
+        lease_seconds) from now, but never later than the policy's
+        max_attempt_seconds after the attempt was claimed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -188,16 +218,37 @@ class JournalServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Resolve(self, request, context):
-        """Resolve is an operator's decision on an UNKNOWN or needs_review
-        operation: SUCCEEDED (with external_id) or FAILED_FINAL. Actor and
-        reason are required and recorded in the history.
+        """Resolve is an operator's decision on a NON-TERMINAL operation that is
+        UNKNOWN or under review: SUCCEEDED (with external_id) or FAILED_FINAL.
+        A terminal operation is never resolved again (INVALID_STATE; see
+        Acknowledge). Reason is required; the history records the
+        authenticated principal as the actor.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Acknowledge(self, request, context):
+        """Acknowledge is an operator's decision on a TERMINAL operation under
+        review (for example a detected duplicate effect): it clears
+        needs_review and records the reason. The status never changes:
+        terminal states never go backwards. Reason is required.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListEvents(self, request, context):
-        """ListEvents returns an operation's history, oldest first.
+        """ListEvents returns an operation's history, oldest first, one page at a
+        time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPolicy(self, request, context):
+        """GetPolicy returns the policy this server enforces, so that a
+        reconciler (or an operator) can check that it works from the same one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -215,6 +266,11 @@ def add_JournalServiceServicer_to_server(servicer, server):
                     servicer.Claim,
                     request_deserializer=opjournal_dot_v1_dot_journal__pb2.ClaimRequest.FromString,
                     response_serializer=opjournal_dot_v1_dot_journal__pb2.ClaimResponse.SerializeToString,
+            ),
+            'ExtendLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExtendLease,
+                    request_deserializer=opjournal_dot_v1_dot_journal__pb2.ExtendLeaseRequest.FromString,
+                    response_serializer=opjournal_dot_v1_dot_journal__pb2.ExtendLeaseResponse.SerializeToString,
             ),
             'MarkSucceeded': grpc.unary_unary_rpc_method_handler(
                     servicer.MarkSucceeded,
@@ -261,10 +317,20 @@ def add_JournalServiceServicer_to_server(servicer, server):
                     request_deserializer=opjournal_dot_v1_dot_journal__pb2.ResolveRequest.FromString,
                     response_serializer=opjournal_dot_v1_dot_journal__pb2.ResolveResponse.SerializeToString,
             ),
+            'Acknowledge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Acknowledge,
+                    request_deserializer=opjournal_dot_v1_dot_journal__pb2.AcknowledgeRequest.FromString,
+                    response_serializer=opjournal_dot_v1_dot_journal__pb2.AcknowledgeResponse.SerializeToString,
+            ),
             'ListEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListEvents,
                     request_deserializer=opjournal_dot_v1_dot_journal__pb2.ListEventsRequest.FromString,
                     response_serializer=opjournal_dot_v1_dot_journal__pb2.ListEventsResponse.SerializeToString,
+            ),
+            'GetPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPolicy,
+                    request_deserializer=opjournal_dot_v1_dot_journal__pb2.GetPolicyRequest.FromString,
+                    response_serializer=opjournal_dot_v1_dot_journal__pb2.GetPolicyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -278,7 +344,8 @@ class JournalService(object):
 
     Errors carry a google.rpc.ErrorInfo detail whose reason is one of the
     opjournal error codes (INVALID_ARGUMENT, UNKNOWN_ACTION, TOO_LARGE,
-    PAYLOAD_MISMATCH, STALE_ATTEMPT, NOT_FOUND, UNAVAILABLE, INTERNAL) and
+    PAYLOAD_MISMATCH, STALE_ATTEMPT, INVALID_STATE, NOT_FOUND, UNAUTHENTICATED,
+    PERMISSION_DENIED, RATE_LIMITED, UNAVAILABLE, INTERNAL) and
     whose metadata "field" names the offending request field, if any.
     """
 
@@ -313,6 +380,23 @@ class JournalService(object):
         return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/Claim',
             opjournal_dot_v1_dot_journal__pb2.ClaimRequest.SerializeToString,
             opjournal_dot_v1_dot_journal__pb2.ClaimResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ExtendLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/ExtendLease',
+            opjournal_dot_v1_dot_journal__pb2.ExtendLeaseRequest.SerializeToString,
+            opjournal_dot_v1_dot_journal__pb2.ExtendLeaseResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
@@ -470,6 +554,23 @@ class JournalService(object):
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
     @staticmethod
+    def Acknowledge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/Acknowledge',
+            opjournal_dot_v1_dot_journal__pb2.AcknowledgeRequest.SerializeToString,
+            opjournal_dot_v1_dot_journal__pb2.AcknowledgeResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
     def ListEvents(request,
             target,
             options=(),
@@ -483,5 +584,22 @@ class JournalService(object):
         return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/ListEvents',
             opjournal_dot_v1_dot_journal__pb2.ListEventsRequest.SerializeToString,
             opjournal_dot_v1_dot_journal__pb2.ListEventsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/GetPolicy',
+            opjournal_dot_v1_dot_journal__pb2.GetPolicyRequest.SerializeToString,
+            opjournal_dot_v1_dot_journal__pb2.GetPolicyResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -20,7 +20,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file opjournal/v1/journal.proto.
  */
 export const file_opjournal_v1_journal: GenFile = /*@__PURE__*/
-  fileDesc("ChpvcGpvdXJuYWwvdjEvam91cm5hbC5wcm90bxIMb3Bqb3VybmFsLnYxIqgFCglPcGVyYXRpb24SFQoNb3BlcmF0aW9uX2tleRgBIAEoCRITCgthY3Rpb25fdHlwZRgCIAEoCRIUCgxyZXF1ZXN0X2hhc2gYAyABKAkSJAoGc3RhdHVzGAQgASgOMhQub3Bqb3VybmFsLnYxLlN0YXR1cxIVCg1hdHRlbXB0X2NvdW50GAUgASgFEhMKC2V4dGVybmFsX2lkGAYgASgJEicKBnJlc3VsdBgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZXJyb3JfY29kZRgIIAEoCRIvCgtsZWFzZV91bnRpbBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMbmVlZHNfcmV2aWV3GAogASgIEhUKDXJldmlld19yZWFzb24YCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2Vfb3duZXIYDiABKAkSHQoVZHVwbGljYXRlX2V4dGVybmFsX2lkGA8gASgJEigKB3BheWxvYWQYECABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjEKDXVua25vd25fc2luY2UYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2NoZWNrX2NvdW50GBIgASgFEjMKD2xhc3RfY2hlY2tlZF9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNbmV4dF9jaGVja19hdBgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi1AEKBUV2ZW50EgoKAmlkGAEgASgDEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIpCgtmcm9tX3N0YXR1cxgDIAEoDjIULm9wam91cm5hbC52MS5TdGF0dXMSJwoJdG9fc3RhdHVzGAQgASgOMhQub3Bqb3VybmFsLnYxLlN0YXR1cxIPCgdhdHRlbXB0GAUgASgFEg0KBWFjdG9yGAYgASgJEg4KBnJlYXNvbhgHIAEoCRITCgtleHRlcm5hbF9pZBgIIAEoCSI4CgxDbGFpbU9wdGlvbnMSEQoJd29ya2VyX2lkGAEgASgJEhUKDWxlYXNlX3NlY29uZHMYAiABKAUikgEKD1JlZ2lzdGVyUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEhMKC2FjdGlvbl90eXBlGAIgASgJEigKB3BheWxvYWQYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EikKBWNsYWltGAQgASgLMhoub3Bqb3VybmFsLnYxLkNsYWltT3B0aW9ucyK/AQoQUmVnaXN0ZXJSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uEg8KB2NyZWF0ZWQYAiABKAgSDwoHY2xhaW1lZBgDIAEoCBIPCgdhdHRlbXB0GAQgASgFEi8KC2xlYXNlX3VudGlsGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNyZXRyeV9hZnRlcl9zZWNvbmRzGAYgASgFIk8KDENsYWltUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEhEKCXdvcmtlcl9pZBgCIAEoCRIVCg1sZWFzZV9zZWNvbmRzGAMgASgFIqsBCg1DbGFpbVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24SDwoHY2xhaW1lZBgCIAEoCBIPCgdhdHRlbXB0GAMgASgFEi8KC2xlYXNlX3VudGlsGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNyZXRyeV9hZnRlcl9zZWNvbmRzGAUgASgFIosBChRNYXJrU3VjY2VlZGVkUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg8KB2F0dGVtcHQYAiABKAUSEwoLZXh0ZXJuYWxfaWQYAyABKAkSJwoGcmVzdWx0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBINCgVhY3RvchgFIAEoCSJDChVNYXJrU3VjY2VlZGVkUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJQChJNYXJrVW5rbm93blJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEhIKCmVycm9yX2NvZGUYAyABKAkiQQoTTWFya1Vua25vd25SZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIlQKFk1hcmtGYWlsZWRGaW5hbFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEhIKCmVycm9yX2NvZGUYAyABKAkiRQoXTWFya0ZhaWxlZEZpbmFsUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiImCg1Mb29rdXBSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkiPAoOTG9va3VwUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiK+AQoVTGlzdE9wZXJhdGlvbnNSZXF1ZXN0EiYKCHN0YXR1c2VzGAEgAygOMhQub3Bqb3VybmFsLnYxLlN0YXR1cxIZCgxuZWVkc19yZXZpZXcYAiABKAhIAIgBARITCgthY3Rpb25fdHlwZRgDIAEoCRIVCg1kdWVfZm9yX2NoZWNrGAQgASgIEhEKCXBhZ2Vfc2l6ZRgFIAEoBRISCgpwYWdlX3Rva2VuGAYgASgJQg8KDV9uZWVkc19yZXZpZXciXgoWTGlzdE9wZXJhdGlvbnNSZXNwb25zZRIrCgpvcGVyYXRpb25zGAEgAygLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiXwoWUmVsZWFzZUZvclJldHJ5UmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg8KB2F0dGVtcHQYAiABKAUSDQoFYWN0b3IYAyABKAkSDgoGcmVhc29uGAQgASgJIkUKF1JlbGVhc2VGb3JSZXRyeVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iewoSUmVjb3JkQ2hlY2tSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRINCgVhY3RvchgDIAEoCRIMCgRub3RlGAQgASgJEiAKGG5leHRfY2hlY2tfYWZ0ZXJfc2Vjb25kcxgFIAEoBSJBChNSZWNvcmRDaGVja1Jlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iRwoPRXNjYWxhdGVSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDQoFYWN0b3IYAiABKAkSDgoGcmVhc29uGAMgASgJIj4KEEVzY2FsYXRlUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiLGAQoOUmVzb2x2ZVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIsCgpyZXNvbHV0aW9uGAIgASgOMhgub3Bqb3VybmFsLnYxLlJlc29sdXRpb24SEwoLZXh0ZXJuYWxfaWQYAyABKAkSJwoGcmVzdWx0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgplcnJvcl9jb2RlGAUgASgJEg0KBWFjdG9yGAYgASgJEg4KBnJlYXNvbhgHIAEoCSI9Cg9SZXNvbHZlUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiIqChFMaXN0RXZlbnRzUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJIjkKEkxpc3RFdmVudHNSZXNwb25zZRIjCgZldmVudHMYASADKAsyEy5vcGpvdXJuYWwudjEuRXZlbnQqjwEKBlN0YXR1cxIWChJTVEFUVVNfVU5TUEVDSUZJRUQQABISCg5TVEFUVVNfUEVORElORxABEhYKElNUQVRVU19JTl9QUk9HUkVTUxACEhIKDlNUQVRVU19VTktOT1dOEAMSFAoQU1RBVFVTX1NVQ0NFRURFRBAEEhcKE1NUQVRVU19GQUlMRURfRklOQUwQBSpfCgpSZXNvbHV0aW9uEhoKFlJFU09MVVRJT05fVU5TUEVDSUZJRUQQABIYChRSRVNPTFVUSU9OX1NVQ0NFRURFRBABEhsKF1JFU09MVVRJT05fRkFJTEVEX0ZJTkFMEAIy5QcKDkpvdXJuYWxTZXJ2aWNlEkkKCFJlZ2lzdGVyEh0ub3Bqb3VybmFsLnYxLlJlZ2lzdGVyUmVxdWVzdBoeLm9wam91cm5hbC52MS5SZWdpc3RlclJlc3BvbnNlEkAKBUNsYWltEhoub3Bqb3VybmFsLnYxLkNsYWltUmVxdWVzdBobLm9wam91cm5hbC52MS5DbGFpbVJlc3BvbnNlElgKDU1hcmtTdWNjZWVkZWQSIi5vcGpvdXJuYWwudjEuTWFya1N1Y2NlZWRlZFJlcXVlc3QaIy5vcGpvdXJuYWwudjEuTWFya1N1Y2NlZWRlZFJlc3BvbnNlElIKC01hcmtVbmtub3duEiAub3Bqb3VybmFsLnYxLk1hcmtVbmtub3duUmVxdWVzdBohLm9wam91cm5hbC52MS5NYXJrVW5rbm93blJlc3BvbnNlEl4KD01hcmtGYWlsZWRGaW5hbBIkLm9wam91cm5hbC52MS5NYXJrRmFpbGVkRmluYWxSZXF1ZXN0GiUub3Bqb3VybmFsLnYxLk1hcmtGYWlsZWRGaW5hbFJlc3BvbnNlEkMKBkxvb2t1cBIbLm9wam91cm5hbC52MS5Mb29rdXBSZXF1ZXN0Ghwub3Bqb3VybmFsLnYxLkxvb2t1cFJlc3BvbnNlElsKDkxpc3RPcGVyYXRpb25zEiMub3Bqb3VybmFsLnYxLkxpc3RPcGVyYXRpb25zUmVxdWVzdBokLm9wam91cm5hbC52MS5MaXN0T3BlcmF0aW9uc1Jlc3BvbnNlEl4KD1JlbGVhc2VGb3JSZXRyeRIkLm9wam91cm5hbC52MS5SZWxlYXNlRm9yUmV0cnlSZXF1ZXN0GiUub3Bqb3VybmFsLnYxLlJlbGVhc2VGb3JSZXRyeVJlc3BvbnNlElIKC1JlY29yZENoZWNrEiAub3Bqb3VybmFsLnYxLlJlY29yZENoZWNrUmVxdWVzdBohLm9wam91cm5hbC52MS5SZWNvcmRDaGVja1Jlc3BvbnNlEkkKCEVzY2FsYXRlEh0ub3Bqb3VybmFsLnYxLkVzY2FsYXRlUmVxdWVzdBoeLm9wam91cm5hbC52MS5Fc2NhbGF0ZVJlc3BvbnNlEkYKB1Jlc29sdmUSHC5vcGpvdXJuYWwudjEuUmVzb2x2ZVJlcXVlc3QaHS5vcGpvdXJuYWwudjEuUmVzb2x2ZVJlc3BvbnNlEk8KCkxpc3RFdmVudHMSHy5vcGpvdXJuYWwudjEuTGlzdEV2ZW50c1JlcXVlc3QaIC5vcGpvdXJuYWwudjEuTGlzdEV2ZW50c1Jlc3BvbnNlQj1aO2dpdGh1Yi5jb20vb3Bqb3VybmFsL29wam91cm5hbC9nZW4vb3Bqb3VybmFsL3YxO29wam91cm5hbHYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChpvcGpvdXJuYWwvdjEvam91cm5hbC5wcm90bxIMb3Bqb3VybmFsLnYxIpsGCglPcGVyYXRpb24SFQoNb3BlcmF0aW9uX2tleRgBIAEoCRITCgthY3Rpb25fdHlwZRgCIAEoCRIUCgxyZXF1ZXN0X2hhc2gYAyABKAkSJAoGc3RhdHVzGAQgASgOMhQub3Bqb3VybmFsLnYxLlN0YXR1cxIVCg1hdHRlbXB0X2NvdW50GAUgASgFEhMKC2V4dGVybmFsX2lkGAYgASgJEicKBnJlc3VsdBgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZXJyb3JfY29kZRgIIAEoCRIvCgtsZWFzZV91bnRpbBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMbmVlZHNfcmV2aWV3GAogASgIEhUKDXJldmlld19yZWFzb24YCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2Vfb3duZXIYDiABKAkSHQoVZHVwbGljYXRlX2V4dGVybmFsX2lkGA8gASgJEigKB3BheWxvYWQYECABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjEKDXVua25vd25fc2luY2UYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2NoZWNrX2NvdW50GBIgASgFEjMKD2xhc3RfY2hlY2tlZF9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNbmV4dF9jaGVja19hdBgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHgoWZHVwbGljYXRlX2V4dGVybmFsX2lkcxgVIAMoCRIZChFkdXBsaWNhdGVfcmVwb3J0cxgWIAEoBRI2ChJhdHRlbXB0X3N0YXJ0ZWRfYXQYFyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIuoBCgVFdmVudBIKCgJpZBgBIAEoAxImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoLZnJvbV9zdGF0dXMYAyABKA4yFC5vcGpvdXJuYWwudjEuU3RhdHVzEicKCXRvX3N0YXR1cxgEIAEoDjIULm9wam91cm5hbC52MS5TdGF0dXMSDwoHYXR0ZW1wdBgFIAEoBRINCgVhY3RvchgGIAEoCRIOCgZyZWFzb24YByABKAkSEwoLZXh0ZXJuYWxfaWQYCCABKAkSFAoMc3RhdGVkX2FjdG9yGAkgASgJIjgKDENsYWltT3B0aW9ucxIRCgl3b3JrZXJfaWQYASABKAkSFQoNbGVhc2Vfc2Vjb25kcxgCIAEoBSKSAQoPUmVnaXN0ZXJSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSEwoLYWN0aW9uX3R5cGUYAiABKAkSKAoHcGF5bG9hZBgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKQoFY2xhaW0YBCABKAsyGi5vcGpvdXJuYWwudjEuQ2xhaW1PcHRpb25zIvwBChBSZWdpc3RlclJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24SDwoHY3JlYXRlZBgCIAEoCBIPCgdjbGFpbWVkGAMgASgIEg8KB2F0dGVtcHQYBCABKAUSLwoLbGVhc2VfdW50aWwYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JldHJ5X2FmdGVyX3NlY29uZHMYBiABKAUSJAoEbmV4dBgHIAEoDjIWLm9wam91cm5hbC52MS5OZXh0U3RlcBIVCg1sZWFzZV9zZWNvbmRzGAggASgFIk8KDENsYWltUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEhEKCXdvcmtlcl9pZBgCIAEoCRIVCg1sZWFzZV9zZWNvbmRzGAMgASgFIugBCg1DbGFpbVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24SDwoHY2xhaW1lZBgCIAEoCBIPCgdhdHRlbXB0GAMgASgFEi8KC2xlYXNlX3VudGlsGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNyZXRyeV9hZnRlcl9zZWNvbmRzGAUgASgFEiQKBG5leHQYBiABKA4yFi5vcGpvdXJuYWwudjEuTmV4dFN0ZXASFQoNbGVhc2Vfc2Vjb25kcxgHIAEoBSJTChJFeHRlbmRMZWFzZVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEhUKDWxlYXNlX3NlY29uZHMYAyABKAUiiQEKE0V4dGVuZExlYXNlUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbhIvCgtsZWFzZV91bnRpbBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbGVhc2Vfc2Vjb25kcxgDIAEoBSKLAQoUTWFya1N1Y2NlZWRlZFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEhMKC2V4dGVybmFsX2lkGAMgASgJEicKBnJlc3VsdBgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDQoFYWN0b3IYBSABKAkiQwoVTWFya1N1Y2NlZWRlZFJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iUAoSTWFya1Vua25vd25SZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRISCgplcnJvcl9jb2RlGAMgASgJIkEKE01hcmtVbmtub3duUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJUChZNYXJrRmFpbGVkRmluYWxSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRISCgplcnJvcl9jb2RlGAMgASgJIkUKF01hcmtGYWlsZWRGaW5hbFJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iUQoNTG9va3VwUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEikKBHZpZXcYAiABKA4yGy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uVmlldyI8Cg5Mb29rdXBSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIukBChVMaXN0T3BlcmF0aW9uc1JlcXVlc3QSJgoIc3RhdHVzZXMYASADKA4yFC5vcGpvdXJuYWwudjEuU3RhdHVzEhkKDG5lZWRzX3JldmlldxgCIAEoCEgAiAEBEhMKC2FjdGlvbl90eXBlGAMgASgJEhUKDWR1ZV9mb3JfY2hlY2sYBCABKAgSEQoJcGFnZV9zaXplGAUgASgFEhIKCnBhZ2VfdG9rZW4YBiABKAkSKQoEdmlldxgHIAEoDjIbLm9wam91cm5hbC52MS5PcGVyYXRpb25WaWV3Qg8KDV9uZWVkc19yZXZpZXciXgoWTGlzdE9wZXJhdGlvbnNSZXNwb25zZRIrCgpvcGVyYXRpb25zGAEgAygLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiXwoWUmVsZWFzZUZvclJldHJ5UmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg8KB2F0dGVtcHQYAiABKAUSDQoFYWN0b3IYAyABKAkSDgoGcmVhc29uGAQgASgJIkUKF1JlbGVhc2VGb3JSZXRyeVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iewoSUmVjb3JkQ2hlY2tSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRINCgVhY3RvchgDIAEoCRIMCgRub3RlGAQgASgJEiAKGG5leHRfY2hlY2tfYWZ0ZXJfc2Vjb25kcxgFIAEoBSJBChNSZWNvcmRDaGVja1Jlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iRwoPRXNjYWxhdGVSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDQoFYWN0b3IYAiABKAkSDgoGcmVhc29uGAMgASgJIj4KEEVzY2FsYXRlUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiLGAQoOUmVzb2x2ZVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIsCgpyZXNvbHV0aW9uGAIgASgOMhgub3Bqb3VybmFsLnYxLlJlc29sdXRpb24SEwoLZXh0ZXJuYWxfaWQYAyABKAkSJwoGcmVzdWx0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgplcnJvcl9jb2RlGAUgASgJEg0KBWFjdG9yGAYgASgJEg4KBnJlYXNvbhgHIAEoCSI9Cg9SZXNvbHZlUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJKChJBY2tub3dsZWRnZVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRINCgVhY3RvchgCIAEoCRIOCgZyZWFzb24YAyABKAkiQQoTQWNrbm93bGVkZ2VSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIlEKEUxpc3RFdmVudHNSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiUgoSTGlzdEV2ZW50c1Jlc3BvbnNlEiMKBmV2ZW50cxgBIAMoCzITLm9wam91cm5hbC52MS5FdmVudBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiEgoQR2V0UG9saWN5UmVxdWVzdCI4ChFHZXRQb2xpY3lSZXNwb25zZRITCgtmaW5nZXJwcmludBgBIAEoCRIOCgZzb3VyY2UYAiABKAkqjwEKBlN0YXR1cxIWChJTVEFUVVNfVU5TUEVDSUZJRUQQABISCg5TVEFUVVNfUEVORElORxABEhYKElNUQVRVU19JTl9QUk9HUkVTUxACEhIKDlNUQVRVU19VTktOT1dOEAMSFAoQU1RBVFVTX1NVQ0NFRURFRBAEEhcKE1NUQVRVU19GQUlMRURfRklOQUwQBSpiCg1PcGVyYXRpb25WaWV3Eh4KGk9QRVJBVElPTl9WSUVXX1VOU1BFQ0lGSUVEEAASGAoUT1BFUkFUSU9OX1ZJRVdfQkFTSUMQARIXChNPUEVSQVRJT05fVklFV19GVUxMEAIqwgEKCE5leHRTdGVwEhkKFU5FWFRfU1RFUF9VTlNQRUNJRklFRBAAEhsKF05FWFRfU1RFUF9DQUxMX1BST1ZJREVSEAESFAoQTkVYVF9TVEVQX1JFUExBWRACEhIKDk5FWFRfU1RFUF9XQUlUEAMSIwofTkVYVF9TVEVQX1ZFUklGSUNBVElPTl9SRVFVSVJFRBAEEhoKFk5FWFRfU1RFUF9GQUlMRURfRklOQUwQBRITCg9ORVhUX1NURVBfQ0xBSU0QBipfCgpSZXNvbHV0aW9uEhoKFlJFU09MVVRJT05fVU5TUEVDSUZJRUQQABIYChRSRVNPTFVUSU9OX1NVQ0NFRURFRBABEhsKF1JFU09MVVRJT05fRkFJTEVEX0ZJTkFMEAIy2wkKDkpvdXJuYWxTZXJ2aWNlEkkKCFJlZ2lzdGVyEh0ub3Bqb3VybmFsLnYxLlJlZ2lzdGVyUmVxdWVzdBoeLm9wam91cm5hbC52MS5SZWdpc3RlclJlc3BvbnNlEkAKBUNsYWltEhoub3Bqb3VybmFsLnYxLkNsYWltUmVxdWVzdBobLm9wam91cm5hbC52MS5DbGFpbVJlc3BvbnNlElIKC0V4dGVuZExlYXNlEiAub3Bqb3VybmFsLnYxLkV4dGVuZExlYXNlUmVxdWVzdBohLm9wam91cm5hbC52MS5FeHRlbmRMZWFzZVJlc3BvbnNlElgKDU1hcmtTdWNjZWVkZWQSIi5vcGpvdXJuYWwudjEuTWFya1N1Y2NlZWRlZFJlcXVlc3QaIy5vcGpvdXJuYWwudjEuTWFya1N1Y2NlZWRlZFJlc3BvbnNlElIKC01hcmtVbmtub3duEiAub3Bqb3VybmFsLnYxLk1hcmtVbmtub3duUmVxdWVzdBohLm9wam91cm5hbC52MS5NYXJrVW5rbm93blJlc3BvbnNlEl4KD01hcmtGYWlsZWRGaW5hbBIkLm9wam91cm5hbC52MS5NYXJrRmFpbGVkRmluYWxSZXF1ZXN0GiUub3Bqb3VybmFsLnYxLk1hcmtGYWlsZWRGaW5hbFJlc3BvbnNlEkMKBkxvb2t1cBIbLm9wam91cm5hbC52MS5Mb29rdXBSZXF1ZXN0Ghwub3Bqb3VybmFsLnYxLkxvb2t1cFJlc3BvbnNlElsKDkxpc3RPcGVyYXRpb25zEiMub3Bqb3VybmFsLnYxLkxpc3RPcGVyYXRpb25zUmVxdWVzdBokLm9wam91cm5hbC52MS5MaXN0T3BlcmF0aW9uc1Jlc3BvbnNlEl4KD1JlbGVhc2VGb3JSZXRyeRIkLm9wam91cm5hbC52MS5SZWxlYXNlRm9yUmV0cnlSZXF1ZXN0GiUub3Bqb3VybmFsLnYxLlJlbGVhc2VGb3JSZXRyeVJlc3BvbnNlElIKC1JlY29yZENoZWNrEiAub3Bqb3VybmFsLnYxLlJlY29yZENoZWNrUmVxdWVzdBohLm9wam91cm5hbC52MS5SZWNvcmRDaGVja1Jlc3BvbnNlEkkKCEVzY2FsYXRlEh0ub3Bqb3VybmFsLnYxLkVzY2FsYXRlUmVxdWVzdBoeLm9wam91cm5hbC52MS5Fc2NhbGF0ZVJlc3BvbnNlEkYKB1Jlc29sdmUSHC5vcGpvdXJuYWwudjEuUmVzb2x2ZVJlcXVlc3QaHS5vcGpvdXJuYWwudjEuUmVzb2x2ZVJlc3BvbnNlElIKC0Fja25vd2xlZGdlEiAub3Bqb3VybmFsLnYxLkFja25vd2xlZGdlUmVxdWVzdBohLm9wam91cm5hbC52MS5BY2tub3dsZWRnZVJlc3BvbnNlEk8KCkxpc3RFdmVudHMSHy5vcGpvdXJuYWwudjEuTGlzdEV2ZW50c1JlcXVlc3QaIC5vcGpvdXJuYWwudjEuTGlzdEV2ZW50c1Jlc3BvbnNlEkwKCUdldFBvbGljeRIeLm9wam91cm5hbC52MS5HZXRQb2xpY3lSZXF1ZXN0Gh8ub3Bqb3VybmFsLnYxLkdldFBvbGljeVJlc3BvbnNlQj1aO2dpdGh1Yi5jb20vb3Bqb3VybmFsL29wam91cm5hbC9nZW4vb3Bqb3VybmFsL3YxO29wam91cm5hbHYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Operation is the journal's record of one business intent.
@@ -170,6 +170,30 @@ export type Operation = Message<"opjournal.v1.Operation"> & {
    * @generated from field: google.protobuf.Timestamp next_check_at = 20;
    */
   nextCheckAt?: Timestamp | undefined;
+
+  /**
+   * The distinct other external_ids reported by later MarkSucceeded calls
+   * (detected duplicate effects), oldest first, at most 10.
+   *
+   * @generated from field: repeated string duplicate_external_ids = 21;
+   */
+  duplicateExternalIds: string[];
+
+  /**
+   * How many MarkSucceeded calls reported an external_id other than the
+   * confirmed one (every report counts, also beyond the 10 kept).
+   *
+   * @generated from field: int32 duplicate_reports = 22;
+   */
+  duplicateReports: number;
+
+  /**
+   * When the current (or last) attempt was claimed (database clock); the
+   * policy's max_attempt_seconds counts from here.
+   *
+   * @generated from field: google.protobuf.Timestamp attempt_started_at = 23;
+   */
+  attemptStartedAt?: Timestamp | undefined;
 };
 
 /**
@@ -222,7 +246,8 @@ export type Event = Message<"opjournal.v1.Event"> & {
   attempt: number;
 
   /**
-   * Who: a worker id, a reconciler id or an operator.
+   * Who: with authentication, the authenticated principal (the token's
+   * name); without it, the caller-stated actor, worker id or lease owner.
    *
    * @generated from field: string actor = 6;
    */
@@ -241,6 +266,15 @@ export type Event = Message<"opjournal.v1.Event"> & {
    * @generated from field: string external_id = 8;
    */
   externalId: string;
+
+  /**
+   * What the caller SAID it acts as (the actor or worker_id field of the
+   * request), not verified; empty when it said nothing. Under
+   * authentication the verified identity is actor.
+   *
+   * @generated from field: string stated_actor = 9;
+   */
+  statedActor: string;
 };
 
 /**
@@ -368,6 +402,23 @@ export type RegisterResponse = Message<"opjournal.v1.RegisterResponse"> & {
    * @generated from field: int32 retry_after_seconds = 6;
    */
   retryAfterSeconds: number;
+
+  /**
+   * What the caller does next; see NextStep.
+   *
+   * @generated from field: opjournal.v1.NextStep next = 7;
+   */
+  next: NextStep;
+
+  /**
+   * With claim and claimed: the lease granted, in seconds. SDKs stop
+   * waiting for the provider before it runs out, measured on their own
+   * monotonic clock from when they sent the request (never from
+   * lease_until, which is on the database's clock).
+   *
+   * @generated from field: int32 lease_seconds = 8;
+   */
+  leaseSeconds: number;
 };
 
 /**
@@ -452,6 +503,20 @@ export type ClaimResponse = Message<"opjournal.v1.ClaimResponse"> & {
    * @generated from field: int32 retry_after_seconds = 5;
    */
   retryAfterSeconds: number;
+
+  /**
+   * What the caller does next; see NextStep.
+   *
+   * @generated from field: opjournal.v1.NextStep next = 6;
+   */
+  next: NextStep;
+
+  /**
+   * When claimed: the lease granted, in seconds (see RegisterResponse).
+   *
+   * @generated from field: int32 lease_seconds = 7;
+   */
+  leaseSeconds: number;
 };
 
 /**
@@ -460,6 +525,78 @@ export type ClaimResponse = Message<"opjournal.v1.ClaimResponse"> & {
  */
 export const ClaimResponseSchema: GenMessage<ClaimResponse> = /*@__PURE__*/
   messageDesc(file_opjournal_v1_journal, 6);
+
+/**
+ * ExtendLeaseRequest is a heartbeat of the current lease holder.
+ *
+ * @generated from message opjournal.v1.ExtendLeaseRequest
+ */
+export type ExtendLeaseRequest = Message<"opjournal.v1.ExtendLeaseRequest"> & {
+  /**
+   * The operation.
+   *
+   * @generated from field: string operation_key = 1;
+   */
+  operationKey: string;
+
+  /**
+   * The attempt holding the lease (fencing token).
+   *
+   * @generated from field: int32 attempt = 2;
+   */
+  attempt: number;
+
+  /**
+   * The lease wanted from now; 0 means the policy's lease_seconds, more
+   * than it is an error.
+   *
+   * @generated from field: int32 lease_seconds = 3;
+   */
+  leaseSeconds: number;
+};
+
+/**
+ * Describes the message opjournal.v1.ExtendLeaseRequest.
+ * Use `create(ExtendLeaseRequestSchema)` to create a new message.
+ */
+export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 7);
+
+/**
+ * ExtendLeaseResponse answers ExtendLease.
+ *
+ * @generated from message opjournal.v1.ExtendLeaseResponse
+ */
+export type ExtendLeaseResponse = Message<"opjournal.v1.ExtendLeaseResponse"> & {
+  /**
+   * The record after the call.
+   *
+   * @generated from field: opjournal.v1.Operation operation = 1;
+   */
+  operation?: Operation | undefined;
+
+  /**
+   * When the lease now ends (database clock).
+   *
+   * @generated from field: google.protobuf.Timestamp lease_until = 2;
+   */
+  leaseUntil?: Timestamp | undefined;
+
+  /**
+   * The lease granted from now, in seconds: less than asked when the
+   * attempt nears the policy's max_attempt_seconds.
+   *
+   * @generated from field: int32 lease_seconds = 3;
+   */
+  leaseSeconds: number;
+};
+
+/**
+ * Describes the message opjournal.v1.ExtendLeaseResponse.
+ * Use `create(ExtendLeaseResponseSchema)` to create a new message.
+ */
+export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 8);
 
 /**
  * MarkSucceededRequest records a confirmed effect.
@@ -496,8 +633,9 @@ export type MarkSucceededRequest = Message<"opjournal.v1.MarkSucceededRequest"> 
   result?: JsonObject | undefined;
 
   /**
-   * Who reports the effect, for the history (optional; defaults to the
-   * lease owner). A reconciler sets its id here.
+   * Who the caller says reports the effect (optional; the lease owner by
+   * default). Recorded as the event's stated_actor; under authentication
+   * the event's actor is the authenticated principal.
    *
    * @generated from field: string actor = 5;
    */
@@ -509,7 +647,7 @@ export type MarkSucceededRequest = Message<"opjournal.v1.MarkSucceededRequest"> 
  * Use `create(MarkSucceededRequestSchema)` to create a new message.
  */
 export const MarkSucceededRequestSchema: GenMessage<MarkSucceededRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 7);
+  messageDesc(file_opjournal_v1_journal, 9);
 
 /**
  * MarkSucceededResponse answers MarkSucceeded.
@@ -530,7 +668,7 @@ export type MarkSucceededResponse = Message<"opjournal.v1.MarkSucceededResponse"
  * Use `create(MarkSucceededResponseSchema)` to create a new message.
  */
 export const MarkSucceededResponseSchema: GenMessage<MarkSucceededResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 8);
+  messageDesc(file_opjournal_v1_journal, 10);
 
 /**
  * MarkUnknownRequest records an attempt without a definite answer.
@@ -565,7 +703,7 @@ export type MarkUnknownRequest = Message<"opjournal.v1.MarkUnknownRequest"> & {
  * Use `create(MarkUnknownRequestSchema)` to create a new message.
  */
 export const MarkUnknownRequestSchema: GenMessage<MarkUnknownRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 9);
+  messageDesc(file_opjournal_v1_journal, 11);
 
 /**
  * MarkUnknownResponse answers MarkUnknown.
@@ -586,7 +724,7 @@ export type MarkUnknownResponse = Message<"opjournal.v1.MarkUnknownResponse"> & 
  * Use `create(MarkUnknownResponseSchema)` to create a new message.
  */
 export const MarkUnknownResponseSchema: GenMessage<MarkUnknownResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 10);
+  messageDesc(file_opjournal_v1_journal, 12);
 
 /**
  * MarkFailedFinalRequest records a confirmed rejection.
@@ -621,7 +759,7 @@ export type MarkFailedFinalRequest = Message<"opjournal.v1.MarkFailedFinalReques
  * Use `create(MarkFailedFinalRequestSchema)` to create a new message.
  */
 export const MarkFailedFinalRequestSchema: GenMessage<MarkFailedFinalRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 11);
+  messageDesc(file_opjournal_v1_journal, 13);
 
 /**
  * MarkFailedFinalResponse answers MarkFailedFinal.
@@ -642,7 +780,7 @@ export type MarkFailedFinalResponse = Message<"opjournal.v1.MarkFailedFinalRespo
  * Use `create(MarkFailedFinalResponseSchema)` to create a new message.
  */
 export const MarkFailedFinalResponseSchema: GenMessage<MarkFailedFinalResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 12);
+  messageDesc(file_opjournal_v1_journal, 14);
 
 /**
  * LookupRequest names an operation.
@@ -656,6 +794,13 @@ export type LookupRequest = Message<"opjournal.v1.LookupRequest"> & {
    * @generated from field: string operation_key = 1;
    */
   operationKey: string;
+
+  /**
+   * How much to return (default FULL).
+   *
+   * @generated from field: opjournal.v1.OperationView view = 2;
+   */
+  view: OperationView;
 };
 
 /**
@@ -663,7 +808,7 @@ export type LookupRequest = Message<"opjournal.v1.LookupRequest"> & {
  * Use `create(LookupRequestSchema)` to create a new message.
  */
 export const LookupRequestSchema: GenMessage<LookupRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 13);
+  messageDesc(file_opjournal_v1_journal, 15);
 
 /**
  * LookupResponse answers Lookup.
@@ -684,7 +829,7 @@ export type LookupResponse = Message<"opjournal.v1.LookupResponse"> & {
  * Use `create(LookupResponseSchema)` to create a new message.
  */
 export const LookupResponseSchema: GenMessage<LookupResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 14);
+  messageDesc(file_opjournal_v1_journal, 16);
 
 /**
  * ListOperationsRequest filters and pages operations.
@@ -721,7 +866,8 @@ export type ListOperationsRequest = Message<"opjournal.v1.ListOperationsRequest"
   dueForCheck: boolean;
 
   /**
-   * At most this many (default 100, at most 1000).
+   * At most this many (default 100, at most 1000). A page is also cut
+   * before it would exceed 1 MiB; next_page_token then continues it.
    *
    * @generated from field: int32 page_size = 5;
    */
@@ -733,6 +879,14 @@ export type ListOperationsRequest = Message<"opjournal.v1.ListOperationsRequest"
    * @generated from field: string page_token = 6;
    */
   pageToken: string;
+
+  /**
+   * How much of each operation to return (default BASIC: no payload, no
+   * result).
+   *
+   * @generated from field: opjournal.v1.OperationView view = 7;
+   */
+  view: OperationView;
 };
 
 /**
@@ -740,7 +894,7 @@ export type ListOperationsRequest = Message<"opjournal.v1.ListOperationsRequest"
  * Use `create(ListOperationsRequestSchema)` to create a new message.
  */
 export const ListOperationsRequestSchema: GenMessage<ListOperationsRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 15);
+  messageDesc(file_opjournal_v1_journal, 17);
 
 /**
  * ListOperationsResponse is one page.
@@ -768,7 +922,7 @@ export type ListOperationsResponse = Message<"opjournal.v1.ListOperationsRespons
  * Use `create(ListOperationsResponseSchema)` to create a new message.
  */
 export const ListOperationsResponseSchema: GenMessage<ListOperationsResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 16);
+  messageDesc(file_opjournal_v1_journal, 18);
 
 /**
  * ReleaseForRetryRequest releases an unknown operation after proven absence.
@@ -791,7 +945,8 @@ export type ReleaseForRetryRequest = Message<"opjournal.v1.ReleaseForRetryReques
   attempt: number;
 
   /**
-   * Who decided (a reconciler id), 1–200 visible ASCII characters.
+   * Who the caller says decided (a reconciler id), 1–200 visible ASCII
+   * characters; recorded as stated_actor (the principal is the actor).
    *
    * @generated from field: string actor = 3;
    */
@@ -810,7 +965,7 @@ export type ReleaseForRetryRequest = Message<"opjournal.v1.ReleaseForRetryReques
  * Use `create(ReleaseForRetryRequestSchema)` to create a new message.
  */
 export const ReleaseForRetryRequestSchema: GenMessage<ReleaseForRetryRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 17);
+  messageDesc(file_opjournal_v1_journal, 19);
 
 /**
  * ReleaseForRetryResponse answers ReleaseForRetry.
@@ -831,7 +986,7 @@ export type ReleaseForRetryResponse = Message<"opjournal.v1.ReleaseForRetryRespo
  * Use `create(ReleaseForRetryResponseSchema)` to create a new message.
  */
 export const ReleaseForRetryResponseSchema: GenMessage<ReleaseForRetryResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 18);
+  messageDesc(file_opjournal_v1_journal, 20);
 
 /**
  * RecordCheckRequest records an inconclusive check.
@@ -854,7 +1009,8 @@ export type RecordCheckRequest = Message<"opjournal.v1.RecordCheckRequest"> & {
   attempt: number;
 
   /**
-   * Who checked, 1–200 visible ASCII characters.
+   * Who the caller says checked, 1–200 visible ASCII characters;
+   * recorded as stated_actor (the principal is the actor).
    *
    * @generated from field: string actor = 3;
    */
@@ -880,7 +1036,7 @@ export type RecordCheckRequest = Message<"opjournal.v1.RecordCheckRequest"> & {
  * Use `create(RecordCheckRequestSchema)` to create a new message.
  */
 export const RecordCheckRequestSchema: GenMessage<RecordCheckRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 19);
+  messageDesc(file_opjournal_v1_journal, 21);
 
 /**
  * RecordCheckResponse answers RecordCheck.
@@ -901,7 +1057,7 @@ export type RecordCheckResponse = Message<"opjournal.v1.RecordCheckResponse"> & 
  * Use `create(RecordCheckResponseSchema)` to create a new message.
  */
 export const RecordCheckResponseSchema: GenMessage<RecordCheckResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 20);
+  messageDesc(file_opjournal_v1_journal, 22);
 
 /**
  * EscalateRequest hands an operation to a person.
@@ -917,7 +1073,8 @@ export type EscalateRequest = Message<"opjournal.v1.EscalateRequest"> & {
   operationKey: string;
 
   /**
-   * Who escalates, 1–200 visible ASCII characters.
+   * Who the caller says escalates, 1–200 visible ASCII characters;
+   * recorded as stated_actor (the principal is the actor).
    *
    * @generated from field: string actor = 2;
    */
@@ -936,7 +1093,7 @@ export type EscalateRequest = Message<"opjournal.v1.EscalateRequest"> & {
  * Use `create(EscalateRequestSchema)` to create a new message.
  */
 export const EscalateRequestSchema: GenMessage<EscalateRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 21);
+  messageDesc(file_opjournal_v1_journal, 23);
 
 /**
  * EscalateResponse answers Escalate.
@@ -957,7 +1114,7 @@ export type EscalateResponse = Message<"opjournal.v1.EscalateResponse"> & {
  * Use `create(EscalateResponseSchema)` to create a new message.
  */
 export const EscalateResponseSchema: GenMessage<EscalateResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 22);
+  messageDesc(file_opjournal_v1_journal, 24);
 
 /**
  * ResolveRequest records an operator's decision.
@@ -1001,7 +1158,9 @@ export type ResolveRequest = Message<"opjournal.v1.ResolveRequest"> & {
   errorCode: string;
 
   /**
-   * Who decided (required), 1–200 visible ASCII characters.
+   * Who the caller says decided, 1–200 visible ASCII characters
+   * (optional under authentication, where the principal is the actor and
+   * this is recorded as stated_actor; required without it).
    *
    * @generated from field: string actor = 6;
    */
@@ -1020,7 +1179,7 @@ export type ResolveRequest = Message<"opjournal.v1.ResolveRequest"> & {
  * Use `create(ResolveRequestSchema)` to create a new message.
  */
 export const ResolveRequestSchema: GenMessage<ResolveRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 23);
+  messageDesc(file_opjournal_v1_journal, 25);
 
 /**
  * ResolveResponse answers Resolve.
@@ -1041,10 +1200,68 @@ export type ResolveResponse = Message<"opjournal.v1.ResolveResponse"> & {
  * Use `create(ResolveResponseSchema)` to create a new message.
  */
 export const ResolveResponseSchema: GenMessage<ResolveResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 24);
+  messageDesc(file_opjournal_v1_journal, 26);
 
 /**
- * ListEventsRequest asks for an operation's history.
+ * AcknowledgeRequest records an operator's decision on a terminal
+ * operation under review.
+ *
+ * @generated from message opjournal.v1.AcknowledgeRequest
+ */
+export type AcknowledgeRequest = Message<"opjournal.v1.AcknowledgeRequest"> & {
+  /**
+   * The operation.
+   *
+   * @generated from field: string operation_key = 1;
+   */
+  operationKey: string;
+
+  /**
+   * Who the caller says decided (optional under authentication, where the
+   * principal is the actor; required without it).
+   *
+   * @generated from field: string actor = 2;
+   */
+  actor: string;
+
+  /**
+   * Why (required, ≤ 200 characters, no secrets), for the history.
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message opjournal.v1.AcknowledgeRequest.
+ * Use `create(AcknowledgeRequestSchema)` to create a new message.
+ */
+export const AcknowledgeRequestSchema: GenMessage<AcknowledgeRequest> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 27);
+
+/**
+ * AcknowledgeResponse answers Acknowledge.
+ *
+ * @generated from message opjournal.v1.AcknowledgeResponse
+ */
+export type AcknowledgeResponse = Message<"opjournal.v1.AcknowledgeResponse"> & {
+  /**
+   * The record after the call.
+   *
+   * @generated from field: opjournal.v1.Operation operation = 1;
+   */
+  operation?: Operation | undefined;
+};
+
+/**
+ * Describes the message opjournal.v1.AcknowledgeResponse.
+ * Use `create(AcknowledgeResponseSchema)` to create a new message.
+ */
+export const AcknowledgeResponseSchema: GenMessage<AcknowledgeResponse> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 28);
+
+/**
+ * ListEventsRequest asks for one page of an operation's history.
  *
  * @generated from message opjournal.v1.ListEventsRequest
  */
@@ -1055,6 +1272,20 @@ export type ListEventsRequest = Message<"opjournal.v1.ListEventsRequest"> & {
    * @generated from field: string operation_key = 1;
    */
   operationKey: string;
+
+  /**
+   * At most this many events (default 100, at most 1000).
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * From a previous response's next_page_token.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
 };
 
 /**
@@ -1062,10 +1293,10 @@ export type ListEventsRequest = Message<"opjournal.v1.ListEventsRequest"> & {
  * Use `create(ListEventsRequestSchema)` to create a new message.
  */
 export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 25);
+  messageDesc(file_opjournal_v1_journal, 29);
 
 /**
- * ListEventsResponse is the history, oldest first.
+ * ListEventsResponse is one page of the history, oldest first.
  *
  * @generated from message opjournal.v1.ListEventsResponse
  */
@@ -1076,6 +1307,13 @@ export type ListEventsResponse = Message<"opjournal.v1.ListEventsResponse"> & {
    * @generated from field: repeated opjournal.v1.Event events = 1;
    */
   events: Event[];
+
+  /**
+   * Pass to get the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
 };
 
 /**
@@ -1083,7 +1321,53 @@ export type ListEventsResponse = Message<"opjournal.v1.ListEventsResponse"> & {
  * Use `create(ListEventsResponseSchema)` to create a new message.
  */
 export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 26);
+  messageDesc(file_opjournal_v1_journal, 30);
+
+/**
+ * GetPolicyRequest asks for the server's policy.
+ *
+ * @generated from message opjournal.v1.GetPolicyRequest
+ */
+export type GetPolicyRequest = Message<"opjournal.v1.GetPolicyRequest"> & {
+};
+
+/**
+ * Describes the message opjournal.v1.GetPolicyRequest.
+ * Use `create(GetPolicyRequestSchema)` to create a new message.
+ */
+export const GetPolicyRequestSchema: GenMessage<GetPolicyRequest> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 31);
+
+/**
+ * GetPolicyResponse is the policy the server enforces.
+ *
+ * @generated from message opjournal.v1.GetPolicyResponse
+ */
+export type GetPolicyResponse = Message<"opjournal.v1.GetPolicyResponse"> & {
+  /**
+   * Lowercase hex SHA-256 of the policy's canonical form (its effective
+   * settings, whatever the formatting and comments of the file): equal
+   * fingerprints mean equal policies.
+   *
+   * @generated from field: string fingerprint = 1;
+   */
+  fingerprint: string;
+
+  /**
+   * The policy file as the server loaded it (YAML). A policy file never
+   * holds secrets: they come from ${VAR} references.
+   *
+   * @generated from field: string source = 2;
+   */
+  source: string;
+};
+
+/**
+ * Describes the message opjournal.v1.GetPolicyResponse.
+ * Use `create(GetPolicyResponseSchema)` to create a new message.
+ */
+export const GetPolicyResponseSchema: GenMessage<GetPolicyResponse> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 32);
 
 /**
  * Status is the state of an operation. See SPEC.md for the transitions.
@@ -1143,6 +1427,109 @@ export const StatusSchema: GenEnum<Status> = /*@__PURE__*/
   enumDesc(file_opjournal_v1_journal, 0);
 
 /**
+ * OperationView selects how much of an operation an answer carries (AIP-157).
+ *
+ * @generated from enum opjournal.v1.OperationView
+ */
+export enum OperationView {
+  /**
+   * OPERATION_VIEW_UNSPECIFIED takes the method's default: BASIC for
+   * ListOperations, FULL for Lookup.
+   *
+   * @generated from enum value: OPERATION_VIEW_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * OPERATION_VIEW_BASIC: every field but payload and result.
+   *
+   * @generated from enum value: OPERATION_VIEW_BASIC = 1;
+   */
+  BASIC = 1,
+
+  /**
+   * OPERATION_VIEW_FULL: every field.
+   *
+   * @generated from enum value: OPERATION_VIEW_FULL = 2;
+   */
+  FULL = 2,
+}
+
+/**
+ * Describes the enum opjournal.v1.OperationView.
+ */
+export const OperationViewSchema: GenEnum<OperationView> = /*@__PURE__*/
+  enumDesc(file_opjournal_v1_journal, 1);
+
+/**
+ * NextStep is the journal's decision about what the caller of Register or
+ * Claim does next. The SDKs act on it and on nothing else.
+ *
+ * @generated from enum opjournal.v1.NextStep
+ */
+export enum NextStep {
+  /**
+   * NEXT_STEP_UNSPECIFIED is never returned by this server.
+   *
+   * @generated from enum value: NEXT_STEP_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * NEXT_STEP_CALL_PROVIDER: the caller holds the lease (attempt,
+   * lease_until, lease_seconds) and may call the provider once.
+   *
+   * @generated from enum value: NEXT_STEP_CALL_PROVIDER = 1;
+   */
+  CALL_PROVIDER = 1,
+
+  /**
+   * NEXT_STEP_REPLAY: the effect is confirmed; return the stored result
+   * and call nothing.
+   *
+   * @generated from enum value: NEXT_STEP_REPLAY = 2;
+   */
+  REPLAY = 2,
+
+  /**
+   * NEXT_STEP_WAIT: another worker holds a live lease (or the operation is
+   * changing hands); ask again after retry_after_seconds, call nothing.
+   *
+   * @generated from enum value: NEXT_STEP_WAIT = 3;
+   */
+  WAIT = 3,
+
+  /**
+   * NEXT_STEP_VERIFICATION_REQUIRED: the outcome is unknown or a person
+   * must decide; call nothing until reconciliation or an operator settles it.
+   *
+   * @generated from enum value: NEXT_STEP_VERIFICATION_REQUIRED = 4;
+   */
+  VERIFICATION_REQUIRED = 4,
+
+  /**
+   * NEXT_STEP_FAILED_FINAL: the provider confirmed a rejection; call nothing.
+   *
+   * @generated from enum value: NEXT_STEP_FAILED_FINAL = 5;
+   */
+  FAILED_FINAL = 5,
+
+  /**
+   * NEXT_STEP_CLAIM: registered without a claim and pending; Claim it to
+   * call the provider.
+   *
+   * @generated from enum value: NEXT_STEP_CLAIM = 6;
+   */
+  CLAIM = 6,
+}
+
+/**
+ * Describes the enum opjournal.v1.NextStep.
+ */
+export const NextStepSchema: GenEnum<NextStep> = /*@__PURE__*/
+  enumDesc(file_opjournal_v1_journal, 2);
+
+/**
  * Resolution is an operator's verdict.
  *
  * @generated from enum opjournal.v1.Resolution
@@ -1174,14 +1561,15 @@ export enum Resolution {
  * Describes the enum opjournal.v1.Resolution.
  */
 export const ResolutionSchema: GenEnum<Resolution> = /*@__PURE__*/
-  enumDesc(file_opjournal_v1_journal, 1);
+  enumDesc(file_opjournal_v1_journal, 3);
 
 /**
  * JournalService records operations and arbitrates who may call the provider.
  *
  * Errors carry a google.rpc.ErrorInfo detail whose reason is one of the
  * opjournal error codes (INVALID_ARGUMENT, UNKNOWN_ACTION, TOO_LARGE,
- * PAYLOAD_MISMATCH, STALE_ATTEMPT, NOT_FOUND, UNAVAILABLE, INTERNAL) and
+ * PAYLOAD_MISMATCH, STALE_ATTEMPT, INVALID_STATE, NOT_FOUND, UNAUTHENTICATED,
+ * PERMISSION_DENIED, RATE_LIMITED, UNAVAILABLE, INTERNAL) and
  * whose metadata "field" names the offending request field, if any.
  *
  * @generated from service opjournal.v1.JournalService
@@ -1216,6 +1604,22 @@ export const JournalService: GenService<{
     methodKind: "unary";
     input: typeof ClaimRequestSchema;
     output: typeof ClaimResponseSchema;
+  },
+  /**
+   * ExtendLease keeps the caller's live lease alive while a long provider
+   * call runs (a heartbeat). Only the current lease holder may call it
+   * (matching attempt, status IN_PROGRESS, lease not yet expired on the
+   * database clock); an expired lease is never revived: its outcome is
+   * already UNKNOWN. The new lease ends lease_seconds (at most the policy's
+   * lease_seconds) from now, but never later than the policy's
+   * max_attempt_seconds after the attempt was claimed.
+   *
+   * @generated from rpc opjournal.v1.JournalService.ExtendLease
+   */
+  extendLease: {
+    methodKind: "unary";
+    input: typeof ExtendLeaseRequestSchema;
+    output: typeof ExtendLeaseResponseSchema;
   },
   /**
    * MarkSucceeded records a confirmed effect. Accepted from the current
@@ -1314,9 +1718,11 @@ export const JournalService: GenService<{
     output: typeof EscalateResponseSchema;
   },
   /**
-   * Resolve is an operator's decision on an UNKNOWN or needs_review
-   * operation: SUCCEEDED (with external_id) or FAILED_FINAL. Actor and
-   * reason are required and recorded in the history.
+   * Resolve is an operator's decision on a NON-TERMINAL operation that is
+   * UNKNOWN or under review: SUCCEEDED (with external_id) or FAILED_FINAL.
+   * A terminal operation is never resolved again (INVALID_STATE; see
+   * Acknowledge). Reason is required; the history records the
+   * authenticated principal as the actor.
    *
    * @generated from rpc opjournal.v1.JournalService.Resolve
    */
@@ -1326,7 +1732,21 @@ export const JournalService: GenService<{
     output: typeof ResolveResponseSchema;
   },
   /**
-   * ListEvents returns an operation's history, oldest first.
+   * Acknowledge is an operator's decision on a TERMINAL operation under
+   * review (for example a detected duplicate effect): it clears
+   * needs_review and records the reason. The status never changes:
+   * terminal states never go backwards. Reason is required.
+   *
+   * @generated from rpc opjournal.v1.JournalService.Acknowledge
+   */
+  acknowledge: {
+    methodKind: "unary";
+    input: typeof AcknowledgeRequestSchema;
+    output: typeof AcknowledgeResponseSchema;
+  },
+  /**
+   * ListEvents returns an operation's history, oldest first, one page at a
+   * time.
    *
    * @generated from rpc opjournal.v1.JournalService.ListEvents
    */
@@ -1334,6 +1754,17 @@ export const JournalService: GenService<{
     methodKind: "unary";
     input: typeof ListEventsRequestSchema;
     output: typeof ListEventsResponseSchema;
+  },
+  /**
+   * GetPolicy returns the policy this server enforces, so that a
+   * reconciler (or an operator) can check that it works from the same one.
+   *
+   * @generated from rpc opjournal.v1.JournalService.GetPolicy
+   */
+  getPolicy: {
+    methodKind: "unary";
+    input: typeof GetPolicyRequestSchema;
+    output: typeof GetPolicyResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_opjournal_v1_journal, 0);

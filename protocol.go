@@ -1,0 +1,432 @@
+package opjournal
+
+import (
+	"fmt"
+	"time"
+)
+
+// The protocol: every command, the case it handles, its guard, what it
+// sets and the event it writes. The README's section "The protocol" is
+// generated from this table (go run ./internal/cmd/protocoldoc), and
+// store/storetest checks every store against Apply over it.
+//
+// Two facts hold outside the table: every command but Register refuses an
+// unknown key with NOT_FOUND, and an operation is read with its EFFECTIVE
+// status: in_progress whose lease has ended (database clock) is unknown.
+var table = []*Rule{
+	// Register: the unique key makes it atomic.
+	{
+		Command: CmdRegister, Case: "new, claimed",
+		Doc:      "a new key with a claim: inserted already in progress, attempt 1 (one statement, one commit)",
+		Requires: reqs(absent(), claimAsked()),
+		Sets: []Set{
+			set(FieldStatus, lit(StatusInProgress)), set(FieldAttemptCount, lit(1)),
+			set(FieldLeaseOwner, param(ParamWorkerID)), set(FieldLeaseUntil, nowPlus(ParamLeaseSeconds)),
+			set(FieldAttemptStartedAt, now()),
+		},
+		Event:   event(fieldAttempt, "registered and claimed", Expr{}),
+		Outcome: Changed,
+	},
+	{
+		Command: CmdRegister, Case: "new",
+		Doc:      "a new key: inserted as pending",
+		Requires: reqs(absent(), not(claimAsked())),
+		Sets:     []Set{set(FieldStatus, lit(StatusPending)), set(FieldAttemptCount, lit(0))},
+		Event:    event(fieldAttempt, "registered", Expr{}),
+		Outcome:  Changed,
+	},
+	{
+		Command: CmdRegister, Case: "replay",
+		Doc: "the same key and request: the stored record (with a claim: then Claim)",
+		Requires: []Requirement{
+			{Cond: Cond{Kind: CondHashKeyKnown}, Refuse: refuseHashKeyGone},
+			{Cond: Cond{Kind: CondSameRequest}, Refuse: refusePayloadMismatch},
+		},
+		Outcome: Unchanged,
+	},
+
+	// Claim: one conditional update; exactly one concurrent caller wins.
+	{
+		Command: CmdClaim, Case: "win",
+		Doc: "pending, or unknown (an expired lease included) under on_timeout: retry_same_key; never under review",
+		Requires: reqs(notUnderReview(),
+			or(status(StatusPending), and(flag(ParamRetryAfterUnknown), status(StatusUnknown)))),
+		Sets: []Set{
+			set(FieldStatus, lit(StatusInProgress)), set(FieldAttemptCount, Expr{Kind: ExprIncrement}),
+			set(FieldLeaseOwner, param(ParamWorkerID)), set(FieldLeaseUntil, nowPlus(ParamLeaseSeconds)),
+			set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()), set(FieldAttemptStartedAt, now()),
+		},
+		Event:   event(fieldAttempt, "claimed", Expr{}),
+		Outcome: Changed,
+	},
+	{
+		Command: CmdClaim, Case: "lost",
+		Doc:     "anything else: claimed = false with the current state (retry_after while another lease is live)",
+		Outcome: NotClaimed,
+	},
+
+	// ExtendLease: a heartbeat of the current holder.
+	{
+		Command: CmdExtendLease, Case: "extend",
+		Doc: "the holder's live lease: lease_until = now + lease, at most attempt_started_at + max_attempt_seconds",
+		Requires: []Requirement{
+			issued(), latestForHolder(),
+			{Cond: status(StatusInProgress), Refuse: refuseNotHolder},
+			{Cond: Cond{Kind: CondAttemptYounger, Param: ParamMaxAttempt}, Refuse: refuseAttemptTooOld},
+		},
+		Sets:    []Set{set(FieldLeaseUntil, Expr{Kind: ExprExtendedLease, Param: ParamLeaseSeconds, Param2: ParamMaxAttempt})},
+		Event:   event(paramAttempt, "lease extended", Expr{}),
+		Outcome: Changed,
+	},
+
+	// MarkSucceeded: a confirmed effect is a fact, from any issued attempt.
+	{
+		Command: CmdMarkSucceeded, Case: "confirm",
+		Doc:      "any issued attempt (stale ones too) of a non-terminal operation",
+		Requires: []Requirement{issued(), {Cond: status(StatusPending, StatusInProgress, StatusUnknown)}},
+		Sets: []Set{
+			set(FieldStatus, lit(StatusSucceeded)), set(FieldExternalID, param(ParamExternalID)),
+			set(FieldResult, param(ParamResult)), set(FieldLeaseUntil, null()),
+			set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()),
+		},
+		Event:   event(paramAttempt, "effect confirmed", param(ParamExternalID)),
+		Outcome: Changed,
+	},
+	{
+		Command: CmdMarkSucceeded, Case: "repeat",
+		Doc:      "succeeded, and the same external_id again (or none): a no-op",
+		Requires: []Requirement{issued(), {Cond: status(StatusSucceeded)}, {Cond: Cond{Kind: CondSameOrNoExternalID}}},
+		Outcome:  Unchanged,
+	},
+	{
+		Command: CmdMarkSucceeded, Case: "effect after failed_final",
+		Doc:      "failed_final, not under review: an effect the journal thought absent; a person must look",
+		Requires: []Requirement{issued(), {Cond: status(StatusFailedFinal)}, {Cond: notUnderReview()}},
+		Sets: []Set{
+			set(FieldNeedsReview, lit(true)), set(FieldReviewReason, param(ParamReviewReason)),
+			set(FieldDuplicateExternalIDs, Expr{Kind: ExprAppendDuplicate}), set(FieldDuplicateReports, Expr{Kind: ExprIncrement}),
+		},
+		Event:        event(paramAttempt, "", param(ParamExternalID), duplicateReason),
+		ReviewReason: duplicateReason,
+		Outcome:      Changed,
+	},
+	{
+		Command: CmdMarkSucceeded, Case: "duplicate effect",
+		Doc:      "terminal, not under review, another external_id not seen before: keep the first, record this one, a person must look",
+		Requires: []Requirement{issued(), {Cond: status(StatusSucceeded, StatusFailedFinal)}, {Cond: Cond{Kind: CondNewDuplicate}}, {Cond: notUnderReview()}},
+		Sets: []Set{
+			set(FieldNeedsReview, lit(true)), set(FieldReviewReason, param(ParamReviewReason)),
+			set(FieldDuplicateExternalIDs, Expr{Kind: ExprAppendDuplicate}), set(FieldDuplicateReports, Expr{Kind: ExprIncrement}),
+		},
+		Event:        event(paramAttempt, "", param(ParamExternalID), duplicateReason),
+		ReviewReason: duplicateReason,
+		Outcome:      Changed,
+	},
+	{
+		Command: CmdMarkSucceeded, Case: "another duplicate",
+		Doc:      "terminal, under review, another external_id not seen before: recorded too (up to 10 are kept)",
+		Requires: []Requirement{issued(), {Cond: status(StatusSucceeded, StatusFailedFinal)}, {Cond: Cond{Kind: CondNewDuplicate}}},
+		Sets: []Set{
+			set(FieldDuplicateExternalIDs, Expr{Kind: ExprAppendDuplicate}), set(FieldDuplicateReports, Expr{Kind: ExprIncrement}),
+		},
+		Event:   event(paramAttempt, "", param(ParamExternalID), duplicateReason),
+		Outcome: Changed,
+	},
+	{
+		Command: CmdMarkSucceeded, Case: "repeated report",
+		Doc:      "terminal, an external_id already recorded (or no room left): only counted, no event, so reports cannot flood the history",
+		Requires: []Requirement{issued(), {Cond: status(StatusSucceeded, StatusFailedFinal)}},
+		Sets:     []Set{set(FieldDuplicateReports, Expr{Kind: ExprIncrement})},
+		Outcome:  Changed,
+	},
+
+	// MarkUnknown, MarkFailedFinal: only the current, live lease holder.
+	{
+		Command: CmdMarkUnknown, Case: "mark",
+		Doc:      "the holder of the live lease (latest attempt, in progress)",
+		Requires: holderOnly(),
+		Sets: []Set{
+			set(FieldStatus, lit(StatusUnknown)), set(FieldErrorCode, Expr{Kind: ExprParamOrNull, Param: ParamErrorCode}),
+			set(FieldLeaseUntil, null()), set(FieldUnknownSince, now()),
+		},
+		Event:   event(paramAttempt, "", Expr{}, markReason("outcome unknown")),
+		Outcome: Changed,
+	},
+	{
+		Command: CmdMarkFailedFinal, Case: "mark",
+		Doc:      "the holder of the live lease (latest attempt, in progress)",
+		Requires: holderOnly(),
+		Sets: []Set{
+			set(FieldStatus, lit(StatusFailedFinal)), set(FieldErrorCode, Expr{Kind: ExprParamOrNull, Param: ParamErrorCode}),
+			set(FieldLeaseUntil, null()), set(FieldUnknownSince, null()),
+		},
+		Event:   event(paramAttempt, "", Expr{}, markReason("rejected")),
+		Outcome: Changed,
+	},
+
+	// The reconciler's commands.
+	{
+		Command: CmdReleaseForRetry, Case: "release",
+		Doc: "unknown, latest attempt, not under review, the policy's search is definitive, and unknown for visibility_lag + in_flight_window",
+		Requires: []Requirement{
+			issued(), latest(),
+			{Cond: status(StatusUnknown), Refuse: refuseNotUnknown("only an unknown outcome is released for retry")},
+			{Cond: notUnderReview(), Refuse: refuseUnderReview},
+			{Cond: flag(ParamDefinitiveAbsence), Refuse: refuseNotDefinitive},
+			{Cond: Cond{Kind: CondUnknownFor, Param: ParamReleaseAfter}, Refuse: refuseTooEarly},
+		},
+		Sets: []Set{
+			set(FieldStatus, lit(StatusPending)), set(FieldLeaseUntil, null()),
+			set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()),
+		},
+		Event:   event(fieldAttempt, "", Expr{}, prefixed("released for retry: ")),
+		Outcome: Changed,
+	},
+	{
+		Command: CmdRecordCheck, Case: "check",
+		Doc: "unknown, latest attempt: count the check, schedule the next; an expired lease becomes unknown for good",
+		Requires: []Requirement{
+			issued(), latest(),
+			{Cond: status(StatusUnknown), Refuse: refuseNotUnknown("there is nothing to check")},
+		},
+		Sets: []Set{
+			set(FieldStatus, lit(StatusUnknown)), set(FieldUnknownSince, Expr{Kind: ExprLeaseEndIfHeld}),
+			set(FieldLeaseUntil, null()), set(FieldCheckCount, Expr{Kind: ExprIncrement}),
+			set(FieldLastCheckedAt, now()), set(FieldNextCheckAt, nowPlus(ParamNextCheckAfter)),
+		},
+		Event:   &EventSpec{Attempt: fieldAttempt, Actor: actorOrOwner(), Reason: prefixed("checked: "), FromRaw: true},
+		Outcome: Changed,
+	},
+	{
+		Command: CmdEscalate, Case: "escalate",
+		Doc:      "non-terminal, not yet under review: needs_review with the reason",
+		Requires: reqs(status(StatusPending, StatusInProgress, StatusUnknown), notUnderReview()),
+		Sets:     []Set{set(FieldNeedsReview, lit(true)), set(FieldReviewReason, param(ParamReviewReason))},
+		Event:    event(fieldAttempt, "", Expr{}, prefixed("escalated: ")),
+		ReviewReason: func(_ *Operation, c *Command) string {
+			return c.Reason
+		},
+		Outcome: Changed,
+	},
+	{
+		Command: CmdEscalate, Case: "already under review",
+		Doc:      "under review: unchanged",
+		Requires: []Requirement{{Cond: underReview(), Refuse: refuseEscalateTerminal}},
+		Outcome:  Unchanged,
+	},
+
+	// The operators' decisions.
+	{
+		Command: CmdResolve, Case: "as succeeded",
+		Doc:      "non-terminal and unknown or under review: succeeded with the operator's external_id",
+		Requires: resolveGuard(StatusSucceeded),
+		Sets: []Set{
+			set(FieldStatus, lit(StatusSucceeded)), set(FieldExternalID, param(ParamExternalID)),
+			set(FieldResult, Expr{Kind: ExprParamOrKeep, Param: ParamResult}), set(FieldNeedsReview, lit(false)),
+			set(FieldLeaseUntil, null()), set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()),
+		},
+		Event:   event(fieldAttempt, "", param(ParamExternalID), prefixed("resolved by operator: ")),
+		Outcome: Changed,
+	},
+	{
+		Command: CmdResolve, Case: "as failed_final",
+		Doc:      "non-terminal and unknown or under review: failed_final; terminal states never go backwards",
+		Requires: resolveGuard(StatusFailedFinal),
+		Sets: []Set{
+			set(FieldStatus, lit(StatusFailedFinal)), set(FieldErrorCode, Expr{Kind: ExprParamOrKeep, Param: ParamErrorCode}),
+			set(FieldNeedsReview, lit(false)),
+			set(FieldLeaseUntil, null()), set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()),
+		},
+		Event:   event(fieldAttempt, "", Expr{}, prefixed("resolved by operator: ")),
+		Outcome: Changed,
+	},
+	{
+		Command: CmdAcknowledge, Case: "acknowledge",
+		Doc: "terminal and under review (a duplicate effect): the review ends, the status stays",
+		Requires: []Requirement{
+			{Cond: status(StatusSucceeded, StatusFailedFinal), Refuse: refuseAcknowledgeOpen},
+			{Cond: underReview(), Refuse: refuseNothingToAcknowledge},
+		},
+		Sets:    []Set{set(FieldNeedsReview, lit(false))},
+		Event:   event(fieldAttempt, "", Expr{}, prefixed("acknowledged by operator: ")),
+		Outcome: Changed,
+	},
+}
+
+// --- building blocks of the table -----------------------------------------
+
+func reqs(cs ...Cond) []Requirement {
+	out := make([]Requirement, len(cs))
+	for i, c := range cs {
+		out[i] = Requirement{Cond: c}
+	}
+	return out
+}
+
+func set(f Field, e Expr) Set  { return Set{Field: f, Expr: e} }
+func lit(v any) Expr           { return Expr{Kind: ExprLit, Value: v} }
+func null() Expr               { return Expr{Kind: ExprLit} }
+func now() Expr                { return Expr{Kind: ExprNow} }
+func param(p Param) Expr       { return Expr{Kind: ExprParam, Param: p} }
+func nowPlus(p Param) Expr     { return Expr{Kind: ExprNowPlus, Param: p} }
+func status(s ...Status) Cond  { return Cond{Kind: CondStatus, Statuses: s} }
+func underReview() Cond        { return Cond{Kind: CondReview, Want: true} }
+func notUnderReview() Cond     { return Cond{Kind: CondReview, Want: false} }
+func flag(p Param) Cond        { return Cond{Kind: CondFlag, Param: p} }
+func absent() Cond             { return Cond{Kind: CondAbsent} }
+func claimAsked() Cond         { return flag(ParamClaim) }
+func not(c Cond) Cond          { return Cond{Kind: CondNot, Sub: []Cond{c}} }
+func or(cs ...Cond) Cond       { return Cond{Kind: CondOr, Sub: cs} }
+func and(cs ...Cond) Cond      { return Cond{Kind: CondAnd, Sub: cs} }
+func resolution(s Status) Cond { return Cond{Kind: CondResolution, Status: s} }
+func fieldOf(f Field) Expr     { return Expr{Kind: ExprField, Field: f} }
+func actorOrOwner() Expr       { return Expr{Kind: ExprActorOrOwner} }
+func constReason(s string) func(*Operation, *Command) string {
+	return func(*Operation, *Command) string { return s }
+}
+
+var (
+	fieldAttempt = fieldOf(FieldAttemptCount) // the attempt after the change
+	paramAttempt = param(ParamAttempt)        // the caller's attempt
+)
+
+// event builds an EventSpec with the actor rule every command shares:
+// the authenticated principal (or what the caller stated), else the lease
+// owner. reason is a constant, or computed by the optional fn.
+func event(attempt Expr, reason string, extID Expr, fn ...func(*Operation, *Command) string) *EventSpec {
+	r := constReason(reason)
+	if len(fn) > 0 {
+		r = fn[0]
+	}
+	return &EventSpec{Attempt: attempt, Actor: actorOrOwner(), Reason: r, ExternalID: extID}
+}
+
+func markReason(what string) func(*Operation, *Command) string {
+	return func(_ *Operation, c *Command) string {
+		if c.ErrorCode != "" {
+			return what + ": " + c.ErrorCode
+		}
+		return what
+	}
+}
+
+func prefixed(prefix string) func(*Operation, *Command) string {
+	return func(_ *Operation, c *Command) string { return prefix + c.Reason }
+}
+
+// duplicateReason is the review reason and event reason of an effect
+// reported after the operation became terminal. op is the row as read
+// (the rules that use it are never a command's first rule).
+func duplicateReason(op *Operation, c *Command) string {
+	id := fmt.Sprintf("%q", c.ExternalID)
+	if c.ExternalID == "" {
+		id = "without an external_id"
+	}
+	if op.Status == StatusFailedFinal {
+		return fmt.Sprintf("effect %s confirmed after the operation was marked failed_final", id)
+	}
+	return fmt.Sprintf("duplicate effect: external_id %s reported after %q was confirmed", id, op.ExternalID)
+}
+
+func issued() Requirement {
+	return Requirement{Cond: Cond{Kind: CondAttemptIssued}, Refuse: func(op *Operation, c *Command, _ time.Time) *Error {
+		return Errorf(CodeInvalidArgument, "attempt", "attempt %d was never issued for operation %q (attempts so far: %d)", c.Attempt, op.Key, op.AttemptCount)
+	}}
+}
+
+// latest refuses an attempt that is not the latest (the reconciler's commands).
+func latest() Requirement {
+	return Requirement{Cond: Cond{Kind: CondAttemptLatest}, Refuse: func(op *Operation, c *Command, _ time.Time) *Error {
+		return Errorf(CodeStaleAttempt, "attempt", "attempt %d of operation %q was superseded by attempt %d", c.Attempt, op.Key, op.AttemptCount)
+	}}
+}
+
+// latestForHolder refuses an attempt that is not the latest, in the words
+// of the lease holder's commands.
+func latestForHolder() Requirement {
+	return Requirement{Cond: Cond{Kind: CondAttemptLatest}, Refuse: func(op *Operation, c *Command, now time.Time) *Error {
+		return notHolder(op, c, fmt.Sprintf("attempt %d was superseded by attempt %d", c.Attempt, op.AttemptCount))
+	}}
+}
+
+func holderOnly() []Requirement {
+	return []Requirement{
+		issued(), latestForHolder(),
+		{Cond: not(status(StatusUnknown)), Refuse: refuseNotHolder},
+		{Cond: status(StatusInProgress), Refuse: refuseNotHolder},
+	}
+}
+
+func resolveGuard(to Status) []Requirement {
+	return []Requirement{
+		{Cond: resolution(to)},
+		{Cond: status(StatusPending, StatusInProgress, StatusUnknown), Refuse: refuseResolveTerminal},
+		{Cond: or(status(StatusUnknown), underReview()), Refuse: func(op *Operation, c *Command, now time.Time) *Error {
+			return Errorf(CodeInvalidState, "", "operation %q is %s and not under review: an operator resolves only unknown or needs_review operations", op.Key, op.EffectiveAt(now))
+		}},
+	}
+}
+
+func notHolder(op *Operation, c *Command, why string) *Error {
+	return Errorf(CodeStaleAttempt, "attempt", "attempt %d of operation %q no longer holds the lease: %s", c.Attempt, op.Key, why)
+}
+
+func refuseNotHolder(op *Operation, c *Command, now time.Time) *Error {
+	if st := op.EffectiveAt(now); st != StatusUnknown {
+		return notHolder(op, c, fmt.Sprintf("the operation is %s, not in progress", st))
+	}
+	return notHolder(op, c, "the operation is unknown (its lease expired or it was marked unknown) and goes to reconciliation")
+}
+
+func refuseAttemptTooOld(op *Operation, c *Command, now time.Time) *Error {
+	return Errorf(CodeInvalidState, "", "attempt %d of operation %q was claimed %s ago: the policy's max_attempt_seconds (%s) allows no longer lease; let the call end or give up (the outcome is then unknown)",
+		c.Attempt, op.Key, now.Sub(op.AttemptStartedAt).Round(time.Millisecond), c.Policy.MaxAttempt)
+}
+
+func refuseNotUnknown(why string) func(*Operation, *Command, time.Time) *Error {
+	return func(op *Operation, _ *Command, now time.Time) *Error {
+		return Errorf(CodeInvalidState, "", "operation %q is %s, not unknown: %s", op.Key, op.EffectiveAt(now), why)
+	}
+}
+
+func refuseUnderReview(op *Operation, _ *Command, _ time.Time) *Error {
+	return Errorf(CodeInvalidState, "", "operation %q is under review (%s): a person resolves it", op.Key, op.ReviewReason)
+}
+
+func refuseNotDefinitive(op *Operation, _ *Command, _ time.Time) *Error {
+	return Errorf(CodeInvalidState, "",
+		"the policy of %s says its provider's search is not definitive (reconcile.definitive_absence: false): absence cannot be proven, so the operation is never released automatically; escalate it", op.Action)
+}
+
+func refuseTooEarly(op *Operation, c *Command, now time.Time) *Error {
+	return Errorf(CodeInvalidState, "",
+		"operation %q has been unknown for %s; absence only counts %s after the attempt ended (the policy's visibility_lag plus in_flight_window, database clock)",
+		op.Key, now.Sub(op.EffectiveUnknownSince(now)).Round(time.Millisecond), c.Policy.ReleaseAfter)
+}
+
+func refuseEscalateTerminal(op *Operation, _ *Command, now time.Time) *Error {
+	return Errorf(CodeInvalidState, "", "operation %q is %s: a terminal operation is not escalated", op.Key, op.EffectiveAt(now))
+}
+
+func refuseResolveTerminal(op *Operation, _ *Command, now time.Time) *Error {
+	return Errorf(CodeInvalidState, "",
+		"operation %q is %s, a terminal state, and terminal states never change: to end its review, acknowledge it (Acknowledge, `opjournal ops acknowledge`)", op.Key, op.EffectiveAt(now))
+}
+
+func refuseAcknowledgeOpen(op *Operation, _ *Command, now time.Time) *Error {
+	return Errorf(CodeInvalidState, "", "operation %q is %s, not terminal: decide its outcome with Resolve instead", op.Key, op.EffectiveAt(now))
+}
+
+func refuseNothingToAcknowledge(op *Operation, _ *Command, now time.Time) *Error {
+	return Errorf(CodeInvalidState, "", "operation %q is %s and not under review: there is nothing to acknowledge", op.Key, op.EffectiveAt(now))
+}
+
+func refuseHashKeyGone(op *Operation, _ *Command, _ time.Time) *Error {
+	return Errorf(CodeInvalidState, "payload",
+		"operation %q was registered under request-hash key %q, which this server no longer holds, so this request cannot be compared with it; add the key back to --hash-key-file (keys may be retired only after the retention of the operations made with them)", op.Key, op.HashKeyID)
+}
+
+func refusePayloadMismatch(op *Operation, _ *Command, _ time.Time) *Error {
+	return Errorf(CodePayloadMismatch, "payload",
+		"operation %q is registered with other parameters; use a new operation key for a new intent", op.Key)
+}

@@ -1,0 +1,433 @@
+package postgres
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opjournal/opjournal"
+)
+
+// The protocol table (protocol.go) rendered as SQL. Every rule that changes
+// an operation becomes one statement: a conditional UPDATE whose WHERE is
+// the rule's guard, whose SET is the rule's assignments, and which writes
+// the rule's event in the same statement (a data-modifying CTE). The batched
+// statements (batched.go) are the same rules over unnest()ed arrays. Nothing
+// here is a rule of its own: change a rule in the table and its SQL follows.
+//
+// Every statement takes the clock as $1 (NULL in production: the database's
+// now(); a time under a test clock, store.Clock), the tenant as $2 and the
+// key as $3; the rule's parameters follow. In a batched statement the
+// parameters are columns of the unnest, named in_<param>.
+
+// clock is "now" in every statement.
+const clock = `coalesce($1::timestamptz, now())`
+
+// effectiveStatus is the status as the rules see it: an in_progress row
+// whose lease has expired on the database clock is unknown.
+const effectiveStatus = `(CASE WHEN status = 'in_progress' AND lease_until <= ` + clock + ` THEN 'unknown' ELSE status END)`
+
+// isUnknown matches operations whose effective status is unknown.
+const isUnknown = `(status = 'unknown' OR (status = 'in_progress' AND lease_until <= ` + clock + `))`
+
+// restColumns, after payload and result, is the row every query returns,
+// with the effective status and, last, the database's clock (used to
+// compute retry-after hints without trusting ours). The BASIC view leaves
+// out payload and result (AIP-157).
+const (
+	fullColumns  = `payload::text, result::text, ` + restColumns
+	basicColumns = `NULL::text, NULL::text, ` + restColumns
+	restColumns  = `tenant, operation_key, action_type, request_hash, ` + effectiveStatus + `,
+	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
+	duplicate_external_ids, duplicate_reports, coalesce(error_code, ''),
+	needs_review, coalesce(review_reason, ''), created_at, updated_at,
+	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= ` + clock + ` THEN lease_until END,
+	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id, ` + clock
+)
+
+// statement is a rule rendered as SQL, and the parameters it takes after
+// $1–$3 (or, batched, the unnest's columns after tenant and key).
+type statement struct {
+	rule   *opjournal.Rule
+	sql    string
+	params []opjournal.Param
+}
+
+// args returns the statement's arguments for command c (op: the row as
+// read, nil on the one-statement path).
+func (st *statement) args(clockArg any, tenant string, c *opjournal.Command, op *opjournal.Operation) []any {
+	args := make([]any, 0, 3+len(st.params))
+	args = append(args, clockArg, tenant, c.Key)
+	for _, p := range st.params {
+		args = append(args, pgValue(p, c.Value(p, st.rule, op)))
+	}
+	return args
+}
+
+// pgValue converts a parameter's Go value for pgx.
+func pgValue(p opjournal.Param, v any) any {
+	switch p.Type() {
+	case opjournal.TypeDuration:
+		d, _ := v.(time.Duration)
+		return d.Seconds()
+	case opjournal.TypeJSON:
+		raw, _ := v.(json.RawMessage)
+		if raw == nil {
+			return nil
+		}
+		s := string(raw)
+		return &s
+	case opjournal.TypeInt:
+		i, _ := v.(int)
+		return int32(i)
+	}
+	return v
+}
+
+// renderer renders one statement, numbering its parameters.
+type renderer struct {
+	batched bool
+	params  []opjournal.Param
+	index   map[opjournal.Param]int
+}
+
+func newRenderer(batched bool) *renderer {
+	return &renderer{batched: batched, index: map[opjournal.Param]int{}}
+}
+
+// param renders a reference to parameter p.
+func (r *renderer) param(p opjournal.Param) string {
+	i, ok := r.index[p]
+	if !ok {
+		r.params = append(r.params, p)
+		i = len(r.params)
+		r.index[p] = i
+	}
+	if r.batched {
+		if p.Type() == opjournal.TypeJSON {
+			return "in_" + p.Name() + "::json"
+		}
+		return "in_" + p.Name()
+	}
+	n := "$" + strconv.Itoa(3+i)
+	switch p.Type() {
+	case opjournal.TypeInt:
+		return n + "::int"
+	case opjournal.TypeBool:
+		return n + "::boolean"
+	case opjournal.TypeDuration:
+		return n + "::float8"
+	case opjournal.TypeJSON:
+		return n + "::json"
+	}
+	return n + "::text"
+}
+
+// seconds renders a duration (or whole-seconds int) parameter as an interval.
+func (r *renderer) seconds(p opjournal.Param) string {
+	return "make_interval(secs => " + r.param(p) + ")"
+}
+
+// arrayType is the unnest array type of a parameter in a batched statement.
+func arrayType(p opjournal.Param) string {
+	switch p.Type() {
+	case opjournal.TypeInt:
+		return "int[]"
+	case opjournal.TypeBool:
+		return "bool[]"
+	case opjournal.TypeDuration:
+		return "float8[]"
+	}
+	return "text[]"
+}
+
+// renderable reports whether a condition can be rendered: the Register
+// conditions are decided by the insert itself (the primary key) or in Go
+// on the row read back.
+func renderable(c opjournal.Cond) bool {
+	switch c.Kind {
+	case opjournal.CondAbsent, opjournal.CondSameRequest, opjournal.CondHashKeyKnown:
+		return false
+	}
+	return true
+}
+
+// cond renders a condition.
+func (r *renderer) cond(c opjournal.Cond) string {
+	switch c.Kind {
+	case opjournal.CondStatus:
+		if len(c.Statuses) == 1 && c.Statuses[0] == opjournal.StatusUnknown {
+			return isUnknown
+		}
+		q := make([]string, len(c.Statuses))
+		for i, s := range c.Statuses {
+			q[i] = "'" + string(s) + "'"
+		}
+		return effectiveStatus + " IN (" + strings.Join(q, ", ") + ")"
+	case opjournal.CondReview:
+		if c.Want {
+			return "needs_review"
+		}
+		return "NOT needs_review"
+	case opjournal.CondAttemptIssued:
+		return "(" + r.param(opjournal.ParamAttempt) + " BETWEEN 1 AND attempt_count)"
+	case opjournal.CondAttemptLatest:
+		return "(attempt_count = " + r.param(opjournal.ParamAttempt) + ")"
+	case opjournal.CondFlag:
+		return r.param(c.Param)
+	case opjournal.CondUnknownFor:
+		return "((CASE WHEN status = 'in_progress' THEN lease_until ELSE unknown_since END) <= " + clock + " - " + r.seconds(c.Param) + ")"
+	case opjournal.CondAttemptYounger:
+		return "(attempt_started_at + " + r.seconds(c.Param) + " > " + clock + ")"
+	case opjournal.CondSameOrNoExternalID:
+		x := r.param(opjournal.ParamExternalID)
+		return "(" + x + " = '' OR " + x + " = coalesce(external_id, ''))"
+	case opjournal.CondNewDuplicate:
+		x := r.param(opjournal.ParamExternalID)
+		return fmt.Sprintf("(%s <> '' AND %s <> coalesce(external_id, '') AND NOT (%s = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < %d)",
+			x, x, x, opjournal.MaxDuplicateExternalIDs)
+	case opjournal.CondResolution:
+		return "(" + r.param(opjournal.ParamResolution) + " = '" + string(c.Status) + "')"
+	case opjournal.CondNot:
+		return "NOT " + r.cond(c.Sub[0])
+	case opjournal.CondOr, opjournal.CondAnd:
+		op := " OR "
+		if c.Kind == opjournal.CondAnd {
+			op = " AND "
+		}
+		parts := make([]string, len(c.Sub))
+		for i, s := range c.Sub {
+			parts[i] = r.cond(s)
+		}
+		return "(" + strings.Join(parts, op) + ")"
+	}
+	panic(fmt.Sprintf("postgres: condition kind %d cannot be rendered", c.Kind))
+}
+
+// guard renders the AND of a rule's renderable requirements.
+func (r *renderer) guard(rule *opjournal.Rule) string {
+	parts := []string{}
+	for _, req := range rule.Requires {
+		if renderable(req.Cond) {
+			parts = append(parts, r.cond(req.Cond))
+		}
+	}
+	if len(parts) == 0 {
+		return "true"
+	}
+	return strings.Join(parts, "\n\t\t  AND ")
+}
+
+// expr renders the value e assigns to field f.
+func (r *renderer) expr(f opjournal.Field, e opjournal.Expr) string {
+	col := f.Column()
+	switch e.Kind {
+	case opjournal.ExprLit:
+		switch v := e.Value.(type) {
+		case nil:
+			return "NULL"
+		case opjournal.Status:
+			return "'" + string(v) + "'"
+		case bool:
+			return strconv.FormatBool(v)
+		case int:
+			return strconv.Itoa(v)
+		}
+		panic(fmt.Sprintf("postgres: literal %T", e.Value))
+	case opjournal.ExprParam:
+		return r.param(e.Param)
+	case opjournal.ExprParamOrNull:
+		return "nullif(" + r.param(e.Param) + ", '')"
+	case opjournal.ExprNow:
+		return clock
+	case opjournal.ExprNowPlus:
+		return "(" + clock + " + " + r.seconds(e.Param) + ")"
+	case opjournal.ExprIncrement:
+		return "(" + col + " + 1)"
+	case opjournal.ExprParamOrKeep:
+		if e.Param.Type() == opjournal.TypeJSON {
+			return "coalesce(" + r.param(e.Param) + ", " + col + ")"
+		}
+		return "coalesce(nullif(" + r.param(e.Param) + ", ''), " + col + ")"
+	case opjournal.ExprExtendedLease:
+		return "least(" + clock + " + " + r.seconds(e.Param) + ", attempt_started_at + " + r.seconds(e.Param2) + ")"
+	case opjournal.ExprLeaseEndIfHeld:
+		return "(CASE WHEN status = 'in_progress' THEN lease_until ELSE unknown_since END)"
+	case opjournal.ExprAppendDuplicate:
+		return "(CASE WHEN " + r.cond(opjournal.Cond{Kind: opjournal.CondNewDuplicate}) +
+			" THEN array_append(duplicate_external_ids, " + r.param(opjournal.ParamExternalID) + ") ELSE duplicate_external_ids END)"
+	case opjournal.ExprField:
+		return e.Field.Column()
+	case opjournal.ExprActorOrOwner:
+		return "coalesce(nullif(" + r.param(opjournal.ParamActor) + ", ''), lease_owner, '')"
+	}
+	panic(fmt.Sprintf("postgres: expression kind %d cannot be rendered", e.Kind))
+}
+
+// sets renders a rule's SET list.
+func (r *renderer) sets(rule *opjournal.Rule) string {
+	parts := make([]string, len(rule.Sets))
+	for i, s := range rule.Sets {
+		parts[i] = s.Field.Column() + " = " + r.expr(s.Field, s.Expr)
+	}
+	return strings.Join(parts, ",\n\t\t       ")
+}
+
+// eventInsert renders the INSERT of a rule's event, selecting from the
+// CTE named from (the changed rows).
+func (r *renderer) eventInsert(rule *opjournal.Rule, from, fromStatus string) string {
+	ev := rule.Event
+	ext := "NULL"
+	if ev.ExternalID.Kind != 0 {
+		ext = "nullif(" + r.expr(0, ev.ExternalID) + ", '')"
+	}
+	return `INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, ` + clock + `, ` + fromStatus + `, ` + effectiveStatus + `, ` + r.expr(0, ev.Attempt) + `, ` +
+		r.expr(0, ev.Actor) + `, ` + r.param(opjournal.ParamStatedActor) + `, ` + r.param(opjournal.ParamEventReason) + `, ` + ext + `
+		FROM ` + from
+}
+
+// fromStatus is the status a rule's event records as From, evaluated on
+// the row before the change (prev_status).
+func fromStatus(rule *opjournal.Rule) string {
+	if rule.Event != nil && rule.Event.FromRaw {
+		return "status"
+	}
+	return effectiveStatus
+}
+
+// renderUpdate renders a rule that changes an existing operation as one
+// statement.
+func renderUpdate(rule *opjournal.Rule) *statement {
+	r := newRenderer(false)
+	sql := `WITH upd AS (
+		UPDATE operations SET prev_status = ` + fromStatus(rule) + `,
+		       ` + r.sets(rule) + `,
+		       updated_at = ` + clock + `
+		WHERE tenant = $2 AND operation_key = $3
+		  AND ` + r.guard(rule) + `
+		RETURNING *
+	)`
+	if rule.Event != nil {
+		sql += `, ev AS (
+		` + r.eventInsert(rule, "upd", "prev_status") + `
+	)`
+	}
+	sql += `
+	SELECT ` + fullColumns + ` FROM upd`
+	return &statement{rule: rule, sql: sql, params: r.params}
+}
+
+// renderBatchedUpdate renders a rule over unnest()ed arrays: one row of
+// arrays per call, $2 the tenants, $3 the keys, then one array per
+// parameter in the order of statement.params.
+func renderBatchedUpdate(rule *opjournal.Rule) *statement {
+	r := newRenderer(true)
+	body := `upd AS (
+		UPDATE operations SET prev_status = ` + fromStatus(rule) + `,
+		       ` + r.sets(rule) + `,
+		       updated_at = ` + clock + `
+		FROM i
+		WHERE tenant = in_tenant AND operation_key = in_key
+		  AND ` + r.guard(rule) + `
+		RETURNING operations.*, i.*
+	)`
+	if rule.Event != nil {
+		body += `, ev AS (
+		` + r.eventInsert(rule, "upd", "prev_status") + `
+	)`
+	}
+	sql := `WITH ` + unnest(r.params) + `, ` + body + `
+	SELECT ` + fullColumns + ` FROM upd`
+	return &statement{rule: rule, sql: sql, params: r.params}
+}
+
+// unnest renders the CTE i of a batched statement.
+func unnest(params []opjournal.Param) string {
+	arrays := []string{"$2::text[]", "$3::text[]"}
+	names := []string{"in_tenant", "in_key"}
+	for i, p := range params {
+		arrays = append(arrays, "$"+strconv.Itoa(4+i)+"::"+arrayType(p))
+		names = append(names, "in_"+p.Name())
+	}
+	return `i AS (
+		SELECT * FROM unnest(` + strings.Join(arrays, ", ") + `)
+		    AS i(` + strings.Join(names, ", ") + `)
+	)`
+}
+
+// registerColumns are what Register writes besides the rule's sets.
+const registerColumns = `tenant, operation_key, action_type, request_hash, hash_key_id, payload, created_at, updated_at`
+
+// renderInsert renders a Register rule as an INSERT that does nothing when
+// the key exists (the primary key is the rule's "absent" guard).
+func renderInsert(rule *opjournal.Rule) *statement {
+	r := newRenderer(false)
+	cols, vals := []string{registerColumns}, []string{
+		"$2, $3, " + r.param(opjournal.ParamAction) + ", " + r.param(opjournal.ParamRequestHash) + ", " +
+			r.param(opjournal.ParamHashKeyID) + ", " + r.param(opjournal.ParamPayload) + ", " + clock + ", " + clock}
+	for _, s := range rule.Sets {
+		cols = append(cols, s.Field.Column())
+		vals = append(vals, r.expr(s.Field, s.Expr))
+	}
+	sql := `WITH ins AS (
+		INSERT INTO operations (` + strings.Join(cols, ", ") + `)
+		VALUES (` + strings.Join(vals, ", ") + `)
+		ON CONFLICT (tenant, operation_key) DO NOTHING
+		RETURNING *
+	), ev AS (
+		` + r.eventInsert(rule, "ins", "NULL") + `
+	)
+	SELECT ` + fullColumns + ` FROM ins`
+	return &statement{rule: rule, sql: sql, params: r.params}
+}
+
+// renderBatchedInsert renders both Register rules (claimed and not) over
+// unnest()ed arrays: each column takes the value of the call's rule
+// (in_claim), NULL where that rule sets none. It returns the inserted rows
+// and, flagged as existing, the rows of the keys that were there already.
+func renderBatchedInsert(claimed, plain *opjournal.Rule) *statement {
+	r := newRenderer(true)
+	claim := r.param(opjournal.ParamClaim)
+	var fields []opjournal.Field
+	seen := map[opjournal.Field]bool{}
+	for _, rule := range []*opjournal.Rule{claimed, plain} {
+		for _, s := range rule.Sets {
+			if !seen[s.Field] {
+				seen[s.Field] = true
+				fields = append(fields, s.Field)
+			}
+		}
+	}
+	value := func(rule *opjournal.Rule, f opjournal.Field) string {
+		for _, s := range rule.Sets {
+			if s.Field == f {
+				return r.expr(f, s.Expr)
+			}
+		}
+		return "NULL"
+	}
+	cols := []string{registerColumns}
+	vals := []string{"in_tenant, in_key, " + r.param(opjournal.ParamAction) + ", " + r.param(opjournal.ParamRequestHash) + ", " +
+		r.param(opjournal.ParamHashKeyID) + ", " + r.param(opjournal.ParamPayload) + ", " + clock + ", " + clock}
+	for _, f := range fields {
+		cols = append(cols, f.Column())
+		vals = append(vals, "CASE WHEN "+claim+" THEN "+value(claimed, f)+" ELSE "+value(plain, f)+" END")
+	}
+	body := `ins AS (
+		INSERT INTO operations (` + strings.Join(cols, ", ") + `)
+		SELECT ` + strings.Join(vals, ", ") + ` FROM i
+		ON CONFLICT (tenant, operation_key) DO NOTHING
+		RETURNING *
+	), ev AS (
+		` + r.eventInsert(claimed, "ins JOIN i ON in_tenant = tenant AND in_key = operation_key", "NULL") + `
+	)`
+	sql := `WITH ` + unnest(r.params) + `, ` + body + `
+	SELECT false, ` + fullColumns + ` FROM ins
+	UNION ALL
+	SELECT true, ` + fullColumns + ` FROM operations
+	WHERE (tenant, operation_key) IN (SELECT in_tenant, in_key FROM i)`
+	return &statement{rule: claimed, sql: sql, params: r.params}
+}

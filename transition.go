@@ -1,0 +1,905 @@
+package opjournal
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// This file is the machinery of the state machine; protocol.go is the
+// table itself. A Rule is data: its guard (Requirements), the fields it
+// sets (Sets) and the event it writes are values that Apply evaluates in
+// Go and that store/postgres renders into SQL. So every store applies the
+// same rows: SQLite by calling Apply inside its transaction, PostgreSQL by
+// running each row as one conditional UPDATE rendered from it.
+
+// CommandKind names a command of the protocol.
+type CommandKind string
+
+// The commands.
+const (
+	CmdRegister        CommandKind = "Register"
+	CmdClaim           CommandKind = "Claim"
+	CmdExtendLease     CommandKind = "ExtendLease"
+	CmdMarkSucceeded   CommandKind = "MarkSucceeded"
+	CmdMarkUnknown     CommandKind = "MarkUnknown"
+	CmdMarkFailedFinal CommandKind = "MarkFailedFinal"
+	CmdReleaseForRetry CommandKind = "ReleaseForRetry"
+	CmdRecordCheck     CommandKind = "RecordCheck"
+	CmdEscalate        CommandKind = "Escalate"
+	CmdResolve         CommandKind = "Resolve"
+	CmdAcknowledge     CommandKind = "Acknowledge"
+)
+
+// CommandPolicy is what the action's policy says about a command, resolved
+// by the journal before the command reaches a store.
+type CommandPolicy struct {
+	// RetryAfterUnknown: on_timeout is retry_same_key, so an unknown
+	// operation (or an expired lease) may be claimed again.
+	RetryAfterUnknown bool
+	// DefinitiveAbsence: reconcile.definitive_absence; without it no
+	// absence is ever proven and nothing is released for retry.
+	DefinitiveAbsence bool
+	// ReleaseAfter is how long the outcome must have been unknown before a
+	// release: reconcile.visibility_lag plus reconcile.in_flight_window,
+	// counted from the moment the attempt really ended.
+	ReleaseAfter time.Duration
+	// MaxAttempt is max_attempt_seconds: heartbeats never extend a lease
+	// beyond this long after the attempt was claimed.
+	MaxAttempt time.Duration
+}
+
+// Command is one request to change an operation, validated and resolved
+// against the policy by the journal.
+type Command struct {
+	Kind CommandKind
+	// Key is the operation's key (for messages; stores find the row by it).
+	Key string
+	// Actor is recorded as the event's actor: the authenticated principal,
+	// or (without authentication) what the caller stated; "" records the
+	// lease owner.
+	Actor string
+	// StatedActor is what the caller said (actor, worker_id), recorded as
+	// the event's stated_actor.
+	StatedActor string
+
+	// Register.
+	Action      string
+	RequestHash string
+	HashKeyID   string
+	Payload     json.RawMessage
+	// HashFor returns this request's hash under another hash key, to
+	// compare with an operation registered under it; ok is false when the
+	// key is no longer known. nil: only HashKeyID is known.
+	HashFor func(keyID string) (hash string, ok bool)
+	// Claim asks Register to claim a new operation in the same step.
+	Claim bool
+
+	// Claim, ExtendLease.
+	WorkerID     string
+	LeaseSeconds int
+
+	// The fencing token of attempt-bound commands.
+	Attempt int
+
+	// MarkSucceeded, Resolve.
+	ExternalID string
+	Result     json.RawMessage
+	// MarkUnknown, MarkFailedFinal, Resolve to failed_final.
+	ErrorCode string
+	// The caller's words: the release reason, the check's note, the
+	// escalation's, resolution's or acknowledgement's reason.
+	Reason string
+	// RecordCheck.
+	NextCheckAfter time.Duration
+	// Resolve: StatusSucceeded or StatusFailedFinal.
+	Resolution Status
+
+	Policy CommandPolicy
+}
+
+// Outcome is what a rule does to the caller's answer.
+type Outcome int
+
+const (
+	// Changed: the rule changed the operation (and wrote its event, if any).
+	Changed Outcome = iota + 1
+	// Unchanged: the request is answered with the operation as it is
+	// (a replay, a repeated report, an escalation already made).
+	Unchanged
+	// NotClaimed: a Claim that did not win; answered with the operation
+	// as it is, not as an error.
+	NotClaimed
+)
+
+// Rule is one row of the table: a command in one case.
+type Rule struct {
+	// Command is the command the rule belongs to.
+	Command CommandKind
+	// Case names the case ("confirm", "duplicate effect").
+	Case string
+	// Doc says in words what the rule is for.
+	Doc string
+	// Requires is the guard: every requirement must hold. The rules of a
+	// command are tried in order and the first whose guard holds applies.
+	// When none does, the first failing requirement with a refusal in the
+	// command's LAST rule refuses the request.
+	Requires []Requirement
+	// Sets are the fields the rule changes, all evaluated on the row as it
+	// was (like SQL's UPDATE ... SET).
+	Sets []Set
+	// Event is what the rule writes to the history; nil writes nothing.
+	Event *EventSpec
+	// Outcome is how the caller is answered.
+	Outcome Outcome
+	// ReviewReason computes the review_reason the rule may set
+	// (ParamReviewReason); op is the row as read.
+	ReviewReason func(op *Operation, c *Command) string
+}
+
+// Requirement is one condition of a guard and the refusal when it fails.
+type Requirement struct {
+	Cond Cond
+	// Refuse explains the refusal; nil when a failure of this condition
+	// only means another rule applies.
+	Refuse func(op *Operation, c *Command, now time.Time) *Error
+}
+
+// EventSpec says what a rule writes to the history. From and To are the
+// effective statuses before and after (From the stored one with FromRaw). The expressions are
+// evaluated on the row AFTER the change (as an INSERT ... SELECT FROM the
+// updated row does).
+type EventSpec struct {
+	// Attempt is the event's attempt number.
+	Attempt Expr
+	// Actor is the event's actor.
+	Actor Expr
+	// Reason is the event's reason in words. op is the row as read, or nil
+	// when a store applies the command's first rule without reading the
+	// row first (PostgreSQL's one-statement path): the first rule of a
+	// command must not look at op.
+	Reason func(op *Operation, c *Command) string
+	// ExternalID is the event's external_id; the zero Expr records none.
+	ExternalID Expr
+	// FromRaw records the stored status as From: an expired lease is
+	// in_progress there, so the history shows the in_progress → unknown
+	// step that no other event recorded.
+	FromRaw bool
+}
+
+// CondKind is the kind of a Cond.
+type CondKind int
+
+// The kinds of conditions.
+const (
+	// CondStatus: the effective status is one of Statuses.
+	CondStatus CondKind = iota + 1
+	// CondReview: needs_review equals Want.
+	CondReview
+	// CondAttemptIssued: 1 <= attempt <= attempt_count.
+	CondAttemptIssued
+	// CondAttemptLatest: attempt = attempt_count.
+	CondAttemptLatest
+	// CondFlag: the boolean Param is true.
+	CondFlag
+	// CondUnknownFor: the outcome has been unknown for at least the
+	// duration Param (on the database clock).
+	CondUnknownFor
+	// CondAttemptYounger: the attempt was claimed less than the duration
+	// Param ago.
+	CondAttemptYounger
+	// CondSameOrNoExternalID: the reported external_id is empty or the
+	// confirmed one.
+	CondSameOrNoExternalID
+	// CondNewDuplicate: the reported external_id is not empty, not the
+	// confirmed one, not yet kept, and there is room to keep it.
+	CondNewDuplicate
+	// CondResolution: the command's resolution is Status.
+	CondResolution
+	// CondAbsent: no operation has the key (Register only).
+	CondAbsent
+	// CondSameRequest: the request hash equals the stored one (Register).
+	CondSameRequest
+	// CondHashKeyKnown: the server still holds the key the stored request
+	// hash was made with (Register only).
+	CondHashKeyKnown
+	// CondAnd: every one of Sub holds.
+	CondAnd
+	// CondNot: Sub[0] does not hold.
+	CondNot
+	// CondOr: one of Sub holds.
+	CondOr
+)
+
+// Cond is a condition on an operation, a command and the time: data that
+// Apply evaluates and that store/postgres renders as SQL.
+type Cond struct {
+	Kind     CondKind
+	Statuses []Status
+	Want     bool
+	Param    Param
+	Status   Status
+	Sub      []Cond
+}
+
+// ExprKind is the kind of an Expr.
+type ExprKind int
+
+// The kinds of expressions.
+const (
+	// ExprLit is Value (a Status, bool, int, or nil for NULL).
+	ExprLit ExprKind = iota + 1
+	// ExprParam is the command's Param.
+	ExprParam
+	// ExprParamOrNull is the text Param, NULL when empty.
+	ExprParamOrNull
+	// ExprNow is the database clock.
+	ExprNow
+	// ExprNowPlus is the clock plus the duration Param.
+	ExprNowPlus
+	// ExprIncrement is the field's value plus one.
+	ExprIncrement
+	// ExprParamOrKeep is Param when it is not empty, else the field's value.
+	ExprParamOrKeep
+	// ExprExtendedLease is the clock plus the lease Param, but no later
+	// than attempt_started_at plus the duration Param2.
+	ExprExtendedLease
+	// ExprLeaseEndIfHeld is lease_until for an in_progress row (whose
+	// lease has expired), else unknown_since.
+	ExprLeaseEndIfHeld
+	// ExprAppendDuplicate is the field's list with the reported
+	// external_id appended when CondNewDuplicate holds.
+	ExprAppendDuplicate
+	// ExprField is the value of Field.
+	ExprField
+	// ExprActorOrOwner is Param ParamActor when not empty, else lease_owner.
+	ExprActorOrOwner
+)
+
+// Expr is a value a rule writes: data that Apply evaluates and that
+// store/postgres renders as SQL.
+type Expr struct {
+	Kind   ExprKind
+	Value  any
+	Param  Param
+	Param2 Param
+	Field  Field
+}
+
+// Set assigns Expr to Field.
+type Set struct {
+	Field Field
+	Expr  Expr
+}
+
+// Field is a column of an operation that rules may set.
+type Field int
+
+// The fields.
+const (
+	FieldStatus Field = iota + 1
+	FieldAttemptCount
+	FieldLeaseOwner
+	FieldLeaseUntil
+	FieldExternalID
+	FieldResult
+	FieldErrorCode
+	FieldNeedsReview
+	FieldReviewReason
+	FieldUnknownSince
+	FieldCheckCount
+	FieldLastCheckedAt
+	FieldNextCheckAt
+	FieldAttemptStartedAt
+	FieldDuplicateExternalIDs
+	FieldDuplicateReports
+	// The fields only Register sets.
+	FieldAction
+	FieldRequestHash
+	FieldHashKeyID
+	FieldPayload
+)
+
+// Column is the field's column name in every store.
+func (f Field) Column() string {
+	switch f {
+	case FieldStatus:
+		return "status"
+	case FieldAttemptCount:
+		return "attempt_count"
+	case FieldLeaseOwner:
+		return "lease_owner"
+	case FieldLeaseUntil:
+		return "lease_until"
+	case FieldExternalID:
+		return "external_id"
+	case FieldResult:
+		return "result"
+	case FieldErrorCode:
+		return "error_code"
+	case FieldNeedsReview:
+		return "needs_review"
+	case FieldReviewReason:
+		return "review_reason"
+	case FieldUnknownSince:
+		return "unknown_since"
+	case FieldCheckCount:
+		return "check_count"
+	case FieldLastCheckedAt:
+		return "last_checked_at"
+	case FieldNextCheckAt:
+		return "next_check_at"
+	case FieldAttemptStartedAt:
+		return "attempt_started_at"
+	case FieldDuplicateExternalIDs:
+		return "duplicate_external_ids"
+	case FieldDuplicateReports:
+		return "duplicate_reports"
+	case FieldAction:
+		return "action_type"
+	case FieldRequestHash:
+		return "request_hash"
+	case FieldHashKeyID:
+		return "hash_key_id"
+	case FieldPayload:
+		return "payload"
+	}
+	return fmt.Sprintf("field(%d)", int(f))
+}
+
+// Param is a value a command brings to a rule.
+type Param int
+
+// The parameters.
+const (
+	ParamWorkerID Param = iota + 1
+	ParamLeaseSeconds
+	ParamAttempt
+	ParamExternalID
+	ParamResult
+	ParamErrorCode
+	ParamActor
+	ParamStatedActor
+	ParamEventReason  // computed: the rule's EventSpec.Reason
+	ParamReviewReason // computed: the rule's ReviewReason
+	ParamNextCheckAfter
+	ParamRetryAfterUnknown
+	ParamDefinitiveAbsence
+	ParamReleaseAfter
+	ParamMaxAttempt
+	ParamResolution
+	ParamAction
+	ParamRequestHash
+	ParamHashKeyID
+	ParamPayload
+	// ParamClaim: Register is asked to claim.
+	ParamClaim
+)
+
+// ParamType is the type of a Param's value.
+type ParamType int
+
+// The parameter types.
+const (
+	TypeText     ParamType = iota + 1 // string
+	TypeInt                           // int
+	TypeBool                          // bool
+	TypeDuration                      // time.Duration
+	TypeJSON                          // json.RawMessage, nil for NULL
+)
+
+// Name is the parameter's name in generated SQL and in the docs.
+func (p Param) Name() string {
+	switch p {
+	case ParamWorkerID:
+		return "worker_id"
+	case ParamLeaseSeconds:
+		return "lease_seconds"
+	case ParamAttempt:
+		return "attempt"
+	case ParamExternalID:
+		return "external_id"
+	case ParamResult:
+		return "result"
+	case ParamErrorCode:
+		return "error_code"
+	case ParamActor:
+		return "actor"
+	case ParamStatedActor:
+		return "stated_actor"
+	case ParamEventReason:
+		return "event_reason"
+	case ParamReviewReason:
+		return "review_reason"
+	case ParamNextCheckAfter:
+		return "next_check_after"
+	case ParamRetryAfterUnknown:
+		return "retry_after_unknown"
+	case ParamDefinitiveAbsence:
+		return "definitive_absence"
+	case ParamReleaseAfter:
+		return "release_after"
+	case ParamMaxAttempt:
+		return "max_attempt"
+	case ParamResolution:
+		return "resolution"
+	case ParamAction:
+		return "action_type"
+	case ParamRequestHash:
+		return "request_hash"
+	case ParamHashKeyID:
+		return "hash_key_id"
+	case ParamPayload:
+		return "payload"
+	case ParamClaim:
+		return "claim"
+	}
+	return fmt.Sprintf("param(%d)", int(p))
+}
+
+// Type is the type of the parameter's value.
+func (p Param) Type() ParamType {
+	switch p {
+	case ParamLeaseSeconds, ParamAttempt:
+		return TypeInt
+	case ParamRetryAfterUnknown, ParamDefinitiveAbsence, ParamClaim:
+		return TypeBool
+	case ParamNextCheckAfter, ParamReleaseAfter, ParamMaxAttempt:
+		return TypeDuration
+	case ParamResult, ParamPayload:
+		return TypeJSON
+	}
+	return TypeText
+}
+
+// Value returns the parameter's value for command c under rule r; op is
+// the row as read (nil on a store's one-statement path, see EventSpec).
+func (c *Command) Value(p Param, r *Rule, op *Operation) any {
+	switch p {
+	case ParamWorkerID:
+		return c.WorkerID
+	case ParamLeaseSeconds:
+		return c.LeaseSeconds
+	case ParamAttempt:
+		return c.Attempt
+	case ParamExternalID:
+		return c.ExternalID
+	case ParamResult:
+		return c.Result
+	case ParamErrorCode:
+		return c.ErrorCode
+	case ParamActor:
+		return c.Actor
+	case ParamStatedActor:
+		return c.StatedActor
+	case ParamEventReason:
+		if r.Event == nil {
+			return ""
+		}
+		return r.Event.Reason(op, c)
+	case ParamReviewReason:
+		if r.ReviewReason == nil {
+			return ""
+		}
+		return r.ReviewReason(op, c)
+	case ParamNextCheckAfter:
+		return c.NextCheckAfter
+	case ParamRetryAfterUnknown:
+		return c.Policy.RetryAfterUnknown
+	case ParamDefinitiveAbsence:
+		return c.Policy.DefinitiveAbsence
+	case ParamReleaseAfter:
+		return c.Policy.ReleaseAfter
+	case ParamMaxAttempt:
+		return c.Policy.MaxAttempt
+	case ParamResolution:
+		return string(c.Resolution)
+	case ParamAction:
+		return c.Action
+	case ParamRequestHash:
+		return c.RequestHash
+	case ParamHashKeyID:
+		return c.HashKeyID
+	case ParamPayload:
+		return c.Payload
+	case ParamClaim:
+		return c.Claim
+	}
+	panic(fmt.Sprintf("opjournal: no value for %s", p.Name()))
+}
+
+// Rules returns the rules of a command, in the order they are tried.
+func Rules(cmd CommandKind) []*Rule { return rulesByCommand[cmd] }
+
+// AllRules returns every rule of the table, in table order.
+func AllRules() []*Rule { return slices.Clone(table) }
+
+var rulesByCommand = func() map[CommandKind][]*Rule {
+	m := map[CommandKind][]*Rule{}
+	for _, r := range table {
+		m[r.Command] = append(m[r.Command], r)
+	}
+	return m
+}()
+
+// Decision is what Apply decided.
+type Decision struct {
+	// Rule is the rule that applied.
+	Rule *Rule
+	// Op is the operation after the rule, as read at the same instant
+	// (its effective status); op itself when the rule changed nothing.
+	Op *Operation
+	// Event is the history entry the rule writes, nil if none (its ID is
+	// assigned by the store).
+	Event *Event
+}
+
+// Apply applies command c to op, the operation as read at now (nil when
+// no operation has the key), and returns the rule that applies with the
+// next state and event, or the refusal (an *Error). It is pure: op is not
+// modified, and the same inputs always give the same answer. Every store
+// gives the answers Apply gives (store/storetest checks it).
+func Apply(op *Operation, c *Command, now time.Time) (Decision, error) {
+	if op == nil && c.Kind != CmdRegister {
+		return Decision{}, Errorf(CodeNotFound, "operation_key", "no operation %q", c.Key)
+	}
+	rules := Rules(c.Kind)
+	if len(rules) == 0 {
+		return Decision{}, Errorf(CodeInternal, "", "no rule for command %q", c.Kind)
+	}
+	for _, r := range rules {
+		if r.Holds(op, c, now) {
+			return r.apply(op, c, now), nil
+		}
+	}
+	return Decision{}, Refusal(rules[len(rules)-1], op, c, now)
+}
+
+// Holds reports whether every requirement of r holds.
+func (r *Rule) Holds(op *Operation, c *Command, now time.Time) bool {
+	for _, req := range r.Requires {
+		if !req.Cond.Eval(op, c, now) {
+			return false
+		}
+	}
+	return true
+}
+
+// Refusal returns the refusal of r's first failing requirement that has
+// one (CodeInternal if none: a hole in the table).
+func Refusal(r *Rule, op *Operation, c *Command, now time.Time) *Error {
+	for _, req := range r.Requires {
+		if req.Refuse != nil && !req.Cond.Eval(op, c, now) {
+			return req.Refuse(op, c, now)
+		}
+	}
+	return Errorf(CodeInternal, "", "no rule of %s applies to operation %q (%s)", c.Kind, opKey(op), statusOf(op, now))
+}
+
+func opKey(op *Operation) string {
+	if op == nil {
+		return ""
+	}
+	return op.Key
+}
+
+func statusOf(op *Operation, now time.Time) Status {
+	if op == nil {
+		return ""
+	}
+	return op.EffectiveAt(now)
+}
+
+// apply evaluates r's sets and event on op.
+func (r *Rule) apply(op *Operation, c *Command, now time.Time) Decision {
+	if r.Outcome != Changed {
+		return Decision{Rule: r, Op: op}
+	}
+	var next *Operation
+	if op == nil {
+		next = &Operation{Key: c.Key, CreatedAt: now}
+	} else {
+		next = op.Clone()
+	}
+	from := Status("")
+	switch {
+	case op != nil && r.Event != nil && r.Event.FromRaw:
+		from = op.Raw()
+	case op != nil:
+		from = op.EffectiveAt(now)
+	}
+	// Evaluate every value on the row as it was, then assign: the SQL
+	// UPDATE's semantics.
+	vals := make([]any, len(r.Sets))
+	for i, s := range r.Sets {
+		vals[i] = s.Expr.Eval(op, s.Field, r, c, now)
+	}
+	for i, s := range r.Sets {
+		setField(next, s.Field, vals[i])
+	}
+	next.UpdatedAt = now
+	if op == nil {
+		next.Action, next.RequestHash, next.HashKeyID = c.Action, c.RequestHash, c.HashKeyID
+		next.Payload = c.Payload
+	}
+	next.Status = next.EffectiveAt(now)
+	next.UnknownSince = next.EffectiveUnknownSince(now)
+	d := Decision{Rule: r, Op: next}
+	if r.Event != nil {
+		ev := &Event{At: now, From: from, To: next.Status, StatedActor: c.StatedActor}
+		ev.Attempt = asInt(r.Event.Attempt.Eval(next, 0, r, c, now))
+		ev.Actor = asString(r.Event.Actor.Eval(next, 0, r, c, now))
+		ev.Reason = r.Event.Reason(op, c)
+		if r.Event.ExternalID.Kind != 0 {
+			ev.ExternalID = asString(r.Event.ExternalID.Eval(next, 0, r, c, now))
+		}
+		d.Event = ev
+	}
+	return d
+}
+
+// Eval evaluates the condition.
+func (cd Cond) Eval(op *Operation, c *Command, now time.Time) bool {
+	switch cd.Kind {
+	case CondAbsent:
+		return op == nil
+	case CondFlag:
+		b, _ := c.Value(cd.Param, nil, op).(bool)
+		return b
+	case CondResolution:
+		return c.Resolution == cd.Status
+	case CondNot:
+		return !cd.Sub[0].Eval(op, c, now)
+	case CondOr:
+		for _, s := range cd.Sub {
+			if s.Eval(op, c, now) {
+				return true
+			}
+		}
+		return false
+	case CondAnd:
+		for _, s := range cd.Sub {
+			if !s.Eval(op, c, now) {
+				return false
+			}
+		}
+		return true
+	}
+	if op == nil {
+		return false
+	}
+	switch cd.Kind {
+	case CondStatus:
+		return slices.Contains(cd.Statuses, op.EffectiveAt(now))
+	case CondReview:
+		return op.NeedsReview == cd.Want
+	case CondAttemptIssued:
+		return c.Attempt >= 1 && c.Attempt <= op.AttemptCount
+	case CondAttemptLatest:
+		return c.Attempt == op.AttemptCount
+	case CondUnknownFor:
+		since := op.EffectiveUnknownSince(now)
+		return !since.IsZero() && !since.After(now.Add(-asDuration(c.Value(cd.Param, nil, op))))
+	case CondAttemptYounger:
+		return op.AttemptStartedAt.Add(asDuration(c.Value(cd.Param, nil, op))).After(now)
+	case CondSameOrNoExternalID:
+		return c.ExternalID == "" || c.ExternalID == op.ExternalID
+	case CondNewDuplicate:
+		return c.ExternalID != "" && c.ExternalID != op.ExternalID &&
+			!slices.Contains(op.DuplicateExternalIDs, c.ExternalID) && len(op.DuplicateExternalIDs) < MaxDuplicateExternalIDs
+	case CondSameRequest:
+		return sameRequest(op, c)
+	case CondHashKeyKnown:
+		if op.HashKeyID == c.HashKeyID || c.HashFor == nil {
+			return op.HashKeyID == c.HashKeyID
+		}
+		_, ok := c.HashFor(op.HashKeyID)
+		return ok
+	}
+	panic(fmt.Sprintf("opjournal: condition kind %d", cd.Kind))
+}
+
+// sameRequest compares c's request hash with op's, under op's hash key.
+func sameRequest(op *Operation, c *Command) bool {
+	if op.HashKeyID == c.HashKeyID {
+		return op.RequestHash == c.RequestHash
+	}
+	if c.HashFor == nil {
+		return false
+	}
+	h, ok := c.HashFor(op.HashKeyID)
+	return ok && h == op.RequestHash
+}
+
+// Eval evaluates the expression for field f (its current value is the
+// starting point of ExprIncrement and the like) on op.
+func (e Expr) Eval(op *Operation, f Field, r *Rule, c *Command, now time.Time) any {
+	switch e.Kind {
+	case ExprLit:
+		return e.Value
+	case ExprParam:
+		return c.Value(e.Param, r, op)
+	case ExprParamOrNull:
+		if s, _ := c.Value(e.Param, r, op).(string); s != "" {
+			return s
+		}
+		return nil
+	case ExprNow:
+		return now
+	case ExprNowPlus:
+		return now.Add(paramDuration(c.Value(e.Param, r, op), e.Param))
+	}
+	if op == nil { // Register: a new row has no previous values
+		op = &Operation{}
+	}
+	switch e.Kind {
+	case ExprIncrement:
+		return asInt(getField(op, f)) + 1
+	case ExprParamOrKeep:
+		if v := c.Value(e.Param, r, op); !empty(v) {
+			return v
+		}
+		return getField(op, f)
+	case ExprExtendedLease:
+		until := now.Add(paramDuration(c.Value(e.Param, r, op), e.Param))
+		if limit := op.AttemptStartedAt.Add(asDuration(c.Value(e.Param2, r, op))); limit.Before(until) {
+			until = limit
+		}
+		return until
+	case ExprLeaseEndIfHeld:
+		if op.Raw() == StatusInProgress {
+			return op.LeaseUntil
+		}
+		return op.UnknownSince
+	case ExprAppendDuplicate:
+		ids := slices.Clone(op.DuplicateExternalIDs)
+		if (Cond{Kind: CondNewDuplicate}).Eval(op, c, now) {
+			ids = append(ids, c.ExternalID)
+		}
+		return ids
+	case ExprField:
+		return getField(op, e.Field)
+	case ExprActorOrOwner:
+		if a := c.Actor; a != "" {
+			return a
+		}
+		return op.LeaseOwner
+	}
+	panic(fmt.Sprintf("opjournal: expression kind %d", e.Kind))
+}
+
+// paramDuration reads a duration parameter; an int one is seconds
+// (lease_seconds).
+func paramDuration(v any, p Param) time.Duration {
+	if p.Type() == TypeInt {
+		return time.Duration(asInt(v)) * time.Second
+	}
+	return asDuration(v)
+}
+
+func empty(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case string:
+		return x == ""
+	case json.RawMessage:
+		return x == nil
+	case time.Time:
+		return x.IsZero()
+	}
+	return false
+}
+
+func asInt(v any) int {
+	i, _ := v.(int)
+	return i
+}
+
+func asString(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func asDuration(v any) time.Duration {
+	d, _ := v.(time.Duration)
+	return d
+}
+
+func asTime(v any) time.Time {
+	t, _ := v.(time.Time)
+	return t
+}
+
+// getField returns op's value of f: a Status, int, string, bool,
+// time.Time (zero for NULL), json.RawMessage or []string.
+func getField(op *Operation, f Field) any {
+	switch f {
+	case FieldStatus:
+		return op.Raw()
+	case FieldAttemptCount:
+		return op.AttemptCount
+	case FieldLeaseOwner:
+		return op.LeaseOwner
+	case FieldLeaseUntil:
+		return op.LeaseUntil
+	case FieldExternalID:
+		return op.ExternalID
+	case FieldResult:
+		return op.Result
+	case FieldErrorCode:
+		return op.ErrorCode
+	case FieldNeedsReview:
+		return op.NeedsReview
+	case FieldReviewReason:
+		return op.ReviewReason
+	case FieldUnknownSince:
+		return op.UnknownSince
+	case FieldCheckCount:
+		return op.CheckCount
+	case FieldLastCheckedAt:
+		return op.LastCheckedAt
+	case FieldNextCheckAt:
+		return op.NextCheckAt
+	case FieldAttemptStartedAt:
+		return op.AttemptStartedAt
+	case FieldDuplicateExternalIDs:
+		return op.DuplicateExternalIDs
+	case FieldDuplicateReports:
+		return op.DuplicateReports
+	}
+	panic(fmt.Sprintf("opjournal: no value of %s", f.Column()))
+}
+
+// setField assigns v (nil for NULL) to op's field f.
+func setField(op *Operation, f Field, v any) {
+	switch f {
+	case FieldStatus:
+		switch s := v.(type) {
+		case Status:
+			op.Status = s
+		case string:
+			op.Status = Status(s)
+		}
+	case FieldAttemptCount:
+		op.AttemptCount = asInt(v)
+	case FieldLeaseOwner:
+		op.LeaseOwner = asString(v)
+	case FieldLeaseUntil:
+		op.LeaseUntil = asTime(v)
+	case FieldExternalID:
+		op.ExternalID = asString(v)
+	case FieldResult:
+		r, _ := v.(json.RawMessage)
+		op.Result = r
+	case FieldErrorCode:
+		op.ErrorCode = asString(v)
+	case FieldNeedsReview:
+		b, _ := v.(bool)
+		op.NeedsReview = b
+	case FieldReviewReason:
+		op.ReviewReason = asString(v)
+	case FieldUnknownSince:
+		op.UnknownSince = asTime(v)
+	case FieldCheckCount:
+		op.CheckCount = asInt(v)
+	case FieldLastCheckedAt:
+		op.LastCheckedAt = asTime(v)
+	case FieldNextCheckAt:
+		op.NextCheckAt = asTime(v)
+	case FieldAttemptStartedAt:
+		op.AttemptStartedAt = asTime(v)
+	case FieldDuplicateExternalIDs:
+		ids, _ := v.([]string)
+		op.DuplicateExternalIDs = ids
+		op.DuplicateExternalID = ""
+		if len(ids) > 0 {
+			op.DuplicateExternalID = ids[0]
+		}
+	case FieldDuplicateReports:
+		op.DuplicateReports = asInt(v)
+	default:
+		panic(fmt.Sprintf("opjournal: %s is not set by rules", f.Column()))
+	}
+}

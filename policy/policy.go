@@ -39,8 +39,8 @@ const (
 	// leases; maxMaxAttemptSeconds bounds it (a week).
 	defaultMaxAttemptLeases = 10
 	maxMaxAttemptSeconds    = 7 * 86400
-	minLeaseSeconds     = 1
-	maxLeaseSeconds     = 86400
+	minLeaseSeconds         = 1
+	maxLeaseSeconds         = 86400
 
 	defaultUnknownAfter = 900 * time.Second
 	// maxUnknownAfterSeconds is the largest number of seconds a

@@ -29,7 +29,7 @@ import (
 type Store struct {
 	pool        *pgxpool.Pool
 	clock       atomic.Pointer[func() time.Time] // test clock (SetClock); nil: now()
-	stmtTimeout time.Duration // bounds each statement; 0: only the caller's context
+	stmtTimeout time.Duration                    // bounds each statement; 0: only the caller's context
 	// The hot path's batchers (batch.go); nil when batching is off.
 	registers *batcher[store.RegisterParams, batched]
 	claims    *batcher[store.ClaimParams, batched]

@@ -39,6 +39,21 @@ const (
 	DefaultMaxResultBytes  = 64 << 10
 )
 
+// The lease rules of the SDKs, as numbers (LeaseSafetyMargin and
+// HeartbeatInterval apply them; the Python and TypeScript clients get
+// them generated).
+const (
+	// LeaseMarginDivisor: the safety margin is the lease divided by it…
+	LeaseMarginDivisor = 10
+	// …but at least LeaseMarginMin and at most LeaseMarginMax.
+	LeaseMarginMin = 500 * time.Millisecond
+	LeaseMarginMax = 5 * time.Second
+	// HeartbeatDivisor: heartbeats come every lease / HeartbeatDivisor, at
+	// least HeartbeatMin apart.
+	HeartbeatDivisor = 3
+	HeartbeatMin     = 100 * time.Millisecond
+)
+
 // LeaseSafetyMargin is how long before the end of its lease an SDK stops
 // waiting for the provider, cancels the call and records the outcome as
 // unknown: a tenth of the lease, at least 500 ms and at most 5 s. It
@@ -47,12 +62,12 @@ const (
 // The lease is measured on the SDK's monotonic clock from the moment it
 // SENT the claim, so network delay only shortens it.
 func LeaseSafetyMargin(lease time.Duration) time.Duration {
-	return min(max(lease/10, 500*time.Millisecond), 5*time.Second)
+	return min(max(lease/LeaseMarginDivisor, LeaseMarginMin), LeaseMarginMax)
 }
 
 // HeartbeatInterval is how often an SDK extends a lease while its call to
 // the provider runs: a third of the lease, so that two heartbeats in a row
 // may fail before the lease is in danger.
 func HeartbeatInterval(lease time.Duration) time.Duration {
-	return max(lease/3, 100*time.Millisecond)
+	return max(lease/HeartbeatDivisor, HeartbeatMin)
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"iter"
 	"os"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ type Client struct {
 	workerID     string
 	leaseSeconds int32
 	token        string
+	heartbeat    bool
 	conn         *grpc.ClientConn // set by Dial, closed by Close
 }
 
@@ -43,6 +45,13 @@ func WithWorkerID(id string) Option { return func(c *Client) { c.workerID = id }
 // the most a caller may ask for.
 func WithLeaseSeconds(n int) Option { return func(c *Client) { c.leaseSeconds = int32(n) } }
 
+// WithHeartbeat turns the heartbeats of Execute on (the default) or off.
+// With them, a call to the provider that outlasts a third of the lease
+// extends it (ExtendLease) up to the policy's max_attempt_seconds; without
+// them, Execute gives up at the end of the first lease. Either way fn's
+// context is canceled when the lease can no longer be kept.
+func WithHeartbeat(on bool) Option { return func(c *Client) { c.heartbeat = on } }
+
 // WithToken sends "Authorization: Bearer <token>" with every call, for a
 // journal that runs with authentication (--auth-file). The token decides
 // the tenant and the roles; keep it out of logs and source code.
@@ -51,7 +60,7 @@ func WithToken(token string) Option { return func(c *Client) { c.token = token }
 // New returns a Client that calls the JournalService over cc (a
 // *grpc.ClientConn with the transport security of your choice).
 func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
-	c := &Client{workerID: defaultWorkerID()}
+	c := &Client{workerID: defaultWorkerID(), heartbeat: true}
 	for _, o := range opts {
 		o(c)
 	}
@@ -108,6 +117,30 @@ func (c *Client) Lookup(ctx context.Context, key string) (*opjournalv1.Operation
 		return nil, journalError(ctx, "lookup", key, err)
 	}
 	return resp.GetOperation(), nil
+}
+
+// Events returns an operation's whole history, oldest first, reading it
+// page by page (ListEvents). The sequence ends after the last event or
+// after yielding an error.
+func (c *Client) Events(ctx context.Context, key string) iter.Seq2[*opjournalv1.Event, error] {
+	return func(yield func(*opjournalv1.Event, error) bool) {
+		token := ""
+		for {
+			resp, err := c.rpc.ListEvents(ctx, &opjournalv1.ListEventsRequest{OperationKey: key, PageSize: opjournal.MaxPageSize, PageToken: token})
+			if err != nil {
+				yield(nil, journalError(ctx, "list events", key, err))
+				return
+			}
+			for _, e := range resp.GetEvents() {
+				if !yield(e, nil) {
+					return
+				}
+			}
+			if token = resp.GetNextPageToken(); token == "" {
+				return
+			}
+		}
+	}
 }
 
 // Wait polls Lookup every interval until the operation is settled:

@@ -164,6 +164,21 @@ func errorInfo(st *status.Status) *errdetails.ErrorInfo {
 	return nil
 }
 
+// CodeOf returns the opjournal error code a JournalService call's error
+// carries (its google.rpc.ErrorInfo in the "opjournal" domain, or the
+// *opjournal.Error of this package's calls), or "" if it carries none.
+func CodeOf(err error) opjournal.Code {
+	if c := codeOf(err); c != "" {
+		return c
+	}
+	if st, ok := status.FromError(err); ok {
+		if info := errorInfo(st); info != nil {
+			return opjournal.Code(info.GetReason())
+		}
+	}
+	return ""
+}
+
 // codeOf returns the opjournal code of a journal call's error ("" if none).
 func codeOf(err error) opjournal.Code {
 	var e *opjournal.Error

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -31,11 +33,22 @@ type Op struct {
 }
 
 // Attempt is what fn gets: the key to pass on to the provider (for example
-// as an Idempotency-Key header, or in a searchable reference field) and the
-// attempt number, the journal's fencing token (1 for the first attempt).
+// as an Idempotency-Key header, or in a searchable reference field), the
+// attempt number, the journal's fencing token (1 for the first attempt),
+// and the lease the journal granted.
+//
+// fn's context is canceled when Execute gives up on the attempt: at the end
+// of the lease (measured on this process's monotonic clock from when the
+// claim was sent), less a safety margin (opjournal.LeaseSafetyMargin).
+// While fn runs, Execute extends the lease by heartbeats (ExtendLease),
+// up to the policy's max_attempt_seconds, so a long call keeps it; fn
+// should pass its ctx to the provider call so that it ends when the lease
+// cannot be kept.
 type Attempt struct {
 	Key    string
 	Number int
+	// Lease is the lease granted at the claim.
+	Lease time.Duration
 }
 
 // Effect is what fn returns when the provider confirmed the effect.
@@ -153,18 +166,30 @@ func (o Outcome) Err() error {
 // again once the outcome is recorded:
 //
 //  1. It registers op and claims it in one round trip.
-//  2. If the journal holds a terminal answer, it returns it without calling
-//     fn: Succeeded with Replayed (the stored result) or FailedFinal. The
-//     same key with another payload is a Conflict. A live lease elsewhere is
-//     InProgressElsewhere; an unknown outcome (or an expired lease of a
-//     reconcile_before_retry action) is VerificationRequired.
-//  3. Having claimed it, it calls fn(ctx, Attempt{Key, Number}).
+//  2. The journal decides the next step (RegisterResponse.next) and
+//     Execute only acts on it: a terminal answer is returned without
+//     calling fn (Succeeded with Replayed and the stored result, or
+//     FailedFinal); a live lease elsewhere is InProgressElsewhere; an
+//     unknown outcome, or an operation under review, is
+//     VerificationRequired; the same key with another payload is a
+//     Conflict. A step it does not know is an error, never a call.
+//  3. Having claimed it, it calls fn(ctx, Attempt{Key, Number, Lease}) in
+//     its own goroutine and waits for it at most until the lease ends,
+//     less a safety margin (opjournal.LeaseSafetyMargin), counted on this
+//     process's monotonic clock from before the claim was sent. While fn
+//     runs, heartbeats (ExtendLease, every third of the lease) keep the
+//     lease, up to the policy's max_attempt_seconds (WithHeartbeat turns
+//     them off). When the lease cannot be kept, fn's ctx is canceled and
+//     the outcome is recorded as unknown ("lease_expired"): the provider
+//     may still act on the request, so only reconciliation decides. If fn
+//     still returns an effect later, it is recorded then.
 //  4. It records fn's outcome: success → MarkSucceeded → Succeeded; an
 //     error wrapped with Rejected → MarkFailedFinal → FailedFinal; any other
 //     error (timeouts, a canceled ctx, 5xx, transport errors) →
 //     MarkUnknown → VerificationRequired. A panic in fn is recorded as
-//     unknown ("panic") and then continues unwinding. The outcome is
-//     recorded with a fresh context (10 s) even if ctx is canceled.
+//     unknown ("panic") and then raised again in the caller's goroutine.
+//     The outcome is recorded with a fresh context (10 s) even if ctx is
+//     canceled.
 //
 // The error is non-nil when op is invalid (opjournal.ErrInvalidArgument),
 // when the journal is unreachable or refuses the request (for example
@@ -180,6 +205,9 @@ func (c *Client) Execute(ctx context.Context, op Op, fn func(ctx context.Context
 	if err != nil {
 		return Outcome{}, fmt.Errorf("opjournal: execute %q: %w", op.Key, err)
 	}
+	// The lease is counted from before the claim is sent: the journal's
+	// lease started after that, so network delay only shortens ours.
+	sent := time.Now()
 	resp, err := c.rpc.Register(ctx, &opjournalv1.RegisterRequest{
 		OperationKey: op.Key,
 		ActionType:   op.Action,
@@ -193,10 +221,42 @@ func (c *Client) Execute(ctx context.Context, op Op, fn func(ctx context.Context
 		}
 		return Outcome{}, err
 	}
-	if !resp.GetClaimed() {
-		return journalAnswer(resp.GetOperation(), resp.GetRetryAfterSeconds()), nil
+	out, call, err := outcomeOf(resp)
+	if err != nil || !call {
+		return out, err
 	}
-	return c.attempt(ctx, Attempt{Key: op.Key, Number: int(resp.GetAttempt())}, fn)
+	lease := time.Duration(resp.GetLeaseSeconds()) * time.Second
+	return c.attempt(ctx, Attempt{Key: op.Key, Number: int(resp.GetAttempt()), Lease: lease}, sent, fn)
+}
+
+// outcomeOf acts on the journal's decision (RegisterResponse.next): call
+// the provider, or the outcome to return without calling it. A step this
+// SDK does not know is an error, never leave to call.
+func outcomeOf(resp *opjournalv1.RegisterResponse) (out Outcome, call bool, err error) {
+	op := resp.GetOperation()
+	out = Outcome{Operation: op, NeedsReview: op.GetNeedsReview()}
+	switch resp.GetNext() {
+	case opjournalv1.NextStep_NEXT_STEP_CALL_PROVIDER:
+		if !resp.GetClaimed() || resp.GetAttempt() < 1 || resp.GetLeaseSeconds() < 1 {
+			return Outcome{}, false, fmt.Errorf("opjournal: operation %q: the journal said to call the provider without granting a lease (claimed=%v attempt=%d lease=%ds)",
+				op.GetOperationKey(), resp.GetClaimed(), resp.GetAttempt(), resp.GetLeaseSeconds())
+		}
+		return Outcome{}, true, nil
+	case opjournalv1.NextStep_NEXT_STEP_REPLAY:
+		out.Kind, out.Replayed = Succeeded, true
+		out.ExternalID, out.Result = op.GetExternalId(), decodeObject(op.GetResult())
+	case opjournalv1.NextStep_NEXT_STEP_FAILED_FINAL:
+		out.Kind, out.Replayed, out.ErrorCode = FailedFinal, true, op.GetErrorCode()
+	case opjournalv1.NextStep_NEXT_STEP_WAIT:
+		out.Kind = InProgressElsewhere
+		out.RetryAfter = max(time.Duration(resp.GetRetryAfterSeconds())*time.Second, time.Second)
+	case opjournalv1.NextStep_NEXT_STEP_VERIFICATION_REQUIRED:
+		out.Kind, out.ErrorCode = VerificationRequired, op.GetErrorCode()
+	default:
+		return Outcome{}, false, fmt.Errorf("opjournal: operation %q: the journal answered next step %s, which this SDK does not know; nothing was called (upgrade the SDK)",
+			op.GetOperationKey(), resp.GetNext())
+	}
+	return out, false, nil
 }
 
 // validate checks op on the client and encodes its payload.
@@ -221,49 +281,160 @@ func (op Op) validate() (*structpb.Struct, error) {
 	return encodeObject("payload", op.Payload)
 }
 
-// journalAnswer is the outcome of a lost claim: the journal's state decides.
-func journalAnswer(op *opjournalv1.Operation, retryAfterSeconds int32) Outcome {
-	out := Outcome{Operation: op, NeedsReview: op.GetNeedsReview()}
-	switch op.GetStatus() {
-	case opjournalv1.Status_STATUS_SUCCEEDED:
-		out.Kind, out.Replayed = Succeeded, true
-		out.ExternalID, out.Result = op.GetExternalId(), decodeObject(op.GetResult())
-	case opjournalv1.Status_STATUS_FAILED_FINAL:
-		out.Kind, out.Replayed, out.ErrorCode = FailedFinal, true, op.GetErrorCode()
-	case opjournalv1.Status_STATUS_IN_PROGRESS:
-		out.Kind = InProgressElsewhere
-		out.RetryAfter = max(time.Duration(retryAfterSeconds)*time.Second, time.Second)
-	case opjournalv1.Status_STATUS_PENDING:
-		if op.GetNeedsReview() { // a person holds it
-			out.Kind, out.ErrorCode = VerificationRequired, op.GetErrorCode()
-		} else { // it changed hands between our claim and our read: ask again
-			out.Kind, out.RetryAfter = InProgressElsewhere, time.Second
-		}
-	default: // unknown, including an expired lease
-		out.Kind, out.ErrorCode = VerificationRequired, op.GetErrorCode()
-	}
-	return out
+// fnResult is how fn ended.
+type fnResult struct {
+	eff      Effect
+	err      error
+	panicked bool
+	panicVal any
 }
 
-// attempt calls fn under the claimed lease and records its outcome.
-func (c *Client) attempt(ctx context.Context, a Attempt, fn func(context.Context, Attempt) (Effect, error)) (Outcome, error) {
-	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		// fn panicked (or called runtime.Goexit). Record the attempt as
-		// unknown without recovering, so the panic goes on unwinding with
-		// its original stack once this returns.
-		rctx, cancel := recordContext(ctx)
-		defer cancel()
-		_, _ = c.rpc.MarkUnknown(rctx, &opjournalv1.MarkUnknownRequest{
-			OperationKey: a.Key, Attempt: int32(a.Number), ErrorCode: "panic",
-		})
+// errLeaseExpired is the cause of an attempt Execute gave up on.
+var errLeaseExpired = errors.New("the lease ran out while the provider call ran (it could not be extended); the call was canceled and its outcome is unknown")
+
+// attempt calls fn under the claimed lease and records its outcome. fn
+// runs in its own goroutine, so that Execute can stop waiting for it at
+// the end of the lease; heartbeats extend the lease while it runs.
+func (c *Client) attempt(ctx context.Context, a Attempt, sent time.Time, fn func(context.Context, Attempt) (Effect, error)) (Outcome, error) {
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan fnResult, 1)
+	go func() {
+		returned := false
+		defer func() {
+			if returned {
+				return
+			}
+			// fn panicked (or called runtime.Goexit): hand it over, to be
+			// recorded as unknown and re-raised in Execute's goroutine.
+			done <- fnResult{panicked: true, panicVal: recover()}
+		}()
+		eff, err := fn(fctx, a)
+		returned = true
+		done <- fnResult{eff: eff, err: err}
 	}()
-	eff, err := fn(ctx, a)
-	returned = true
-	return c.record(ctx, a, eff, err)
+
+	lease := newLeaseClock(a.Lease, sent)
+	giveUp := time.NewTimer(time.Until(lease.deadline()))
+	defer giveUp.Stop()
+	var beats <-chan time.Time
+	if c.heartbeat {
+		t := time.NewTicker(opjournal.HeartbeatInterval(a.Lease))
+		defer t.Stop()
+		beats = t.C
+	}
+	for {
+		select {
+		case r := <-done:
+			if r.panicked {
+				c.recordPanic(ctx, a)
+				if r.panicVal == nil {
+					runtime.Goexit()
+				}
+				panic(r.panicVal)
+			}
+			return c.record(ctx, a, r.eff, r.err)
+		case <-beats:
+			if !c.extend(ctx, a, lease) {
+				beats = nil // refused: the lease ends as it is
+			}
+			giveUp.Reset(time.Until(lease.deadline()))
+		case <-giveUp.C:
+			if time.Now().Before(lease.deadline()) { // a heartbeat moved it
+				giveUp.Reset(time.Until(lease.deadline()))
+				continue
+			}
+			cancel()
+			go c.recordLate(ctx, a, done)
+			return c.giveUp(ctx, a)
+		}
+	}
+}
+
+// leaseClock is the end of an attempt's lease on this process's monotonic
+// clock: from the moment the claim (or the last heartbeat that extended
+// it) was sent, plus the lease the journal granted, minus the safety margin.
+type leaseClock struct {
+	mu  sync.Mutex
+	end time.Time
+}
+
+func newLeaseClock(lease time.Duration, sent time.Time) *leaseClock {
+	return &leaseClock{end: sent.Add(lease - opjournal.LeaseSafetyMargin(lease))}
+}
+
+func (l *leaseClock) deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.end
+}
+
+// extended records a heartbeat sent at sent that was granted lease.
+func (l *leaseClock) extended(sent time.Time, lease time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if end := sent.Add(lease - opjournal.LeaseSafetyMargin(lease)); end.After(l.end) {
+		l.end = end
+	}
+}
+
+// extend sends one heartbeat. It returns false when the journal refused
+// it (the lease expired, the attempt was superseded, max_attempt_seconds
+// was reached): heartbeats stop and the lease ends as it stands. A
+// journal that does not answer is tried again at the next beat.
+func (c *Client) extend(ctx context.Context, a Attempt, lease *leaseClock) bool {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(opjournal.HeartbeatInterval(a.Lease), time.Second))
+	defer cancel()
+	sent := time.Now()
+	resp, err := c.rpc.ExtendLease(bctx, &opjournalv1.ExtendLeaseRequest{OperationKey: a.Key, Attempt: int32(a.Number)})
+	if err != nil {
+		switch codeOf(journalError(bctx, "extend lease", a.Key, err)) {
+		case opjournal.CodeStaleAttempt, opjournal.CodeInvalidState, opjournal.CodeNotFound, opjournal.CodeInvalidArgument:
+			return false
+		}
+		return true
+	}
+	lease.extended(sent, time.Duration(resp.GetLeaseSeconds())*time.Second)
+	return true
+}
+
+// giveUp records an attempt whose lease ran out while fn ran: unknown
+// ("lease_expired"). A refusal because the lease already ended changes
+// nothing: the journal reads an expired lease as unknown anyway.
+func (c *Client) giveUp(ctx context.Context, a Attempt) (Outcome, error) {
+	rctx, cancel := recordContext(ctx)
+	defer cancel()
+	resp, err := c.rpc.MarkUnknown(rctx, &opjournalv1.MarkUnknownRequest{OperationKey: a.Key, Attempt: int32(a.Number), ErrorCode: "lease_expired"})
+	var op *opjournalv1.Operation
+	if err != nil {
+		jerr := journalError(rctx, "mark unknown", a.Key, err)
+		if codeOf(jerr) != opjournal.CodeStaleAttempt {
+			return Outcome{}, &NotRecordedError{Key: a.Key, Attempt: a.Number, Observed: VerificationRequired, Err: jerr}
+		}
+	} else {
+		op = resp.GetOperation()
+	}
+	return Outcome{Kind: VerificationRequired, ErrorCode: "lease_expired", NeedsReview: op.GetNeedsReview(), Cause: errLeaseExpired, Operation: op}, nil
+}
+
+// recordLate waits for an fn Execute gave up on and records a success it
+// still reports: a confirmed effect is a fact (the journal accepts it from
+// a stale attempt). Failures change nothing: the outcome is unknown already.
+func (c *Client) recordLate(ctx context.Context, a Attempt, done <-chan fnResult) {
+	r := <-done
+	if r.panicked || r.err != nil {
+		return
+	}
+	_, _ = c.record(ctx, a, r.eff, nil)
+}
+
+// recordPanic records an attempt whose fn panicked as unknown ("panic").
+func (c *Client) recordPanic(ctx context.Context, a Attempt) {
+	rctx, cancel := recordContext(ctx)
+	defer cancel()
+	_, _ = c.rpc.MarkUnknown(rctx, &opjournalv1.MarkUnknownRequest{
+		OperationKey: a.Key, Attempt: int32(a.Number), ErrorCode: "panic",
+	})
 }
 
 // recordContext detaches from ctx's cancellation (keeping its values, such

@@ -20,6 +20,7 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/await"
 )
 
 func payment(key string, amount int) client.Op {
@@ -432,7 +433,7 @@ func TestRetrySameKeyClaimsAgain(t *testing.T) {
 	if out.Replayed || out.ExternalID != "t_1" || out.Operation.GetAttemptCount() != 2 {
 		t.Fatalf("retry = %+v", out)
 	}
-	want := []client.Attempt{{Key: op.Key, Number: 1}, {Key: op.Key, Number: 2}}
+	want := []client.Attempt{{Key: op.Key, Number: 1, Lease: 30 * time.Second}, {Key: op.Key, Number: 2, Lease: 30 * time.Second}}
 	if fmt.Sprint(attempts) != fmt.Sprint(want) {
 		t.Fatalf("attempts = %v, want %v", attempts, want)
 	}
@@ -534,33 +535,23 @@ func TestOutcomeNotRecorded(t *testing.T) {
 	}
 }
 
+// TestDuplicateEffectNeedsReview: an attempt whose call outlived its lease
+// (no heartbeats) is given up on and left unknown; a retry with the same key
+// claims attempt 2 and succeeds; when the first call still reports its
+// effect, the SDK records it, and the journal keeps the first confirmed
+// effect, records the other, and hands the operation to a person.
 func TestDuplicateEffectNeedsReview(t *testing.T) {
 	t.Parallel()
-	c, _ := newClient(t, client.WithLeaseSeconds(1))
+	c, _ := newClient(t, client.WithLeaseSeconds(1), client.WithHeartbeat(false))
 	op := client.Op{Key: "ticket:dup", Action: "create_ticket", Payload: map[string]any{"title": "x"}}
-	started, release := make(chan struct{}), make(chan struct{})
-	slow := make(chan client.Outcome, 1)
-	go func() {
-		out, err := c.Execute(context.Background(), op, func(context.Context, client.Attempt) (client.Effect, error) {
-			close(started)
-			<-release // outlives its 1 s lease
-			return client.Effect{ExternalID: "t_A"}, nil
-		})
-		if err != nil {
-			t.Error(err)
-		}
-		slow <- out
-	}()
-	<-started
-	// Wait until the lease has expired: the operation then reads as unknown.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for lookup(t, c, op.Key).GetStatus() != opjournalv1.Status_STATUS_UNKNOWN {
-		select {
-		case <-ctx.Done():
-			t.Fatal("lease never expired")
-		case <-time.After(50 * time.Millisecond):
-		}
+	release := make(chan struct{})
+	first := mustExecute(t, c, op, func(context.Context, client.Attempt) (client.Effect, error) {
+		<-release // outlives its 1 s lease, ignoring its canceled ctx
+		return client.Effect{ExternalID: "t_A"}, nil
+	})
+	wantKind(t, first, client.VerificationRequired)
+	if first.ErrorCode != "lease_expired" {
+		t.Fatalf("first = %+v, want lease_expired", first)
 	}
 	second := mustExecute(t, c, op, func(_ context.Context, a client.Attempt) (client.Effect, error) {
 		if a.Number != 2 {
@@ -569,12 +560,11 @@ func TestDuplicateEffectNeedsReview(t *testing.T) {
 		return client.Effect{ExternalID: "t_B"}, nil
 	})
 	wantKind(t, second, client.Succeeded)
-	close(release)
-	late := <-slow // attempt 1 reports another effect: a duplicate
-	wantKind(t, late, client.Succeeded)
-	if !late.NeedsReview || late.ExternalID != "t_B" || late.Operation.GetDuplicateExternalId() != "t_A" {
-		t.Fatalf("late = %+v", late)
-	}
+	close(release) // attempt 1 reports another effect: a duplicate
+	await.Until(t, "the late effect to be recorded as a duplicate", func() bool {
+		rec := lookup(t, c, op.Key)
+		return rec.GetNeedsReview() && rec.GetExternalId() == "t_B" && rec.GetDuplicateExternalId() == "t_A"
+	})
 }
 
 func TestResultNotStored(t *testing.T) {

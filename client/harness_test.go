@@ -24,7 +24,10 @@ import (
 // startJournal runs a real opjournal server in-process, on a fresh SQLite
 // file with the shipped policy, and returns its gRPC address and a stop
 // function (safe to call twice) that shuts it down and removes the file.
-func startJournal() (addr string, stop func()) {
+func startJournal() (addr string, stop func()) { return startJournalWith(policy.Default()) }
+
+// startJournalWith is startJournal with another policy.
+func startJournalWith(pol *policy.Policy) (addr string, stop func()) {
 	dir, err := os.MkdirTemp("", "opjournal-client-")
 	if err != nil {
 		panic(err)
@@ -34,7 +37,7 @@ func startJournal() (addr string, stop func()) {
 	if err != nil {
 		panic(err)
 	}
-	srv := server.New(journal.New(st, policy.Default(), journal.Limits{}), server.Config{
+	srv := server.New(journal.New(st, pol, journal.Limits{}), server.Config{
 		GRPCAddr: "127.0.0.1:0",
 		HTTPAddr: "127.0.0.1:0",
 		Logger:   slog.New(slog.DiscardHandler),
@@ -62,7 +65,13 @@ func startJournal() (addr string, stop func()) {
 // the journal's stop function.
 func newClient(t *testing.T, opts ...client.Option) (*client.Client, func()) {
 	t.Helper()
-	addr, stop := startJournal()
+	return newClientWith(t, policy.Default(), opts...)
+}
+
+// newClientWith is newClient with another policy.
+func newClientWith(t *testing.T, pol *policy.Policy, opts ...client.Option) (*client.Client, func()) {
+	t.Helper()
+	addr, stop := startJournalWith(pol)
 	t.Cleanup(stop)
 	c, err := client.Dial(addr, opts...)
 	if err != nil {

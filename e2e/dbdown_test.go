@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/opjournal/opjournal/client"
 	"io"
 	"net/http"
 	"net/url"
@@ -24,7 +25,6 @@ import (
 	"github.com/opjournal/opjournal"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/tcpproxy"
-	"github.com/opjournal/opjournal/server"
 )
 
 // Bounds of the failure-behaviour tests. failFast is what a call may take
@@ -274,7 +274,7 @@ func TestDatabaseDownDuringBurst(t *testing.T) {
 					switch {
 					case err == nil:
 						r.created = res.GetCreated()
-					case status.Code(err) == codes.Unavailable && server.CodeOf(err) == opjournal.CodeUnavailable:
+					case status.Code(err) == codes.Unavailable && client.CodeOf(err) == opjournal.CodeUnavailable:
 						r.err = "UNAVAILABLE"
 					default:
 						r.err = fmt.Sprintf("unexpected error: %v", err)
@@ -399,7 +399,7 @@ func outageCalls(key, grpcNew, restNew string) []outageCall {
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			defer cancel()
 			err := f(ctx, srv.Client)
-			if status.Code(err) != codes.Unavailable || server.CodeOf(err) != opjournal.CodeUnavailable {
+			if status.Code(err) != codes.Unavailable || client.CodeOf(err) != opjournal.CodeUnavailable {
 				return fmt.Errorf("got %v, want Unavailable with ErrorInfo reason UNAVAILABLE", err)
 			}
 			return nil

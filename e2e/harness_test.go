@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/hashkey"
 	"io"
 	"net/http"
@@ -401,8 +402,8 @@ func wantGRPCError(t *testing.T, err error, code codes.Code, oj opjournal.Code, 
 	if !ok {
 		t.Fatalf("not a gRPC status: %v", err)
 	}
-	if st.Code() != code || server.CodeOf(err) != oj {
-		t.Fatalf("got %v / %q (%v), want %v / %s", st.Code(), server.CodeOf(err), err, code, oj)
+	if st.Code() != code || client.CodeOf(err) != oj {
+		t.Fatalf("got %v / %q (%v), want %v / %s", st.Code(), client.CodeOf(err), err, code, oj)
 	}
 	if field == "-" {
 		return

@@ -32,7 +32,6 @@ import (
 	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/client"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/server"
 )
 
 // Tokens of the shared-service tests: two tenants, every role.
@@ -142,7 +141,7 @@ func TestAuthenticationAndRoles(t *testing.T) {
 	ctx := ctxFor(t)
 	for name, c := range map[string]pb.JournalServiceClient{"no token": srv.Client, "wrong token": as(t, srv, "tok-a-agent-0000000000000000")} {
 		for method, err := range every(ctx, c, "k") {
-			if status.Code(err) != codes.Unauthenticated || server.CodeOf(err) != "UNAUTHENTICATED" {
+			if status.Code(err) != codes.Unauthenticated || client.CodeOf(err) != "UNAUTHENTICATED" {
 				t.Errorf("%s, %s: got %v, want UNAUTHENTICATED", name, method, err)
 			}
 		}
@@ -347,7 +346,7 @@ func TestRateLimitIsPerTenant(t *testing.T) {
 	limited := 0
 	for range 30 {
 		_, err := a.ListOperations(ctx, &pb.ListOperationsRequest{})
-		if status.Code(err) == codes.ResourceExhausted && server.CodeOf(err) == "RATE_LIMITED" {
+		if status.Code(err) == codes.ResourceExhausted && client.CodeOf(err) == "RATE_LIMITED" {
 			limited++
 		} else if err != nil {
 			t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/opjournal/opjournal/client"
 	"strings"
 	"testing"
 
@@ -12,7 +13,6 @@ import (
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/testserver"
 	"github.com/opjournal/opjournal/ops"
-	"github.com/opjournal/opjournal/server"
 )
 
 // escalated makes an unknown, escalated payment for key.
@@ -117,12 +117,12 @@ func TestBadCommandLinesChangeNothing(t *testing.T) {
 	}
 	// Refused by the server: a succeeded resolution without an external id.
 	_, err := run(t, j.Client, "resolve", "k", "--succeeded", "--actor", "a", "--reason", "r")
-	if server.CodeOf(err) != "INVALID_ARGUMENT" {
+	if client.CodeOf(err) != "INVALID_ARGUMENT" {
 		t.Fatalf("resolve without external id: %v", err)
 	}
 	// Refused by the policy: the lag has not passed / the op is under review.
 	_, err = run(t, j.Client, "release", "k", "--actor", "a", "--reason", "r")
-	if server.CodeOf(err) != "INVALID_STATE" {
+	if client.CodeOf(err) != "INVALID_STATE" {
 		t.Fatalf("release of an escalated op: %v", err)
 	}
 	op, _ := j.Client.Lookup(context.Background(), &pb.LookupRequest{OperationKey: "k"})

@@ -20,9 +20,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/client"
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/policy"
-	"github.com/opjournal/opjournal/server"
 )
 
 // Defaults of Config.
@@ -542,7 +542,7 @@ func (r *Reconciler) release(ctx context.Context, op *opjournalv1.Operation, rc 
 		r.decided(op, DecisionReleased, "", slog.LevelInfo)
 		return DecisionReleased
 	}
-	if server.CodeOf(err) == opjournal.CodeInvalidState {
+	if client.CodeOf(err) == opjournal.CodeInvalidState {
 		// Either the operation moved on (the recheck below fails the same
 		// way: skipped), or the journal's policy or clock disagrees with
 		// ours. Then record a check, so that the operation is not asked
@@ -590,9 +590,9 @@ func (r *Reconciler) escalate(ctx context.Context, op *opjournalv1.Operation, re
 // failed classifies a journal error on the way to decision want: a lost
 // race is DecisionSkipped, anything else DecisionError (retried next pass).
 func (r *Reconciler) failed(op *opjournalv1.Operation, want Decision, err error) Decision {
-	switch server.CodeOf(err) {
+	switch client.CodeOf(err) {
 	case opjournal.CodeStaleAttempt, opjournal.CodeInvalidState, opjournal.CodeNotFound:
-		return r.skipped(op, fmt.Sprintf("%s refused (%s): the operation moved on", want, server.CodeOf(err)))
+		return r.skipped(op, fmt.Sprintf("%s refused (%s): the operation moved on", want, client.CodeOf(err)))
 	}
 	r.decided(op, DecisionError, fmt.Sprintf("could not record %s; retrying in the next pass", want), slog.LevelWarn,
 		"code", grpcCode(err), "error", shorten(grpcMessage(err), 300))
@@ -717,7 +717,7 @@ func defaultID() string {
 }
 
 func grpcCode(err error) string {
-	if c := server.CodeOf(err); c != "" {
+	if c := client.CodeOf(err); c != "" {
 		return string(c)
 	}
 	return status.Code(err).String()

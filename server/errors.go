@@ -80,9 +80,9 @@ func grpcError(err error) error {
 	return st.Err()
 }
 
-// CodeOf returns the opjournal code carried by a gRPC status error (from its
+// codeOf returns the opjournal code carried by a gRPC status error (from its
 // ErrorInfo), or "" if it carries none.
-func CodeOf(err error) opjournal.Code {
+func codeOf(err error) opjournal.Code {
 	st, ok := status.FromError(err)
 	if !ok {
 		return ""

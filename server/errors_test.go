@@ -38,8 +38,8 @@ func TestEveryCodeHasOneMapping(t *testing.T) {
 		// Wrapped, as the service returns them.
 		err := grpcError(fmt.Errorf("claim %q: %w", "k", opjournal.Errorf(code, "operation_key", "detail")))
 		st := status.Convert(err)
-		if st.Code() != w.grpc || CodeOf(err) != code || HTTPStatus(code) != w.http {
-			t.Errorf("%s: grpc %s (want %s), CodeOf %q, http %d (want %d)", code, st.Code(), w.grpc, CodeOf(err), HTTPStatus(code), w.http)
+		if st.Code() != w.grpc || codeOf(err) != code || HTTPStatus(code) != w.http {
+			t.Errorf("%s: grpc %s (want %s), CodeOf %q, http %d (want %d)", code, st.Code(), w.grpc, codeOf(err), HTTPStatus(code), w.http)
 		}
 		if st.Message() != "operation_key: detail" {
 			t.Errorf("%s: message %q", code, st.Message())
@@ -51,7 +51,7 @@ func TestInternalCausesStayInside(t *testing.T) {
 	t.Parallel()
 	err := grpcError(errors.New("pq: password=hunter2 connection refused"))
 	st := status.Convert(err)
-	if st.Code() != codes.Internal || CodeOf(err) != opjournal.CodeInternal || st.Message() != "internal error" {
+	if st.Code() != codes.Internal || codeOf(err) != opjournal.CodeInternal || st.Message() != "internal error" {
 		t.Fatalf("plain error became %v", st)
 	}
 	if HTTPStatus("NO_SUCH_CODE") != http.StatusInternalServerError {

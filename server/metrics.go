@@ -131,7 +131,7 @@ func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
 			}
 			code := "OK"
 			if err != nil {
-				if code = string(CodeOf(err)); code == "" {
+				if code = string(codeOf(err)); code == "" {
 					code = status.Code(err).String()
 				}
 			}

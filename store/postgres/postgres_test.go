@@ -24,6 +24,24 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestModel checks the store against the protocol's pure model, batched
+// and one call per statement (storetest.RunModel).
+func TestModel(t *testing.T) {
+	for name, params := range map[string]string{"batched": "", "one-call": "&opjournal_batch_workers=0"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			storetest.RunModel(t, func(t *testing.T) store.Store {
+				s, err := postgres.Open(context.Background(), pgtest.NewSchema(t)+params)
+				if err != nil {
+					t.Fatalf("open: %v", err)
+				}
+				t.Cleanup(func() { s.Close() })
+				return s
+			})
+		})
+	}
+}
+
 func conformance(t *testing.T, params string) {
 	storetest.Run(t, func(t *testing.T) storetest.Opener {
 		url := pgtest.NewSchema(t) + params

@@ -23,3 +23,16 @@ func TestConformance(t *testing.T) {
 		}
 	})
 }
+
+// TestModel checks the store against the protocol's pure model
+// (storetest.RunModel).
+func TestModel(t *testing.T) {
+	storetest.RunModel(t, func(t *testing.T) store.Store {
+		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}

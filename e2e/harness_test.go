@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/hashkey"
+	"google.golang.org/grpc/metadata"
 	"io"
 	"net/http"
 	"os"
@@ -72,13 +73,14 @@ const (
 
 // proc is a running opjournal server.
 type proc struct {
-	t        *testing.T
-	cmd      *exec.Cmd
-	GRPCAddr string
-	HTTPAddr string
-	BaseURL  string // http://HTTPAddr
-	Conn     *grpc.ClientConn
-	Client   pb.JournalServiceClient
+	t           *testing.T
+	cmd         *exec.Cmd
+	GRPCAddr    string
+	HTTPAddr    string
+	BaseURL     string // http://HTTPAddr
+	MetricsAddr string // with --metrics-addr
+	Conn        *grpc.ClientConn
+	Client      pb.JournalServiceClient
 
 	stderr *logBuffer
 	done   chan struct{} // closed when the process has exited
@@ -90,6 +92,7 @@ type servingLine struct {
 	Msg      string   `json:"msg"`
 	GRPCAddr string   `json:"grpc_addr"`
 	HTTPAddr string   `json:"http_addr"`
+	Metrics  string   `json:"metrics_addr"`
 	Store    string   `json:"store"`
 	Actions  []string `json:"actions"`
 }
@@ -174,7 +177,7 @@ func spawn(t *testing.T, o serverOpts, args ...string) (*proc, error) {
 		return nil, fmt.Errorf("opjournal %s did not log \"serving\" within %v; stderr:\n%s",
 			strings.Join(full, " "), startTimeout, p.stderr.String())
 	}
-	p.GRPCAddr, p.HTTPAddr = line.GRPCAddr, line.HTTPAddr
+	p.GRPCAddr, p.HTTPAddr, p.MetricsAddr = line.GRPCAddr, line.HTTPAddr, line.Metrics
 	p.BaseURL = "http://" + line.HTTPAddr
 	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -529,4 +532,9 @@ func wantRESTError(t *testing.T, r restResponse, httpStatus int, code opjournal.
 	if e.Error.Message == "" {
 		t.Fatalf("error without a message: %s", r.Body)
 	}
+}
+
+// metadataWithToken adds a bearer token to a context's outgoing metadata.
+func metadataWithToken(ctx context.Context, token string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 }

@@ -29,8 +29,16 @@ const Usage = `Usage:
                         (default: the review queue, operations with needs_review)
   opjournal ops show    KEY [--json]
   opjournal ops resolve KEY (--succeeded --external-id ID | --failed-final [--error-code C])
-                        --actor WHO --reason WHY
-  opjournal ops release KEY --actor WHO --reason WHY [--attempt N]
+                        --reason WHY [--actor WHO]
+                        (a non-terminal operation that is unknown or under review)
+  opjournal ops acknowledge KEY --reason WHY [--actor WHO]
+                        (end the review of a terminal one, e.g. a duplicate effect:
+                        its status never changes)
+  opjournal ops release KEY --reason WHY [--actor WHO] [--attempt N]
+
+With --auth-file on the server, the history records the token's name as the
+actor; --actor is kept beside it as what you say you act for. Without
+authentication --actor is required.
 
 Common flags (before the subcommand): --journal-addr (OPJOURNAL_JOURNAL_ADDR), --timeout.
 `
@@ -47,7 +55,7 @@ func usageErr(format string, args ...any) error {
 // command line, and the journal's error (a gRPC status) otherwise.
 func Run(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
 	if len(args) == 0 {
-		return usageErr("missing subcommand (list, show, resolve, release)")
+		return usageErr("missing subcommand (list, show, resolve, acknowledge, release)")
 	}
 	switch args[0] {
 	case "list":
@@ -56,10 +64,12 @@ func Run(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wri
 		return show(ctx, c, args[1:], w)
 	case "resolve":
 		return resolve(ctx, c, args[1:], w)
+	case "acknowledge":
+		return acknowledge(ctx, c, args[1:], w)
 	case "release":
 		return release(ctx, c, args[1:], w)
 	}
-	return usageErr("unknown subcommand %q (list, show, resolve, release)", args[0])
+	return usageErr("unknown subcommand %q (list, show, resolve, acknowledge, release)", args[0])
 }
 
 func newFlags(name string) *flag.FlagSet {
@@ -175,7 +185,7 @@ func show(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 	if err != nil {
 		return err
 	}
-	evs, err := c.ListEvents(ctx, &pb.ListEventsRequest{OperationKey: key})
+	evs, err := history(ctx, c, key)
 	if err != nil {
 		return err
 	}
@@ -183,7 +193,7 @@ func show(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 		if err := writeJSON(w, op.GetOperation()); err != nil {
 			return err
 		}
-		for _, e := range evs.GetEvents() {
+		for _, e := range evs {
 			if err := writeJSON(w, e); err != nil {
 				return err
 			}
@@ -203,7 +213,9 @@ func show(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 	row("attempt_count", fmt.Sprint(o.GetAttemptCount()))
 	row("request_hash", o.GetRequestHash())
 	row("external_id", o.GetExternalId())
-	row("duplicate_external_id", o.GetDuplicateExternalId())
+	if ids := o.GetDuplicateExternalIds(); len(ids) > 0 {
+		row("duplicate_external_ids", fmt.Sprintf("%s (%d reports of other effects)", strings.Join(ids, ", "), o.GetDuplicateReports()))
+	}
 	row("error_code", o.GetErrorCode())
 	row("lease_owner", o.GetLeaseOwner())
 	row("lease_until", ts(o.GetLeaseUntil()))
@@ -224,7 +236,7 @@ func show(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 	fmt.Fprintln(w, "\nhistory:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AT\tFROM\tTO\tATTEMPT\tACTOR\tREASON")
-	for _, e := range evs.GetEvents() {
+	for _, e := range evs {
 		reason := e.GetReason()
 		if e.GetExternalId() != "" {
 			reason += " [" + e.GetExternalId() + "]"
@@ -233,9 +245,29 @@ func show(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 		if from == "" {
 			from = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", ts(e.GetAt()), from, statusName(e.GetToStatus()), e.GetAttempt(), e.GetActor(), reason)
+		actor := e.GetActor()
+		if st := e.GetStatedActor(); st != "" && st != actor {
+			actor += " (says: " + st + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", ts(e.GetAt()), from, statusName(e.GetToStatus()), e.GetAttempt(), actor, reason)
 	}
 	return tw.Flush()
+}
+
+// history reads an operation's whole history, page by page.
+func history(ctx context.Context, c pb.JournalServiceClient, key string) ([]*pb.Event, error) {
+	var evs []*pb.Event
+	token := ""
+	for {
+		resp, err := c.ListEvents(ctx, &pb.ListEventsRequest{OperationKey: key, PageSize: 1000, PageToken: token})
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, resp.GetEvents()...)
+		if token = resp.GetNextPageToken(); token == "" {
+			return evs, nil
+		}
+	}
 }
 
 func resolve(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
@@ -244,7 +276,7 @@ func resolve(ctx context.Context, c pb.JournalServiceClient, args []string, w io
 	failed := fs.Bool("failed-final", false, "no effect happened; never retry")
 	extID := fs.String("external-id", "", "with --succeeded: the provider's id of the effect")
 	code := fs.String("error-code", "", "with --failed-final: why")
-	actor := fs.String("actor", "", "who decides (required)")
+	actor := fs.String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
 	reason := fs.String("reason", "", "why (required)")
 	key, err := parseWithKey(fs, args)
 	if err != nil {
@@ -259,28 +291,47 @@ func resolve(ctx context.Context, c pb.JournalServiceClient, args []string, w io
 	default:
 		req.Resolution = pb.Resolution_RESOLUTION_FAILED_FINAL
 	}
-	if *actor == "" || *reason == "" {
-		return usageErr("--actor and --reason are required: the decision is audited")
+	if *reason == "" {
+		return usageErr("--reason is required: the decision is audited")
 	}
 	res, err := c.Resolve(ctx, req)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s resolved as %s by %s\n", key, statusName(res.GetOperation().GetStatus()), *actor)
+	_, err = fmt.Fprintf(w, "%s resolved as %s\n", key, statusName(res.GetOperation().GetStatus()))
+	return err
+}
+
+func acknowledge(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
+	fs := newFlags("acknowledge")
+	actor := fs.String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
+	reason := fs.String("reason", "", "why (required): what was done about it")
+	key, err := parseWithKey(fs, args)
+	if err != nil {
+		return err
+	}
+	if *reason == "" {
+		return usageErr("--reason is required: the decision is audited")
+	}
+	res, err := c.Acknowledge(ctx, &pb.AcknowledgeRequest{OperationKey: key, Actor: *actor, Reason: *reason})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s acknowledged: still %s, no longer under review\n", key, statusName(res.GetOperation().GetStatus()))
 	return err
 }
 
 func release(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
 	fs := newFlags("release")
-	actor := fs.String("actor", "", "who decides (required)")
+	actor := fs.String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
 	reason := fs.String("reason", "", "why: what the provider showed (required)")
 	attempt := fs.Int("attempt", 0, "the latest attempt (default: looked up)")
 	key, err := parseWithKey(fs, args)
 	if err != nil {
 		return err
 	}
-	if *actor == "" || *reason == "" {
-		return usageErr("--actor and --reason are required: the decision is audited")
+	if *reason == "" {
+		return usageErr("--reason is required: the decision is audited")
 	}
 	if *attempt == 0 {
 		op, err := c.Lookup(ctx, &pb.LookupRequest{OperationKey: key})
@@ -292,7 +343,7 @@ func release(ctx context.Context, c pb.JournalServiceClient, args []string, w io
 	if _, err := c.ReleaseForRetry(ctx, &pb.ReleaseForRetryRequest{OperationKey: key, Attempt: int32(*attempt), Actor: *actor, Reason: *reason}); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s released for retry (attempt %d was absent at the provider) by %s\n", key, *attempt, *actor)
+	_, err = fmt.Fprintf(w, "%s released for retry (attempt %d was absent at the provider)\n", key, *attempt)
 	return err
 }
 

@@ -224,7 +224,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		journal.WithHashKeys(keys))
 	srv := server.New(svc, cfg)
 	return srv.Run(ctx, func(a server.Addrs) {
-		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(),
+		metricsAddr := ""
+		if a.Metrics != nil {
+			metricsAddr = a.Metrics.String()
+		}
+		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(), "metrics_addr", metricsAddr,
 			"store", storeKind(o.databaseURL), "actions", pol.Names(), "auth", cfg.Auth != nil,
 			"tls", cfg.TLS != nil, "rate_limit", o.rateLimit, "version", version())
 	})

@@ -622,6 +622,18 @@ func testMarkSucceededNoop(t *testing.T, newDB NewDatabase) {
 	}
 	sameRecord(t, first, second)
 	sameRecord(t, first, get(t, s, "k1"))
+	// A repeat without an external_id is not a second effect (issue 10,
+	// defect 9): nothing changes, nothing goes to review, no event.
+	before := len(events(t, s, "k1"))
+	p.ExternalID = ""
+	third, err := s.MarkSucceeded(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRecord(t, first, third)
+	if third.NeedsReview || len(events(t, s, "k1")) != before {
+		t.Fatalf("an empty external_id after %q: %+v, %d events (was %d)", first.ExternalID, *third, len(events(t, s, "k1")), before)
+	}
 }
 
 func testMarkSucceededDuplicate(t *testing.T, newDB NewDatabase) {

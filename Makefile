@@ -3,7 +3,7 @@ GO ?= go
 # Debian's interpreter: a pyenv shim first on PATH would not see python3-grpcio.
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all build binaries generate lint test test-short fuzz serve vet fmt-check generate-check ci demo soak test-python test-ts
+.PHONY: all build binaries generate lint model-check test test-short fuzz serve vet fmt-check generate-check ci demo soak test-python test-ts
 
 all: build
 
@@ -91,6 +91,17 @@ test:
 vet:
 	$(GO) vet ./...
 
+## lint: staticcheck (a Go tool pinned in go.mod) and go.mod/go.sum tidy; CI runs it
+lint:
+	$(GO) tool staticcheck ./...
+	$(GO) mod tidy -diff
+
+## model-check: the model-based test of every store (store/storetest/model.go)
+## with many more random sequences than make test runs; e.g. CHECKS=20000
+CHECKS ?= 3000
+model-check:
+	TEST_DATABASE_URL='$(BENCH_DATABASE_URL)' $(GO) test -count=1 -timeout 60m -run 'TestModel' ./store/... -rapid.checks=$(CHECKS) -rapid.steps=60 -v 2>&1 | grep -E 'rapid|^(ok|FAIL|---)'
+
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); test -z "$$out" || (echo "gofmt needed:"; echo "$$out"; exit 1)
 
@@ -102,4 +113,4 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./auth/
 	$(GO) test -run='^$$' -fuzz=FuzzRESTBody -fuzztime=$(FUZZTIME) ./server/
 
-ci: vet fmt-check generate-check test
+ci: vet fmt-check lint generate-check test

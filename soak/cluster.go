@@ -196,13 +196,6 @@ func (c *cluster) liveAddrLocked(pref int) string {
 	return ""
 }
 
-// anyLiveAddr is a live replica's gRPC address ("" if none).
-func (c *cluster) anyLiveAddr() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.liveAddrLocked(-1)
-}
-
 // killJournal kills replica i with SIGKILL, waits `down`, and restarts it,
 // on the same ports if they are free (moved is false). Agents follow
 // through their resolvers; reconcilers talking to a replica that moved

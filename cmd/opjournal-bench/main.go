@@ -505,7 +505,7 @@ func count(n int) string {
 // JSON on stdout and its progress on stderr.
 func runPeers(ctx context.Context, c config, schema string) ([]bench.Row, error) {
 	if _, err := os.Stat(c.peersBin); err != nil {
-		return nil, fmt.Errorf("peers binary not built (%w); build it with: cd bench/peers && go build -o ../../bin/opjournal-bench-peers .", err)
+		return nil, fmt.Errorf("peers binary not built (%w); build it with: make bench-build", err)
 	}
 	var levels []string
 	for _, l := range c.levels {

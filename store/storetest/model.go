@@ -423,11 +423,11 @@ func cloneEvents(evs map[string][]opjournal.Event) map[string][]opjournal.Event 
 }
 
 func describe(c *opjournal.Command) string {
-	b, _ := json.Marshal(struct {
-		*opjournal.Command
-		HashFor any `json:"-"`
-	}{Command: c})
-	return fmt.Sprintf("%s %s", c.Kind, b)
+	d := *c
+	d.HashFor = nil
+	return fmt.Sprintf("%s {attempt:%d worker:%q lease:%d ext:%q result:%s code:%q actor:%q stated:%q hash:%q claim:%v resolution:%q next:%s policy:%+v}",
+		c.Kind, d.Attempt, d.WorkerID, d.LeaseSeconds, d.ExternalID, d.Result, d.ErrorCode, d.Actor, d.StatedActor, d.RequestHash,
+		d.Claim, d.Resolution, d.NextCheckAfter, d.Policy)
 }
 
 // diffAnswers says how a store's answer differs from the model's ("" if not).

@@ -449,12 +449,14 @@ func TestConcurrentSameIntent(t *testing.T) {
 	defer p.Close()
 	op := payment("payment:stampede", 490000)
 	var fn fnCounter
+	const n = 32
+	var turnedAway atomic.Int32
 	pay := fn.wrap(func(ctx context.Context, a client.Attempt) (client.Effect, error) {
-		time.Sleep(50 * time.Millisecond) // keep the lease while the others arrive
+		// Keep the lease until every other caller has been turned away.
+		await.Until(t, "the other callers to be turned away", func() bool { return turnedAway.Load() == n-1 })
 		return call(ctx, http.DefaultClient, p.URL, a, op.Payload)
 	})
 
-	const n = 32
 	outs := make([]client.Outcome, n)
 	errs := make([]error, n)
 	start := make(chan struct{})
@@ -463,6 +465,9 @@ func TestConcurrentSameIntent(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			outs[i], errs[i] = c.Execute(context.Background(), op, pay)
+			if outs[i].Kind == client.InProgressElsewhere {
+				turnedAway.Add(1)
+			}
 		})
 	}
 	close(start)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"github.com/opjournal/opjournal/internal/await"
 	"os"
 	"reflect"
 	"strings"
@@ -157,13 +159,7 @@ func TestHeartbeatStopsAtMaxAttempt(t *testing.T) {
 
 func awaitStatus(t *testing.T, c *client.Client, key string, want opjournalv1.Status) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for lookup(t, c, key).GetStatus() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never became %s: %v", key, want, lookup(t, c, key))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	await.Until(t, fmt.Sprintf("%s to become %s", key, want), func() bool { return lookup(t, c, key).GetStatus() == want })
 }
 
 // vectors is testdata/next_steps.json, run by every SDK.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/hashkey"
+	"github.com/opjournal/opjournal/internal/await"
 	"google.golang.org/grpc/metadata"
 	"io"
 	"net/http"
@@ -363,22 +364,10 @@ func ctxFor(t *testing.T) context.Context {
 }
 
 // eventually polls cond until it returns true, failing the test after
-// timeout with the last description cond gave.
+// timeout with the last description cond gave (internal/await).
 func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v: %s", timeout, why)
-		}
-		<-tick.C
-	}
+	await.State(t, timeout, cond)
 }
 
 // --- gRPC helpers ---

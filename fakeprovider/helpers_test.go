@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/opjournal/opjournal/internal/await"
 	"io"
 	"net"
 	"net/http"
@@ -45,16 +46,10 @@ func (e *env) waitIdle() {
 	eventually(e.t, 5*time.Second, func() bool { return e.inflight.Load() == 0 }, "handlers still running")
 }
 
-// eventually polls cond until it holds or the deadline passes.
+// eventually polls cond until it holds or the deadline passes (internal/await).
 func eventually(t *testing.T, within time.Duration, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	await.Within(t, within, what, cond)
 }
 
 // answer is one HTTP answer, decoded.

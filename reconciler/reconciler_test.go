@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/testclock"
+	"google.golang.org/protobuf/types/known/timestamppb"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -161,13 +164,17 @@ type fixture struct {
 	provider *fakeProvider
 	pol      *policy.Policy
 	logs     *syncBuffer
+	// clock is the journal's database clock and the reconciler's: tests
+	// move it instead of waiting for leases and lags.
+	clock *testclock.Clock
 }
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	p := newFakeProvider(t)
 	pol := testPolicy(t, p.URL)
-	return &fixture{j: testserver.Start(t, pol), provider: p, pol: pol, logs: &syncBuffer{}}
+	clk := testclock.New()
+	return &fixture{j: testserver.Start(t, pol, testserver.WithClock(clk.Now)), provider: p, pol: pol, logs: &syncBuffer{}, clock: clk}
 }
 
 // reconciler returns a Reconciler with its own metrics registry.
@@ -177,7 +184,7 @@ func (f *fixture) reconciler(t *testing.T, id string, edit ...func(*Config)) (*R
 	cfg := Config{
 		Journal: f.j.Client, Policy: f.pol, ID: id, LookupEnv: env,
 		Logger:     slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Registerer: reg, Rand: rand.New(rand.NewPCG(1, 2)), PollInterval: 50 * time.Millisecond,
+		Registerer: reg, Rand: rand.New(rand.NewPCG(1, 2)), PollInterval: 50 * time.Millisecond, Now: f.clock.Now,
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -235,16 +242,16 @@ func runOnce(t *testing.T, r *Reconciler) Stats {
 	return s
 }
 
-// waitUntilDue sleeps until op's next check is due on the journal's clock
-// (the same machine's clock here), with a margin.
-func waitUntilDue(t *testing.T, op *opjournalv1.Operation) {
-	t.Helper()
-	if op.GetNextCheckAt() == nil {
-		return
+// untilDue moves the clock to when op's next check is due.
+func (f *fixture) untilDue(op *opjournalv1.Operation) {
+	if op.GetNextCheckAt() != nil {
+		f.clock.AdvanceTo(op.GetNextCheckAt().AsTime())
 	}
-	if d := time.Until(op.GetNextCheckAt().AsTime()) + 50*time.Millisecond; d > 0 {
-		time.Sleep(d)
-	}
+}
+
+// untilExpired moves the clock past the end of a lease.
+func (f *fixture) untilExpired(leaseUntil *timestamppb.Timestamp) {
+	f.clock.AdvanceTo(leaseUntil.AsTime().Add(time.Millisecond))
 }
 
 func TestEffectPresentIsMarkedSucceeded(t *testing.T) {
@@ -318,7 +325,7 @@ func TestDefinitiveAbsenceIsReleasedOnlyAfterTheLag(t *testing.T) {
 		t.Fatalf("a pass before the next check is due = %+v", s)
 	}
 
-	waitUntilDue(t, op)
+	f.untilDue(op)
 	if s := runOnce(t, r); s != (Stats{Checked: 1, Released: 1}) {
 		t.Fatalf("pass after the lag = %+v", s)
 	}
@@ -364,7 +371,7 @@ func TestNotDefinitiveStaysUnknownWithBackoff(t *testing.T) {
 		}
 		prevNext = next
 		if i < 2 {
-			waitUntilDue(t, op)
+			f.untilDue(op)
 		}
 	}
 	evs := f.events(t, "mail-1")
@@ -394,12 +401,11 @@ func TestUnclearVerifierIsEscalatedAfterUnknownAfter(t *testing.T) {
 	}
 
 	// unknown_after_seconds is 2: keep checking until it has passed.
-	deadline := time.Now().Add(10 * time.Second)
-	for !op.GetNeedsReview() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not escalated: %v", op)
+	for i := 0; !op.GetNeedsReview(); i++ {
+		if i == 20 {
+			t.Fatalf("not escalated after %d checks: %v", i, op)
 		}
-		waitUntilDue(t, op)
+		f.untilDue(op)
 		s := runOnce(t, r)
 		if s.Errors != 0 || s.Released != 0 || s.Succeeded != 0 {
 			t.Fatalf("pass = %+v", s)
@@ -410,7 +416,7 @@ func TestUnclearVerifierIsEscalatedAfterUnknownAfter(t *testing.T) {
 		!strings.Contains(op.GetReviewReason(), "provider answered HTTP 500") {
 		t.Errorf("escalated operation = %v", op)
 	}
-	if since := time.Since(op.GetUnknownSince().AsTime()); since < 2*time.Second {
+	if since := f.clock.Now().Sub(op.GetUnknownSince().AsTime()); since < 2*time.Second {
 		t.Errorf("escalated %s after becoming unknown, before unknown_after", since)
 	}
 	// Under review: no longer due.
@@ -443,7 +449,7 @@ func TestExpiredLeaseIsReconciled(t *testing.T) {
 	if s := runOnce(t, r); s != (Stats{}) {
 		t.Fatalf("a live lease was reconciled: %+v", s)
 	}
-	time.Sleep(time.Until(reg.GetLeaseUntil().AsTime()) + 100*time.Millisecond)
+	f.untilExpired(reg.GetLeaseUntil())
 	if op := f.lookup(t, "vanished-1"); op.GetStatus() != opjournalv1.Status_STATUS_UNKNOWN {
 		t.Fatalf("expired lease reads as %v", op.GetStatus())
 	}
@@ -466,14 +472,14 @@ func TestExpiredLeaseAbsentIsCheckedThenReleased(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Until(reg.GetLeaseUntil().AsTime()) + 100*time.Millisecond)
+	f.untilExpired(reg.GetLeaseUntil())
 	r, _ := f.reconciler(t, "rec-e2")
 	s := runOnce(t, r)
 	op := f.lookup(t, "vanished-2")
 	if s != (Stats{Checked: 1, Rechecked: 1}) || op.GetStatus() != opjournalv1.Status_STATUS_UNKNOWN || op.GetCheckCount() != 1 {
 		t.Fatalf("first pass %+v: %v", s, op)
 	}
-	waitUntilDue(t, op)
+	f.untilDue(op)
 	if s := runOnce(t, r); s != (Stats{Checked: 1, Released: 1}) {
 		t.Fatalf("second pass = %+v", s)
 	}
@@ -611,9 +617,7 @@ func TestRunStopsGracefully(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	// Stop while the provider is being asked.
-	for f.provider.requests.Load() == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	await.Until(t, "the provider to be asked", func() bool { return f.provider.requests.Load() > 0 })
 	cancel()
 	select {
 	case err := <-done:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opjournal/opjournal/internal/await"
 	"io"
 	"net/http"
 	"os"
@@ -87,25 +88,20 @@ func start(t *testing.T, args ...string) *started {
 			<-s.done
 		}
 	})
-	deadline := time.After(30 * time.Second)
-	for s.addr == "" {
+	await.Within(t, 30*time.Second, "the serving line", func() bool {
 		for line := range strings.Lines(s.stderr.String()) {
 			var l struct{ Msg, Addr string }
 			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "serving" {
 				s.addr = l.Addr
 			}
 		}
-		if s.addr != "" {
-			break
-		}
 		select {
 		case <-s.done:
 			t.Fatalf("exited before serving: %v; stderr:\n%s", s.cmd.ProcessState, s.stderr)
-		case <-deadline:
-			t.Fatalf("no serving line; stderr:\n%s", s.stderr)
-		case <-time.After(10 * time.Millisecond):
+		default:
 		}
-	}
+		return s.addr != ""
+	})
 	return s
 }
 
@@ -163,15 +159,10 @@ func TestServeAndSIGTERM(t *testing.T) {
 		}
 		held <- err
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if n, err := c.Count(ctx, "held"); err == nil && n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the held email was never stored")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	await.Until(t, "the held email to be stored", func() bool {
+		n, err := c.Count(ctx, "held")
+		return err == nil && n == 1
+	})
 
 	began := time.Now()
 	if code := s.stop(t); code != 0 {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opjournal/opjournal/internal/await"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -221,13 +222,9 @@ func TestRunUntilSIGTERM(t *testing.T) {
 
 	// An operation that becomes unknown while the reconciler runs is settled.
 	w.unknownPayment(t, "payment:order-900:intent-01", "pay_000900")
-	deadline := time.Now().Add(10 * time.Second)
-	for w.status(t, "payment:order-900:intent-01").GetStatus() != opjournalv1.Status_STATUS_SUCCEEDED {
-		if time.Now().After(deadline) {
-			t.Fatal("not settled within 10 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	await.Until(t, "the operation to be settled", func() bool {
+		return w.status(t, "payment:order-900:intent-01").GetStatus() == opjournalv1.Status_STATUS_SUCCEEDED
+	})
 	// The journal shows the operation settled as soon as MarkSucceeded
 	// commits; the reconciler counts its decision once the answer is back.
 	// So the metrics are read until they show it (or 10 s pass).
@@ -237,17 +234,15 @@ func TestRunUntilSIGTERM(t *testing.T) {
 		"go_goroutines ",
 	}
 	var body []byte
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	await.Until(t, "the decision to be counted", func() bool {
 		resp, err := http.Get("http://" + metricsAddr + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if bytes.Contains(body, []byte(wants[0])) || time.Now().After(deadline) {
-			break
-		}
-	}
+		return bytes.Contains(body, []byte(wants[0]))
+	})
 	for _, want := range wants {
 		if !bytes.Contains(body, []byte(want)) {
 			t.Errorf("/metrics lacks %q", want)

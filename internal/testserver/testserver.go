@@ -32,9 +32,18 @@ type Journal struct {
 	Conn *grpc.ClientConn
 }
 
+// Option configures Start.
+type Option func(*options)
+
+type options struct{ clock func() time.Time }
+
+// WithClock makes the journal's database read the time from now instead of
+// its own clock (store.Clock): the test moves time by hand.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.clock = now } }
+
 // Start runs a journal with pol (nil: the shipped policy) until the test
 // ends. It fails the test if the journal cannot start.
-func Start(t testing.TB, pol *policy.Policy) *Journal {
+func Start(t testing.TB, pol *policy.Policy, opts ...Option) *Journal {
 	t.Helper()
 	if pol == nil {
 		pol = policy.Default()
@@ -44,6 +53,13 @@ func Start(t testing.TB, pol *policy.Policy) *Journal {
 	if err != nil {
 		cancel()
 		t.Fatalf("testserver: %v", err)
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.clock != nil {
+		st.SetClock(o.clock)
 	}
 	srv := server.New(journal.New(st, pol, journal.Limits{}), server.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",

@@ -181,6 +181,7 @@ func testListFiltersAndPages(t *testing.T, newDB NewDatabase) {
 
 func testDueForCheckFollowsTheClock(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
+	clk := clockOf(t, s)
 	register(t, s, "k1")
 	if cr := claim(t, s, "k1", store.ClaimPolicy{WorkerID: "w1", LeaseSeconds: 1}); !cr.Claimed {
 		t.Fatal("not claimed")
@@ -196,7 +197,10 @@ func testDueForCheckFollowsTheClock(t *testing.T, newDB NewDatabase) {
 		t.Fatal("a live lease is due for a check")
 	}
 	// The vanished worker's lease expires on the database clock: due.
-	eventually(t, 10*time.Second, "the expired lease to be due for a check", due)
+	clk.Advance(time.Second)
+	if !due() {
+		t.Fatal("an expired lease is not due for a check")
+	}
 	op, err := s.RecordCheck(ctx, store.RecordCheckParams{Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r1", Note: "not found yet", NextCheckAfter: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -206,10 +210,14 @@ func testDueForCheckFollowsTheClock(t *testing.T, newDB NewDatabase) {
 		op.NextCheckAt.Sub(op.LastCheckedAt) != time.Second {
 		t.Fatalf("after RecordCheck: %+v", *op)
 	}
+	clk.Advance(time.Second - time.Millisecond)
 	if due() {
 		t.Fatal("due again before next_check_at")
 	}
-	eventually(t, 10*time.Second, "next_check_at to arrive", due)
+	clk.Advance(time.Millisecond)
+	if !due() {
+		t.Fatal("not due at next_check_at")
+	}
 	wantHistory(t, events(t, s, "k1"), ev("", pending, 0, "", ""), ev(pending, inProgress, 1, "w1", ""), ev(inProgress, unknown, 1, "r1", ""))
 }
 
@@ -237,6 +245,7 @@ func testRecordCheckRules(t *testing.T, newDB NewDatabase) {
 
 func testReleaseForRetry(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
+	clk := clockOf(t, s)
 	makeUnknown(t, s, "k1")
 	before := get(t, s, "k1")
 	// Absence does not count inside the visibility lag (database clock).
@@ -246,14 +255,17 @@ func testReleaseForRetry(t *testing.T, newDB NewDatabase) {
 	_, err = s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 2, Actor: "r", Reason: "absent"})
 	wantCode(t, err, opjournal.CodeInvalidArgument)
 
-	var op *opjournal.Operation
-	eventually(t, 10*time.Second, "a release after a 1 s visibility lag", func() bool {
-		op, err = s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Reason: "absent", ReleaseAfter: time.Second})
-		if err != nil && opjournal.ErrorCode(err) != opjournal.CodeInvalidState {
-			t.Fatal(err)
-		}
-		return err == nil
-	})
+	release := func() (*opjournal.Operation, error) {
+		return s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Reason: "absent", ReleaseAfter: time.Second})
+	}
+	clk.Advance(time.Second - time.Millisecond)
+	_, err = release()
+	wantCode(t, err, opjournal.CodeInvalidState) // a millisecond early
+	clk.Advance(time.Millisecond)
+	op, err := release()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if op.Status != pending || op.AttemptCount != 1 || !op.UnknownSince.IsZero() {
 		t.Fatalf("released: %+v", *op)
 	}

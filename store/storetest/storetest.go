@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/opjournal/opjournal/internal/testclock"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -189,18 +190,17 @@ func jsonEqual(a, b json.RawMessage) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
-// eventually polls cond until it holds or the deadline passes. It awaits a
-// condition (such as a lease expiring on the database clock) instead of
-// sleeping for a guessed duration.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+// clockOf gives the store a clock the test moves (store.Clock), so that a
+// lease expires or a lag passes at once rather than after a sleep.
+func clockOf(t *testing.T, s store.Store) *testclock.Clock {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	sc, ok := s.(store.Clock)
+	if !ok {
+		t.Fatalf("%T does not implement store.Clock", s)
 	}
+	c := testclock.New()
+	sc.SetClock(c.Now)
+	return c
 }
 
 func testRegisterNew(t *testing.T, newDB NewDatabase) {
@@ -403,6 +403,7 @@ func testClaimTerminal(t *testing.T, newDB NewDatabase) {
 
 func testLeaseExpiry(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
+	clk := clockOf(t, s)
 	register(t, s, "k1")
 	cr := claim(t, s, "k1", store.ClaimPolicy{WorkerID: "w1", LeaseSeconds: 1})
 	if !cr.Claimed {
@@ -412,10 +413,12 @@ func testLeaseExpiry(t *testing.T, newDB NewDatabase) {
 	if d := cr.Operation.LeaseUntil.Sub(cr.Operation.UpdatedAt); d != time.Second {
 		t.Fatalf("lease_until - updated_at = %s, want exactly 1s", d)
 	}
-	// Await expiry as the database sees it: the effective status turns unknown.
-	eventually(t, 10*time.Second, "the lease to expire on the database clock", func() bool {
-		return get(t, s, "k1").Status == opjournal.StatusUnknown
-	})
+	// The lease ends on the database clock: a millisecond before, it holds;
+	// at its end, the effective status turns unknown.
+	clk.Advance(time.Second - time.Millisecond)
+	wantStatus(t, get(t, s, "k1"), opjournal.StatusInProgress)
+	clk.Advance(time.Millisecond)
+	wantStatus(t, get(t, s, "k1"), opjournal.StatusUnknown)
 	// Under reconcile_before_retry nobody may claim; the holder may not
 	// mark unknown or failed_final any more (it no longer holds a lease).
 	if res := claim(t, s, "k1", noRetry); res.Claimed || res.Operation.Status != opjournal.StatusUnknown {

@@ -25,7 +25,7 @@ import (
 	"regexp"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/opjournal/opjournal/canonjson"
 )
@@ -164,11 +164,11 @@ func Parse(data []byte, source string) (*Ring, error) {
 // yamlProblem describes a YAML error without quoting the document (it
 // could quote a secret).
 func yamlProblem(err error) string {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		return "a field has the wrong type or is unknown"
+	var le *yaml.LoadError
+	if errors.As(err, &le) && le.Mark.Line > 0 {
+		return fmt.Sprintf("invalid at line %d", le.Mark.Line)
 	}
-	return "invalid YAML"
+	return "a field is unknown, has the wrong type, or the YAML is invalid"
 }
 
 func decodeSecret(s string) ([]byte, error) {

@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"go.yaml.in/yaml/v3"
+	"go.yaml.in/yaml/v4"
 )
 
 // actionNameRE is the syntax of an action name.
@@ -30,8 +30,6 @@ var (
 	retryFields = []string{"reuse_operation_key", "on_timeout"}
 )
 
-// yamlLineRE extracts the line number from a go-yaml syntax error.
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // Parse parses and validates a policy document; source names it in errors
 // (usually a file path).
@@ -145,33 +143,21 @@ func (p *parser) add(n *yaml.Node, path, format string, args ...any) {
 	p.addLine(n.Line, n.Column, path, format, args...)
 }
 
-// addYAMLError records a go-yaml syntax error, moving its line number (if
-// it has one) to the front.
-//
-// go-yaml numbers lines differently for its two kinds of error: scanner
-// errors (bad tokens) carry the 1-based line of the problem, but parser
-// errors (bad structure) carry the 0-based line of the enclosing block or
-// flow collection, omitting it on the first line. Parser errors are
-// recognised by their fixed messages and moved to 1-based lines, and say
-// that the problem is at or after the reported line.
-//
-// A problem at the end of the input can be numbered one past the last
-// line; it is moved to the last line.
+// addYAMLError records a YAML library error at the position the library
+// gives for it (yaml.LoadError's Mark, 1-based), with the library's own
+// description: no message text is parsed. A problem at the end of the
+// input can be placed one past the last line; it is moved to the last line.
 func (p *parser) addYAMLError(err error, data []byte) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
-	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
-		if n, convErr := strconv.Atoi(m[1]); convErr == nil {
-			line = n
-		}
-		msg = m[2]
+	var le *yaml.LoadError
+	if !errors.As(err, &le) {
+		p.addLine(1, 0, "", "invalid YAML: %s", err.Error())
+		return
 	}
-	format := "invalid YAML: %s"
-	if isYAMLParserError(msg) {
-		line++
-		format = "invalid YAML at or after this line: %s"
+	msg := le.Message
+	if le.ContextMsg != "" {
+		msg = le.ContextMsg + ": " + msg // "while parsing a block mapping: did not find expected key"
 	}
-	p.addLine(min(line, countLines(data)), 0, "", format, msg)
+	p.addLine(min(max(le.Mark.Line, 1), countLines(data)), le.Mark.Column, "", "invalid YAML: %s", msg)
 }
 
 // countLines returns the number of lines in data as YAML counts them: line
@@ -203,17 +189,6 @@ func countLines(data []byte) int {
 		lines++
 	}
 	return lines
-}
-
-// isYAMLParserError reports whether msg is one of go-yaml's parser (not
-// scanner) error messages.
-func isYAMLParserError(msg string) bool {
-	switch msg {
-	case "found undefined tag handle", "found duplicate %YAML directive",
-		"found incompatible YAML document", "found duplicate %TAG directive":
-		return true
-	}
-	return strings.HasPrefix(msg, "did not find expected ")
 }
 
 // err returns all problems, sorted by position, as one error (nil if none).

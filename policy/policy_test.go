@@ -461,7 +461,7 @@ func TestParseInvalid(t *testing.T) {
 		{
 			name: "alias to an undefined anchor",
 			doc:  "actions:\n  a: *nope\n",
-			want: []problemLine{{"policy.yaml:1: ", "invalid YAML: unknown anchor 'nope' referenced"}},
+			want: []problemLine{{"policy.yaml:2: ", "invalid YAML: unknown anchor 'nope' referenced"}},
 		},
 		{
 			name: "two documents",
@@ -501,22 +501,22 @@ func TestParseInvalid(t *testing.T) {
 		{
 			name: "syntax error found by the YAML parser",
 			doc:  "actions:\n  a: {}\n  b: {lease_seconds: 30\n",
-			want: []problemLine{{"policy.yaml:3: ", "invalid YAML at or after this line: did not find expected ',' or '}'"}},
+			want: []problemLine{{"policy.yaml:3: ", "did not find expected ',' or '}'"}},
 		},
 		{
 			name: "syntax error found by the YAML parser after a sequence",
 			doc:  "- a\nb: 1\n",
-			want: []problemLine{{"policy.yaml:2: ", "invalid YAML at or after this line: did not find expected '-' indicator"}},
+			want: []problemLine{{"policy.yaml:2: ", "did not find expected '-' indicator"}},
 		},
 		{
 			name: "syntax error found by the YAML parser on line 1",
 			doc:  "{actions: {a: {}}",
-			want: []problemLine{{"policy.yaml:1: ", "invalid YAML at or after this line: did not find expected ',' or '}'"}},
+			want: []problemLine{{"policy.yaml:1: ", "did not find expected ',' or '}'"}},
 		},
 		{
 			name: "bad indentation",
 			doc:  "actions:\n  a: {}\n b: {}\n",
-			want: []problemLine{{"policy.yaml:3: ", "invalid YAML at or after this line: did not find expected key"}},
+			want: []problemLine{{"policy.yaml:3: ", "did not find expected key"}},
 		},
 		{
 			name: "key with spaces is quoted in the path",

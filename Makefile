@@ -61,9 +61,10 @@ generate:
 	bash clients/python/generate.sh
 	GO=$(GO) bash clients/typescript/generate.sh
 	$(GO) run ./internal/cmd/genlimits .
+	$(GO) run ./internal/cmd/protocoldoc README.md
 
 ## generate-check: fail if gen/ is not what `make generate` produces
-GENERATED = gen clients/python/opjournal/v1 clients/typescript/src/gen clients/python/opjournal/_limits.py clients/typescript/src/limits.ts
+GENERATED = gen clients/python/opjournal/v1 clients/typescript/src/gen clients/python/opjournal/_limits.py clients/typescript/src/limits.ts README.md
 generate-check: generate
 	git diff --exit-code -- $(GENERATED)
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code has untracked files: run make generate and commit"; exit 1)

@@ -204,3 +204,19 @@ func TestNextStepVectors(t *testing.T) {
 		t.Fatalf("only %d vectors checked", checked)
 	}
 }
+
+// TestREADMEShowsTheProtocol: the README's table is the one the code
+// applies (regenerate it with go run ./internal/cmd/protocoldoc README.md).
+func TestREADMEShowsTheProtocol(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := opjournal.SpliceProtocol(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want != string(b) {
+		t.Fatal("README.md's protocol table differs from protocol.go: run `go run ./internal/cmd/protocoldoc README.md` (make generate)")
+	}
+}

@@ -11,23 +11,28 @@ to retry.
             lambda key, attempt: charge(key),   # returns opjournal.Effect(...)
         )
 
-See execute() for the protocol, idempotent() for the decorator, and
-Journal for the thin calls (register, claim, mark_*, lookup). Errors of the
-journal are OpjournalError subclasses, one per error code.
+See execute() for the protocol (the journal decides the next step; fn runs
+under the granted lease, kept alive by heartbeats, and gets a Deadline if
+it asks for one), idempotent() for the decorator, and Journal for the thin
+calls (register, claim, extend_lease, mark_*, lookup, list_operations,
+list_events, acknowledge, get_policy). Errors of the journal are
+OpjournalError subclasses, one per error code.
 """
 
-from .client import ClaimResult, Journal, Operation, Registration, default_worker_id
+from .client import (ClaimResult, Event, EventPage, Journal, LeaseExtension, Operation, OperationPage, Policy,
+                     Registration, default_worker_id)
 from .errors import (Internal, InvalidArgument, InvalidState, NotFound, NotRecorded, OpjournalError,
                      PayloadMismatch, PermissionDenied, RateLimited, ResultNotStored, StaleAttempt, TooLarge,
                      Unauthenticated, Unavailable, UnknownAction)
-from .execute import (Effect, NotSucceeded, Outcome, OutcomeKind, Rejected, UnknownOutcome, classify_http,
-                      execute, idempotent, urlopen)
+from .execute import (Deadline, Effect, NotSucceeded, Outcome, OutcomeKind, Rejected, UnknownOutcome,
+                      classify_http, execute, idempotent, urlopen)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Journal", "Operation", "Registration", "ClaimResult", "default_worker_id",
-    "execute", "idempotent", "Outcome", "OutcomeKind", "Effect", "Rejected", "UnknownOutcome",
+    "Journal", "Operation", "Registration", "ClaimResult", "LeaseExtension", "Event", "EventPage",
+    "OperationPage", "Policy", "default_worker_id",
+    "execute", "idempotent", "Outcome", "OutcomeKind", "Effect", "Deadline", "Rejected", "UnknownOutcome",
     "NotSucceeded", "classify_http", "urlopen",
     "OpjournalError", "InvalidArgument", "UnknownAction", "TooLarge", "PayloadMismatch", "StaleAttempt",
     "InvalidState", "NotFound", "Unauthenticated", "PermissionDenied", "RateLimited", "Unavailable",

@@ -6,19 +6,31 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 
 from . import _convert
-from .errors import from_rpc_error
+from .errors import InvalidArgument, from_rpc_error
 from .v1 import journal_pb2 as pb
 from .v1 import journal_pb2_grpc as pb_grpc
 
-__all__ = ["Journal", "Operation", "Registration", "ClaimResult", "default_worker_id"]
+__all__ = [
+    "Journal", "Operation", "Registration", "ClaimResult", "LeaseExtension", "Event", "EventPage",
+    "OperationPage", "Policy", "default_worker_id",
+]
 
 #: Operation.status values.
 STATUSES = ("pending", "in_progress", "unknown", "succeeded", "failed_final")
+
+#: Registration.next / ClaimResult.next values (the journal's NextStep).
+NEXT_STEPS = ("call_provider", "replay", "wait", "verification_required", "failed_final", "claim")
+
+#: The ``view=`` values of lookup() and list_operations().
+VIEWS = {None: pb.OPERATION_VIEW_UNSPECIFIED, "": pb.OPERATION_VIEW_UNSPECIFIED,
+         "basic": pb.OPERATION_VIEW_BASIC, "full": pb.OPERATION_VIEW_FULL}
+
+_UNSET: Any = object()
 
 
 @dataclass(frozen=True)
@@ -28,7 +40,15 @@ class Operation:
     ``status`` is one of "pending", "in_progress", "unknown", "succeeded",
     "failed_final" (an in_progress operation whose lease expired reads as
     "unknown"). Strings that are not set are "", timestamps (aware UTC
-    datetimes) and ``payload``/``result`` (dicts) are None."""
+    datetimes) and ``payload``/``result`` (dicts) are None (``payload`` and
+    ``result`` are also None in the "basic" view).
+
+    ``duplicate_external_ids`` are the distinct other external_ids later
+    MarkSucceeded calls reported (detected duplicate effects, oldest first,
+    at most MAX_DUPLICATE_EXTERNAL_IDS); ``duplicate_reports`` counts every
+    such report; ``duplicate_external_id`` is the first of them.
+    ``attempt_started_at`` is when the current (or last) attempt was claimed:
+    the policy's max_attempt_seconds counts from there."""
 
     operation_key: str
     action_type: str
@@ -50,9 +70,13 @@ class Operation:
     check_count: int
     last_checked_at: Optional[datetime]
     next_check_at: Optional[datetime]
+    duplicate_external_ids: Tuple[str, ...] = ()
+    duplicate_reports: int = 0
+    attempt_started_at: Optional[datetime] = None
 
     @classmethod
     def from_pb(cls, op: pb.Operation) -> "Operation":
+        """The Operation of a generated pb.Operation message."""
         ts, st = _convert.timestamp, _convert.struct_or_none
         return cls(
             operation_key=op.operation_key,
@@ -75,11 +99,15 @@ class Operation:
             check_count=op.check_count,
             last_checked_at=ts(op, "last_checked_at"),
             next_check_at=ts(op, "next_check_at"),
+            duplicate_external_ids=tuple(op.duplicate_external_ids),
+            duplicate_reports=op.duplicate_reports,
+            attempt_started_at=ts(op, "attempt_started_at"),
         )
 
 
 def status_name(value: int) -> str:
-    """pb.STATUS_SUCCEEDED -> "succeeded"."""
+    """pb.STATUS_SUCCEEDED -> "succeeded" (a number this client does not
+    know -> "status_<n>")."""
     try:
         name = pb.Status.Name(value)
     except ValueError:
@@ -87,13 +115,42 @@ def status_name(value: int) -> str:
     return name[len("STATUS_"):].lower()
 
 
+def next_step_name(value: int) -> str:
+    """pb.NEXT_STEP_CALL_PROVIDER -> "call_provider" (NEXT_STEP_UNSPECIFIED
+    -> "unspecified", a number this client does not know -> "next_step_<n>")."""
+    try:
+        name = pb.NextStep.Name(value)
+    except ValueError:
+        return "next_step_%d" % value
+    return name[len("NEXT_STEP_"):].lower()
+
+
+def _status_value(name: str) -> int:
+    if name not in STATUSES:
+        raise InvalidArgument(None, "%r is not a status (one of %s)" % (name, ", ".join(STATUSES)), "statuses")
+    return pb.Status.Value("STATUS_" + name.upper())
+
+
+def _view_value(view: Optional[str]) -> int:
+    try:
+        return VIEWS[view]
+    except (KeyError, TypeError):
+        raise InvalidArgument(None, "%r is not a view (\"basic\" or \"full\", or None for the "
+                              "method's default)" % (view,), "view") from None
+
+
 @dataclass(frozen=True)
 class Registration:
     """What register() established. ``created``: this call inserted the
     operation. With claim=True: ``claimed`` (this caller holds the lease),
     ``attempt`` (the fencing token for the mark_* calls, 0 if not claimed),
-    ``lease_until``, and ``retry_after_seconds`` when another worker's lease
-    is live."""
+    ``lease_until`` (database clock), ``lease_seconds`` (the lease granted,
+    the one to measure on the caller's own clock from when it sent the
+    request), and ``retry_after_seconds`` when another worker's lease is
+    live. ``next`` is the journal's decision about what the caller does next
+    (one of NEXT_STEPS: "call_provider", "replay", "wait",
+    "verification_required", "failed_final", "claim"); act on it rather than
+    on the operation's status."""
 
     operation: Operation
     created: bool
@@ -101,6 +158,8 @@ class Registration:
     attempt: int
     lease_until: Optional[datetime]
     retry_after_seconds: int
+    next: str = ""
+    lease_seconds: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,13 +167,92 @@ class ClaimResult:
     """What claim() established: ``claimed`` is True when this caller now
     holds the lease (``attempt`` is then the fencing token); otherwise the
     operation's state, and ``retry_after_seconds`` when another worker's
-    lease is live. Losing a race is not an error."""
+    lease is live. Losing a race is not an error. ``next`` and
+    ``lease_seconds`` as for Registration."""
 
     operation: Operation
     claimed: bool
     attempt: int
     lease_until: Optional[datetime]
     retry_after_seconds: int
+    next: str = ""
+    lease_seconds: int = 0
+
+
+@dataclass(frozen=True)
+class LeaseExtension:
+    """What extend_lease() established: the lease now ends ``lease_seconds``
+    (whole seconds, rounded down) from when the journal answered, at
+    ``lease_until`` on the database's clock; ``operation`` is the record
+    after the call. The grant is shorter than asked when the attempt nears
+    the policy's max_attempt_seconds."""
+
+    operation: Operation
+    lease_seconds: int
+    lease_until: Optional[datetime]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of an operation's history. ``from_status`` is "" for the
+    registration; ``to_status`` as Operation.status. ``actor`` is who did
+    it (under authentication the token's name), ``stated_actor`` what the
+    caller SAID it acts as (the actor or worker_id of the request; not
+    verified, "" when it said nothing). ``reason`` in words ("claimed",
+    "lease extended", "marked unknown: timeout", ...)."""
+
+    id: int
+    at: Optional[datetime]
+    from_status: str
+    to_status: str
+    attempt: int
+    actor: str
+    reason: str
+    external_id: str
+    stated_actor: str
+
+    @classmethod
+    def from_pb(cls, ev: pb.Event) -> "Event":
+        """The Event of a generated pb.Event message."""
+        return cls(
+            id=ev.id,
+            at=_convert.timestamp(ev, "at"),
+            from_status="" if ev.from_status == pb.STATUS_UNSPECIFIED else status_name(ev.from_status),
+            to_status=status_name(ev.to_status),
+            attempt=ev.attempt,
+            actor=ev.actor,
+            reason=ev.reason,
+            external_id=ev.external_id,
+            stated_actor=ev.stated_actor,
+        )
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """One page of list_events(), oldest first; ``next_page_token`` is ""
+    on the last page."""
+
+    events: Tuple[Event, ...]
+    next_page_token: str
+
+
+@dataclass(frozen=True)
+class OperationPage:
+    """One page of list_operations(), in key order; ``next_page_token`` is
+    "" on the last page."""
+
+    operations: Tuple[Operation, ...]
+    next_page_token: str
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The policy the server enforces: ``fingerprint`` (hex SHA-256 of its
+    canonical form; equal fingerprints mean equal policies) and ``source``
+    (the YAML file as the server loaded it)."""
+
+    fingerprint: str
+    source: str
 
 
 def default_worker_id() -> str:
@@ -206,8 +344,8 @@ class Journal:
 
     @property
     def stub(self) -> pb_grpc.JournalServiceStub:
-        """The generated stub, for RPCs this class does not wrap (ListEvents,
-        Resolve, ...); pass ``metadata=journal.metadata``."""
+        """The generated stub, for RPCs this class does not wrap (Resolve,
+        Escalate, ...); pass ``metadata=journal.metadata``."""
         return self._stub
 
     @property
@@ -215,9 +353,13 @@ class Journal:
         """The call metadata (the bearer token, if any)."""
         return self._metadata
 
-    def _call(self, method: str, request):
+    def _call(self, method: str, request, timeout: Optional[float] = _UNSET):
+        """Every RPC goes through here. ``timeout`` overrides self.timeout
+        for this call."""
+        if timeout is _UNSET:
+            timeout = self.timeout
         try:
-            return getattr(self._stub, method)(request, timeout=self.timeout, metadata=self._metadata or None)
+            return getattr(self._stub, method)(request, timeout=timeout, metadata=self._metadata or None)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
 
@@ -229,12 +371,18 @@ class Journal:
         inserted as pending (created=True); the same key and payload return
         the existing record (with the stored result when terminal); the same
         key with another payload raises PayloadMismatch and changes nothing.
-        With claim=True the operation is also claimed in the same call."""
+        With claim=True the operation is also claimed in the same call.
+        ``next`` in the answer says what to do next."""
+        return self._registration(self._call("Register", self._register_request(
+            key, action, payload, claim=claim, worker_id=worker_id, lease_seconds=lease_seconds)))
+
+    def _register_request(self, key: str, action: str, payload: Mapping[str, Any], *, claim: bool = False,
+                          worker_id: Optional[str] = None, lease_seconds: Optional[int] = None) -> pb.RegisterRequest:
         req = pb.RegisterRequest(operation_key=key, action_type=action, payload=_convert.to_struct("payload", payload))
         if claim:
             req.claim.worker_id = worker_id or self.worker_id
             req.claim.lease_seconds = self.lease_seconds if lease_seconds is None else int(lease_seconds)
-        return self._registration(self._call("Register", req))
+        return req
 
     def _registration(self, resp: pb.RegisterResponse) -> Registration:
         return Registration(
@@ -244,6 +392,8 @@ class Journal:
             attempt=resp.attempt,
             lease_until=_convert.timestamp(resp, "lease_until"),
             retry_after_seconds=resp.retry_after_seconds,
+            next=next_step_name(resp.next),
+            lease_seconds=resp.lease_seconds,
         )
 
     def claim(self, key: str, *, worker_id: Optional[str] = None, lease_seconds: Optional[int] = None) -> ClaimResult:
@@ -259,6 +409,28 @@ class Journal:
             attempt=resp.attempt,
             lease_until=_convert.timestamp(resp, "lease_until"),
             retry_after_seconds=resp.retry_after_seconds,
+            next=next_step_name(resp.next),
+            lease_seconds=resp.lease_seconds,
+        )
+
+    def extend_lease(self, key: str, attempt: int, lease_seconds: int = 0) -> LeaseExtension:
+        """A heartbeat: extends the live lease of ``attempt`` to
+        ``lease_seconds`` from now (0: the policy's lease_seconds), never
+        beyond the policy's max_attempt_seconds after the claim. Raises
+        StaleAttempt when the attempt no longer holds a live lease (an
+        expired lease is never revived: its outcome is already unknown) and
+        InvalidState once max_attempt_seconds is reached. execute() sends
+        these itself while fn runs."""
+        return self._extend_lease(key, attempt, lease_seconds)
+
+    def _extend_lease(self, key: str, attempt: int, lease_seconds: int = 0,
+                      timeout: Optional[float] = _UNSET) -> LeaseExtension:
+        resp = self._call("ExtendLease", pb.ExtendLeaseRequest(
+            operation_key=key, attempt=attempt, lease_seconds=int(lease_seconds)), timeout=timeout)
+        return LeaseExtension(
+            operation=Operation.from_pb(resp.operation),
+            lease_seconds=resp.lease_seconds,
+            lease_until=_convert.timestamp(resp, "lease_until"),
         )
 
     def mark_succeeded(self, key: str, attempt: int, external_id: str = "",
@@ -286,7 +458,64 @@ class Journal:
         req = pb.MarkFailedFinalRequest(operation_key=key, attempt=attempt, error_code=error_code)
         return Operation.from_pb(self._call("MarkFailedFinal", req).operation)
 
-    def lookup(self, key: str) -> Operation:
-        """Returns the operation, or raises NotFound."""
-        return Operation.from_pb(self._call("Lookup", pb.LookupRequest(operation_key=key)).operation)
+    def lookup(self, key: str, *, view: Optional[str] = None) -> Operation:
+        """Returns the operation, or raises NotFound. ``view``: "full" (the
+        default: every field) or "basic" (without payload and result)."""
+        req = pb.LookupRequest(operation_key=key, view=_view_value(view))
+        return Operation.from_pb(self._call("Lookup", req).operation)
+
+    def list_operations(self, *, statuses: Iterable[str] = (), needs_review: Optional[bool] = None,
+                        action_type: str = "", due_for_check: bool = False, page_size: int = 0,
+                        page_token: str = "", view: Optional[str] = None) -> OperationPage:
+        """One page of operations in key order, filtered by ``statuses``
+        (Operation.status values; an expired lease counts as "unknown"),
+        ``needs_review``, ``action_type`` and ``due_for_check``.
+        ``page_size`` 0 is the server's default (DEFAULT_PAGE_SIZE, at most
+        MAX_PAGE_SIZE); pass the answer's ``next_page_token`` as
+        ``page_token`` for the next page. ``view``: "basic" (the default:
+        without payload and result) or "full"."""
+        req = pb.ListOperationsRequest(statuses=[_status_value(s) for s in statuses], action_type=action_type,
+                                       due_for_check=due_for_check, page_size=int(page_size),
+                                       page_token=page_token, view=_view_value(view))
+        if needs_review is not None:
+            req.needs_review = bool(needs_review)
+        resp = self._call("ListOperations", req)
+        return OperationPage(tuple(Operation.from_pb(op) for op in resp.operations), resp.next_page_token)
+
+    def list_events(self, key: str, page_size: int = 0, page_token: str = "") -> EventPage:
+        """One page of the operation's history, oldest first. ``page_size``
+        0 is the server's default (DEFAULT_PAGE_SIZE, at most
+        MAX_PAGE_SIZE); pass the answer's ``next_page_token`` as
+        ``page_token`` for the next page (it is "" on the last)."""
+        resp = self._call("ListEvents", pb.ListEventsRequest(operation_key=key, page_size=int(page_size),
+                                                             page_token=page_token))
+        return EventPage(tuple(Event.from_pb(e) for e in resp.events), resp.next_page_token)
+
+    def iter_events(self, key: str, page_size: int = 0) -> Iterator[Event]:
+        """The operation's whole history, oldest first, fetched page by page
+        with list_events()."""
+        token = ""
+        while True:
+            page = self.list_events(key, page_size, token)
+            yield from page.events
+            token = page.next_page_token
+            if not token:
+                return
+
+    # -- the operator's calls ----------------------------------------------
+
+    def acknowledge(self, key: str, reason: str, actor: str = "") -> Operation:
+        """An operator's decision on a TERMINAL operation under review (a
+        detected duplicate effect, say): clears needs_review and records
+        ``reason`` in the history; the status never changes. ``actor`` is who
+        decided (required without authentication; under it the token's name
+        is the actor and this is recorded as stated_actor)."""
+        req = pb.AcknowledgeRequest(operation_key=key, reason=reason, actor=actor)
+        return Operation.from_pb(self._call("Acknowledge", req).operation)
+
+    def get_policy(self) -> Policy:
+        """The policy the server enforces (its fingerprint and YAML source),
+        so a reconciler or an operator can check it works from the same."""
+        resp = self._call("GetPolicy", pb.GetPolicyRequest())
+        return Policy(fingerprint=resp.fingerprint, source=resp.source)
 

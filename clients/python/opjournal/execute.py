@@ -1,17 +1,21 @@
 """execute(): run an irreversible action through the journal, safely retryable.
 
-The same protocol as the Go SDK's client.Execute:
+The protocol:
 
 1. Register the operation under its stable key and claim it, in one round
    trip, BEFORE anything is sent to the provider.
-2. If the journal already knows the answer, return it without calling fn: a
-   confirmed success is replayed (``replayed=True``, the stored result), a
-   confirmed rejection stays final, the same key with other parameters is a
-   CONFLICT, a live lease elsewhere is IN_PROGRESS_ELSEWHERE, and an
-   operation whose outcome is unknown is VERIFICATION_REQUIRED: the
-   reconciler (or a person) must find out what happened first.
-3. Otherwise call ``fn(key, attempt)``. fn passes the key on to the provider
-   (for example as an ``Idempotency-Key`` header).
+2. The journal decides the next step (RegisterResponse.next) and execute
+   acts on it and on nothing else: a confirmed success is replayed
+   (``replayed=True``, the stored result), a confirmed rejection stays
+   final, a live lease elsewhere is IN_PROGRESS_ELSEWHERE, an operation
+   whose outcome is unknown (or that a person must decide) is
+   VERIFICATION_REQUIRED, and the same key with other parameters is a
+   CONFLICT. A step this SDK does not know is an error, never leave to call.
+3. Only on NEXT_STEP_CALL_PROVIDER call ``fn(key, attempt)`` (with
+   ``deadline=`` too if fn declares it), in a worker thread, under the
+   lease the journal granted: fn may run at most lease − margin; long calls
+   keep the lease alive by heartbeat; when the lease cannot be kept the SDK
+   gives up, the outcome is unknown, and the reconciler settles it.
 4. Classify fn's outcome and record it: a returned Effect is MarkSucceeded;
    only a raised :class:`Rejected` (the provider confirmed that nothing
    happened) is MarkFailedFinal; every other exception (a timeout, a dropped
@@ -27,12 +31,15 @@ expires, so it is verified rather than retried blindly.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import functools
 import http.client
 import inspect
 import socket
 import ssl
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -40,15 +47,18 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 
 from . import _convert
-from .client import Journal, Operation
-from .errors import (InvalidArgument, NotRecorded, OpjournalError, PayloadMismatch, ResultNotStored,
-                     TooLarge)
+from ._limits import (HEARTBEAT_DIVISOR, HEARTBEAT_MIN_SECONDS, LEASE_MARGIN_DIVISOR, LEASE_MARGIN_MAX_SECONDS,
+                      LEASE_MARGIN_MIN_SECONDS, MAX_ERROR_CODE_LEN)
+from .client import Journal, Operation, next_step_name
+from .errors import (Internal, InvalidArgument, InvalidState, NotRecorded, OpjournalError, PayloadMismatch,
+                     RateLimited, ResultNotStored, StaleAttempt, TooLarge, Unavailable)
 from .v1 import journal_pb2 as pb
 
 __all__ = [
     "OutcomeKind",
     "Outcome",
     "Effect",
+    "Deadline",
     "Rejected",
     "UnknownOutcome",
     "NotSucceeded",
@@ -59,7 +69,11 @@ __all__ = [
 ]
 
 #: The journal's limit on error_code, in bytes of UTF-8.
-MAX_ERROR_CODE = 100
+MAX_ERROR_CODE = MAX_ERROR_CODE_LEN
+
+#: The error_code execute records when it gave up waiting for fn at the end
+#: of the lease.
+LEASE_EXPIRED = "lease_expired"
 
 
 class OutcomeKind(str, enum.Enum):
@@ -98,6 +112,57 @@ class Effect:
 
     external_id: str = ""
     result: Optional[Mapping[str, Any]] = None
+
+
+def _lease_margin(lease: float) -> float:
+    """How long before the end of a lease of ``lease`` seconds execute stops
+    waiting for fn: a LEASE_MARGIN_DIVISOR-th of it, within
+    [LEASE_MARGIN_MIN_SECONDS, LEASE_MARGIN_MAX_SECONDS]."""
+    return min(max(lease / LEASE_MARGIN_DIVISOR, LEASE_MARGIN_MIN_SECONDS), LEASE_MARGIN_MAX_SECONDS)
+
+
+def _heartbeat_interval(lease: float) -> float:
+    """How often execute extends a lease of ``lease`` seconds while fn runs:
+    every HEARTBEAT_DIVISOR-th of it, at least HEARTBEAT_MIN_SECONDS apart."""
+    return max(lease / HEARTBEAT_DIVISOR, HEARTBEAT_MIN_SECONDS)
+
+
+class Deadline:
+    """When execute stops waiting for fn, on the monotonic clock.
+
+    execute passes one to fn as ``deadline=`` when fn declares a parameter
+    of that name (or ``**kwargs``). It starts at the lease the journal
+    granted minus a safety margin, measured from when the claim was sent,
+    and moves later only when a heartbeat is granted. ``remaining()`` is the
+    seconds left (>= 0; give it to the provider call as its timeout, e.g.
+    ``opjournal.urlopen(req, deadline=deadline)``), ``expired()`` whether
+    it has passed, and ``event`` a threading.Event that is set when execute
+    gives up waiting: fn may wait on it, or poll it, to stop early. Once
+    execute has given up, the outcome is recorded as unknown
+    ("lease_expired"); an Effect fn still returns is recorded afterwards."""
+
+    def __init__(self, at: float):
+        self._at = float(at)
+        #: Set when execute gives up waiting for fn.
+        self.event = threading.Event()
+
+    @property
+    def at(self) -> float:
+        """The deadline, in time.monotonic() seconds."""
+        return self._at
+
+    def remaining(self) -> float:
+        """Seconds left before execute gives up (0 once it has)."""
+        if self.event.is_set():
+            return 0.0
+        return max(self._at - time.monotonic(), 0.0)
+
+    def expired(self) -> bool:
+        """True once the deadline has passed or execute has given up."""
+        return self.event.is_set() or time.monotonic() >= self._at
+
+    def __repr__(self) -> str:
+        return "Deadline(remaining=%.3fs%s)" % (self.remaining(), ", expired" if self.expired() else "")
 
 
 @dataclass(frozen=True)
@@ -227,13 +292,22 @@ def classify_http(status_code: int, reason: str = "") -> None:
 
 
 def urlopen(url: Union[str, urllib.request.Request], data: Optional[bytes] = None, timeout: float = 10.0,
-            *, context: Optional[ssl.SSLContext] = None, max_error_body: int = 65536):
+            *, context: Optional[ssl.SSLContext] = None, max_error_body: int = 65536,
+            deadline: Optional[Deadline] = None):
     """urllib.request.urlopen for fn: returns the response of a 2xx answer;
     a non-2xx answer raises what classify_http says (Rejected for a definite
     4xx, UnknownOutcome otherwise) with ``status`` and ``body`` (its first
     ``max_error_body`` bytes), chained from the HTTPError. Timeouts and
     connection errors propagate unchanged: execute records them as unknown.
-    ``timeout`` defaults to 10 s (never block a lease forever)."""
+    ``timeout`` defaults to 10 s (never block a lease forever). With the
+    ``deadline`` execute gave fn, the timeout is ``min(timeout,
+    deadline.remaining())``, and once the deadline has passed nothing is
+    sent (TimeoutError)."""
+    if deadline is not None:
+        left = deadline.remaining()
+        if left <= 0:
+            raise TimeoutError("opjournal: the lease's deadline has passed; the request was not sent")
+        timeout = left if timeout is None else min(timeout, left)
     try:
         return urllib.request.urlopen(url, data=data, timeout=timeout, context=context)
     except urllib.error.HTTPError as e:
@@ -339,7 +413,7 @@ def _check_op(key: Any, action: Any, payload: Any) -> None:
 
 
 def execute(journal: Journal, key: str, action: str, payload: Mapping[str, Any],
-            fn: Callable[[str, int], Union[Effect, Mapping[str, Any], None]]) -> Outcome:
+            fn: Callable[..., Union[Effect, Mapping[str, Any], None]], *, heartbeat: bool = True) -> Outcome:
     """Runs fn at most once per attempt the journal grants, and never again
     once the outcome is recorded.
 
@@ -349,69 +423,208 @@ def execute(journal: Journal, key: str, action: str, payload: Mapping[str, Any],
     JSON object; money as integers in minor units): the same key with
     another payload is a CONFLICT.
 
+    The journal decides the next step (RegisterResponse.next) and execute
+    acts on it alone: fn is called only on NEXT_STEP_CALL_PROVIDER; the
+    other steps are answered without calling it (see OutcomeKind), and a
+    step this SDK does not know raises Internal without calling fn.
+
     ``fn(key, attempt)`` calls the provider, passing the key on (e.g. as
     Idempotency-Key); ``attempt`` is the journal's fencing token (1 first).
+    If fn declares a parameter ``deadline`` (or ``**kwargs``) it is called
+    as ``fn(key, attempt, deadline=...)`` with a :class:`Deadline`: pass
+    ``deadline.remaining()`` on as the provider call's timeout (or the
+    deadline to :func:`urlopen`), and stop when ``deadline.event`` is set.
     It returns an Effect(external_id, result) (or a dict with those keys, or
     None for an effect without id or result) when the provider confirmed the
     effect, raises Rejected(code) when the provider confirmed that nothing
     happened, and lets anything else propagate: execute records it as
     unknown ("timeout", "connection_error", "http_503", "error").
 
+    The lease rule: fn may run at most lease − margin; long calls keep the
+    lease alive by heartbeat; when the lease cannot be kept the SDK gives
+    up, the outcome is unknown, and the reconciler settles it. In detail:
+    fn runs in a daemon worker thread (in a copy of the caller's
+    contextvars). The lease is the one the journal granted
+    (RegisterResponse.lease_seconds), measured on the monotonic clock from
+    just before the claim was sent; the margin is a tenth of it, within
+    LEASE_MARGIN_MIN_SECONDS..LEASE_MARGIN_MAX_SECONDS (opjournal._limits).
+    With ``heartbeat=True`` (the default) a heartbeat thread calls
+    ExtendLease every third of the lease (at least HEARTBEAT_MIN_SECONDS
+    apart) while fn runs; each granted extension of g seconds moves the
+    deadline to (when that heartbeat was sent) + g − margin(g) if that is
+    later (never earlier: the server never shortens a lease). A refused
+    heartbeat (the lease expired, or the policy's max_attempt_seconds is
+    reached) stops the heartbeats and keeps the deadline; a transport error
+    keeps it and tries again at the next interval. When the deadline passes
+    before fn returns, execute sets ``deadline.event``, stops waiting,
+    records the attempt as unknown ("lease_expired") and returns
+    VERIFICATION_REQUIRED; an Effect fn returns later is still recorded
+    (MarkSucceeded, best effort, from the worker thread). Python cannot stop
+    a thread: fn must honour the deadline itself to really stop.
+
     Returns the Outcome. Raises InvalidArgument for an invalid key, action or
     payload (before any call), an OpjournalError when the journal is
     unreachable or refuses the request (UnknownAction, InvalidArgument,
-    Unauthenticated, ...), NotRecorded when fn ran but its outcome could not
-    be recorded, ResultNotStored when the effect was recorded as succeeded
-    but its result was refused (``.outcome`` holds the outcome), and
-    TypeError (after recording the attempt as unknown) when fn returned
-    something else than the above. A KeyboardInterrupt or SystemExit in fn
-    is recorded as unknown ("interrupted") and re-raised.
+    Unauthenticated, ...) or answers a step this SDK does not know
+    (Internal), NotRecorded when fn ran but its outcome could not be
+    recorded, ResultNotStored when the effect was recorded as succeeded but
+    its result was refused (``.outcome`` holds the outcome), and TypeError
+    (after recording the attempt as unknown) when fn returned something else
+    than the above. A KeyboardInterrupt or SystemExit in fn (or while
+    execute waits for it) is recorded as unknown ("interrupted") and
+    re-raised.
     """
     _check_op(key, action, payload)
     if not callable(fn):
         raise TypeError("opjournal: execute %r: fn is not callable" % key)
+    wants_deadline = _accepts_deadline(fn)
+    req = journal._register_request(key, action, payload, claim=True)
+    t0 = time.monotonic()  # the lease runs from (no earlier than) here
     try:
-        reg = journal.register(key, action, payload, claim=True)
+        answer: Union[pb.RegisterResponse, OpjournalError] = journal._call("Register", req)
     except PayloadMismatch as e:
-        return Outcome(kind=OutcomeKind.CONFLICT, cause=e)
-    if not reg.claimed:
-        return _journal_answer(reg.operation, reg.retry_after_seconds)
-    return _attempt(journal, key, reg.attempt, fn)
+        answer = e
+    step = _outcome_of(answer)
+    if isinstance(step, Outcome):
+        return step
+    return _attempt(journal, key, step, t0, fn, wants_deadline, heartbeat)
 
 
-def _journal_answer(op: Operation, retry_after_seconds: int) -> Outcome:
-    """The outcome of a lost claim: the journal's state decides."""
+@dataclass(frozen=True)
+class _Call:
+    """_outcome_of's answer when the journal says to call the provider."""
+
+    attempt: int
+    lease_seconds: int
+
+
+def _outcome_of(answer: Union[pb.RegisterResponse, pb.ClaimResponse, BaseException]) -> Union[Outcome, _Call]:
+    """What execute does with the journal's answer to Register (or Claim):
+    a pure function of ``answer.next``, the journal's decision, and never of
+    the operation's status. Returns a _Call(attempt, lease_seconds) for
+    NEXT_STEP_CALL_PROVIDER, else the Outcome to return without calling fn.
+    ``answer`` may instead be the error the call raised: a PayloadMismatch
+    is a CONFLICT, any other is raised. A step this SDK does not know
+    (UNSPECIFIED, CLAIM, a newer number) raises Internal: never leave to
+    call."""
+    if isinstance(answer, BaseException):
+        if isinstance(answer, PayloadMismatch):
+            return Outcome(kind=OutcomeKind.CONFLICT, cause=answer)
+        raise answer
+    nxt = answer.next
+    if nxt == pb.NEXT_STEP_CALL_PROVIDER:
+        if answer.attempt < 1 or answer.lease_seconds < 1:
+            raise Internal(None, "the journal said call_provider with attempt %d and a lease of %d s; "
+                           "nothing was called" % (answer.attempt, answer.lease_seconds))
+        return _Call(answer.attempt, answer.lease_seconds)
+    op = Operation.from_pb(answer.operation)
     base = dict(operation=op, needs_review=op.needs_review)
-    if op.status == "succeeded":
+    if nxt == pb.NEXT_STEP_REPLAY:
         return Outcome(OutcomeKind.SUCCEEDED, replayed=True, external_id=op.external_id, result=op.result, **base)
-    if op.status == "failed_final":
+    if nxt == pb.NEXT_STEP_FAILED_FINAL:
         return Outcome(OutcomeKind.FAILED_FINAL, replayed=True, error_code=op.error_code, **base)
-    if op.status == "in_progress":
-        return Outcome(OutcomeKind.IN_PROGRESS_ELSEWHERE, retry_after=float(max(retry_after_seconds, 1)), **base)
-    if op.status == "pending":
-        if op.needs_review:  # a person holds it
-            return Outcome(OutcomeKind.VERIFICATION_REQUIRED, error_code=op.error_code, **base)
-        # It changed hands between our claim and our read: ask again.
-        return Outcome(OutcomeKind.IN_PROGRESS_ELSEWHERE, retry_after=1.0, **base)
-    # unknown, including an expired lease
-    return Outcome(OutcomeKind.VERIFICATION_REQUIRED, error_code=op.error_code, **base)
+    if nxt == pb.NEXT_STEP_WAIT:
+        return Outcome(OutcomeKind.IN_PROGRESS_ELSEWHERE, retry_after=float(max(answer.retry_after_seconds, 1)),
+                       **base)
+    if nxt == pb.NEXT_STEP_VERIFICATION_REQUIRED:
+        return Outcome(OutcomeKind.VERIFICATION_REQUIRED, error_code=op.error_code, **base)
+    raise Internal(None, "the journal answered next step %r for operation %r, which this SDK does not act on; "
+                   "nothing was called" % (next_step_name(nxt), op.operation_key))
 
 
-def _attempt(journal: Journal, key: str, attempt: int, fn) -> Outcome:
+def _accepts_deadline(fn) -> bool:
+    """fn declares a keyword parameter ``deadline``, or **kwargs."""
     try:
-        ret = fn(key, attempt)
-    except Exception as exc:
-        return _record_failure(journal, key, attempt, exc)
-    except BaseException as exc:
-        # KeyboardInterrupt, SystemExit, ...: the effect may have happened.
-        # Record it and let the interruption go on.
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    for p in params:
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            return True
+        if p.name == "deadline" and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                               inspect.Parameter.KEYWORD_ONLY):
+            return True
+    return False
+
+
+class _Run:
+    """One attempt in flight: fn's worker thread, the heartbeat thread and
+    execute share it. ``state`` goes from "running" to "returned" (fn ended
+    first; ``ret``/``exc`` hold how) or "abandoned" (execute gave up first),
+    exactly once, under ``cond``."""
+
+    def __init__(self, deadline: Deadline):
+        self.cond = threading.Condition()
+        self.state = "running"
+        self.ret: Any = None
+        self.exc: Optional[BaseException] = None
+        self.deadline = deadline
+        #: Set to stop the heartbeats.
+        self.stop = threading.Event()
+        #: Set once execute's own record of an abandoned attempt is done, so
+        #: a late MarkSucceeded lands after it.
+        self.settled = threading.Event()
+
+
+def _attempt(journal: Journal, key: str, call: _Call, t0: float, fn, wants_deadline: bool,
+             heartbeat: bool) -> Outcome:
+    attempt, lease = call.attempt, call.lease_seconds
+    dl = Deadline(t0 + lease - _lease_margin(lease))
+    run = _Run(dl)
+    kwargs = {"deadline": dl} if wants_deadline else {}
+    ctx = contextvars.copy_context()
+
+    def work():
         try:
-            journal.mark_unknown(key, attempt, "interrupted")
-        except Exception as merr:
-            if hasattr(exc, "add_note"):
-                exc.add_note("opjournal: could not record operation %r attempt %d as unknown: %s; it will show "
-                             "as unknown once its lease expires" % (key, attempt, merr))
+            ret, exc = ctx.run(fn, key, attempt, **kwargs), None
+        except BaseException as e:  # handed to execute, which records and re-raises it
+            ret, exc = None, e
+        with run.cond:
+            if run.state == "running":
+                run.state, run.ret, run.exc = "returned", ret, exc
+                run.cond.notify_all()
+                return
+        # execute gave up: a confirmed effect is still a fact (the journal
+        # accepts it from a stale attempt). Anything else changes nothing.
+        eff = _as_effect(ret) if exc is None else None
+        if eff is not None:
+            run.settled.wait()
+            try:
+                _record_success(journal, key, attempt, eff)
+            except Exception:
+                pass
+
+    threading.Thread(target=work, name="opjournal-fn-%s-%d" % (key, attempt), daemon=True).start()
+    if heartbeat:
+        threading.Thread(target=_heartbeat, args=(journal, key, attempt, lease, t0, run),
+                         name="opjournal-heartbeat-%s-%d" % (key, attempt), daemon=True).start()
+    try:
+        with run.cond:
+            while run.state == "running":
+                left = dl._at - time.monotonic()
+                if left <= 0:
+                    run.state = "abandoned"
+                    dl.event.set()  # tell fn at once
+                    break
+                run.cond.wait(left)
+    except BaseException as intr:  # KeyboardInterrupt while waiting for fn
+        run.stop.set()
+        _interrupted(journal, key, attempt, run, intr)
         raise
+    finally:
+        run.stop.set()
+    if run.state == "abandoned":
+        return _gave_up(journal, key, attempt, run)
+
+    exc = run.exc
+    if isinstance(exc, Exception):
+        return _record_failure(journal, key, attempt, exc)
+    if exc is not None:
+        # KeyboardInterrupt, SystemExit, ... in fn: the effect may have
+        # happened. Record it and let the interruption go on.
+        _note_unknown(journal, key, attempt, exc)
+        raise exc
+    ret = run.ret
     eff = _as_effect(ret)
     if eff is None:
         try:
@@ -422,6 +635,83 @@ def _attempt(journal: Journal, key: str, attempt: int, fn) -> Outcome:
                         "with the keys external_id and result, or None. The attempt was recorded as unknown "
                         "(invalid_effect), since the effect may have happened" % (key, type(ret).__name__))
     return _record_success(journal, key, attempt, eff)
+
+
+def _heartbeat(journal: Journal, key: str, attempt: int, lease: int, t0: float, run: _Run) -> None:
+    """Extends the lease every _heartbeat_interval(lease) until run.stop."""
+    interval = _heartbeat_interval(lease)
+    due = t0 + interval
+    while not run.stop.wait(max(due - time.monotonic(), 0.0)):
+        t_send = time.monotonic()
+        left = run.deadline._at - t_send
+        if left <= 0:
+            return
+        timeout = left if journal.timeout is None else min(journal.timeout, left)
+        try:
+            ext = journal._extend_lease(key, attempt, 0, timeout=timeout)
+        except (StaleAttempt, InvalidState):
+            return  # refused: the lease is over, or at the policy's max_attempt_seconds; keep the deadline
+        except (Unavailable, RateLimited):
+            pass  # a transport error: keep the deadline, try again at the next interval
+        except Exception:
+            return  # any other refusal (or a closed Journal) will not pass: keep the deadline
+        else:
+            g = ext.lease_seconds
+            with run.cond:
+                if run.state == "running":
+                    # The later of the two: the server never shortens a
+                    # lease, and near max_attempt_seconds it grants whole
+                    # seconds rounded down, which must not pull us in.
+                    run.deadline._at = max(run.deadline._at, t_send + g - _lease_margin(g))
+                    run.cond.notify_all()
+        due = t_send + interval
+
+
+def _gave_up(journal: Journal, key: str, attempt: int, run: _Run) -> Outcome:
+    """The deadline passed before fn returned: record the attempt as unknown."""
+    run.deadline.event.set()
+    try:
+        try:
+            op: Optional[Operation] = journal.mark_unknown(key, attempt, LEASE_EXPIRED)
+        except StaleAttempt:
+            # The lease ran out first: the journal already reads it as unknown.
+            try:
+                op = journal.lookup(key)
+            except OpjournalError:
+                op = None
+        except OpjournalError as e:
+            raise NotRecorded(key, attempt, OutcomeKind.VERIFICATION_REQUIRED, e) from e
+    finally:
+        run.settled.set()
+    return Outcome(OutcomeKind.VERIFICATION_REQUIRED, error_code=LEASE_EXPIRED,
+                   needs_review=op.needs_review if op is not None else False, operation=op)
+
+
+def _interrupted(journal: Journal, key: str, attempt: int, run: _Run, intr: BaseException) -> None:
+    """execute was interrupted while fn ran: record what is known."""
+    with run.cond:
+        if run.state == "running":
+            run.state = "abandoned"
+    run.deadline.event.set()
+    try:
+        if run.state == "returned" and run.exc is None and _as_effect(run.ret) is not None:
+            try:
+                _record_success(journal, key, attempt, _as_effect(run.ret))
+                return
+            except OpjournalError:
+                pass
+        _note_unknown(journal, key, attempt, intr)
+    finally:
+        run.settled.set()
+
+
+def _note_unknown(journal: Journal, key: str, attempt: int, exc: BaseException) -> None:
+    try:
+        journal.mark_unknown(key, attempt, "interrupted")
+    except Exception as merr:
+        if hasattr(exc, "add_note"):
+            exc.add_note("opjournal: could not record operation %r attempt %d as unknown: %s; it will show "
+                         "as unknown once its lease expires" % (key, attempt, merr))
 
 
 def _as_effect(ret: Any) -> Optional[Effect]:
@@ -479,11 +769,12 @@ def _record_success(journal: Journal, key: str, attempt: int, eff: Effect) -> Ou
 
 # -- the decorator --------------------------------------------------------------
 
-_RESERVED = ("op_key", "attempt")
+_RESERVED = ("op_key", "attempt", "deadline")
 
 
 def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., str]],
-               payload: Union[None, Callable[..., Mapping[str, Any]], Iterable[str]] = None):
+               payload: Union[None, Callable[..., Mapping[str, Any]], Iterable[str]] = None,
+               heartbeat: bool = True):
     """Makes an agent tool function safe to retry: each call runs through
     execute() and returns its Outcome.
 
@@ -495,17 +786,21 @@ def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., s
     taking them as keywords and returning the payload; or a list of the
     parameter names to include.
 
-    The function calls the provider. If it declares a parameter ``op_key``
-    and/or ``attempt`` (or ``**kwargs``), it receives the operation key (pass
-    it on as Idempotency-Key) and the attempt number; callers never pass
-    them, and they are not part of the key or payload. It returns an Effect
-    (or a dict with external_id/result, or None) and raises Rejected or
-    anything else, as for execute::
+    The function calls the provider. If it declares a parameter ``op_key``,
+    ``attempt`` and/or ``deadline`` (or ``**kwargs``), it receives the
+    operation key (pass it on as Idempotency-Key), the attempt number and
+    the :class:`Deadline` of the lease (pass it to urlopen, or
+    ``deadline.remaining()`` on as a timeout); callers never pass them, and
+    they are not part of the key or payload. It returns an Effect (or a dict
+    with external_id/result, or None) and raises Rejected or anything else,
+    as for execute, under the same lease rule: it may run at most lease −
+    margin, heartbeats keep the lease alive (``heartbeat=False`` turns them
+    off), and when the lease cannot be kept the outcome is unknown::
 
         @idempotent(journal, action="create_payment",
                     key=lambda order_id, **_: f"payment:{order_id}:intent-01")
-        def create_payment(order_id, amount_minor, currency="RUB", *, op_key, attempt):
-            ...
+        def create_payment(order_id, amount_minor, currency="RUB", *, op_key, attempt, deadline):
+            ...  # opjournal.urlopen(req, deadline=deadline)
             return Effect(external_id=p["id"], result={"payment_id": p["id"]})
 
         outcome = create_payment("817", 490000)   # an Outcome; never a second charge
@@ -553,18 +848,21 @@ def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., s
                 body = {n: fields[n] for n in payload if n in fields}
             call_args, call_kwargs = bound.args, bound.kwargs
 
-            def run(k: str, attempt: int):
-                extra = {}
+            def run(k: str, attempt: int, *, deadline: Deadline):
+                extra: Dict[str, Any] = {}
                 if passes["op_key"]:
                     extra["op_key"] = k
                 if passes["attempt"]:
                     extra["attempt"] = attempt
+                if passes["deadline"]:
+                    extra["deadline"] = deadline
                 return fn(*call_args, **call_kwargs, **extra)
 
-            return execute(journal, op_key, action, body, run)
+            return execute(journal, op_key, action, body, run, heartbeat=heartbeat)
 
         wrapper.journal = journal
         wrapper.action = action
+        wrapper.heartbeat = heartbeat
         return wrapper
 
     return decorate

@@ -68,6 +68,30 @@ def opjournal_bin() -> str:
         return _bin
 
 
+def policy_file(text: str) -> str:
+    """Writes a policy YAML into a fresh temp dir and returns its path, for
+    Server("--policy", path). Keep its actions free of redact_fields (then
+    the server needs no request-hash key)."""
+    path = os.path.join(tmpdir(), "policy.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def wait_for(cond, timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
+    """Polls cond() until it returns something truthy, and returns that;
+    raises AssertionError after ``timeout`` seconds."""
+    import time
+    end = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() >= end:
+            raise AssertionError("timed out after %gs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
 def new_key(prefix="payment") -> str:
     return "%s:%s:intent-01" % (prefix, uuid.uuid4().hex[:12])
 

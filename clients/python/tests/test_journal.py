@@ -178,5 +178,142 @@ class JournalCallsTest(unittest.TestCase):
         self.assertEqual([(e.reason, e.attempt, e.actor, e.to_status) for e in resp.events],
                          [("registered and claimed", reg.attempt, "py-test", pb.STATUS_IN_PROGRESS)])
 
+
+class NewCallsTest(unittest.TestCase):
+    """The journal's decision (next), leases, views, paging of the history,
+    acknowledge, the policy, and the Operation/Event fields."""
+
+    def setUp(self):
+        self.j = server.journal()
+        self.addCleanup(self.j.close)
+
+    def test_next_and_the_granted_lease(self):
+        key = new_key()
+        with server.journal(lease_seconds=5) as j5:
+            reg = j5.register(key, "create_payment", PAYLOAD, claim=True)
+        self.assertEqual((reg.next, reg.lease_seconds, reg.attempt), ("call_provider", 5, 1))
+        self.assertIsNotNone(reg.operation.attempt_started_at)
+        self.assertEqual(self.j.claim(key, worker_id="agent-2").next, "wait")
+        self.j.mark_succeeded(key, 1, "pay_1")
+        again = self.j.register(key, "create_payment", PAYLOAD, claim=True)
+        self.assertEqual((again.next, again.lease_seconds, again.claimed), ("replay", 0, False))
+        self.assertEqual(self.j.claim(key).next, "replay")
+
+        fresh = new_key()
+        self.assertEqual(self.j.register(fresh, "create_payment", PAYLOAD).next, "claim")
+        c = self.j.claim(fresh)
+        self.assertEqual((c.next, c.attempt), ("call_provider", 1))
+        self.assertGreater(c.lease_seconds, 0)
+        self.j.mark_failed_final(fresh, 1, "card_declined")
+        self.assertEqual(self.j.claim(fresh).next, "failed_final")
+
+        unknown = new_key()
+        self.j.register(unknown, "create_payment", PAYLOAD, claim=True)
+        self.j.mark_unknown(unknown, 1, "timeout")
+        self.assertEqual(self.j.register(unknown, "create_payment", PAYLOAD, claim=True).next,
+                         "verification_required")
+
+    def test_views(self):
+        key = new_key()
+        reg = self.j.register(key, "create_payment", PAYLOAD, claim=True)
+        self.j.mark_succeeded(key, reg.attempt, "pay_v", {"payment_id": "pay_v"})
+        full = self.j.lookup(key)
+        self.assertEqual((full.payload, full.result), (PAYLOAD, {"payment_id": "pay_v"}))
+        self.assertEqual(self.j.lookup(key, view="full"), full)
+        basic = self.j.lookup(key, view="basic")
+        self.assertEqual((basic.payload, basic.result, basic.external_id), (None, None, "pay_v"))
+        with self.assertRaises(opjournal.InvalidArgument) as cm:
+            self.j.lookup(key, view="everything")
+        self.assertEqual(cm.exception.field, "view")
+
+    def test_list_operations(self):
+        keys = sorted(new_key("listed") for _ in range(3))
+        for k in keys:
+            self.j.register(k, "send_email", {"to": k})
+        self.j.register(keys[0], "send_email", {"to": keys[0]}, claim=True)
+        self.j.mark_unknown(keys[0], 1, "timeout")
+        page = self.j.list_operations(statuses=["unknown"], action_type="send_email")
+        self.assertIsInstance(page, opjournal.OperationPage)
+        self.assertIn(keys[0], [op.operation_key for op in page.operations])
+        self.assertTrue(all(op.status == "unknown" for op in page.operations))
+        self.assertTrue(all(op.payload is None for op in page.operations))  # basic by default
+        full = self.j.list_operations(statuses=["pending"], action_type="send_email", view="full", page_size=1000)
+        mine = [op for op in full.operations if op.operation_key in keys]
+        self.assertEqual([op.operation_key for op in mine], keys[1:])
+        self.assertEqual([op.payload for op in mine], [{"to": k} for k in keys[1:]])
+        first = self.j.list_operations(action_type="send_email", page_size=1)
+        self.assertEqual(len(first.operations), 1)
+        self.assertTrue(first.next_page_token)
+        second = self.j.list_operations(action_type="send_email", page_size=1, page_token=first.next_page_token)
+        self.assertGreater(second.operations[0].operation_key, first.operations[0].operation_key)
+        with self.assertRaises(opjournal.InvalidArgument) as cm:
+            self.j.list_operations(statuses=["lost"])
+        self.assertEqual(cm.exception.field, "statuses")
+
+    def test_list_events_pages_and_stated_actor(self):
+        key = new_key()
+        reg = self.j.register(key, "create_payment", PAYLOAD, claim=True)
+        self.j.extend_lease(key, reg.attempt)
+        self.j.mark_succeeded(key, reg.attempt, "pay_e", actor="payments-webhook")
+        want = [("", "in_progress", "registered and claimed", "py-test", ""),
+                ("in_progress", "in_progress", "lease extended", "", ""),
+                ("in_progress", "succeeded", "effect confirmed", "payments-webhook", "pay_e")]
+
+        def rows(events):
+            return [(e.from_status, e.to_status, e.reason, e.stated_actor, e.external_id) for e in events]
+
+        page = self.j.list_events(key)
+        self.assertIsInstance(page, opjournal.EventPage)
+        self.assertEqual(rows(page.events), want)
+        self.assertEqual(page.next_page_token, "")
+        self.assertTrue(all(isinstance(e, opjournal.Event) for e in page.events))
+        self.assertEqual([e.attempt for e in page.events], [1, 1, 1])
+        ids = [e.id for e in page.events]
+        self.assertEqual(ids, sorted(ids))
+        self.assertIsNotNone(page.events[0].at.tzinfo)
+
+        # One event a page: three pages, then an empty token.
+        got, token, pages = [], "", 0
+        while True:
+            p = self.j.list_events(key, page_size=1, page_token=token)
+            self.assertLessEqual(len(p.events), 1)
+            got.extend(p.events)
+            pages += 1
+            token = p.next_page_token
+            if not token:
+                break
+        self.assertEqual(rows(got), want)
+        self.assertGreaterEqual(pages, 3)
+        self.assertEqual(rows(self.j.iter_events(key, page_size=2)), want)
+        with self.assertRaises(opjournal.NotFound):
+            self.j.list_events(new_key())
+
+    def test_acknowledge_a_duplicate_effect(self):
+        key = new_key()
+        reg = self.j.register(key, "create_payment", PAYLOAD, claim=True)
+        self.j.mark_succeeded(key, reg.attempt, "pay_a")
+        self.j.mark_succeeded(key, reg.attempt, "pay_b")
+        op = self.j.mark_succeeded(key, reg.attempt, "pay_c")
+        self.assertEqual((op.duplicate_external_ids, op.duplicate_reports), (("pay_b", "pay_c"), 2))
+        self.assertTrue(op.needs_review)
+        acked = self.j.acknowledge(key, "refunded pay_b and pay_c", actor="ops-anna")
+        self.assertFalse(acked.needs_review)
+        self.assertEqual((acked.status, acked.external_id), ("succeeded", "pay_a"))
+        self.assertEqual(acked.duplicate_external_ids, ("pay_b", "pay_c"))  # kept for the record
+        last = list(self.j.iter_events(key))[-1]
+        self.assertIn("refunded pay_b and pay_c", last.reason)
+        self.assertEqual(last.stated_actor, "ops-anna")
+        with self.assertRaises(opjournal.InvalidArgument) as cm:
+            self.j.acknowledge(key, "", actor="ops-anna")  # a reason is required
+        self.assertEqual(cm.exception.field, "reason")
+
+    def test_get_policy(self):
+        pol = self.j.get_policy()
+        self.assertIsInstance(pol, opjournal.Policy)
+        self.assertRegex(pol.fingerprint, r"^[0-9a-f]{64}$")
+        self.assertIn("create_payment", pol.source)
+        self.assertEqual(self.j.get_policy(), pol)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -36,6 +36,18 @@ class ReadmeTest(unittest.TestCase):
         self.assertEqual(provider.keys, ["payment:order-817:intent-01", "payment:818:intent-01"])
         ns["journal"].close()
 
+    def test_the_lease_numbers_are_the_generated_limits(self):
+        from opjournal import _limits as L
+        text = " ".join((PYROOT / "README.md").read_text().split())
+        words = {3: "third", 10: "tenth"}
+        self.assertIn("The margin is a %s of the lease, at least %g s and at most %g s"
+                      % (words[L.LEASE_MARGIN_DIVISOR], L.LEASE_MARGIN_MIN_SECONDS, L.LEASE_MARGIN_MAX_SECONDS), text)
+        self.assertIn("calls `ExtendLease` every %s of the lease (at least %g s apart"
+                      % (words[L.HEARTBEAT_DIVISOR], L.HEARTBEAT_MIN_SECONDS), text)
+        self.assertIn("fn may run at most lease − margin; long calls keep the lease alive by heartbeat; when the "
+                      "lease cannot be kept the SDK gives up, the outcome is unknown, and the reconciler settles it",
+                      text)
+
     def test_the_quick_start_is_short(self):
         lines = [ln for ln in snippet("quickstart").splitlines() if ln.strip()]
         self.assertLessEqual(len(lines), 11)

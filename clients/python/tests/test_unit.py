@@ -236,6 +236,31 @@ class DecoratorArgsTest(unittest.TestCase):
             opjournal.idempotent(None, action="a", key=42)
 
 
+class PublicApiTest(unittest.TestCase):
+    def test_all_is_in_sync_and_documented(self):
+        import inspect
+        import sys
+        names = set(opjournal.__all__)
+        self.assertEqual(len(names), len(opjournal.__all__))  # no duplicates
+        for mod in ("client", "execute", "errors"):
+            m = sys.modules["opjournal." + mod]
+            for n in m.__all__:
+                self.assertIn(n, names, "opjournal.%s.%s is not exported" % (mod, n))
+        for n in opjournal.__all__:
+            obj = getattr(opjournal, n)
+            self.assertTrue(inspect.getdoc(obj), "%s has no docstring" % n)
+            if inspect.isclass(obj):
+                for attr, member in vars(obj).items():
+                    if attr.startswith("_") or not (inspect.isfunction(member) or isinstance(member, property)):
+                        continue
+                    self.assertTrue(inspect.getdoc(member), "%s.%s has no docstring" % (n, attr))
+        for n in ("extend_lease", "acknowledge", "get_policy", "list_events", "iter_events", "list_operations"):
+            self.assertTrue(callable(getattr(opjournal.Journal, n)), n)
+        self.assertEqual([f for f in ("duplicate_external_ids", "duplicate_reports", "attempt_started_at")
+                          if f not in opjournal.Operation.__dataclass_fields__], [])
+        self.assertIn("stated_actor", opjournal.Event.__dataclass_fields__)
+
+
 class GeneratedCodeTest(unittest.TestCase):
     def test_generated_code_imports_and_matches_the_proto(self):
         from opjournal.v1 import journal_pb2, journal_pb2_grpc

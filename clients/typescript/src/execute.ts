@@ -1,12 +1,22 @@
 // execute: the whole protocol in one call, with the Go SDK's semantics
-// (client/execute.go): register+claim in one round trip, call fn only under
-// a lease, record its classified outcome, replay what the journal knows.
+// (client/execute.go): register+claim in one round trip, act on the
+// journal's decision (next), call fn only under a lease and stop waiting
+// for it before that lease ends, keep the lease alive by heartbeats, record
+// its classified outcome, replay what the journal knows.
 
 import type { JsonObject } from "@bufbuild/protobuf";
-import type { Journal, Operation } from "./journal.js";
+import type { Journal, Operation, RegisterResult } from "./journal.js";
 import { classifyError } from "./classify.js";
-import { invalidArgument, NotRecordedError, OpjournalError } from "./errors.js";
+import { invalidArgument, NotRecordedError, OpjournalError, UnknownOutcomeError } from "./errors.js";
+import { NextStep } from "./gen/opjournal/v1/journal_pb.js";
 import { encodeObject } from "./json.js";
+import {
+  HEARTBEAT_DIVISOR,
+  HEARTBEAT_MIN_SECONDS,
+  LEASE_MARGIN_DIVISOR,
+  LEASE_MARGIN_MAX_SECONDS,
+  LEASE_MARGIN_MIN_SECONDS,
+} from "./limits.js";
 
 /** One business intent. */
 export interface Op {
@@ -32,8 +42,27 @@ export interface AttemptContext {
   key: string;
   /** The attempt number, the journal's fencing token (1 for the first attempt). */
   attempt: number;
-  /** The caller's signal (execute's options.signal); it never aborts when none was given. */
+  /**
+   * Pass it to the provider call. It aborts when the caller's signal
+   * (execute's options.signal) aborts, with its reason, and when execute
+   * gives up at the lease deadline, with an UnknownOutcomeError of code
+   * "lease_expired" as the reason.
+   */
   signal: AbortSignal;
+  /** The lease the journal granted at the claim, in seconds. */
+  leaseSeconds: number;
+  /**
+   * When execute gives up waiting for fn: a monotonic timestamp in
+   * milliseconds on performance.now()'s clock, the end of the lease the
+   * journal granted minus the safety margin (leaseSafetyMarginSeconds).
+   * Heartbeats move it later; read it when you need it rather than once.
+   */
+  readonly deadline: number;
+  /**
+   * Milliseconds left until deadline (0 once it passed), to bound the
+   * provider call: AbortSignal.timeout(ctx.remainingMs()).
+   */
+  remainingMs(): number;
 }
 
 /** What fn returns when the provider confirmed the effect. */
@@ -81,19 +110,24 @@ export interface InProgressElsewhere {
 }
 
 /**
- * The outcome is unknown (a timeout, a 5xx, a vanished worker): the effect
- * may have happened. fn is not called again until reconciliation or a person
- * settles it (or, for a retry_same_key action, the next execute claims a new
- * attempt).
+ * The outcome is unknown (a timeout, a 5xx, a vanished worker, a lease that
+ * ran out while fn ran): the effect may have happened. fn is not called
+ * again until reconciliation or a person settles it (or, for a
+ * retry_same_key action, the next execute claims a new attempt).
  */
 export interface VerificationRequired {
   kind: "verification_required";
   key: string;
-  /** What was last observed ("timeout", "http_503", "network_error", "error"). */
+  /** What was last observed ("timeout", "http_503", "network_error", "error", "lease_expired"). */
   errorCode: string;
   needsReview: boolean;
+  /** The journal's record (after a lease that had already run out: the latest record execute could read). */
   operation: Operation;
-  /** fn's error, when this execute called fn (not stored in the journal). */
+  /**
+   * fn's error, when this execute called fn (not stored in the journal);
+   * when execute gave up at the lease deadline, the UnknownOutcomeError
+   * ("lease_expired") it aborted fn's signal with.
+   */
   cause?: unknown;
 }
 
@@ -125,42 +159,157 @@ export type Outcome = Succeeded | InProgressElsewhere | VerificationRequired | C
 /** Options of execute. */
 export interface ExecuteOptions {
   /**
-   * Passed to fn as ctx.signal and used for the register call. The outcome
-   * of fn is recorded even after it aborts.
+   * Combined into fn's ctx.signal and used for the register call. The
+   * outcome of fn is recorded even after it aborts, and execute still
+   * waits for fn (up to the lease deadline).
    */
   signal?: AbortSignal | undefined;
+  /**
+   * Extend the lease by heartbeats (ExtendLease) while fn runs (default
+   * true). With false, fn has the lease granted at the claim, less the
+   * safety margin, and no more.
+   */
+  heartbeat?: boolean | undefined;
 }
 
 /** Each mark call runs without the caller's signal, bounded by this. */
 export const RECORD_TIMEOUT_MS = 10_000;
 
-const neverAborts = new AbortController().signal;
+/** The error_code execute records when it gave up on fn at the lease deadline. */
+export const LEASE_EXPIRED = "lease_expired";
+
+/**
+ * How long before the end of a lease execute stops waiting for fn, in
+ * seconds: lease / LEASE_MARGIN_DIVISOR, at least LEASE_MARGIN_MIN_SECONDS
+ * and at most LEASE_MARGIN_MAX_SECONDS (limits.ts, from limits.go). It
+ * leaves time for the markUnknown to land while the lease is still live.
+ */
+export function leaseSafetyMarginSeconds(leaseSeconds: number): number {
+  return Math.min(Math.max(leaseSeconds / LEASE_MARGIN_DIVISOR, LEASE_MARGIN_MIN_SECONDS), LEASE_MARGIN_MAX_SECONDS);
+}
+
+/**
+ * How often execute extends a lease of leaseSeconds while fn runs, in
+ * seconds: lease / HEARTBEAT_DIVISOR, at least HEARTBEAT_MIN_SECONDS apart,
+ * so that two heartbeats in a row may fail before the lease is in danger.
+ */
+export function heartbeatIntervalSeconds(leaseSeconds: number): number {
+  return Math.max(leaseSeconds / HEARTBEAT_DIVISOR, HEARTBEAT_MIN_SECONDS);
+}
+
+/**
+ * The journal's decision on a register (or claim) answer, as decideNext
+ * reads it: call fn for this attempt under this lease, or return this
+ * outcome without calling anything.
+ */
+export type Decision =
+  | { call: true; attempt: number; leaseSeconds: number }
+  | { call: false; outcome: Outcome };
+
+/** What decideNext reads of a register (or claim) answer. */
+export type NextAnswer = Pick<RegisterResult, "next" | "claimed" | "attempt" | "leaseSeconds" | "retryAfterSeconds" | "operation">;
+
+/**
+ * Acts on the journal's answer field next, and on nothing else (a pure
+ * function; execute's first step, exported for tests and tools):
+ *
+ * - NextStep.CALL_PROVIDER: call fn with the attempt and the lease granted
+ *   (an answer without a claim, an attempt or a lease is an error);
+ * - REPLAY: succeeded, replayed, with the stored externalId, result and
+ *   needsReview;
+ * - FAILED_FINAL: failed_final, replayed, with the stored errorCode;
+ * - WAIT: in_progress_elsewhere, retryAfterMs = max(retryAfterSeconds, 1) s;
+ * - VERIFICATION_REQUIRED: verification_required with the stored errorCode
+ *   and needsReview;
+ * - anything else (UNSPECIFIED, CLAIM, a step newer than this client): an
+ *   OpjournalError (INTERNAL). It is never taken as leave to call.
+ */
+export function decideNext(key: string, answer: NextAnswer): Decision {
+  const op = answer.operation;
+  const needsReview = op.needsReview;
+  switch (answer.next) {
+    case NextStep.CALL_PROVIDER:
+      if (!answer.claimed || !(answer.attempt >= 1) || !(answer.leaseSeconds >= 1)) {
+        throw new OpjournalError("INTERNAL",
+          `the journal said to call the provider without granting a lease (claimed ${answer.claimed}, attempt ${answer.attempt}, ` +
+          `lease_seconds ${answer.leaseSeconds}); nothing was called`, { prefix: `opjournal: execute ${JSON.stringify(key)}: ` });
+      }
+      return { call: true, attempt: answer.attempt, leaseSeconds: answer.leaseSeconds };
+    case NextStep.REPLAY:
+      return { call: false, outcome: {
+        kind: "succeeded", key, replayed: true, externalId: op.externalId, result: op.result, needsReview, operation: op,
+      } };
+    case NextStep.FAILED_FINAL:
+      return { call: false, outcome: { kind: "failed_final", key, replayed: true, errorCode: op.errorCode, needsReview, operation: op } };
+    case NextStep.WAIT:
+      return { call: false, outcome: {
+        kind: "in_progress_elsewhere", key, retryAfterMs: Math.max(answer.retryAfterSeconds, 1) * 1000, needsReview, operation: op,
+      } };
+    case NextStep.VERIFICATION_REQUIRED:
+      return { call: false, outcome: { kind: "verification_required", key, errorCode: op.errorCode, needsReview, operation: op } };
+    default: {
+      const name = NextStep[answer.next] as string | undefined;
+      throw new OpjournalError("INTERNAL",
+        `the journal answered next step ${name ? "NEXT_STEP_" + name : String(answer.next)}, which execute does not act on; ` +
+        "nothing was called (an SDK older than the journal? upgrade it)", { prefix: `opjournal: execute ${JSON.stringify(key)}: ` });
+    }
+  }
+}
 
 /**
  * Runs fn at most once per attempt the journal grants, and never again once
  * the outcome is recorded:
  *
  * 1. Registers op and claims it in one round trip.
- * 2. If the journal holds a terminal answer it returns it without calling
- *    fn: succeeded with replayed (the stored result), or failed_final. The
- *    same key with another payload is a conflict. A live lease elsewhere is
- *    in_progress_elsewhere; an unknown outcome (or an expired lease of a
- *    reconcile_before_retry action) is verification_required.
- * 3. Having claimed it, it calls fn({ key, attempt, signal }).
+ * 2. Acts on the journal's decision (the answer's next; see decideNext) and
+ *    on nothing else: a stored success is returned as succeeded with
+ *    replayed (the stored result), a stored rejection as failed_final,
+ *    another worker's live lease as in_progress_elsewhere, an unknown
+ *    outcome or a person's hold as verification_required, all without
+ *    calling fn. The same key with another payload is a conflict. A step
+ *    this client does not know is an OpjournalError, never leave to call.
+ * 3. Having claimed it, it calls fn({ key, attempt, signal, leaseSeconds,
+ *    deadline, remainingMs }).
  * 4. It records fn's outcome: a resolved Effect → markSucceeded →
  *    succeeded; a thrown Rejected → markFailedFinal → failed_final; any
  *    other throw (timeouts, aborts, 5xx, network errors, anything) →
  *    markUnknown → verification_required. It is recorded without the
  *    caller's signal (10 s bound), even after the signal aborted.
  *
+ * The lease rule. fn may run at most lease − margin: the lease the JOURNAL
+ * granted (the answer's leaseSeconds), counted on this process's monotonic
+ * clock (performance.now()) from just before the register request was
+ * sent, so network delay only shortens it; margin is
+ * leaseSafetyMarginSeconds(lease) (a tenth, 0.5–5 s). The caller's idea of
+ * time plays no part. While fn runs, execute keeps the lease alive by
+ * heartbeats: extendLease every heartbeatIntervalSeconds(lease) (a third);
+ * a granted lease g, counted from when that heartbeat was sent, moves the
+ * deadline to t + g − margin(g) if that is later (the journal never
+ * shortens a lease; its grant is rounded down to whole seconds). A
+ * refused heartbeat (STALE_ATTEMPT, INVALID_STATE: the lease is gone or the
+ * policy's max_attempt_seconds is reached) stops the heartbeats and keeps
+ * the deadline; a journal that does not answer is tried again at the next
+ * interval. When the lease cannot be kept, execute gives up at the
+ * deadline: it aborts ctx.signal (reason: UnknownOutcomeError
+ * "lease_expired"), stops waiting for fn, records markUnknown
+ * "lease_expired" and returns verification_required: the outcome is
+ * unknown and the reconciler settles it. If fn later resolves with an
+ * Effect anyway, execute records it (markSucceeded for that attempt, best
+ * effort: a confirmed effect is a fact, accepted from a stale attempt).
+ * Heartbeats are on by default (options.heartbeat: false turns them off).
+ * Every timer ends when fn settles or execute gives up.
+ *
  * It throws an OpjournalError when op is invalid (INVALID_ARGUMENT), when
  * the journal is unreachable or refuses the request (UNKNOWN_ACTION,
- * UNAUTHENTICATED, …), and a NotRecordedError when fn ran but its outcome
- * could not be recorded.
+ * UNAUTHENTICATED, …) or answers a step it does not know, and a
+ * NotRecordedError when fn ran but its outcome could not be recorded.
  */
 export async function execute(journal: Journal, op: Op, fn: AttemptFn, options: ExecuteOptions = {}): Promise<Outcome> {
   const payload = validate(op, fn);
-  let reg;
+  let reg: RegisterResult;
+  // The lease runs from before the request is sent: the journal's lease
+  // started after that, so network delay only shortens ours.
+  const sentAt = performance.now();
   try {
     reg = await journal.register(
       { key: op.key, action: op.action, payload, claim: { workerId: journal.workerId, leaseSeconds: journal.leaseSeconds } },
@@ -172,15 +321,161 @@ export async function execute(journal: Journal, op: Op, fn: AttemptFn, options: 
     }
     throw e;
   }
-  if (!reg.claimed) return journalAnswer(op.key, reg.operation, reg.retryAfterSeconds);
-  const ctx: AttemptContext = { key: op.key, attempt: reg.attempt, signal: options.signal ?? neverAborts };
-  let effect: Effect;
-  try {
-    effect = await fn(ctx);
-  } catch (e) {
-    return recordFailure(journal, ctx, e);
+  const decision = decideNext(op.key, reg);
+  if (!decision.call) return decision.outcome;
+  return runAttempt(journal, {
+    key: op.key, attempt: decision.attempt, leaseSeconds: decision.leaseSeconds, sentAt, operation: reg.operation,
+  }, fn, options);
+}
+
+/** A claimed attempt: whose, which, under what lease, sent when (performance.now()). */
+interface Claimed {
+  key: string;
+  attempt: number;
+  leaseSeconds: number;
+  sentAt: number;
+  /** The latest record seen. */
+  operation: Operation;
+}
+
+/** How fn ended. */
+type Settled = { ok: true; effect: Effect } | { ok: false; error: unknown };
+
+/**
+ * The end of an attempt's lease less the safety margin, on
+ * performance.now()'s clock: from when the claim (or a heartbeat that
+ * extended it) was sent.
+ */
+class LeaseClock {
+  deadline: number;
+  /** Called when a heartbeat moved the deadline. */
+  onMoved: (() => void) | undefined;
+
+  constructor(sentAt: number, leaseSeconds: number) {
+    this.deadline = sentAt + (leaseSeconds - leaseSafetyMarginSeconds(leaseSeconds)) * 1000;
   }
-  return recordSuccess(journal, ctx, effect);
+
+  /** A heartbeat sent at sentAt was granted leaseSeconds: the deadline moves if that ends later. */
+  extended(sentAt: number, leaseSeconds: number): void {
+    const d = sentAt + (leaseSeconds - leaseSafetyMarginSeconds(leaseSeconds)) * 1000;
+    if (d > this.deadline) {
+      this.deadline = d;
+      this.onMoved?.();
+    }
+  }
+}
+
+/** Journal errors after which a heartbeat is never sent again (the lease is gone, or cannot be extended). */
+const HEARTBEAT_REFUSALS = new Set(["STALE_ATTEMPT", "INVALID_STATE", "NOT_FOUND", "INVALID_ARGUMENT", "PERMISSION_DENIED", "UNAUTHENTICATED"]);
+
+/** Calls fn under the claimed lease, heartbeats, gives up at the deadline, records the outcome. */
+async function runAttempt(journal: Journal, a: Claimed, fn: AttemptFn, options: ExecuteOptions): Promise<Outcome> {
+  const lease = new LeaseClock(a.sentAt, a.leaseSeconds);
+  const leaseEnd = new AbortController();
+  const signal = options.signal ? AbortSignal.any([options.signal, leaseEnd.signal]) : leaseEnd.signal;
+  const ctx: AttemptContext = {
+    key: a.key,
+    attempt: a.attempt,
+    signal,
+    leaseSeconds: a.leaseSeconds,
+    get deadline() { return lease.deadline; },
+    remainingMs: () => Math.max(0, lease.deadline - performance.now()),
+  };
+  const leaseError = new UnknownOutcomeError(LEASE_EXPIRED,
+    `execute gave up on attempt ${a.attempt} of ${JSON.stringify(a.key)} at the end of its lease less the safety margin ` +
+    "(the lease could not be kept); the provider call was told to stop and its outcome is unknown");
+  if (performance.now() >= lease.deadline) {
+    // The claim took the whole lease: fn is not called at all.
+    return giveUp(journal, a, leaseError);
+  }
+
+  const stop = new AbortController(); // ends the timers and a heartbeat in flight
+  let giveUpTimer: ReturnType<typeof setTimeout> | undefined;
+  let beatTimer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<"expired">((resolve) => {
+    const arm = () => {
+      if (stop.signal.aborted) return;
+      const wait = lease.deadline - performance.now();
+      if (wait <= 0) {
+        resolve("expired");
+        return;
+      }
+      giveUpTimer = setTimeout(arm, Math.ceil(wait));
+    };
+    lease.onMoved = () => {
+      clearTimeout(giveUpTimer);
+      arm();
+    };
+    arm();
+  });
+
+  if (options.heartbeat !== false) {
+    const intervalMs = heartbeatIntervalSeconds(a.leaseSeconds) * 1000;
+    const beat = async () => {
+      const sentAt = performance.now();
+      let again = true;
+      try {
+        const r = await journal.extendLease(a.key, a.attempt, 0, { signal: stop.signal, timeoutMs: Math.max(intervalMs, 1000) });
+        if (stop.signal.aborted) return;
+        a.operation = r.operation;
+        lease.extended(sentAt, r.leaseSeconds);
+      } catch (e) {
+        if (stop.signal.aborted) return;
+        // A refusal ends the heartbeats and the lease ends as it stands;
+        // anything else (unreachable, slow) is tried again.
+        if (e instanceof OpjournalError && HEARTBEAT_REFUSALS.has(e.code)) again = false;
+      }
+      if (again && !stop.signal.aborted) beatTimer = setTimeout(beat, Math.max(0, sentAt + intervalMs - performance.now()));
+    };
+    beatTimer = setTimeout(beat, intervalMs);
+  }
+
+  // fn starts under a running clock: the give-up timer and the heartbeats
+  // are armed first.
+  let fnP: Promise<Effect>;
+  try {
+    fnP = Promise.resolve(fn(ctx));
+  } catch (e) {
+    fnP = Promise.reject(e);
+  }
+  const settled: Promise<Settled> = fnP.then((effect) => ({ ok: true, effect }), (error: unknown) => ({ ok: false, error }));
+
+  const first = await Promise.race([settled, expired]);
+  stop.abort();
+  lease.onMoved = undefined;
+  clearTimeout(giveUpTimer);
+  clearTimeout(beatTimer);
+
+  if (first !== "expired") {
+    return first.ok ? recordSuccess(journal, a, first.effect) : recordFailure(journal, a, first.error);
+  }
+  leaseEnd.abort(leaseError);
+  const marked = giveUp(journal, a, leaseError);
+  // A confirmed effect that arrives after execute gave up is still a fact:
+  // recorded once the unknown is (or failed to be), errors swallowed.
+  void Promise.allSettled([marked, settled]).then(async ([, late]) => {
+    if (late.status === "fulfilled" && late.value.ok) await recordSuccess(journal, a, late.value.effect);
+  }).catch(() => {});
+  return marked;
+}
+
+/**
+ * Records an attempt execute gave up on as unknown ("lease_expired"). A
+ * refusal because the lease already ran out (STALE_ATTEMPT) changes
+ * nothing: the journal reads an expired lease as unknown anyway.
+ */
+async function giveUp(journal: Journal, a: Claimed, cause: UnknownOutcomeError): Promise<Outcome> {
+  let op: Operation;
+  try {
+    op = await journal.markUnknown({ key: a.key, attempt: a.attempt, errorCode: LEASE_EXPIRED }, recordOptions());
+  } catch (e) {
+    const err = asJournalError(e);
+    if (err.code !== "STALE_ATTEMPT") {
+      throw new NotRecordedError(a.key, a.attempt, "verification_required", err, { fnError: cause });
+    }
+    op = await journal.lookup(a.key, recordOptions()).catch(() => a.operation);
+  }
+  return { kind: "verification_required", key: a.key, errorCode: LEASE_EXPIRED, needsReview: op.needsReview, operation: op, cause };
 }
 
 /** Checks op on the client and encodes its payload (INVALID_ARGUMENT otherwise). */
@@ -207,31 +502,10 @@ function validate(op: Op, fn: unknown): JsonObject {
   }
 }
 
-/** The outcome of a lost claim: the journal's state decides. */
-function journalAnswer(key: string, op: Operation, retryAfterSeconds: number): Outcome {
-  const needsReview = op.needsReview;
-  switch (op.status) {
-    case "succeeded":
-      return { kind: "succeeded", key, replayed: true, externalId: op.externalId, result: op.result, needsReview, operation: op };
-    case "failed_final":
-      return { kind: "failed_final", key, replayed: true, errorCode: op.errorCode, needsReview, operation: op };
-    case "in_progress":
-      return { kind: "in_progress_elsewhere", key, retryAfterMs: Math.max(retryAfterSeconds, 1) * 1000, needsReview, operation: op };
-    case "pending":
-      if (needsReview) { // a person holds it
-        return { kind: "verification_required", key, errorCode: op.errorCode, needsReview, operation: op };
-      }
-      // it changed hands between our claim and our read: ask again
-      return { kind: "in_progress_elsewhere", key, retryAfterMs: 1000, needsReview, operation: op };
-    default: // unknown, including an expired lease
-      return { kind: "verification_required", key, errorCode: op.errorCode, needsReview, operation: op };
-  }
-}
-
 const recordOptions = () => ({ timeoutMs: RECORD_TIMEOUT_MS });
 
 /** Records fn's throw: failed_final for a Rejected, unknown for anything else. */
-async function recordFailure(journal: Journal, ctx: AttemptContext, fnError: unknown): Promise<Outcome> {
+async function recordFailure(journal: Journal, ctx: { key: string; attempt: number }, fnError: unknown): Promise<Outcome> {
   const { final, code } = classifyError(fnError);
   const params = { key: ctx.key, attempt: ctx.attempt, errorCode: code };
   if (final) {
@@ -257,7 +531,7 @@ async function recordFailure(journal: Journal, ctx: AttemptContext, fnError: unk
  * lose the effect: it is recorded without the result, and the outcome
  * carries resultError.
  */
-async function recordSuccess(journal: Journal, ctx: AttemptContext, effect: Effect): Promise<Outcome> {
+async function recordSuccess(journal: Journal, ctx: { key: string; attempt: number }, effect: Effect): Promise<Outcome> {
   const externalId = typeof effect?.externalId === "string" ? effect.externalId
     : effect?.externalId === undefined || effect?.externalId === null ? "" : String(effect.externalId);
   let result: JsonObject | undefined;
@@ -310,11 +584,15 @@ export interface IdempotentSpec<A> {
   key: (args: A) => string;
   /** The payload of a call (default: the arguments themselves). */
   payload?: ((args: A) => unknown) | undefined;
+  /** Heartbeats while the tool runs (default true); a call's own options.heartbeat wins. */
+  heartbeat?: boolean | undefined;
 }
 
 /**
  * Wraps an agent tool so that every call goes through execute: the tool
- * runs at most once per intent, and its retries get the stored answer.
+ * runs at most once per intent, and its retries get the stored answer. The
+ * tool gets execute's AttemptContext (pass ctx.key and ctx.signal on, and
+ * bound the call by ctx.remainingMs()); the lease rule of execute applies.
  *
  *     const pay = idempotent(journal, {
  *       action: "create_payment",
@@ -334,6 +612,8 @@ export function idempotent<A>(
       action: spec.action,
       payload: spec.payload ? spec.payload(args) : args,
     };
-    return execute(journal, op, (ctx) => tool(args, ctx), options);
+    const opts: ExecuteOptions = { ...options };
+    if (opts.heartbeat === undefined && spec.heartbeat !== undefined) opts.heartbeat = spec.heartbeat;
+    return execute(journal, op, (ctx) => tool(args, ctx), opts);
   };
 }

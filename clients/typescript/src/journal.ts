@@ -11,8 +11,13 @@ import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 
 import {
   JournalService,
+  NextStep,
+  OperationView as PbOperationView,
   Status as PbStatus,
+  type ClaimResponse as PbClaimResponse,
+  type Event as PbEvent,
   type Operation as PbOperation,
+  type RegisterResponse as PbRegisterResponse,
 } from "./gen/opjournal/v1/journal_pb.js";
 import { journalError, OpjournalError, invalidArgument } from "./errors.js";
 import { encodeObject } from "./json.js";
@@ -32,7 +37,7 @@ export interface Operation {
   attemptCount: number;
   /** The provider's identifier of the effect, once confirmed ("" before). */
   externalId: string;
-  /** The stored (sanitized) result, once succeeded; null if none. */
+  /** The stored (sanitized) result, once succeeded; null if none (and in the "basic" view). */
   result: JsonObject | null;
   /** The last error code recorded by markUnknown or markFailedFinal. */
   errorCode: string;
@@ -44,14 +49,60 @@ export interface Operation {
   updatedAt: Date | null;
   /** The worker holding (or last holding) the lease. */
   leaseOwner: string;
-  /** A different external id reported by a later markSucceeded (a detected duplicate effect). */
+  /** A different external id reported by a later markSucceeded (a detected duplicate effect): the first of duplicateExternalIds. */
   duplicateExternalId: string;
-  /** The registered payload, null members removed, redact_fields blanked. */
+  /**
+   * The distinct other external ids reported by later markSucceeded calls
+   * (detected duplicate effects), oldest first, at most
+   * MAX_DUPLICATE_EXTERNAL_IDS.
+   */
+  duplicateExternalIds: string[];
+  /** How many markSucceeded calls reported an external id other than the confirmed one (every report, also beyond those kept). */
+  duplicateReports: number;
+  /** When the current (or last) attempt was claimed (database clock); the policy's max_attempt_seconds counts from here. */
+  attemptStartedAt: Date | null;
+  /** The registered payload, null members removed, redact_fields blanked (null in the "basic" view). */
   payload: JsonObject | null;
   unknownSince: Date | null;
   checkCount: number;
   lastCheckedAt: Date | null;
   nextCheckAt: Date | null;
+}
+
+/**
+ * How much of an operation an answer carries: "basic" is every field but
+ * payload and result (they read as null), "full" is every field. Lookup
+ * defaults to "full", listOperations to "basic".
+ */
+export type OperationView = "basic" | "full";
+
+/** One entry of an operation's history (listEvents), written in the same transaction as the change it records. */
+export interface JournalEvent {
+  /** Increases with every event of the journal (int64). */
+  id: bigint;
+  /** When it happened (database clock). */
+  at: Date | null;
+  /** The status before; null for the registration. */
+  fromStatus: Status | null;
+  /** The status after. */
+  toStatus: Status;
+  /** The attempt the event concerns (0 before the first claim). */
+  attempt: number;
+  /**
+   * Who: with authentication, the authenticated principal (the token's
+   * name); without it, the caller-stated actor, worker id or lease owner.
+   */
+  actor: string;
+  /** Why, in words: "claimed", "lease extended", "marked unknown: timeout", … */
+  reason: string;
+  /** The external id involved, if any ("" otherwise). */
+  externalId: string;
+  /**
+   * What the caller SAID it acts as (the actor or worker_id of the request),
+   * not verified; "" when it said nothing. Under authentication the
+   * verified identity is actor.
+   */
+  statedActor: string;
 }
 
 /** TLS settings for a journal served with --tls-cert/--tls-key. */
@@ -102,6 +153,12 @@ export interface CallOptions {
   timeoutMs?: number | undefined;
 }
 
+/** Options of lookup: per-call options and the view. */
+export interface LookupOptions extends CallOptions {
+  /** How much of the operation to return (default "full"). */
+  view?: OperationView | undefined;
+}
+
 /** What register sends. */
 export interface RegisterParams {
   key: string;
@@ -131,15 +188,96 @@ export interface RegisterResult {
   leaseUntil: Date | null;
   /** With claim, not claimed, and another worker's lease live: seconds until it ends. */
   retryAfterSeconds: number;
+  /**
+   * What the caller does next: the journal's decision, and the only thing
+   * execute acts on (NextStep.CALL_PROVIDER, REPLAY, WAIT,
+   * VERIFICATION_REQUIRED, FAILED_FINAL, CLAIM). A value newer than this
+   * client is passed through as its number.
+   */
+  next: NextStep;
+  /**
+   * With claim and claimed: the lease granted, in seconds. It runs from
+   * when the request was SENT, measured on the caller's monotonic clock
+   * (never from leaseUntil, which is on the database's clock).
+   */
+  leaseSeconds: number;
 }
 
 /** The answer of claim. */
 export interface ClaimResult {
   operation: Operation;
+  /** True when this caller now holds the lease. */
   claimed: boolean;
+  /** When claimed: the fencing token to pass to the mark calls. */
   attempt: number;
+  /** When claimed: when the lease ends (database clock). */
   leaseUntil: Date | null;
+  /** When not claimed because another worker's lease is live: seconds until it ends. */
   retryAfterSeconds: number;
+  /** What the caller does next (see RegisterResult.next). */
+  next: NextStep;
+  /** When claimed: the lease granted, in seconds (see RegisterResult.leaseSeconds). */
+  leaseSeconds: number;
+}
+
+/** The answer of extendLease. */
+export interface ExtendLeaseResult {
+  operation: Operation;
+  /**
+   * The lease granted from now, in whole seconds rounded down: less than
+   * asked when the attempt nears the policy's max_attempt_seconds.
+   */
+  leaseSeconds: number;
+  /** When the lease now ends (database clock). */
+  leaseUntil: Date | null;
+}
+
+/** The policy the journal enforces (getPolicy). */
+export interface PolicyInfo {
+  /**
+   * Lowercase hex SHA-256 of the policy's canonical form (its effective
+   * settings, whatever the file's formatting): equal fingerprints mean
+   * equal policies.
+   */
+  fingerprint: string;
+  /** The policy file as the server loaded it (YAML, without secrets). */
+  source: string;
+}
+
+/** One page of paging: how many, and where to continue. */
+export interface PageParams {
+  /** At most this many (default DEFAULT_PAGE_SIZE, at most MAX_PAGE_SIZE). */
+  pageSize?: number | undefined;
+  /** A previous page's nextPageToken. */
+  pageToken?: string | undefined;
+}
+
+/** One page of an operation's history, oldest first. */
+export interface EventPage {
+  events: JournalEvent[];
+  /** Pass as pageToken for the next page; "" on the last page. */
+  nextPageToken: string;
+}
+
+/** What listOperations filters on, and its paging. */
+export interface ListOperationsParams extends PageParams {
+  /** Only these (effective) statuses: an expired lease is "unknown"; empty or unset means all. */
+  statuses?: Status[] | undefined;
+  /** If set, only operations whose needsReview equals it. */
+  needsReview?: boolean | undefined;
+  /** If set, only this action. */
+  action?: string | undefined;
+  /** Only operations due for a reconciliation check. */
+  dueForCheck?: boolean | undefined;
+  /** How much of each operation (default "basic": no payload, no result). */
+  view?: OperationView | undefined;
+}
+
+/** One page of operations, in key order. */
+export interface OperationPage {
+  operations: Operation[];
+  /** Pass as pageToken for the next page; "" on the last page. */
+  nextPageToken: string;
 }
 
 /** What markSucceeded sends. */
@@ -180,7 +318,7 @@ export class Journal {
   readonly leaseSeconds: number;
   /**
    * The generated Connect client (with the token interceptor), for the
-   * RPCs this class does not wrap (ListOperations, ListEvents, …).
+   * RPCs this class does not wrap (ReleaseForRetry, RecordCheck, Escalate, Resolve).
    */
   readonly rpc: Client<typeof JournalService>;
   private readonly sessions: Http2SessionManager;
@@ -240,14 +378,7 @@ export class Journal {
           },
         } : {}),
       }, callOptions(options));
-      return {
-        operation: operationOf(resp.operation),
-        created: resp.created,
-        claimed: resp.claimed,
-        attempt: resp.attempt,
-        leaseUntil: dateOf(resp.leaseUntil),
-        retryAfterSeconds: resp.retryAfterSeconds,
-      };
+      return registerResultOf(resp);
     } catch (e) {
       throw journalError("register", params.key, e, options?.signal);
     }
@@ -265,15 +396,32 @@ export class Journal {
         workerId: params.workerId ?? this.workerId,
         leaseSeconds: params.leaseSeconds ?? this.leaseSeconds,
       }, callOptions(options));
-      return {
-        operation: operationOf(resp.operation),
-        claimed: resp.claimed,
-        attempt: resp.attempt,
-        leaseUntil: dateOf(resp.leaseUntil),
-        retryAfterSeconds: resp.retryAfterSeconds,
-      };
+      return claimResultOf(resp);
     } catch (e) {
       throw journalError("claim", key, e, options?.signal);
+    }
+  }
+
+  /**
+   * A heartbeat: keeps the caller's live lease alive while a long provider
+   * call runs. Only the current holder may (matching attempt, in progress,
+   * lease not yet expired on the database clock): anyone else gets
+   * STALE_ATTEMPT, and once the policy's max_attempt_seconds is reached it
+   * is INVALID_STATE. An expired lease is never revived. The new lease ends
+   * leaseSeconds from now (0, the default: the policy's lease_seconds; more
+   * is INVALID_ARGUMENT), never later than max_attempt_seconds after the
+   * claim. execute calls it for you.
+   */
+  async extendLease(key: string, attempt: number, leaseSeconds = 0, options?: CallOptions): Promise<ExtendLeaseResult> {
+    try {
+      const resp = await this.rpc.extendLease({ operationKey: key, attempt, leaseSeconds }, callOptions(options));
+      return {
+        operation: operationOf(resp.operation),
+        leaseSeconds: resp.leaseSeconds,
+        leaseUntil: dateOf(resp.leaseUntil),
+      };
+    } catch (e) {
+      throw journalError("extend lease", key, e, options?.signal);
     }
   }
 
@@ -329,13 +477,95 @@ export class Journal {
     }
   }
 
-  /** Returns the journal's record of an operation; an unknown key is NOT_FOUND. */
-  async lookup(key: string, options?: CallOptions): Promise<Operation> {
+  /**
+   * Returns the journal's record of an operation (view "full" by default;
+   * "basic" leaves out payload and result); an unknown key is NOT_FOUND.
+   */
+  async lookup(key: string, options?: LookupOptions): Promise<Operation> {
     try {
-      const resp = await this.rpc.lookup({ operationKey: key }, callOptions(options));
+      const resp = await this.rpc.lookup({ operationKey: key, view: viewOf(options?.view) }, callOptions(options));
       return operationOf(resp.operation);
     } catch (e) {
       throw journalError("lookup", key, e, options?.signal);
+    }
+  }
+
+  /**
+   * One page of operations in key order, filtered by status (effective:
+   * an expired lease is "unknown"), review flag, action or "due for a
+   * check". The view defaults to "basic" (no payload, no result). A page
+   * is also cut before it would exceed 1 MiB; nextPageToken continues it.
+   */
+  async listOperations(params: ListOperationsParams = {}, options?: CallOptions): Promise<OperationPage> {
+    try {
+      const resp = await this.rpc.listOperations({
+        statuses: (params.statuses ?? []).map(pbStatusOf),
+        ...(params.needsReview !== undefined ? { needsReview: params.needsReview } : {}),
+        actionType: params.action ?? "",
+        dueForCheck: params.dueForCheck ?? false,
+        pageSize: params.pageSize ?? 0,
+        pageToken: params.pageToken ?? "",
+        view: viewOf(params.view),
+      }, callOptions(options));
+      return { operations: resp.operations.map(operationOf), nextPageToken: resp.nextPageToken };
+    } catch (e) {
+      throw journalError("list operations", "", e, options?.signal);
+    }
+  }
+
+  /**
+   * One page of an operation's history, oldest first; pass nextPageToken
+   * back as pageToken for the next page ("" on the last one).
+   */
+  async listEvents(key: string, page: PageParams = {}, options?: CallOptions): Promise<EventPage> {
+    try {
+      const resp = await this.rpc.listEvents({
+        operationKey: key, pageSize: page.pageSize ?? 0, pageToken: page.pageToken ?? "",
+      }, callOptions(options));
+      return { events: resp.events.map(eventOf), nextPageToken: resp.nextPageToken };
+    } catch (e) {
+      throw journalError("list events", key, e, options?.signal);
+    }
+  }
+
+  /**
+   * The whole history of an operation, oldest first: listEvents page after
+   * page until the last (each call has its own deadline).
+   */
+  async listAllEvents(key: string, options?: CallOptions & { pageSize?: number | undefined }): Promise<JournalEvent[]> {
+    const all: JournalEvent[] = [];
+    let pageToken = "";
+    do {
+      const page = await this.listEvents(key, { pageSize: options?.pageSize, pageToken }, options);
+      all.push(...page.events);
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+    return all;
+  }
+
+  /**
+   * An operator's decision on a TERMINAL operation under review (for
+   * example a detected duplicate effect): clears needsReview and records
+   * the reason (required, ≤ MAX_REASON_LEN bytes, no secrets). The status
+   * never changes. actor names who decided: optional under authentication
+   * (the principal is the actor), required without it.
+   */
+  async acknowledge(key: string, reason: string, actor?: string, options?: CallOptions): Promise<Operation> {
+    try {
+      const resp = await this.rpc.acknowledge({ operationKey: key, reason, actor: actor ?? "" }, callOptions(options));
+      return operationOf(resp.operation);
+    } catch (e) {
+      throw journalError("acknowledge", key, e, options?.signal);
+    }
+  }
+
+  /** The policy this journal enforces: its fingerprint and its source, to check that a reconciler works from the same one. */
+  async getPolicy(options?: CallOptions): Promise<PolicyInfo> {
+    try {
+      const resp = await this.rpc.getPolicy({}, callOptions(options));
+      return { fingerprint: resp.fingerprint, source: resp.source };
+    } catch (e) {
+      throw journalError("get policy", "", e, options?.signal);
     }
   }
 
@@ -411,6 +641,37 @@ export function statusName(s: PbStatus): Status {
   }
 }
 
+/** The journal's enum value of a status name. */
+function pbStatusOf(s: Status): PbStatus {
+  switch (s) {
+    case "pending":
+      return PbStatus.PENDING;
+    case "in_progress":
+      return PbStatus.IN_PROGRESS;
+    case "unknown":
+      return PbStatus.UNKNOWN;
+    case "succeeded":
+      return PbStatus.SUCCEEDED;
+    case "failed_final":
+      return PbStatus.FAILED_FINAL;
+    default:
+      throw invalidArgument("statuses", `${JSON.stringify(s)} is not a status (pending, in_progress, unknown, succeeded, failed_final)`);
+  }
+}
+
+function viewOf(v: OperationView | undefined): PbOperationView {
+  switch (v) {
+    case undefined:
+      return PbOperationView.UNSPECIFIED;
+    case "basic":
+      return PbOperationView.BASIC;
+    case "full":
+      return PbOperationView.FULL;
+    default:
+      throw invalidArgument("view", `${JSON.stringify(v)} is not a view ("basic" or "full")`);
+  }
+}
+
 function dateOf(ts: Timestamp | undefined): Date | null {
   return ts ? timestampDate(ts) : null;
 }
@@ -434,10 +695,55 @@ export function operationOf(op: PbOperation | undefined): Operation {
     updatedAt: dateOf(op.updatedAt),
     leaseOwner: op.leaseOwner,
     duplicateExternalId: op.duplicateExternalId,
+    duplicateExternalIds: [...op.duplicateExternalIds],
+    duplicateReports: op.duplicateReports,
+    attemptStartedAt: dateOf(op.attemptStartedAt),
     payload: op.payload ?? null,
     unknownSince: dateOf(op.unknownSince),
     checkCount: op.checkCount,
     lastCheckedAt: dateOf(op.lastCheckedAt),
     nextCheckAt: dateOf(op.nextCheckAt),
+  };
+}
+
+/** Converts the generated Event message into a plain object. */
+export function eventOf(ev: PbEvent): JournalEvent {
+  return {
+    id: ev.id,
+    at: dateOf(ev.at),
+    fromStatus: ev.fromStatus === PbStatus.UNSPECIFIED ? null : statusName(ev.fromStatus),
+    toStatus: statusName(ev.toStatus),
+    attempt: ev.attempt,
+    actor: ev.actor,
+    reason: ev.reason,
+    externalId: ev.externalId,
+    statedActor: ev.statedActor,
+  };
+}
+
+/** Converts the generated RegisterResponse into a RegisterResult (as register returns it). */
+export function registerResultOf(resp: PbRegisterResponse): RegisterResult {
+  return {
+    operation: operationOf(resp.operation),
+    created: resp.created,
+    claimed: resp.claimed,
+    attempt: resp.attempt,
+    leaseUntil: dateOf(resp.leaseUntil),
+    retryAfterSeconds: resp.retryAfterSeconds,
+    next: resp.next,
+    leaseSeconds: resp.leaseSeconds,
+  };
+}
+
+/** Converts the generated ClaimResponse into a ClaimResult (as claim returns it). */
+export function claimResultOf(resp: PbClaimResponse): ClaimResult {
+  return {
+    operation: operationOf(resp.operation),
+    claimed: resp.claimed,
+    attempt: resp.attempt,
+    leaseUntil: dateOf(resp.leaseUntil),
+    retryAfterSeconds: resp.retryAfterSeconds,
+    next: resp.next,
+    leaseSeconds: resp.leaseSeconds,
   };
 }

@@ -8,7 +8,7 @@ import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { Journal, OpjournalError } from "../src/index.js";
+import { Journal, NextStep, OpjournalError } from "../src/index.js";
 import {
   closedPort, makeToken, startJournal, tempDir, uniqueKey, writeTokensFile, type JournalServer,
 } from "../testutil/harness.js";
@@ -178,6 +178,168 @@ describe("Journal over gRPC", () => {
     ac.abort();
     const err = await journalErr(journal.lookup("k", { signal: ac.signal }));
     assert.equal(err.code, "CANCELED");
+  });
+});
+
+describe("Journal: next steps, heartbeats, duplicates, history, views, policy", () => {
+  let srv: JournalServer;
+  let journal: Journal;
+
+  before(async () => {
+    srv = await startJournal();
+    journal = new Journal({ baseUrl: srv.baseUrl, workerId: "ts-agent-1" });
+  });
+  after(async () => {
+    journal?.close();
+    await srv?.stop();
+  });
+
+  test("register and claim carry the journal's next step and the lease it granted", async () => {
+    const key = uniqueKey("payment:next");
+    const reg = await journal.register({ key, action: "create_payment", payload: payment(100), claim: true });
+    assert.equal(reg.next, NextStep.CALL_PROVIDER);
+    assert.equal(reg.leaseSeconds, 30, "the policy's lease_seconds for create_payment");
+    assert.equal(reg.attempt, 1);
+
+    const other = await journal.register({ key, action: "create_payment", payload: payment(100), claim: { workerId: "ts-agent-2" } });
+    assert.equal(other.next, NextStep.WAIT);
+    assert.equal(other.claimed, false);
+    assert.equal(other.leaseSeconds, 0, "no lease for the loser");
+    assert.ok(other.retryAfterSeconds > 0);
+    const lost = await journal.claim(key, { workerId: "ts-agent-2" });
+    assert.equal(lost.next, NextStep.WAIT);
+
+    await journal.markSucceeded({ key, attempt: 1, externalId: "pay_next" });
+    const replay = await journal.register({ key, action: "create_payment", payload: payment(100), claim: true });
+    assert.equal(replay.next, NextStep.REPLAY);
+
+    const key2 = uniqueKey("payment:next-claim");
+    const pending = await journal.register({ key: key2, action: "create_payment", payload: payment(100) });
+    assert.equal(pending.next, NextStep.CLAIM, "registered without a claim: claim it");
+    const claim = await journal.claim(key2, { leaseSeconds: 5 });
+    assert.equal(claim.next, NextStep.CALL_PROVIDER);
+    assert.equal(claim.leaseSeconds, 5, "the lease asked for");
+    await journal.markUnknown({ key: key2, attempt: 1, errorCode: "timeout" });
+    const verify = await journal.claim(key2);
+    assert.equal(verify.next, NextStep.VERIFICATION_REQUIRED);
+  });
+
+  test("extendLease extends the holder's live lease, within the policy; anyone else is refused", async () => {
+    const key = uniqueKey("payment:extend");
+    const claim = await journal.register({ key, action: "create_payment", payload: payment(100), claim: { leaseSeconds: 5 } });
+    assert.equal(claim.leaseSeconds, 5);
+    const ext = await journal.extendLease(key, 1);
+    assert.ok(ext.leaseSeconds >= 29 && ext.leaseSeconds <= 30, `granted ${ext.leaseSeconds}: 0 asks for the policy's 30`);
+    assert.ok(ext.leaseUntil instanceof Date && ext.leaseUntil.getTime() > claim.leaseUntil!.getTime() + 20_000);
+    assert.equal(ext.operation.status, "in_progress");
+    assert.ok(ext.operation.attemptStartedAt instanceof Date);
+    assert.equal(ext.operation.attemptStartedAt!.getTime(), claim.operation.attemptStartedAt!.getTime(),
+      "a heartbeat does not restart the attempt");
+    const ten = await journal.extendLease(key, 1, 10);
+    assert.ok(ten.leaseSeconds >= 9 && ten.leaseSeconds <= 10, `granted ${ten.leaseSeconds}`);
+
+    const tooLong = await journalErr(journal.extendLease(key, 1, 31));
+    assert.equal(tooLong.code, "INVALID_ARGUMENT");
+    assert.equal(tooLong.field, "lease_seconds");
+    const never = await journalErr(journal.extendLease(key, 2));
+    assert.equal(never.code, "INVALID_ARGUMENT", "an attempt that was never issued");
+    await journal.markUnknown({ key, attempt: 1, errorCode: "timeout" });
+    const stale = await journalErr(journal.extendLease(key, 1));
+    assert.equal(stale.code, "STALE_ATTEMPT", "an ended lease is never revived");
+    const events = await journal.listAllEvents(key);
+    assert.equal(events.filter((e) => e.reason === "lease extended").length, 2);
+  });
+
+  test("duplicate effects are kept and counted; acknowledge clears the review, never the status", async () => {
+    const key = uniqueKey("payment:dup");
+    await journal.register({ key, action: "create_payment", payload: payment(100), claim: true });
+    let op = await journal.markSucceeded({ key, attempt: 1, externalId: "pay_1" });
+    assert.deepEqual([op.needsReview, op.duplicateExternalIds, op.duplicateReports], [false, [], 0]);
+    op = await journal.markSucceeded({ key, attempt: 1, externalId: "pay_2", actor: "late-worker" });
+    assert.equal(op.needsReview, true);
+    assert.equal(op.externalId, "pay_1", "the first confirmed effect is kept");
+    assert.deepEqual(op.duplicateExternalIds, ["pay_2"]);
+    assert.equal(op.duplicateExternalId, "pay_2");
+    assert.equal(op.duplicateReports, 1);
+    op = await journal.markSucceeded({ key, attempt: 1, externalId: "pay_3" });
+    op = await journal.markSucceeded({ key, attempt: 1, externalId: "pay_2" });
+    assert.deepEqual(op.duplicateExternalIds, ["pay_2", "pay_3"], "distinct, oldest first");
+    assert.equal(op.duplicateReports, 3, "every report counts");
+
+    const missing = await journalErr(journal.acknowledge(key, "", "ops-1"));
+    assert.equal(missing.code, "INVALID_ARGUMENT", "a reason is required");
+    const acked = await journal.acknowledge(key, "refunded pay_2 and pay_3", "ops-1");
+    assert.equal(acked.needsReview, false);
+    assert.equal(acked.status, "succeeded");
+    assert.equal(acked.externalId, "pay_1");
+    const again = await journalErr(journal.acknowledge(key, "again", "ops-1"));
+    assert.equal(again.code, "INVALID_STATE", "nothing under review to acknowledge");
+
+    const events = await journal.listAllEvents(key);
+    const last = events[events.length - 1]!;
+    assert.equal(last.statedActor, "ops-1");
+    assert.match(last.reason, /refunded pay_2 and pay_3/);
+    assert.ok(events.some((e) => e.statedActor === "late-worker" && e.externalId === "pay_2"), "the stated actor of a report");
+  });
+
+  test("listEvents pages through the history; listAllEvents collects every page", async () => {
+    const key = uniqueKey("ticket:history");
+    await journal.register({ key, action: "create_ticket", payload: { title: "t" }, claim: true });
+    await journal.markUnknown({ key, attempt: 1, errorCode: "timeout" });
+    await journal.claim(key);
+    await journal.markSucceeded({ key, attempt: 2, externalId: "tkt_1" });
+
+    const pages: string[][] = [];
+    const ids: bigint[] = [];
+    let pageToken = "";
+    do {
+      const page = await journal.listEvents(key, { pageSize: 2, pageToken });
+      assert.ok(page.events.length <= 2);
+      pages.push(page.events.map((e) => e.reason));
+      ids.push(...page.events.map((e) => e.id));
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "" && pages.length < 10);
+    assert.equal(pages.length, 2, `4 events in pages of 2: ${JSON.stringify(pages)}`);
+    const all = await journal.listAllEvents(key, { pageSize: 1 });
+    assert.deepEqual(all.map((e) => e.id), ids, "the same history, whatever the page size");
+    assert.ok(ids.every((id, i) => i === 0 || id > ids[i - 1]!), "oldest first");
+    assert.equal(all[0]!.fromStatus, null, "the registration has no status before");
+    assert.equal(all[0]!.toStatus, "in_progress");
+    assert.equal(all[0]!.statedActor, "ts-agent-1", "the worker id it stated");
+    assert.deepEqual(all.map((e) => e.attempt), [1, 1, 2, 2]);
+    assert.ok(all.every((e) => e.at instanceof Date));
+    assert.equal(all[3]!.externalId, "tkt_1");
+    assert.equal(all[3]!.toStatus, "succeeded");
+  });
+
+  test("views: lookup and listOperations leave out payload and result in the basic view", async () => {
+    const key = uniqueKey("email:view");
+    await journal.register({ key, action: "send_email", payload: { to: "a@example.com" }, claim: true });
+    await journal.markSucceeded({ key, attempt: 1, externalId: "eml_1", result: { message_id: "eml_1" } });
+    const full = await journal.lookup(key);
+    assert.deepEqual([full.payload, full.result], [{ to: "a@example.com" }, { message_id: "eml_1" }]);
+    const basic = await journal.lookup(key, { view: "basic" });
+    assert.deepEqual([basic.payload, basic.result, basic.externalId, basic.status], [null, null, "eml_1", "succeeded"]);
+    assert.deepEqual((await journal.lookup(key, { view: "full" })).result, { message_id: "eml_1" });
+
+    const listed = await journal.listOperations({ action: "send_email", statuses: ["succeeded"] });
+    const mine = listed.operations.find((o) => o.operationKey === key);
+    assert.ok(mine, "listed");
+    assert.equal(mine.payload, null, "listOperations defaults to basic");
+    const listedFull = await journal.listOperations({ action: "send_email", statuses: ["succeeded"], view: "full" });
+    assert.deepEqual(listedFull.operations.find((o) => o.operationKey === key)?.result, { message_id: "eml_1" });
+    const none = await journal.listOperations({ action: "send_email", statuses: ["failed_final"] });
+    assert.ok(!none.operations.some((o) => o.operationKey === key), "filtered by status");
+
+    const bad = await journalErr(journal.lookup(key, { view: "everything" as "full" }));
+    assert.equal(bad.field, "view");
+  });
+
+  test("getPolicy returns the enforced policy's fingerprint and source", async () => {
+    const p = await journal.getPolicy();
+    assert.match(p.fingerprint, /^[0-9a-f]{64}$/);
+    assert.match(p.source, /create_payment:/);
+    assert.deepEqual(await journal.getPolicy(), p, "the same policy, the same fingerprint");
   });
 });
 

@@ -68,12 +68,20 @@ export interface JournalServer {
 /**
  * Starts `opjournal serve` on a fresh SQLite file and free ports, and
  * resolves once it logs {"msg":"serving",…} (read from stderr, no sleeps).
+ * With policy (YAML text), the server enforces it (--policy) instead of the
+ * shipped one.
  */
-export async function startJournal(opts: { args?: string[]; tls?: boolean } = {}): Promise<JournalServer> {
+export async function startJournal(opts: { args?: string[]; tls?: boolean; policy?: string } = {}): Promise<JournalServer> {
   const bin = await opjournalBinary();
   const { dir, cleanup } = tempDir("opjournal-db-");
+  const policyArgs: string[] = [];
+  if (opts.policy !== undefined) {
+    const path = join(dir, "policy.yaml");
+    writeFileSync(path, opts.policy);
+    policyArgs.push("--policy", path);
+  }
   const args = ["serve", "--database-url", `sqlite://${join(dir, "j.db")}`,
-    "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", ...(opts.args ?? [])];
+    "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", ...policyArgs, ...(opts.args ?? [])];
   const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"] });
   const logs: string[] = [];
   const exited = new Promise<void>((res) => proc.once("exit", () => res()));
@@ -246,4 +254,25 @@ export async function closedPort(): Promise<number> {
 let keySeq = 0;
 export function uniqueKey(prefix: string): string {
   return `${prefix}:${process.pid}-${Date.now().toString(36)}-${++keySeq}`;
+}
+
+/**
+ * Polls check every intervalMs until it returns a value other than
+ * undefined, and returns it; fails with what the last check saw once
+ * timeoutMs has passed. For conditions that cannot be awaited directly.
+ */
+export async function waitFor<T>(what: string, check: () => Promise<T | undefined>, opts: { timeoutMs?: number; intervalMs?: number } = {}): Promise<T> {
+  const deadline = performance.now() + (opts.timeoutMs ?? 10_000);
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await check();
+      if (v !== undefined) return v;
+      last = "no match";
+    } catch (e) {
+      last = e;
+    }
+    if (performance.now() >= deadline) throw new Error(`timed out waiting for ${what}: ${String(last)}`);
+    await new Promise((r) => setTimeout(r, opts.intervalMs ?? 50));
+  }
 }

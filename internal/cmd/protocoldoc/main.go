@@ -1,0 +1,35 @@
+// Command protocoldoc writes the protocol table (opjournal.ProtocolMarkdown)
+// into README.md between its markers, so the README shows the table the
+// code applies: `make generate` runs it, and a test of the root package
+// fails when README.md differs from it.
+//
+//	go run ./internal/cmd/protocoldoc README.md
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/opjournal/opjournal"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: protocoldoc README.md")
+		os.Exit(2)
+	}
+	b, err := os.ReadFile(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "protocoldoc:", err)
+		os.Exit(1)
+	}
+	out, err := opjournal.SpliceProtocol(string(b))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "protocoldoc:", err)
+		os.Exit(1)
+	}
+	if err := os.WriteFile(os.Args[1], []byte(out), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "protocoldoc:", err)
+		os.Exit(1)
+	}
+}

@@ -30,7 +30,6 @@ var (
 	retryFields = []string{"reuse_operation_key", "on_timeout"}
 )
 
-
 // Parse parses and validates a policy document; source names it in errors
 // (usually a file path).
 //

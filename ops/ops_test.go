@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/opjournal/opjournal/client"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/opjournal/opjournal/client"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/testserver"
 	"github.com/opjournal/opjournal/ops"
@@ -128,5 +128,42 @@ func TestBadCommandLinesChangeNothing(t *testing.T) {
 	op, _ := j.Client.Lookup(context.Background(), &pb.LookupRequest{OperationKey: "k"})
 	if op.GetOperation().GetStatus() != pb.Status_STATUS_UNKNOWN || !op.GetOperation().GetNeedsReview() {
 		t.Fatalf("a refused command changed the operation: %v", op.GetOperation())
+	}
+}
+
+// TestAcknowledgeADuplicate: a terminal operation under review is never
+// resolved again (its status stays); acknowledge ends its review, and the
+// history says who and why.
+func TestAcknowledgeADuplicate(t *testing.T) {
+	t.Parallel()
+	j := testserver.Start(t, nil)
+	ctx := context.Background()
+	payload, _ := structpb.NewStruct(map[string]any{"to": "a@example.com"})
+	r, err := j.Client.Register(ctx, &pb.RegisterRequest{OperationKey: "email:dup", ActionType: "send_email", Payload: payload, Claim: &pb.ClaimOptions{WorkerId: "w"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ext := range []string{"eml_1", "eml_2"} {
+		if _, err := j.Client.MarkSucceeded(ctx, &pb.MarkSucceededRequest{OperationKey: "email:dup", Attempt: r.GetAttempt(), ExternalId: ext}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := run(t, j.Client, "show", "email:dup"); err != nil || !strings.Contains(out, "eml_2 (1 reports of other effects)") {
+		t.Fatalf("show: %v\n%s", err, out)
+	}
+	_, err = run(t, j.Client, "resolve", "email:dup", "--failed-final", "--actor", "alice", "--reason", "no")
+	if client.CodeOf(err) != "INVALID_STATE" || !strings.Contains(err.Error(), "acknowledge") {
+		t.Fatalf("resolve of a succeeded operation: %v", err)
+	}
+	out, err := run(t, j.Client, "acknowledge", "email:dup", "--actor", "alice", "--reason", "the second send was a provider retry")
+	if err != nil || !strings.Contains(out, "still succeeded") {
+		t.Fatalf("acknowledge: %v\n%s", err, out)
+	}
+	op, err := j.Client.Lookup(ctx, &pb.LookupRequest{OperationKey: "email:dup"})
+	if err != nil || op.GetOperation().GetNeedsReview() || op.GetOperation().GetStatus() != pb.Status_STATUS_SUCCEEDED || op.GetOperation().GetExternalId() != "eml_1" {
+		t.Fatalf("after acknowledge: %v %v", op, err)
+	}
+	if _, err := run(t, j.Client, "acknowledge", "email:dup"); !errors.Is(err, ops.ErrUsage) {
+		t.Fatalf("acknowledge without a reason: %v", err)
 	}
 }

@@ -455,18 +455,29 @@ func (p Param) Type() ParamType {
 
 // Value returns the parameter's value for command c under rule r; op is
 // the row as read (nil on a store's one-statement path, see EventSpec).
+// Its type is the parameter's (Param.Type); the typed accessors (Text,
+// Int, Bool, Duration, JSON) give the same values without boxing them.
 func (c *Command) Value(p Param, r *Rule, op *Operation) any {
+	switch p.Type() {
+	case TypeInt:
+		return c.Int(p)
+	case TypeBool:
+		return c.Bool(p)
+	case TypeDuration:
+		return c.Duration(p)
+	case TypeJSON:
+		return c.JSON(p)
+	}
+	return c.Text(p, r, op)
+}
+
+// Text returns a text parameter (TypeText) of c under rule r.
+func (c *Command) Text(p Param, r *Rule, op *Operation) string {
 	switch p {
 	case ParamWorkerID:
 		return c.WorkerID
-	case ParamLeaseSeconds:
-		return c.LeaseSeconds
-	case ParamAttempt:
-		return c.Attempt
 	case ParamExternalID:
 		return c.ExternalID
-	case ParamResult:
-		return c.Result
 	case ParamErrorCode:
 		return c.ErrorCode
 	case ParamActor:
@@ -483,16 +494,6 @@ func (c *Command) Value(p Param, r *Rule, op *Operation) any {
 			return ""
 		}
 		return r.ReviewReason(op, c)
-	case ParamNextCheckAfter:
-		return c.NextCheckAfter
-	case ParamRetryAfterUnknown:
-		return c.Policy.RetryAfterUnknown
-	case ParamDefinitiveAbsence:
-		return c.Policy.DefinitiveAbsence
-	case ParamReleaseAfter:
-		return c.Policy.ReleaseAfter
-	case ParamMaxAttempt:
-		return c.Policy.MaxAttempt
 	case ParamResolution:
 		return string(c.Resolution)
 	case ParamAction:
@@ -501,12 +502,56 @@ func (c *Command) Value(p Param, r *Rule, op *Operation) any {
 		return c.RequestHash
 	case ParamHashKeyID:
 		return c.HashKeyID
-	case ParamPayload:
-		return c.Payload
+	}
+	panic(fmt.Sprintf("opjournal: %s is not a text parameter", p.Name()))
+}
+
+// Int returns an integer parameter (TypeInt) of c.
+func (c *Command) Int(p Param) int {
+	switch p {
+	case ParamLeaseSeconds:
+		return c.LeaseSeconds
+	case ParamAttempt:
+		return c.Attempt
+	}
+	panic(fmt.Sprintf("opjournal: %s is not an integer parameter", p.Name()))
+}
+
+// Bool returns a boolean parameter (TypeBool) of c.
+func (c *Command) Bool(p Param) bool {
+	switch p {
+	case ParamRetryAfterUnknown:
+		return c.Policy.RetryAfterUnknown
+	case ParamDefinitiveAbsence:
+		return c.Policy.DefinitiveAbsence
 	case ParamClaim:
 		return c.Claim
 	}
-	panic(fmt.Sprintf("opjournal: no value for %s", p.Name()))
+	panic(fmt.Sprintf("opjournal: %s is not a boolean parameter", p.Name()))
+}
+
+// Duration returns a duration parameter (TypeDuration) of c.
+func (c *Command) Duration(p Param) time.Duration {
+	switch p {
+	case ParamNextCheckAfter:
+		return c.NextCheckAfter
+	case ParamReleaseAfter:
+		return c.Policy.ReleaseAfter
+	case ParamMaxAttempt:
+		return c.Policy.MaxAttempt
+	}
+	panic(fmt.Sprintf("opjournal: %s is not a duration parameter", p.Name()))
+}
+
+// JSON returns a JSON parameter (TypeJSON) of c; nil is NULL.
+func (c *Command) JSON(p Param) json.RawMessage {
+	switch p {
+	case ParamResult:
+		return c.Result
+	case ParamPayload:
+		return c.Payload
+	}
+	panic(fmt.Sprintf("opjournal: %s is not a JSON parameter", p.Name()))
 }
 
 // Rules returns the rules of a command, in the order they are tried.

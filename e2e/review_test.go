@@ -112,10 +112,12 @@ func TestActorIsTheAuthenticatedPrincipal(t *testing.T) {
 	if _, err := oper.Escalate(ctx, &pb.EscalateRequest{OperationKey: "pay-ceo", Reason: "x"}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("escalate a succeeded operation without an actor: %v, want FAILED_PRECONDITION (the state), not a missing actor", err)
 	}
+	// The audit lines are buffered (at most 100 ms).
 	for _, m := range []string{"Register", "MarkUnknown", "Resolve"} {
-		if !logHas(srv.Stderr(), map[string]string{"msg": "journal call", "method": m, "key": "pay-ceo"}, "principal") {
-			t.Errorf("no audit line with the principal for %s:\n%s", m, srv.Stderr())
-		}
+		eventually(t, 5*time.Second, func() (bool, string) {
+			return logHas(srv.Stderr(), map[string]string{"msg": "journal call", "method": m, "key": "pay-ceo"}, "principal"),
+				"no audit line with the principal for " + m + ":\n" + srv.Stderr()
+		})
 	}
 }
 

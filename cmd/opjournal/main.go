@@ -156,10 +156,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	log, err := cli.NewLogger(o.logLevel, o.logFormat, stderr)
+	log, flushLog, stopLog, err := cli.NewBufferedLogger(o.logLevel, o.logFormat, stderr)
 	if err != nil {
 		return err
 	}
+	defer stopLog()
 	pol := policy.Default()
 	if o.policyPath != "" {
 		if pol, err = policy.Load(o.policyPath); err != nil {
@@ -231,6 +232,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(), "metrics_addr", metricsAddr,
 			"store", storeKind(o.databaseURL), "actions", pol.Names(), "auth", cfg.Auth != nil,
 			"tls", cfg.TLS != nil, "rate_limit", o.rateLimit, "version", version())
+		flushLog() // others wait for this line
 	})
 }
 

@@ -25,63 +25,56 @@ type batched struct {
 type opKey = [2]string
 
 // batchArgs builds the arrays of a batched statement: tenants, keys, then
-// one array per parameter, from the calls in sent. ruleOf gives the rule
-// each call's computed parameters (its event's reason) come from.
+// one typed array per parameter, from the calls in sent. ruleOf gives the
+// rule each call's computed parameters (its event's reason) come from.
+// The arrays are filled through the typed accessors, without boxing each
+// value: this runs for every call of the hot path.
 func batchArgs(clockArg any, st *statement, sent []*opjournal.Command, tenants []string, ruleOf func(*opjournal.Command) *opjournal.Rule) []any {
 	n := len(sent)
 	keys := make([]string, n)
-	cols := make([][]any, len(st.params))
-	for j := range cols {
-		cols[j] = make([]any, n)
-	}
 	for i, c := range sent {
 		keys[i] = c.Key
-		r := ruleOf(c)
-		for j, p := range st.params {
-			cols[j][i] = pgValue(p, c.Value(p, r, nil))
-		}
 	}
-	args := []any{clockArg, tenants, keys}
-	for j, p := range st.params {
-		args = append(args, typedArray(p, cols[j]))
+	args := make([]any, 0, 3+len(st.params))
+	args = append(args, clockArg, tenants, keys)
+	for _, p := range st.params {
+		switch p.Type() {
+		case opjournal.TypeInt:
+			col := make([]int32, n)
+			for i, c := range sent {
+				col[i] = int32(c.Int(p))
+			}
+			args = append(args, col)
+		case opjournal.TypeBool:
+			col := make([]bool, n)
+			for i, c := range sent {
+				col[i] = c.Bool(p)
+			}
+			args = append(args, col)
+		case opjournal.TypeDuration:
+			col := make([]float64, n)
+			for i, c := range sent {
+				col[i] = c.Duration(p).Seconds()
+			}
+			args = append(args, col)
+		case opjournal.TypeJSON:
+			col := make([]*string, n)
+			for i, c := range sent {
+				if raw := c.JSON(p); raw != nil {
+					s := string(raw)
+					col[i] = &s
+				}
+			}
+			args = append(args, col)
+		default:
+			col := make([]string, n)
+			for i, c := range sent {
+				col[i] = c.Text(p, ruleOf(c), nil)
+			}
+			args = append(args, col)
+		}
 	}
 	return args
-}
-
-// typedArray turns one parameter's values into a slice pgx encodes as the
-// array type the statement casts it to.
-func typedArray(p opjournal.Param, vals []any) any {
-	switch p.Type() {
-	case opjournal.TypeInt:
-		out := make([]int32, len(vals))
-		for i, v := range vals {
-			out[i], _ = v.(int32)
-		}
-		return out
-	case opjournal.TypeBool:
-		out := make([]bool, len(vals))
-		for i, v := range vals {
-			out[i], _ = v.(bool)
-		}
-		return out
-	case opjournal.TypeDuration:
-		out := make([]float64, len(vals))
-		for i, v := range vals {
-			out[i], _ = v.(float64)
-		}
-		return out
-	case opjournal.TypeJSON:
-		out := make([]*string, len(vals))
-		for i, v := range vals {
-			out[i], _ = v.(*string)
-		}
-		return out
-	}
-	out := make([]string, len(vals))
-	for i, v := range vals {
-		out[i], _ = v.(string)
-	}
-	return out
 }
 
 // execBatch sends st over the calls whose key comes first in the batch

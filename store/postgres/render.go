@@ -1,11 +1,9 @@
 package postgres
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/opjournal/opjournal"
 )
@@ -41,7 +39,7 @@ const (
 	basicColumns = `NULL::text, NULL::text, ` + restColumns
 	restColumns  = `tenant, operation_key, action_type, request_hash, ` + effectiveStatus + `,
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
-	duplicate_external_ids, duplicate_reports, coalesce(error_code, ''),
+	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= ` + clock + ` THEN lease_until END,
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id, ` + clock
@@ -61,29 +59,25 @@ func (st *statement) args(clockArg any, tenant string, c *opjournal.Command, op 
 	args := make([]any, 0, 3+len(st.params))
 	args = append(args, clockArg, tenant, c.Key)
 	for _, p := range st.params {
-		args = append(args, pgValue(p, c.Value(p, st.rule, op)))
+		switch p.Type() {
+		case opjournal.TypeInt:
+			args = append(args, int32(c.Int(p)))
+		case opjournal.TypeBool:
+			args = append(args, c.Bool(p))
+		case opjournal.TypeDuration:
+			args = append(args, c.Duration(p).Seconds())
+		case opjournal.TypeJSON:
+			if raw := c.JSON(p); raw != nil {
+				s := string(raw)
+				args = append(args, &s)
+			} else {
+				args = append(args, nil)
+			}
+		default:
+			args = append(args, c.Text(p, st.rule, op))
+		}
 	}
 	return args
-}
-
-// pgValue converts a parameter's Go value for pgx.
-func pgValue(p opjournal.Param, v any) any {
-	switch p.Type() {
-	case opjournal.TypeDuration:
-		d, _ := v.(time.Duration)
-		return d.Seconds()
-	case opjournal.TypeJSON:
-		raw, _ := v.(json.RawMessage)
-		if raw == nil {
-			return nil
-		}
-		s := string(raw)
-		return &s
-	case opjournal.TypeInt:
-		i, _ := v.(int)
-		return int32(i)
-	}
-	return v
 }
 
 // renderer renders one statement, numbering its parameters.

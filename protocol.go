@@ -55,6 +55,7 @@ var table = []*Rule{
 			set(FieldStatus, lit(StatusInProgress)), set(FieldAttemptCount, Expr{Kind: ExprIncrement}),
 			set(FieldLeaseOwner, param(ParamWorkerID)), set(FieldLeaseUntil, nowPlus(ParamLeaseSeconds)),
 			set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()), set(FieldAttemptStartedAt, now()),
+			set(FieldErrorCode, null()), // a new attempt starts clean; the last one's error stays in the history
 		},
 		Event:   event(fieldAttempt, "claimed", Expr{}),
 		Outcome: Changed,

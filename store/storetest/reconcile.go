@@ -273,8 +273,9 @@ func testReleaseForRetry(t *testing.T, newDB NewDatabase) {
 		t.Fatalf("released %s after the outcome became unknown, inside the 1 s lag", op.UpdatedAt.Sub(before.UnknownSince))
 	}
 	// The retry claims it like any pending operation (even under
-	// reconcile_before_retry): attempt 2.
-	if cr := claim(t, s, "k1", noRetry); !cr.Claimed || cr.Operation.AttemptCount != 2 {
+	// reconcile_before_retry): attempt 2, which starts without attempt 1's
+	// error code (it stays in the history).
+	if cr := claim(t, s, "k1", noRetry); !cr.Claimed || cr.Operation.AttemptCount != 2 || cr.Operation.ErrorCode != "" {
 		t.Fatalf("claim after release: %+v", cr)
 	}
 	_, err = s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Reason: "late"})

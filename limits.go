@@ -33,6 +33,17 @@ const (
 	// MaxDuplicateExternalIDs bounds the distinct duplicate external_ids
 	// an operation keeps; further reports are only counted.
 	MaxDuplicateExternalIDs = 10
+	// MaxRefs bounds the business references of one operation.
+	MaxRefs = 16
+	// MaxRefNameLen bounds a reference's name: 1–64 characters of
+	// [a-z0-9_.-], starting with a letter or digit.
+	MaxRefNameLen = 64
+	// MaxRefValueLen bounds a reference's value: 1–200 bytes of UTF-8
+	// without control characters.
+	MaxRefValueLen = 200
+	// MaxChildNameLen bounds the name of a child operation (ChildKey):
+	// 1–64 characters of [a-z0-9_.-].
+	MaxChildNameLen = 64
 	// DefaultMaxPayloadBytes and DefaultMaxResultBytes bound payloads and
 	// results as canonical JSON (configurable on the server).
 	DefaultMaxPayloadBytes = 64 << 10

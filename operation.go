@@ -2,6 +2,7 @@ package opjournal
 
 import (
 	"encoding/json"
+	"maps"
 	"time"
 )
 
@@ -88,6 +89,17 @@ type Operation struct {
 	// HashKeyID names the key of the keyed request hash ("" for the plain
 	// SHA-256 of actions without redact_fields). Never shown to clients.
 	HashKeyID string
+
+	// Refs are the business references given at registration (order_id,
+	// customer): searchable, immutable, part of neither the key nor the
+	// request hash. nil when none were given.
+	Refs map[string]string
+	// ParentKey is the key of the operation this one is a side effect of
+	// (a payment's receipt email); "" for none.
+	ParentKey string
+	// FirstAttemptAt is when the first attempt was claimed; zero before it.
+	// A retry_same_key action's retry.provider_dedup_window counts from it.
+	FirstAttemptAt time.Time
 }
 
 // Raw returns the status as stored: an operation read as unknown that
@@ -125,6 +137,7 @@ func (op *Operation) EffectiveUnknownSince(now time.Time) time.Time {
 func (op *Operation) Clone() *Operation {
 	c := *op
 	c.DuplicateExternalIDs = append([]string(nil), op.DuplicateExternalIDs...)
+	c.Refs = maps.Clone(op.Refs)
 	return &c
 }
 

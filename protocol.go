@@ -10,9 +10,11 @@ import (
 // generated from this table (go run ./internal/cmd/protocoldoc), and
 // store/storetest checks every store against Apply over it.
 //
-// Two facts hold outside the table: every command but Register refuses an
-// unknown key with NOT_FOUND, and an operation is read with its EFFECTIVE
-// status: in_progress whose lease has ended (database clock) is unknown.
+// Three facts hold outside the table: every command but Register refuses
+// an unknown key with NOT_FOUND; an operation is read with its EFFECTIVE
+// status: in_progress whose lease has ended (database clock) is unknown;
+// and an operation is deleted only by purging (Purgeable), after which its
+// key is unknown again: registering it makes a new operation.
 var table = []*Rule{
 	// Register: the unique key makes it atomic.
 	{
@@ -22,7 +24,7 @@ var table = []*Rule{
 		Sets: []Set{
 			set(FieldStatus, lit(StatusInProgress)), set(FieldAttemptCount, lit(1)),
 			set(FieldLeaseOwner, param(ParamWorkerID)), set(FieldLeaseUntil, nowPlus(ParamLeaseSeconds)),
-			set(FieldAttemptStartedAt, now()),
+			set(FieldAttemptStartedAt, now()), set(FieldFirstAttemptAt, now()),
 		},
 		Event:   event(fieldAttempt, "registered and claimed", Expr{}),
 		Outcome: Changed,
@@ -37,10 +39,12 @@ var table = []*Rule{
 	},
 	{
 		Command: CmdRegister, Case: "replay",
-		Doc: "the same key and request: the stored record (with a claim: then Claim)",
+		Doc: "the same key, request, refs and parent: the stored record (with a claim: then Claim)",
 		Requires: []Requirement{
 			{Cond: Cond{Kind: CondHashKeyKnown}, Refuse: refuseHashKeyGone},
 			{Cond: Cond{Kind: CondSameRequest}, Refuse: refusePayloadMismatch},
+			{Cond: Cond{Kind: CondSameRefs}, Refuse: refuseOtherRefs},
+			{Cond: Cond{Kind: CondSameParent}, Refuse: refuseOtherParent},
 		},
 		Outcome: Unchanged,
 	},
@@ -48,13 +52,15 @@ var table = []*Rule{
 	// Claim: one conditional update; exactly one concurrent caller wins.
 	{
 		Command: CmdClaim, Case: "win",
-		Doc: "pending, or unknown (an expired lease included) under on_timeout: retry_same_key; never under review",
+		Doc: "pending, or unknown (an expired lease included) under on_timeout: retry_same_key while the provider still remembers the key (retry.provider_dedup_window from the first attempt); never under review",
 		Requires: reqs(notUnderReview(),
-			or(status(StatusPending), and(flag(ParamRetryAfterUnknown), status(StatusUnknown)))),
+			or(status(StatusPending), and(flag(ParamRetryAfterUnknown), status(StatusUnknown),
+				Cond{Kind: CondWithinProviderWindow, Param: ParamProviderWindow}))),
 		Sets: []Set{
 			set(FieldStatus, lit(StatusInProgress)), set(FieldAttemptCount, Expr{Kind: ExprIncrement}),
 			set(FieldLeaseOwner, param(ParamWorkerID)), set(FieldLeaseUntil, nowPlus(ParamLeaseSeconds)),
 			set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()), set(FieldAttemptStartedAt, now()),
+			set(FieldFirstAttemptAt, Expr{Kind: ExprKeepOrNow}),
 			set(FieldErrorCode, null()), // a new attempt starts clean; the last one's error stays in the history
 		},
 		Event:   event(fieldAttempt, "claimed", Expr{}),
@@ -427,7 +433,35 @@ func refuseHashKeyGone(op *Operation, _ *Command, _ time.Time) *Error {
 		"operation %q was registered under request-hash key %q, which this server no longer holds, so this request cannot be compared with it; add the key back to --hash-key-file (keys may be retired only after the retention of the operations made with them)", op.Key, op.HashKeyID)
 }
 
+func refuseOtherRefs(op *Operation, _ *Command, _ time.Time) *Error {
+	return Errorf(CodePayloadMismatch, "refs",
+		"operation %q is registered with other refs; refs cannot change after registration: send the ones it was registered with (Lookup shows them), or use a new operation key for a new intent", op.Key)
+}
+
+func refuseOtherParent(op *Operation, _ *Command, _ time.Time) *Error {
+	return Errorf(CodePayloadMismatch, "parent_key",
+		"operation %q is registered with another parent_key; it cannot change after registration", op.Key)
+}
+
 func refusePayloadMismatch(op *Operation, _ *Command, _ time.Time) *Error {
 	return Errorf(CodePayloadMismatch, "payload",
 		"operation %q is registered with other parameters; use a new operation key for a new intent", op.Key)
+}
+
+// WithinProviderWindow reports whether a provider that remembers keys for
+// window still remembers one first sent at firstAttempt: window 0 (it
+// never forgets), no attempt yet, or the first attempt less than window
+// before now. Past it a retry_same_key retry would no longer be
+// deduplicated, so the operation waits for reconciliation instead.
+func WithinProviderWindow(firstAttempt time.Time, window time.Duration, now time.Time) bool {
+	return window <= 0 || firstAttempt.IsZero() || firstAttempt.Add(window).After(now)
+}
+
+// Purgeable reports whether op may be purged at now under its action's
+// retention: terminal, not under review, and unchanged for at least
+// retention. A non-terminal operation, or one a person must still look
+// at, is never purged. Every store's purge deletes exactly these rows
+// (store/storetest checks it).
+func Purgeable(op *Operation, retention time.Duration, now time.Time) bool {
+	return op.Raw().Terminal() && !op.NeedsReview && retention > 0 && !op.UpdatedAt.After(now.Add(-retention))
 }

@@ -87,6 +87,12 @@ func describeCond(c Cond) string {
 		return "same request hash"
 	case CondHashKeyKnown:
 		return "its hash key still held"
+	case CondSameRefs:
+		return "same refs"
+	case CondSameParent:
+		return "same parent_key"
+	case CondWithinProviderWindow:
+		return "(" + c.Param.Name() + " = 0 or now < first_attempt_at + " + c.Param.Name() + ")"
 	case CondNot:
 		return "not (" + describeCond(c.Sub[0]) + ")"
 	case CondOr, CondAnd:
@@ -136,6 +142,8 @@ func describeExpr(f Field, e Expr) string {
 		return e.Field.Column()
 	case ExprActorOrOwner:
 		return "the principal, or else lease_owner"
+	case ExprKeepOrNow:
+		return "now if not yet set"
 	}
 	return fmt.Sprintf("expr(%d)", e.Kind)
 }

@@ -3,6 +3,7 @@ package opjournal
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -48,6 +49,11 @@ type CommandPolicy struct {
 	// MaxAttempt is max_attempt_seconds: heartbeats never extend a lease
 	// beyond this long after the attempt was claimed.
 	MaxAttempt time.Duration
+	// ProviderWindow is retry.provider_dedup_window of a retry_same_key
+	// action: how long the provider remembers our key. Once the first
+	// attempt is older, a retry may no longer reuse the key blindly. 0: the
+	// provider never forgets.
+	ProviderWindow time.Duration
 }
 
 // Command is one request to change an operation, validated and resolved
@@ -75,6 +81,13 @@ type Command struct {
 	HashFor func(keyID string) (hash string, ok bool)
 	// Claim asks Register to claim a new operation in the same step.
 	Claim bool
+	// Refs are the business references (validated; nil for none) and
+	// RefsJSON their canonical JSON object (nil for none), as stores keep
+	// them. ParentKey is the parent operation's key ("" for none). Both
+	// are immutable: a replay must bring the same.
+	Refs      map[string]string
+	RefsJSON  json.RawMessage
+	ParentKey string
 
 	// Claim, ExtendLease.
 	WorkerID     string
@@ -204,6 +217,14 @@ const (
 	// CondHashKeyKnown: the server still holds the key the stored request
 	// hash was made with (Register only).
 	CondHashKeyKnown
+	// CondSameRefs: the command brings the stored refs (Register only).
+	CondSameRefs
+	// CondSameParent: the command brings the stored parent_key (Register only).
+	CondSameParent
+	// CondWithinProviderWindow: the duration Param is 0, or no attempt was
+	// claimed yet, or the first one was claimed less than Param ago: the
+	// provider still remembers the key (WithinProviderWindow).
+	CondWithinProviderWindow
 	// CondAnd: every one of Sub holds.
 	CondAnd
 	// CondNot: Sub[0] does not hold.
@@ -255,6 +276,8 @@ const (
 	ExprField
 	// ExprActorOrOwner is Param ParamActor when not empty, else lease_owner.
 	ExprActorOrOwner
+	// ExprKeepOrNow is the field's value, or the clock when it has none.
+	ExprKeepOrNow
 )
 
 // Expr is a value a rule writes: data that Apply evaluates and that
@@ -294,11 +317,14 @@ const (
 	FieldAttemptStartedAt
 	FieldDuplicateExternalIDs
 	FieldDuplicateReports
+	FieldFirstAttemptAt
 	// The fields only Register sets.
 	FieldAction
 	FieldRequestHash
 	FieldHashKeyID
 	FieldPayload
+	FieldRefs
+	FieldParentKey
 )
 
 // Column is the field's column name in every store.
@@ -336,6 +362,8 @@ func (f Field) Column() string {
 		return "duplicate_external_ids"
 	case FieldDuplicateReports:
 		return "duplicate_reports"
+	case FieldFirstAttemptAt:
+		return "first_attempt_at"
 	case FieldAction:
 		return "action_type"
 	case FieldRequestHash:
@@ -344,6 +372,10 @@ func (f Field) Column() string {
 		return "hash_key_id"
 	case FieldPayload:
 		return "payload"
+	case FieldRefs:
+		return "refs"
+	case FieldParentKey:
+		return "parent_key"
 	}
 	return fmt.Sprintf("field(%d)", int(f))
 }
@@ -375,6 +407,9 @@ const (
 	ParamPayload
 	// ParamClaim: Register is asked to claim.
 	ParamClaim
+	ParamRefs
+	ParamParentKey
+	ParamProviderWindow
 )
 
 // ParamType is the type of a Param's value.
@@ -434,6 +469,12 @@ func (p Param) Name() string {
 		return "payload"
 	case ParamClaim:
 		return "claim"
+	case ParamRefs:
+		return "refs"
+	case ParamParentKey:
+		return "parent_key"
+	case ParamProviderWindow:
+		return "provider_dedup_window"
 	}
 	return fmt.Sprintf("param(%d)", int(p))
 }
@@ -445,9 +486,9 @@ func (p Param) Type() ParamType {
 		return TypeInt
 	case ParamRetryAfterUnknown, ParamDefinitiveAbsence, ParamClaim:
 		return TypeBool
-	case ParamNextCheckAfter, ParamReleaseAfter, ParamMaxAttempt:
+	case ParamNextCheckAfter, ParamReleaseAfter, ParamMaxAttempt, ParamProviderWindow:
 		return TypeDuration
-	case ParamResult, ParamPayload:
+	case ParamResult, ParamPayload, ParamRefs:
 		return TypeJSON
 	}
 	return TypeText
@@ -502,6 +543,8 @@ func (c *Command) Text(p Param, r *Rule, op *Operation) string {
 		return c.RequestHash
 	case ParamHashKeyID:
 		return c.HashKeyID
+	case ParamParentKey:
+		return c.ParentKey
 	}
 	panic(fmt.Sprintf("opjournal: %s is not a text parameter", p.Name()))
 }
@@ -539,6 +582,8 @@ func (c *Command) Duration(p Param) time.Duration {
 		return c.Policy.ReleaseAfter
 	case ParamMaxAttempt:
 		return c.Policy.MaxAttempt
+	case ParamProviderWindow:
+		return c.Policy.ProviderWindow
 	}
 	panic(fmt.Sprintf("opjournal: %s is not a duration parameter", p.Name()))
 }
@@ -550,6 +595,8 @@ func (c *Command) JSON(p Param) json.RawMessage {
 		return c.Result
 	case ParamPayload:
 		return c.Payload
+	case ParamRefs:
+		return c.RefsJSON
 	}
 	panic(fmt.Sprintf("opjournal: %s is not a JSON parameter", p.Name()))
 }
@@ -666,7 +713,7 @@ func (r *Rule) apply(op *Operation, c *Command, now time.Time) Decision {
 	next.UpdatedAt = now
 	if op == nil {
 		next.Action, next.RequestHash, next.HashKeyID = c.Action, c.RequestHash, c.HashKeyID
-		next.Payload = c.Payload
+		next.Payload, next.Refs, next.ParentKey = c.Payload, maps.Clone(c.Refs), c.ParentKey
 	}
 	next.Status = next.EffectiveAt(now)
 	next.UnknownSince = next.EffectiveUnknownSince(now)
@@ -741,6 +788,12 @@ func (cd Cond) Eval(op *Operation, c *Command, now time.Time) bool {
 		}
 		_, ok := c.HashFor(op.HashKeyID)
 		return ok
+	case CondSameRefs:
+		return maps.Equal(op.Refs, c.Refs)
+	case CondSameParent:
+		return op.ParentKey == c.ParentKey
+	case CondWithinProviderWindow:
+		return WithinProviderWindow(op.FirstAttemptAt, asDuration(c.Value(cd.Param, nil, op)), now)
 	}
 	panic(fmt.Sprintf("opjournal: condition kind %d", cd.Kind))
 }
@@ -810,6 +863,11 @@ func (e Expr) Eval(op *Operation, f Field, r *Rule, c *Command, now time.Time) a
 			return a
 		}
 		return op.LeaseOwner
+	case ExprKeepOrNow:
+		if t := asTime(getField(op, f)); !t.IsZero() {
+			return t
+		}
+		return now
 	}
 	panic(fmt.Sprintf("opjournal: expression kind %d", e.Kind))
 }
@@ -893,6 +951,8 @@ func getField(op *Operation, f Field) any {
 		return op.DuplicateExternalIDs
 	case FieldDuplicateReports:
 		return op.DuplicateReports
+	case FieldFirstAttemptAt:
+		return op.FirstAttemptAt
 	}
 	panic(fmt.Sprintf("opjournal: no value of %s", f.Column()))
 }
@@ -944,6 +1004,8 @@ func setField(op *Operation, f Field, v any) {
 		}
 	case FieldDuplicateReports:
 		op.DuplicateReports = asInt(v)
+	case FieldFirstAttemptAt:
+		op.FirstAttemptAt = asTime(v)
 	default:
 		panic(fmt.Sprintf("opjournal: %s is not set by rules", f.Column()))
 	}

@@ -60,6 +60,20 @@ type Store interface {
 	// and the id to continue after (0 on the last page); CodeNotFound if
 	// the operation does not exist.
 	Events(ctx context.Context, p EventsParams) (evs []opjournal.Event, next int64, err error)
+	// Purge deletes one batch of purgeable operations of one action
+	// (opjournal.Purgeable: terminal, not under review, unchanged for the
+	// retention) with their history and refs, oldest first, without waiting
+	// for rows another transaction holds; with DryRun it deletes nothing and
+	// counts every purgeable operation instead.
+	Purge(ctx context.Context, p PurgeParams) (PurgeResult, error)
+	// OldestTerminal returns when the least recently changed terminal
+	// operation of action last changed (zero if it has none) and the
+	// database's clock.
+	OldestTerminal(ctx context.Context, action string) (oldest, now time.Time, err error)
+	// TryLock takes the named lock that keeps housekeeping (purge) to one
+	// process at a time among all that share the database; ok is false
+	// when another holds it. unlock releases it.
+	TryLock(ctx context.Context, name string) (unlock func(), ok bool, err error)
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 	// Close releases the connections.
@@ -84,6 +98,10 @@ type ClaimPolicy struct {
 	// AllowRetryAfterUnknown permits claiming from unknown or from an expired
 	// lease (policy on_timeout: retry_same_key).
 	AllowRetryAfterUnknown bool
+	// ProviderWindow is retry.provider_dedup_window: under
+	// AllowRetryAfterUnknown, no blind retry once the first attempt is
+	// older (0: no limit).
+	ProviderWindow time.Duration
 }
 
 // RegisterParams are the arguments of Register. The caller has validated and
@@ -99,6 +117,10 @@ type RegisterParams struct {
 	// an operation registered under it (nil: only HashKeyID).
 	HashFor func(keyID string) (string, bool)
 	Payload json.RawMessage
+	// Refs are the validated business references (nil for none) and
+	// ParentKey the parent operation's key ("" for none); both immutable.
+	Refs      map[string]string
+	ParentKey string
 	// Claim, if set, claims the operation in the same call.
 	Claim *ClaimPolicy
 	// Actor is recorded as the event's actor: the authenticated principal,
@@ -110,10 +132,12 @@ type RegisterParams struct {
 // Command returns the protocol command of p.
 func (p RegisterParams) Command() *opjournal.Command {
 	c := &opjournal.Command{Kind: opjournal.CmdRegister, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
-		Action: p.Action, RequestHash: p.RequestHash, HashKeyID: p.HashKeyID, HashFor: p.HashFor, Payload: p.Payload}
+		Action: p.Action, RequestHash: p.RequestHash, HashKeyID: p.HashKeyID, HashFor: p.HashFor, Payload: p.Payload,
+		Refs: p.Refs, RefsJSON: opjournal.RefsJSON(p.Refs), ParentKey: p.ParentKey}
 	if p.Claim != nil {
 		c.Claim, c.WorkerID, c.LeaseSeconds = true, p.Claim.WorkerID, p.Claim.LeaseSeconds
 		c.Policy.RetryAfterUnknown = p.Claim.AllowRetryAfterUnknown
+		c.Policy.ProviderWindow = p.Claim.ProviderWindow
 	}
 	return c
 }
@@ -148,7 +172,7 @@ type ClaimParams struct {
 func (p ClaimParams) Command() *opjournal.Command {
 	return &opjournal.Command{Kind: opjournal.CmdClaim, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
 		WorkerID: p.WorkerID, LeaseSeconds: p.LeaseSeconds,
-		Policy: opjournal.CommandPolicy{RetryAfterUnknown: p.AllowRetryAfterUnknown}}
+		Policy: opjournal.CommandPolicy{RetryAfterUnknown: p.AllowRetryAfterUnknown, ProviderWindow: p.ProviderWindow}}
 }
 
 // ClaimResult is the outcome of a claim.
@@ -224,6 +248,10 @@ type ListParams struct {
 	Statuses    []opjournal.Status // effective statuses
 	NeedsReview *bool
 	Action      string
+	// Refs keeps only operations that have every one of these refs.
+	Refs map[string]string
+	// ParentKey keeps only the children of this operation.
+	ParentKey string
 	// DueForCheck keeps only unknown operations (expired leases included)
 	// that are not under review and whose next check is due.
 	DueForCheck bool
@@ -329,6 +357,28 @@ type AcknowledgeParams struct {
 // Command returns the protocol command of p.
 func (p AcknowledgeParams) Command() *opjournal.Command {
 	return &opjournal.Command{Kind: opjournal.CmdAcknowledge, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor, Reason: p.Reason}
+}
+
+// PurgeParams are the arguments of Purge.
+type PurgeParams struct {
+	// Action is the action whose operations are purged.
+	Action string
+	// Retention is the action's retention (> 0): operations unchanged for
+	// at least this long (database clock) go.
+	Retention time.Duration
+	// Limit is the batch size (> 0); ignored with DryRun.
+	Limit int
+	// DryRun counts instead of deleting.
+	DryRun bool
+}
+
+// PurgeResult is what one Purge did (or, with DryRun, would do).
+type PurgeResult struct {
+	// Operations and Events count the rows deleted (or purgeable).
+	Operations, Events int64
+	// Oldest and Newest bound the updated_at of those operations (zero
+	// when there were none).
+	Oldest, Newest time.Time
 }
 
 // EventsParams page Events.

@@ -106,9 +106,13 @@ func execBatch[In any](ctx context.Context, s *Store, what string, st *statement
 		if err != nil {
 			return classify(what, err)
 		}
-		if c := byKey[opKey{sc.op.Tenant, sc.op.Key}]; c != nil {
-			c.out.sc, c.out.existed, c.ok = sc, existed, true
+		c := byKey[opKey{sc.op.Tenant, sc.op.Key}]
+		if c == nil || (c.ok && !c.out.existed && existed) {
+			// Register: the row this statement inserted wins over the one
+			// its snapshot still showed (a purge deleted that one meanwhile).
+			continue
 		}
+		c.out.sc, c.out.existed, c.ok = sc, existed, true
 	}
 	if err := rows.Err(); err != nil {
 		return classify(what, err)

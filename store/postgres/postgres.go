@@ -301,18 +301,24 @@ type scanned struct {
 // scanOp reads one row of the columns, after the extra leading columns, if any.
 func scanOp(row pgx.Row, extra ...any) (scanned, error) {
 	var (
-		op                                                       opjournal.Operation
-		payload, result                                          *string
-		status                                                   string
-		leaseUntil, unknownSince, lastCheck, nextCheck, attStart *time.Time
-		dbNow                                                    time.Time
+		op                                                                     opjournal.Operation
+		payload, result, refs                                                  *string
+		status                                                                 string
+		leaseUntil, unknownSince, lastCheck, nextCheck, attStart, firstAttempt *time.Time
+		dbNow                                                                  time.Time
 	)
 	err := row.Scan(append(extra, &payload, &result, &op.Tenant, &op.Key, &op.Action, &op.RequestHash, &status,
 		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &op.DuplicateExternalIDs, &op.DuplicateReports,
 		&op.ErrorCode, &op.NeedsReview, &op.ReviewReason, &op.CreatedAt, &op.UpdatedAt,
-		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &attStart, &op.HashKeyID, &dbNow)...)
+		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &attStart, &op.HashKeyID,
+		&refs, &op.ParentKey, &firstAttempt, &dbNow)...)
 	if err != nil {
 		return scanned{}, err
+	}
+	if refs != nil {
+		if op.Refs, err = opjournal.ParseRefs([]byte(*refs)); err != nil {
+			return scanned{}, fmt.Errorf("refs: %w", err)
+		}
 	}
 	if payload != nil {
 		op.Payload = []byte(*payload)
@@ -329,7 +335,8 @@ func scanOp(row pgx.Row, extra ...any) (scanned, error) {
 	for _, t := range []struct {
 		src *time.Time
 		dst *time.Time
-	}{{leaseUntil, &op.LeaseUntil}, {unknownSince, &op.UnknownSince}, {lastCheck, &op.LastCheckedAt}, {nextCheck, &op.NextCheckAt}, {attStart, &op.AttemptStartedAt}} {
+	}{{leaseUntil, &op.LeaseUntil}, {unknownSince, &op.UnknownSince}, {lastCheck, &op.LastCheckedAt}, {nextCheck, &op.NextCheckAt},
+		{attStart, &op.AttemptStartedAt}, {firstAttempt, &op.FirstAttemptAt}} {
 		if t.src != nil {
 			*t.dst = *t.src
 		}
@@ -567,22 +574,29 @@ func insertRule(c *opjournal.Command) *opjournal.Rule {
 	panic("postgres: no Register rule inserts")
 }
 
-// registerOne is Register in a statement of its own.
+// registerOne is Register in a statement of its own. When the key
+// exists at the insert but is gone when read (a purge deleted it in
+// between), the key is new again: the insert is tried once more.
 func (s *Store) registerOne(ctx context.Context, p store.RegisterParams) (store.RegisterResult, error) {
 	c := p.Command()
 	st := inserts[insertRule(c)]
-	sc, created, err := s.one(ctx, "register", st.sql, st.args(s.clockArg(), p.Tenant, c, nil)...)
-	if err != nil {
-		return store.RegisterResult{}, err
+	for round := 0; ; round++ {
+		sc, created, err := s.one(ctx, "register", st.sql, st.args(s.clockArg(), p.Tenant, c, nil)...)
+		if err != nil {
+			return store.RegisterResult{}, err
+		}
+		if created {
+			return registered(p, sc), nil
+		}
+		existing, err := s.get(ctx, p.Tenant, p.Key)
+		if opjournal.ErrorCode(err) == opjournal.CodeNotFound && round < maxApplyRounds {
+			continue
+		}
+		if err != nil {
+			return store.RegisterResult{}, err
+		}
+		return s.registerExisting(ctx, p, existing)
 	}
-	if created {
-		return registered(p, sc), nil
-	}
-	existing, err := s.get(ctx, p.Tenant, p.Key)
-	if err != nil {
-		return store.RegisterResult{}, err
-	}
-	return s.registerExisting(ctx, p, existing)
 }
 
 // registered is the result of a Register that inserted the row.
@@ -732,6 +746,19 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 	}
 	// The due-for-check filter repeats the partial index's predicate
 	// (status IN ('in_progress', 'unknown')) so the planner can use it.
+	// The refs and parent filters are added only when asked for, so that
+	// their partial indexes (rows with refs, rows with a parent) serve
+	// them: a generic plan of "$9 IS NULL OR refs @> $9" could use none.
+	args := []any{s.clockArg(), p.Tenant, p.After, statuses, p.NeedsReview, p.Action, p.DueForCheck, limit + 1}
+	var extra string
+	if refs := opjournal.RefsJSON(p.Refs); refs != nil {
+		args = append(args, string(refs))
+		extra += fmt.Sprintf("\n\t\t  AND refs @> $%d::jsonb", len(args))
+	}
+	if p.ParentKey != "" {
+		args = append(args, p.ParentKey)
+		extra += fmt.Sprintf("\n\t\t  AND parent_key = $%d", len(args))
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM operations
@@ -740,10 +767,9 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 		  AND ($5::boolean IS NULL OR needs_review = $5)
 		  AND ($6 = '' OR action_type = $6)
 		  AND (NOT $7 OR (status IN ('in_progress', 'unknown') AND `+isUnknown+` AND NOT needs_review
-		                  AND (next_check_at IS NULL OR next_check_at <= `+clock+`)))
+		                  AND (next_check_at IS NULL OR next_check_at <= `+clock+`)))`+extra+`
 		ORDER BY operation_key
-		LIMIT $8`,
-		s.clockArg(), p.Tenant, p.After, statuses, p.NeedsReview, p.Action, p.DueForCheck, limit+1)
+		LIMIT $8`, args...)
 	if err != nil {
 		return nil, "", classify("list", err)
 	}

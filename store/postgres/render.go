@@ -42,7 +42,8 @@ const (
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= ` + clock + ` THEN lease_until END,
-	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id, ` + clock
+	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
+	refs::text, coalesce(parent_key, ''), first_attempt_at, ` + clock
 )
 
 // statement is a rule rendered as SQL, and the parameters it takes after
@@ -142,7 +143,7 @@ func arrayType(p opjournal.Param) string {
 // on the row read back.
 func renderable(c opjournal.Cond) bool {
 	switch c.Kind {
-	case opjournal.CondAbsent, opjournal.CondSameRequest, opjournal.CondHashKeyKnown:
+	case opjournal.CondAbsent, opjournal.CondSameRequest, opjournal.CondHashKeyKnown, opjournal.CondSameRefs, opjournal.CondSameParent:
 		return false
 	}
 	return true
@@ -175,6 +176,9 @@ func (r *renderer) cond(c opjournal.Cond) string {
 		return "((CASE WHEN status = 'in_progress' THEN lease_until ELSE unknown_since END) <= " + clock + " - " + r.seconds(c.Param) + ")"
 	case opjournal.CondAttemptYounger:
 		return "(attempt_started_at + " + r.seconds(c.Param) + " > " + clock + ")"
+	case opjournal.CondWithinProviderWindow:
+		w := r.param(c.Param)
+		return "(" + w + " <= 0 OR first_attempt_at IS NULL OR first_attempt_at + " + r.seconds(c.Param) + " > " + clock + ")"
 	case opjournal.CondSameOrNoExternalID:
 		x := r.param(opjournal.ParamExternalID)
 		return "(" + x + " = '' OR " + x + " = coalesce(external_id, ''))"
@@ -256,6 +260,8 @@ func (r *renderer) expr(f opjournal.Field, e opjournal.Expr) string {
 		return e.Field.Column()
 	case opjournal.ExprActorOrOwner:
 		return "coalesce(nullif(" + r.param(opjournal.ParamActor) + ", ''), lease_owner, '')"
+	case opjournal.ExprKeepOrNow:
+		return "coalesce(" + col + ", " + clock + ")"
 	}
 	panic(fmt.Sprintf("postgres: expression kind %d cannot be rendered", e.Kind))
 }
@@ -353,15 +359,21 @@ func unnest(params []opjournal.Param) string {
 }
 
 // registerColumns are what Register writes besides the rule's sets.
-const registerColumns = `tenant, operation_key, action_type, request_hash, hash_key_id, payload, created_at, updated_at`
+const registerColumns = `tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, created_at, updated_at`
+
+// registerValues renders the values of registerColumns after the tenant
+// and key.
+func (r *renderer) registerValues() string {
+	return r.param(opjournal.ParamAction) + ", " + r.param(opjournal.ParamRequestHash) + ", " +
+		r.param(opjournal.ParamHashKeyID) + ", " + r.param(opjournal.ParamPayload) + ", " +
+		r.param(opjournal.ParamRefs) + "::jsonb, nullif(" + r.param(opjournal.ParamParentKey) + ", ''), " + clock + ", " + clock
+}
 
 // renderInsert renders a Register rule as an INSERT that does nothing when
 // the key exists (the primary key is the rule's "absent" guard).
 func renderInsert(rule *opjournal.Rule) *statement {
 	r := newRenderer(false)
-	cols, vals := []string{registerColumns}, []string{
-		"$2, $3, " + r.param(opjournal.ParamAction) + ", " + r.param(opjournal.ParamRequestHash) + ", " +
-			r.param(opjournal.ParamHashKeyID) + ", " + r.param(opjournal.ParamPayload) + ", " + clock + ", " + clock}
+	cols, vals := []string{registerColumns}, []string{"$2, $3, " + r.registerValues()}
 	for _, s := range rule.Sets {
 		cols = append(cols, s.Field.Column())
 		vals = append(vals, r.expr(s.Field, s.Expr))
@@ -404,8 +416,7 @@ func renderBatchedInsert(claimed, plain *opjournal.Rule) *statement {
 		return "NULL"
 	}
 	cols := []string{registerColumns}
-	vals := []string{"in_tenant, in_key, " + r.param(opjournal.ParamAction) + ", " + r.param(opjournal.ParamRequestHash) + ", " +
-		r.param(opjournal.ParamHashKeyID) + ", " + r.param(opjournal.ParamPayload) + ", " + clock + ", " + clock}
+	vals := []string{"in_tenant, in_key, " + r.registerValues()}
 	for _, f := range fields {
 		cols = append(cols, f.Column())
 		vals = append(vals, "CASE WHEN "+claim+" THEN "+value(claimed, f)+" ELSE "+value(plain, f)+" END")

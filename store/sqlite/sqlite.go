@@ -10,9 +10,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +33,7 @@ import (
 // Store implements store.Store on a SQLite file.
 type Store struct {
 	db    *sql.DB
+	path  string                           // the file, naming TryLock's locks
 	clock atomic.Pointer[func() time.Time] // test clock (SetClock); nil: SQLite's
 	// commit runs the write transactions, grouping concurrent ones
 	// (groupcommit.go).
@@ -79,7 +83,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	return &Store{db: db, commit: newCommitter(db)}, nil
+	return &Store{db: db, path: path, commit: newCommitter(db)}, nil
 }
 
 // createPrivate creates the database file, if it does not exist yet, as
@@ -169,7 +173,8 @@ const (
 	duplicate_external_ids, duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= ` + nowSQL + ` THEN lease_until END,
-	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id, ` + nowSQL
+	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
+	refs, coalesce(parent_key, ''), first_attempt_at, ` + nowSQL
 )
 
 type scanned struct {
@@ -181,19 +186,25 @@ type rowScanner interface{ Scan(dest ...any) error }
 
 func scanOp(row rowScanner) (scanned, error) {
 	var (
-		op                                                       opjournal.Operation
-		payload, result                                          sql.NullString
-		status, dups                                             string
-		leaseUntil, unknownSince, lastCheck, nextCheck, attStart sql.NullInt64
-		needsReview                                              int
-		createdAt, updatedAt, dbNow                              int64
+		op                                                                     opjournal.Operation
+		payload, result, refs                                                  sql.NullString
+		status, dups                                                           string
+		leaseUntil, unknownSince, lastCheck, nextCheck, attStart, firstAttempt sql.NullInt64
+		needsReview                                                            int
+		createdAt, updatedAt, dbNow                                            int64
 	)
 	err := row.Scan(&payload, &result, &op.Tenant, &op.Key, &op.Action, &op.RequestHash, &status,
 		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &dups, &op.DuplicateReports,
 		&op.ErrorCode, &needsReview, &op.ReviewReason, &createdAt, &updatedAt,
-		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &attStart, &op.HashKeyID, &dbNow)
+		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &attStart, &op.HashKeyID,
+		&refs, &op.ParentKey, &firstAttempt, &dbNow)
 	if err != nil {
 		return scanned{}, err
+	}
+	if refs.Valid {
+		if op.Refs, err = opjournal.ParseRefs([]byte(refs.String)); err != nil {
+			return scanned{}, fmt.Errorf("refs: %w", err)
+		}
 	}
 	if payload.Valid {
 		op.Payload = []byte(payload.String)
@@ -213,7 +224,8 @@ func scanOp(row rowScanner) (scanned, error) {
 	for _, t := range []struct {
 		src sql.NullInt64
 		dst *time.Time
-	}{{leaseUntil, &op.LeaseUntil}, {unknownSince, &op.UnknownSince}, {lastCheck, &op.LastCheckedAt}, {nextCheck, &op.NextCheckAt}, {attStart, &op.AttemptStartedAt}} {
+	}{{leaseUntil, &op.LeaseUntil}, {unknownSince, &op.UnknownSince}, {lastCheck, &op.LastCheckedAt}, {nextCheck, &op.NextCheckAt},
+		{attStart, &op.AttemptStartedAt}, {firstAttempt, &op.FirstAttemptAt}} {
 		if t.src.Valid {
 			*t.dst = ms(t.src.Int64)
 		}
@@ -351,23 +363,36 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, 
 	args := []any{s.clockArg(), op.Tenant, op.Key, string(op.Raw()), op.AttemptCount, nullText(op.LeaseOwner), nullTime(op.LeaseUntil),
 		nullText(op.ExternalID), result, nullText(op.ErrorCode), boolInt(op.NeedsReview), nullText(op.ReviewReason),
 		nullTime(op.UnknownSince), op.CheckCount, nullTime(op.LastCheckedAt), nullTime(op.NextCheckAt),
-		nullTime(op.AttemptStartedAt), string(dups), op.DuplicateReports, op.UpdatedAt.UnixMilli()}
-	if insert {
-		_, err = tx.ExecContext(ctx, `INSERT INTO operations (tenant, operation_key, status, attempt_count, lease_owner,
-			lease_until, external_id, result, error_code, needs_review, review_reason, unknown_since, check_count,
-			last_checked_at, next_check_at, attempt_started_at, duplicate_external_ids, duplicate_reports, updated_at,
-			action_type, request_hash, hash_key_id, payload, created_at)
-			VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)`,
-			append(args, op.Action, op.RequestHash, op.HashKeyID, string(op.Payload), op.CreatedAt.UnixMilli())...)
-	} else {
+		nullTime(op.AttemptStartedAt), string(dups), op.DuplicateReports, op.UpdatedAt.UnixMilli(), nullTime(op.FirstAttemptAt)}
+	if !insert {
 		_, err = tx.ExecContext(ctx, `UPDATE operations SET status = ?4, attempt_count = ?5, lease_owner = ?6,
 			lease_until = ?7, external_id = ?8, result = ?9, error_code = ?10, needs_review = ?11, review_reason = ?12,
 			unknown_since = ?13, check_count = ?14, last_checked_at = ?15, next_check_at = ?16, attempt_started_at = ?17,
-			duplicate_external_ids = ?18, duplicate_reports = ?19, updated_at = ?20
+			duplicate_external_ids = ?18, duplicate_reports = ?19, updated_at = ?20, first_attempt_at = ?21
 			WHERE tenant = ?2 AND operation_key = ?3`, args...)
+		if err != nil {
+			return classify("write", err)
+		}
+		return nil
 	}
+	var refs any
+	if r := opjournal.RefsJSON(op.Refs); r != nil {
+		refs = string(r)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO operations (tenant, operation_key, status, attempt_count, lease_owner,
+		lease_until, external_id, result, error_code, needs_review, review_reason, unknown_since, check_count,
+		last_checked_at, next_check_at, attempt_started_at, duplicate_external_ids, duplicate_reports, updated_at,
+		first_attempt_at, action_type, request_hash, hash_key_id, payload, created_at, refs, parent_key)
+		VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)`,
+		append(args, op.Action, op.RequestHash, op.HashKeyID, string(op.Payload), op.CreatedAt.UnixMilli(), refs, nullText(op.ParentKey))...)
 	if err != nil {
 		return classify("write", err)
+	}
+	for name, value := range op.Refs {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO operation_refs (tenant, operation_key, name, value) VALUES (?1, ?2, ?3, ?4)`,
+			op.Tenant, op.Key, name, value); err != nil {
+			return classify("write refs", err)
+		}
 	}
 	return nil
 }
@@ -533,6 +558,15 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 	if p.Action != "" {
 		q += ` AND action_type = ` + arg(p.Action)
 	}
+	if p.ParentKey != "" {
+		q += ` AND parent_key = ` + arg(p.ParentKey)
+	}
+	// Each ref narrows the keys through operation_refs' (tenant, name,
+	// value) index, which then drives the scan.
+	for _, name := range slices.Sorted(maps.Keys(p.Refs)) {
+		q += ` AND operation_key IN (SELECT operation_key FROM operation_refs WHERE tenant = ?2 AND name = ` + arg(name) +
+			` AND value = ` + arg(p.Refs[name]) + `)`
+	}
 	if p.DueForCheck {
 		q += ` AND status IN ('in_progress', 'unknown') AND ` + isUnknown + ` AND needs_review = 0
 		       AND (next_check_at IS NULL OR next_check_at <= ` + nowSQL + `)`
@@ -613,4 +647,116 @@ func classify(what string, err error) error {
 		return &opjournal.Error{Code: opjournal.CodeUnavailable, Message: "database unavailable during " + what, Err: err}
 	}
 	return &opjournal.Error{Code: opjournal.CodeInternal, Message: "database error during " + what, Err: err}
+}
+
+// purgeable matches the rows opjournal.Purgeable allows (?2: the action,
+// ?3: the retention in milliseconds), through operations_terminal_idx.
+const purgeable = `action_type = ?2 AND status IN ('succeeded', 'failed_final') AND needs_review = 0
+	AND updated_at <= ` + nowSQL + ` - ?3`
+
+// Purge deletes one batch of purgeable operations of an action, oldest
+// first, with their history and refs, in one write transaction (a batch
+// is small, so the write lock is held briefly). With DryRun it counts
+// every purgeable operation instead.
+func (s *Store) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeResult, error) {
+	if p.Retention <= 0 || (!p.DryRun && p.Limit <= 0) {
+		return store.PurgeResult{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "", "purge needs a retention and a batch size")
+	}
+	args := []any{s.clockArg(), p.Action, p.Retention.Milliseconds()}
+	if p.DryRun {
+		return s.purgeCount(ctx, args)
+	}
+	var res store.PurgeResult
+	err := s.commit.do(ctx, "purge", func(ctx context.Context, tx *sql.Tx) error {
+		res = store.PurgeResult{}
+		rows, err := tx.QueryContext(ctx, `SELECT tenant, operation_key, updated_at FROM operations WHERE `+purgeable+`
+			ORDER BY updated_at LIMIT ?4`, append(args, p.Limit)...)
+		if err != nil {
+			return classify("purge", err)
+		}
+		type victim struct{ tenant, key string }
+		var victims []victim
+		for rows.Next() {
+			var v victim
+			var at int64
+			if err := rows.Scan(&v.tenant, &v.key, &at); err != nil {
+				rows.Close()
+				return classify("purge", err)
+			}
+			victims = append(victims, v)
+			res.Newest = ms(at)
+			if res.Oldest.IsZero() {
+				res.Oldest = ms(at)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return classify("purge", err)
+		}
+		for _, v := range victims {
+			ev, err := tx.ExecContext(ctx, `DELETE FROM operation_events WHERE tenant = ?1 AND operation_key = ?2`, v.tenant, v.key)
+			if err != nil {
+				return classify("purge", err)
+			}
+			n, _ := ev.RowsAffected()
+			res.Events += n
+			if _, err := tx.ExecContext(ctx, `DELETE FROM operation_refs WHERE tenant = ?1 AND operation_key = ?2`, v.tenant, v.key); err != nil {
+				return classify("purge", err)
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM operations WHERE tenant = ?1 AND operation_key = ?2`, v.tenant, v.key); err != nil {
+				return classify("purge", err)
+			}
+			res.Operations++
+		}
+		return nil
+	})
+	return res, err
+}
+
+// purgeCount counts what Purge would delete.
+func (s *Store) purgeCount(ctx context.Context, args []any) (store.PurgeResult, error) {
+	var res store.PurgeResult
+	var oldest, newest sql.NullInt64
+	err := s.db.QueryRowContext(ctx, `SELECT count(*), min(updated_at), max(updated_at),
+		(SELECT count(*) FROM operation_events e WHERE (e.tenant, e.operation_key) IN
+			(SELECT tenant, operation_key FROM operations WHERE `+purgeable+`))
+		FROM operations WHERE `+purgeable, args...).Scan(&res.Operations, &oldest, &newest, &res.Events)
+	if err != nil {
+		return store.PurgeResult{}, classify("purge", err)
+	}
+	if oldest.Valid {
+		res.Oldest, res.Newest = ms(oldest.Int64), ms(newest.Int64)
+	}
+	return res, nil
+}
+
+// OldestTerminal returns the oldest updated_at among action's terminal
+// operations (zero if none) and the clock.
+func (s *Store) OldestTerminal(ctx context.Context, action string) (time.Time, time.Time, error) {
+	var oldest sql.NullInt64
+	var now int64
+	err := s.db.QueryRowContext(ctx, `SELECT (SELECT min(updated_at) FROM operations
+		WHERE action_type = ?2 AND status IN ('succeeded', 'failed_final')), `+nowSQL, s.clockArg(), action).Scan(&oldest, &now)
+	if err != nil {
+		return time.Time{}, time.Time{}, classify("oldest terminal", err)
+	}
+	if !oldest.Valid {
+		return time.Time{}, ms(now), nil
+	}
+	return ms(oldest.Int64), ms(now), nil
+}
+
+// locks are the TryLock locks of this process: a SQLite file has one
+// server process, so a lock in memory keeps its housekeeping to one at a
+// time.
+var locks sync.Map // "path\x00name" → *sync.Mutex
+
+// TryLock takes the named lock of this database file within the process.
+func (s *Store) TryLock(_ context.Context, name string) (func(), bool, error) {
+	m, _ := locks.LoadOrStore(s.path+"\x00"+name, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	if !mu.TryLock() {
+		return nil, false, nil
+	}
+	return mu.Unlock, true, nil
 }

@@ -121,15 +121,20 @@ func (m *model) command(rt *rapid.T, key string) *opjournal.Command {
 	case opjournal.CmdRegister:
 		c.Action, c.Payload = "pay", json.RawMessage(`{"n":1}`)
 		c.RequestHash = rapid.SampledFrom([]string{"h1", "h1", "h2"}).Draw(rt, "hash")
+		c.Refs = rapid.SampledFrom([]map[string]string{nil, nil, {"order_id": "817"}, {"order_id": "818"}}).Draw(rt, "refs")
+		c.RefsJSON = opjournal.RefsJSON(c.Refs)
+		c.ParentKey = rapid.SampledFrom([]string{"", "", "p"}).Draw(rt, "parent")
 		if c.Claim = rapid.Bool().Draw(rt, "claim"); c.Claim {
 			c.WorkerID = rapid.SampledFrom([]string{"w1", "w2"}).Draw(rt, "worker")
 			c.LeaseSeconds = rapid.IntRange(1, 20).Draw(rt, "lease")
 			c.Policy.RetryAfterUnknown = rapid.Bool().Draw(rt, "retry same key")
+			c.Policy.ProviderWindow = secs("provider window", 0, 60)
 		}
 	case opjournal.CmdClaim:
 		c.WorkerID = rapid.SampledFrom([]string{"w1", "w2"}).Draw(rt, "worker")
 		c.LeaseSeconds = rapid.IntRange(1, 20).Draw(rt, "lease")
 		c.Policy.RetryAfterUnknown = rapid.Bool().Draw(rt, "retry same key")
+		c.Policy.ProviderWindow = secs("provider window", 0, 60)
 	case opjournal.CmdExtendLease:
 		c.LeaseSeconds = rapid.IntRange(1, 20).Draw(rt, "lease")
 		c.Policy.MaxAttempt = secs("max attempt", 1, 60)
@@ -279,11 +284,12 @@ func call(s store.Store, tenant string, c *opjournal.Command) answer {
 		err error
 		a   answer
 	)
-	claim := store.ClaimPolicy{WorkerID: c.WorkerID, LeaseSeconds: c.LeaseSeconds, AllowRetryAfterUnknown: c.Policy.RetryAfterUnknown}
+	claim := store.ClaimPolicy{WorkerID: c.WorkerID, LeaseSeconds: c.LeaseSeconds, AllowRetryAfterUnknown: c.Policy.RetryAfterUnknown,
+		ProviderWindow: c.Policy.ProviderWindow}
 	switch c.Kind {
 	case opjournal.CmdRegister:
 		p := store.RegisterParams{Tenant: tenant, Key: c.Key, Action: c.Action, RequestHash: c.RequestHash, Payload: c.Payload,
-			Actor: c.Actor, StatedActor: c.StatedActor}
+			Refs: c.Refs, ParentKey: c.ParentKey, Actor: c.Actor, StatedActor: c.StatedActor}
 		if c.Claim {
 			p.Claim = &claim
 		}
@@ -425,9 +431,9 @@ func cloneEvents(evs map[string][]opjournal.Event) map[string][]opjournal.Event 
 func describe(c *opjournal.Command) string {
 	d := *c
 	d.HashFor = nil
-	return fmt.Sprintf("%s {attempt:%d worker:%q lease:%d ext:%q result:%s code:%q actor:%q stated:%q hash:%q claim:%v resolution:%q next:%s policy:%+v}",
+	return fmt.Sprintf("%s {attempt:%d worker:%q lease:%d ext:%q result:%s code:%q actor:%q stated:%q hash:%q refs:%v parent:%q claim:%v resolution:%q next:%s policy:%+v}",
 		c.Kind, d.Attempt, d.WorkerID, d.LeaseSeconds, d.ExternalID, d.Result, d.ErrorCode, d.Actor, d.StatedActor, d.RequestHash,
-		d.Claim, d.Resolution, d.NextCheckAfter, d.Policy)
+		d.Refs, d.ParentKey, d.Claim, d.Resolution, d.NextCheckAfter, d.Policy)
 }
 
 // diffAnswers says how a store's answer differs from the model's ("" if not).
@@ -518,6 +524,9 @@ func diffOps(want, got *opjournal.Operation) string {
 	times("last_checked_at", want.LastCheckedAt, got.LastCheckedAt)
 	times("next_check_at", want.NextCheckAt, got.NextCheckAt)
 	times("attempt_started_at", want.AttemptStartedAt, got.AttemptStartedAt)
+	times("first_attempt_at", want.FirstAttemptAt, got.FirstAttemptAt)
+	cmp("refs", want.Refs, got.Refs)
+	cmp("parent_key", want.ParentKey, got.ParentKey)
 	return strings.Join(d, "; ")
 }
 

@@ -72,6 +72,14 @@ func Run(t *testing.T, newDB NewDatabase) {
 		{"ConcurrentReleasesOneApplies", testConcurrentReleasesOneApplies},
 		{"Escalate", testEscalate},
 		{"Resolve", testResolve},
+		{"Refs", testRefs},
+		{"ParentKey", testParentKey},
+		{"ProviderDedupWindow", testProviderWindow},
+		{"Purge", testPurge},
+		{"OldestTerminal", testOldestTerminal},
+		{"ConcurrentPurgers", testConcurrentPurgers},
+		{"PurgeRacesReplay", testPurgeRacesReplay},
+		{"TryLock", testTryLock},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -49,7 +49,7 @@ bench: bench-build
 ## bench-quick: a ≤ 60 s smoke run (0.7 s per point, growth at 100k) into bench/results/quick/
 bench-quick: bench-build
 	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --warmup 200ms --duration 700ms \
-		--growth-rows 100000 --results-dir bench/results/quick --results-md "" $(BENCH_FLAGS)
+		--growth-rows 100000 --purge-rows 100000 --results-dir bench/results/quick --results-md "" $(BENCH_FLAGS)
 
 ## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod),
 ## the Python client's clients/python/opjournal/v1 (Debian's protoc and grpc_python_plugin) and

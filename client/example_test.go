@@ -89,7 +89,7 @@ func ExampleClient_Execute_email() {
 	op := client.Op{
 		Key:     "email:order-817:receipt",
 		Action:  "send_email",
-		Payload: map[string]any{"template": "receipt", "order_id": "817"},
+		Payload: map[string]any{"to": "customer-93@example.com", "template": "receipt", "order_id": "817"},
 	}
 	send := func(ctx context.Context, a client.Attempt) (client.Effect, error) {
 		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -121,4 +121,80 @@ func ExampleClient_Execute_email() {
 	// verification_required timeout STATUS_UNKNOWN
 	// verification_required timeout STATUS_UNKNOWN
 	// emails sent: 1
+}
+
+// A payment and its receipt email. The article's advice: an opaque key,
+// made once per intent and stored with it (NewKey), with the business
+// links in Refs; and a side effect inside the handler gets a key of its
+// own, derived from its parent's (ChildKey). When the whole handler runs
+// again (a retry), it derives the same child key, so the customer is
+// charged once and gets one receipt.
+func ExampleChildKey() {
+	journal, stop := startJournal()
+	defer stop()
+	payments := newProvider("pay", "captured")
+	defer payments.Close()
+	mail := newProvider("msg", "sent")
+	defer mail.Close()
+	c, err := client.Dial(journal)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	call := func(url string) func(ctx context.Context, a client.Attempt) (client.Effect, error) {
+		return func(ctx context.Context, a client.Attempt) (client.Effect, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+			if err != nil {
+				return client.Effect{}, client.Rejected("bad_request", err)
+			}
+			req.Header.Set("Idempotency-Key", a.Key)
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				defer resp.Body.Close()
+			}
+			if err := client.ClassifyHTTP(resp, err); err != nil {
+				return client.Effect{}, err
+			}
+			var p struct{ ID string }
+			if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+				return client.Effect{}, err
+			}
+			return client.Effect{ExternalID: p.ID}, nil
+		}
+	}
+
+	// The orchestrator makes the key when the order asks for a payment,
+	// and stores it with the order.
+	paymentKey := client.NewKey()
+	handle := func() {
+		ctx := context.Background()
+		paid, err := c.Execute(ctx, client.Op{
+			Key: paymentKey, Action: "create_payment",
+			Payload: map[string]any{"order_id": "817", "amount_minor": 490000, "currency": "RUB"},
+			Refs:    map[string]string{"order_id": "817", "customer": "c-93"},
+		}, call(payments.URL+"/payments"))
+		if err != nil || paid.Kind != client.Succeeded {
+			log.Fatal(paid.Kind, err)
+		}
+		receiptKey, err := client.ChildKey(paymentKey, "receipt_email")
+		if err != nil {
+			log.Fatal(err)
+		}
+		sent, err := c.Execute(ctx, client.Op{
+			Key: receiptKey, Action: "send_email", ParentKey: paymentKey,
+			Payload: map[string]any{"to": "customer-93@example.com", "subject": "Receipt for order 817"},
+		}, call(mail.URL+"/messages"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("payment", paid.ExternalID, "replayed:", paid.Replayed, "| receipt", sent.ExternalID, "replayed:", sent.Replayed,
+			"| parent recorded:", sent.Operation.GetParentKey() == paymentKey)
+	}
+	handle()
+	handle() // the handler runs again after a crash or a timeout upstream
+	fmt.Println("charges:", payments.Effects(), "emails:", mail.Effects())
+	// Output:
+	// payment pay_1 replayed: false | receipt msg_1 replayed: false | parent recorded: true
+	// payment pay_1 replayed: true | receipt msg_1 replayed: true | parent recorded: true
+	// charges: 1 emails: 1
 }

@@ -18,9 +18,12 @@ import (
 
 // Op is one business intent to execute.
 type Op struct {
-	// Key names the intent ("payment:order-817:intent-01"): made by
-	// orchestrator code, never by the model, and the same for every retry
-	// of the intent. 1–200 visible ASCII characters; no secrets.
+	// Key names the intent: made ONCE per intent by orchestrator code,
+	// never by the model, stored with the intent, and the same for every
+	// retry of it. In production make it opaque and random (NewKey) and put
+	// the business links in Refs; a side effect of another operation gets
+	// a key derived from its parent's (ChildKey). 1–200 visible ASCII
+	// characters; no secrets.
 	Key string
 	// Action is an action type defined in the journal's policy
 	// ("create_payment"); its policy decides how retries are handled.
@@ -30,7 +33,28 @@ type Op struct {
 	// hash to Key: the same Key with another payload is a Conflict. Money
 	// travels as integers in minor units; numbers beyond ±(2^53−1) are refused.
 	Payload any
+	// Refs are business references stored beside the key and searchable
+	// (ListOperations refs[order_id]=817): at most 16, names of
+	// [a-z0-9_.-], short values, nothing secret. Part of neither the key
+	// nor the request hash, and fixed at registration: a retry must send
+	// the same ones (other refs are a Conflict).
+	Refs map[string]string
+	// ParentKey is the key of the operation this one is a side effect of
+	// (the payment whose receipt email this is); "" for none.
+	ParentKey string
 }
+
+// NewKey returns a new opaque operation key ("op_" and 128 random bits).
+// Make it once per business intent and store it with the intent: every
+// retry must send the same key, so never call NewKey for a retry.
+func NewKey() string { return opjournal.NewKey() }
+
+// ChildKey derives the key of a side effect of the operation parent (its
+// receipt email, a webhook): the same parent and name always give the
+// same key, so a retried handler finds its child instead of sending it
+// twice. name is 1–64 characters of [a-z0-9_.-]. Set the child's
+// ParentKey to parent.
+func ChildKey(parent, name string) (string, error) { return opjournal.ChildKey(parent, name) }
 
 // Attempt is what fn gets: the key to pass on to the provider (for example
 // as an Idempotency-Key header, or in a searchable reference field), the
@@ -212,6 +236,8 @@ func (c *Client) Execute(ctx context.Context, op Op, fn func(ctx context.Context
 		OperationKey: op.Key,
 		ActionType:   op.Action,
 		Payload:      payload,
+		Refs:         op.Refs,
+		ParentKey:    op.ParentKey,
 		Claim:        &opjournalv1.ClaimOptions{WorkerId: c.workerID, LeaseSeconds: c.leaseSeconds},
 	})
 	if err != nil {

@@ -118,13 +118,13 @@ func TestSucceededThenReplay(t *testing.T) {
 func TestNumbersSurvive(t *testing.T) {
 	t.Parallel()
 	c, _ := newClient(t)
-	raw := json.RawMessage(`{"order_id":"1","amount_minor":9007199254740991,"fee_minor":-9007199254740991,"rate":0.1,"items":[{"qty":3}]}`)
+	raw := json.RawMessage(`{"order_id":"1","amount_minor":9007199254740991,"currency":"EUR","fee_minor":-9007199254740991,"rate":0.1,"items":[{"qty":3}]}`)
 	op := client.Op{Key: "payment:numbers", Action: "create_payment", Payload: raw}
 	out := mustExecute(t, c, op, func(context.Context, client.Attempt) (client.Effect, error) {
 		return client.Effect{ExternalID: "pay_big", Result: raw}, nil
 	})
 	wantKind(t, out, client.Succeeded)
-	want := `{"amount_minor":9007199254740991,"fee_minor":-9007199254740991,"items":[{"qty":3}],"order_id":"1","rate":0.1}`
+	want := `{"amount_minor":9007199254740991,"currency":"EUR","fee_minor":-9007199254740991,"items":[{"qty":3}],"order_id":"1","rate":0.1}`
 	if string(out.Result) != want {
 		t.Fatalf("result = %s, want %s", out.Result, want)
 	}

@@ -33,7 +33,7 @@ func TestRestartKeepsEverything(t *testing.T) {
 		register := func(key, action string, claim bool) *pb.RegisterResponse {
 			t.Helper()
 			req := &pb.RegisterRequest{OperationKey: key, ActionType: action,
-				Payload: mustStruct(t, fmt.Sprintf(`{"amount_minor": 1000, "ref": %q, "lines": [{"sku": "a", "qty": 2}]}`, key))}
+				Payload: mustStruct(t, fmt.Sprintf(`{"amount_minor": 1000, "currency": "EUR", "order_id": %q, "title": "incident", "to": "a@example.com", "job_id": "job-1", "lines": [{"sku": "a", "qty": 2}]}`, key))}
 			if claim {
 				req.Claim = &pb.ClaimOptions{WorkerId: "worker-" + key}
 			}
@@ -135,7 +135,7 @@ func TestTwoServersOnePostgres(t *testing.T) {
 	payloads := make([]*structpb.Struct, nKeys)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("payment:order-%d:intent-01", i)
-		payloads[i] = mustStruct(t, fmt.Sprintf(`{"amount_minor": %d, "currency": "RUB"}`, 1000+i))
+		payloads[i] = mustStruct(t, fmt.Sprintf(`{"order_id": "817", "amount_minor": %d, "currency": "RUB"}`, 1000+i))
 	}
 	var (
 		mu      sync.Mutex
@@ -205,7 +205,7 @@ func TestLeaseExpiryOverTheWire(t *testing.T) {
 		const ticket, payment = "ticket:incident-5:intent-01", "payment:order-5:intent-01"
 		for key, action := range map[string]string{ticket: "create_ticket", payment: "create_payment"} {
 			res, err := c.Register(ctx, &pb.RegisterRequest{OperationKey: key, ActionType: action,
-				Payload: mustStruct(t, `{"amount_minor": 1}`), Claim: &pb.ClaimOptions{WorkerId: "vanishing-worker", LeaseSeconds: 1}})
+				Payload: mustStruct(t, `{"order_id": "5", "amount_minor": 1, "currency": "EUR", "title": "incident 5"}`), Claim: &pb.ClaimOptions{WorkerId: "vanishing-worker", LeaseSeconds: 1}})
 			if err != nil || !res.GetClaimed() || res.GetAttempt() != 1 {
 				t.Fatalf("Register %s: %v %v", key, res, err)
 			}
@@ -266,7 +266,7 @@ func TestLeaseExpiryOverTheWire(t *testing.T) {
 				pc.GetClaimed(), pc.GetAttempt(), pc.GetRetryAfterSeconds(), pc.GetOperation())
 		}
 		if res, err := c.Register(ctx, &pb.RegisterRequest{OperationKey: payment, ActionType: "create_payment",
-			Payload: mustStruct(t, `{"amount_minor": 1}`), Claim: &pb.ClaimOptions{WorkerId: "third-worker"}}); err != nil ||
+			Payload: mustStruct(t, `{"order_id": "5", "amount_minor": 1, "currency": "EUR", "title": "incident 5"}`), Claim: &pb.ClaimOptions{WorkerId: "third-worker"}}); err != nil ||
 			res.GetCreated() || res.GetClaimed() || res.GetOperation().GetStatus() != pb.Status_STATUS_UNKNOWN {
 			t.Fatalf("Register-with-claim of an expired payment: %v %v", res, err)
 		}
@@ -281,7 +281,7 @@ func TestConcurrentClaimsOverGRPC(t *testing.T) {
 		srv := startServer(t, "--database-url", dbURL)
 		c, ctx := srv.Client, ctxFor(t)
 		const key = "payment:order-64:intent-01"
-		if _, err := c.Register(ctx, &pb.RegisterRequest{OperationKey: key, ActionType: "create_payment", Payload: mustStruct(t, `{"amount_minor": 6400}`)}); err != nil {
+		if _, err := c.Register(ctx, &pb.RegisterRequest{OperationKey: key, ActionType: "create_payment", Payload: mustStruct(t, `{"order_id": "64", "amount_minor": 6400, "currency": "EUR"}`)}); err != nil {
 			t.Fatal(err)
 		}
 		const n = 64

@@ -64,7 +64,7 @@ func TestGracefulShutdownAndHealth(t *testing.T) {
 
 	// A request in the journal before the signal, to be sure the server is
 	// busy-capable up to the end.
-	if _, err := srv.Client.Register(ctx, &pb.RegisterRequest{OperationKey: "before-sigterm", ActionType: "send_email", Payload: mustStruct(t, `{}`)}); err != nil {
+	if _, err := srv.Client.Register(ctx, &pb.RegisterRequest{OperationKey: "before-sigterm", ActionType: "send_email", Payload: mustStruct(t, `{"to": "a@example.com"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
@@ -116,7 +116,7 @@ func TestEnvironmentConfiguration(t *testing.T) {
 		}
 		_, err = c.Claim(ctx, &pb.ClaimRequest{OperationKey: "ticket-1", WorkerId: "w", LeaseSeconds: 21})
 		wantGRPCError(t, err, codes.InvalidArgument, opjournal.CodeInvalidArgument, "lease_seconds")
-		_, err = c.Register(ctx, &pb.RegisterRequest{OperationKey: "pay-1", ActionType: "create_payment", Payload: mustStruct(t, `{"amount_minor": 1}`)})
+		_, err = c.Register(ctx, &pb.RegisterRequest{OperationKey: "pay-1", ActionType: "create_payment", Payload: mustStruct(t, `{"order_id": "1", "amount_minor": 1, "currency": "EUR"}`)})
 		wantGRPCError(t, err, codes.InvalidArgument, opjournal.CodeUnknownAction, "action_type")
 		_, err = c.Register(ctx, &pb.RegisterRequest{OperationKey: "ticket-2", ActionType: "open_ticket",
 			Payload: mustStruct(t, `{"title": "`+strings.Repeat("x", 1100)+`"}`)})
@@ -130,7 +130,7 @@ func TestEnvironmentConfiguration(t *testing.T) {
 		t.Parallel()
 		srv := startServerOpts(t, serverOpts{Env: append(slices.Clone(env[1:]), "OPJOURNAL_DATABASE_URL=sqlite://"+filepath.Join(t.TempDir(), "env.db"))},
 			"--policy", filepath.Join(mustGetwd(t), "..", "policy", "default.yaml"))
-		_, err := srv.Client.Register(ctxFor(t), &pb.RegisterRequest{OperationKey: "pay-1", ActionType: "create_payment", Payload: mustStruct(t, `{"amount_minor": 1}`)})
+		_, err := srv.Client.Register(ctxFor(t), &pb.RegisterRequest{OperationKey: "pay-1", ActionType: "create_payment", Payload: mustStruct(t, `{"order_id": "1", "amount_minor": 1, "currency": "EUR"}`)})
 		if err != nil {
 			t.Fatalf("--policy did not override OPJOURNAL_POLICY: %v", err)
 		}
@@ -179,7 +179,7 @@ func TestDefaultsNeedNoSetup(t *testing.T) {
 		t.Fatalf("no opjournal.db in the working directory: %v", err)
 	}
 	res, err := srv.Client.Register(ctxFor(t), &pb.RegisterRequest{OperationKey: "first", ActionType: "create_payment",
-		Payload: mustStruct(t, `{"amount_minor": 100}`), Claim: &pb.ClaimOptions{WorkerId: "w"}})
+		Payload: mustStruct(t, `{"order_id": "1", "amount_minor": 100, "currency": "EUR"}`), Claim: &pb.ClaimOptions{WorkerId: "w"}})
 	if err != nil || !res.GetCreated() || !res.GetClaimed() {
 		t.Fatalf("Register with the shipped policy: %v %v", res, err)
 	}

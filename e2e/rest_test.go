@@ -120,7 +120,7 @@ func TestRESTWalkthrough(t *testing.T) {
 	// A key using every awkward visible ASCII character round-trips
 	// through the query string.
 	odd := `ticket:a+b/c?d&e=f#g%h;i"j'k<l>m\n` + "`|~"
-	r = post(t, srv, "register", map[string]any{"operation_key": odd, "action_type": "send_email", "payload": map[string]any{}})
+	r = post(t, srv, "register", map[string]any{"operation_key": odd, "action_type": "send_email", "payload": map[string]any{"to": "a@example.com"}})
 	if r.Status != http.StatusOK {
 		t.Fatalf("register %q: %d %s", odd, r.Status, r.Body)
 	}
@@ -252,7 +252,7 @@ func TestBadInputIsRejectedAndChangesNothing(t *testing.T) {
 
 	// Two records the bad requests aim at: one pending, one claimed.
 	pay := func(amount int) *structpb.Struct {
-		return mustStruct(t, fmt.Sprintf(`{"amount_minor": %d, "currency": "RUB"}`, amount))
+		return mustStruct(t, fmt.Sprintf(`{"order_id": "817", "amount_minor": %d, "currency": "RUB"}`, amount))
 	}
 	if _, err := c.Register(ctx, &pb.RegisterRequest{OperationKey: "snap-pending", ActionType: "create_payment", Payload: pay(100)}); err != nil {
 		t.Fatal(err)
@@ -486,7 +486,7 @@ func TestBadInputIsRejectedAndChangesNothing(t *testing.T) {
 	if r := do(t, http.MethodGet, srv.BaseURL+"/healthz", nil); r.Status != http.StatusOK {
 		t.Fatalf("healthz after bad input: %d %s", r.Status, r.Body)
 	}
-	if res, err := c.Register(ctx, &pb.RegisterRequest{OperationKey: "good-after-bad", ActionType: "send_email", Payload: mustStruct(t, `{}`)}); err != nil || !res.GetCreated() {
+	if res, err := c.Register(ctx, &pb.RegisterRequest{OperationKey: "good-after-bad", ActionType: "send_email", Payload: mustStruct(t, `{"to": "a@example.com"}`)}); err != nil || !res.GetCreated() {
 		t.Fatalf("a good Register after the bad ones: %v %v", res, err)
 	}
 }

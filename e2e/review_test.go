@@ -84,7 +84,7 @@ func TestActorIsTheAuthenticatedPrincipal(t *testing.T) {
 	ctx := ctxFor(t)
 	agent, oper := as(t, srv, agentA), as(t, srv, operA)
 	res, err := agent.Register(ctx, &pb.RegisterRequest{OperationKey: "pay-ceo", ActionType: "create_payment",
-		Payload: mustStruct(t, `{"amount_minor": 100}`), Claim: &pb.ClaimOptions{WorkerId: "worker-7"}})
+		Payload: mustStruct(t, `{"order_id": "1", "amount_minor": 100, "currency": "EUR"}`), Claim: &pb.ClaimOptions{WorkerId: "worker-7"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestRequestHashKeyRotation(t *testing.T) {
 	if code, out := runBinary(t, serverOpts{}, "hashkey", "--id", "k1", "--rotate", keys); code != 0 {
 		t.Fatalf("hashkey: %s", out)
 	}
-	body := mustStruct(t, `{"amount_minor": 100, "card_number": "4111111111111111"}`)
+	body := mustStruct(t, `{"order_id": "1", "amount_minor": 100, "currency": "EUR", "card_number": "4111111111111111"}`)
 	register := func(srv *proc, key string) (*pb.RegisterResponse, error) {
 		return srv.Client.Register(ctxFor(t), &pb.RegisterRequest{OperationKey: key, ActionType: "create_payment", Payload: body})
 	}
@@ -394,7 +394,7 @@ func TestRESTAuthenticatesBeforeParsing(t *testing.T) {
 		}
 	}
 	// An agent over its rate is refused before its body is read.
-	if code, _, resp := doAs(t, agentA, http.MethodPost, url, `{"operation_key":"ok","action_type":"create_payment","payload":{"amount_minor":1}}`); code != http.StatusOK {
+	if code, _, resp := doAs(t, agentA, http.MethodPost, url, `{"operation_key":"ok","action_type":"create_payment","payload":{"order_id":"1","amount_minor":1,"currency":"EUR"}}`); code != http.StatusOK {
 		t.Fatalf("first call: %d %s", code, resp)
 	}
 	code, hdr, resp := doAs(t, agentA, http.MethodPost, url, `{"operation_key":"k","action_type":"create_payment","payload":{"amount_minor":1.5}}`)
@@ -458,7 +458,7 @@ func TestMetricsNeedATokenOrTheirOwnListener(t *testing.T) {
 	}
 	// The database files are the owner's alone.
 	if _, err := as(t, srv, agentA).Register(ctxFor(t), &pb.RegisterRequest{OperationKey: "k", ActionType: "create_payment",
-		Payload: mustStruct(t, `{"amount_minor":1}`)}); err != nil {
+		Payload: mustStruct(t, `{"order_id":"1","amount_minor":1,"currency":"EUR"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "journal.db*"))

@@ -8,6 +8,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -127,7 +129,12 @@ type RegisterRequest struct {
 	Key     string
 	Action  string
 	Payload json.RawMessage // a JSON object; nil is "missing"
-	Claim   *ClaimOptions
+	// Refs are business references (order_id → 817): stored, searchable,
+	// immutable, and part of neither the key nor the request hash.
+	Refs map[string]string
+	// ParentKey is the key of the operation this one is a side effect of.
+	ParentKey string
+	Claim     *ClaimOptions
 }
 
 // Register validates req, computes its request hash and records it. It
@@ -153,8 +160,14 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.Regi
 		}
 		cp = &c
 	}
+	if err := checkLinks(act, req.Key, req.Refs, req.ParentKey); err != nil {
+		return store.RegisterResult{}, err
+	}
 	envelope, canonical, err := s.checkPayload(act, req.Payload)
 	if err != nil {
+		return store.RegisterResult{}, err
+	}
+	if err := checkSchema(act, canonical); err != nil {
 		return store.RegisterResult{}, err
 	}
 	// The hash covers the whole payload; what is stored has the policy's
@@ -165,6 +178,7 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.Regi
 	}
 	p := store.RegisterParams{
 		Tenant: req.Tenant, Key: req.Key, Action: act.Name, Payload: stored, Claim: cp,
+		Refs: req.Refs, ParentKey: req.ParentKey,
 	}
 	p.RequestHash, p.HashKeyID, p.HashFor = s.requestHash(act, envelope)
 	if cp != nil {
@@ -207,6 +221,66 @@ func (s *Service) checkPayload(act *policy.Action, payload json.RawMessage) (env
 			"is %d bytes as canonical JSON; the limit is %d", len(canonical), s.limits.MaxPayloadBytes)
 	}
 	return envelope, canonical, nil
+}
+
+// checkSchema validates a canonical payload against its action's
+// payload_schema (if any). Register runs it after every other check of
+// the request, so that a request with a bad key is told about the key.
+func checkSchema(act *policy.Action, canonical json.RawMessage) error {
+	if act.PayloadSchema == nil {
+		return nil
+	}
+	if vs := act.PayloadSchema.Validate(canonical); len(vs) > 0 {
+		return schemaError(act.Name, vs)
+	}
+	return nil
+}
+
+// schemaError reports a payload that fails its action's payload_schema:
+// the field is the first violation's JSON pointer, the message lists them
+// all, and neither quotes a value of the payload.
+func schemaError(action string, vs []policy.Violation) error {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		where := v.Pointer
+		if where == "" {
+			where = "the payload"
+		}
+		parts[i] = where + " " + v.Message
+	}
+	return opjournal.Errorf(opjournal.CodeInvalidArgument, "payload"+vs[0].Pointer,
+		"does not match the payload_schema of %s: %s", action, strings.Join(parts, "; "))
+}
+
+// checkLinks validates the business references and parent key of a
+// registration against the protocol's limits and the action's policy.
+func checkLinks(act *policy.Action, key string, refs map[string]string, parent string) error {
+	if err := opjournal.CheckRefs(refs); err != nil {
+		return err
+	}
+	for _, name := range act.Refs.Required {
+		if _, ok := refs[name]; !ok {
+			return opjournal.Errorf(opjournal.CodeInvalidArgument, "refs/"+name, "is required by the policy of %s", act.Name)
+		}
+	}
+	for name := range refs {
+		if slices.Contains(act.Refs.Forbidden, name) {
+			return opjournal.Errorf(opjournal.CodeInvalidArgument, "refs/"+name, "is forbidden by the policy of %s (refs are stored in clear and searchable)", act.Name)
+		}
+		if slices.Contains(act.RedactFields, name) {
+			return opjournal.Errorf(opjournal.CodeInvalidArgument, "refs/"+name,
+				"is a redacted member of %s (redact_fields): refs are stored in clear and searchable, so it cannot be one", act.Name)
+		}
+	}
+	if parent != "" {
+		if err := checkToken("parent_key", parent, MaxKeyLen); err != nil {
+			return err
+		}
+		if parent == key {
+			return opjournal.Errorf(opjournal.CodeInvalidArgument, "parent_key", "is the operation's own key; a child needs a key of its own (ChildKey)")
+		}
+	}
+	return nil
 }
 
 // requestHash is the request hash of envelope for act: the SPEC's plain
@@ -457,6 +531,7 @@ func claimPolicy(act *policy.Action, workerID string, leaseSeconds int, prefix s
 		WorkerID:               workerID,
 		LeaseSeconds:           leaseSeconds,
 		AllowRetryAfterUnknown: act.AllowsRetryAfterUnknown(),
+		ProviderWindow:         act.ProviderDedupWindow,
 	}, nil
 }
 

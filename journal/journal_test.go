@@ -28,7 +28,7 @@ func setup(t *testing.T) (*journal.Service, context.Context) {
 func TestRegisterRejectsBadInputAndStoresNothing(t *testing.T) {
 	t.Parallel()
 	svc, ctx := setup(t)
-	ok := journal.RegisterRequest{Key: "k", Action: "create_payment", Payload: json.RawMessage(`{"amount_minor":100}`)}
+	ok := journal.RegisterRequest{Key: "k", Action: "create_payment", Payload: json.RawMessage(`{"order_id":"1","amount_minor":100,"currency":"EUR"}`)}
 	big := `{"note":"` + strings.Repeat("x", 1100) + `"}`
 	tests := []struct {
 		name  string
@@ -107,7 +107,7 @@ func TestLeaseAndRetryComeFromPolicy(t *testing.T) {
 	svc, ctx := setup(t)
 	for _, key := range []string{"pay", "ticket"} {
 		action := map[string]string{"pay": "create_payment", "ticket": "create_ticket"}[key]
-		res, err := svc.Register(ctx, journal.RegisterRequest{Key: key, Action: action, Payload: json.RawMessage(`{}`),
+		res, err := svc.Register(ctx, journal.RegisterRequest{Key: key, Action: action, Payload: json.RawMessage(`{"order_id":"1","amount_minor":1,"currency":"EUR","title":"t"}`),
 			Claim: &journal.ClaimOptions{WorkerID: "w1"}})
 		if err != nil {
 			t.Fatal(err)
@@ -190,13 +190,13 @@ func TestRedaction(t *testing.T) {
 	t.Parallel()
 	svc, ctx := setup(t)
 	pay := func(card string) json.RawMessage {
-		return json.RawMessage(`{"amount_minor":100,"card_number":"` + card + `","nested":{"card_cvc":"123"}}`)
+		return json.RawMessage(`{"amount_minor":100,"card_number":"` + card + `","currency":"EUR","nested":{"card_cvc":"123"},"order_id":"1"}`)
 	}
 	res, err := svc.Register(ctx, journal.RegisterRequest{Key: "p1", Action: "create_payment", Payload: pay("4111111111111111"), Claim: &journal.ClaimOptions{WorkerID: "w"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(res.Operation.Payload); got != `{"amount_minor":100,"card_number":"[redacted]","nested":{"card_cvc":"[redacted]"}}` {
+	if got := string(res.Operation.Payload); got != `{"amount_minor":100,"card_number":"[redacted]","currency":"EUR","nested":{"card_cvc":"[redacted]"},"order_id":"1"}` {
 		t.Fatalf("stored payload %s", got)
 	}
 	// Another card under the same key is another request: a conflict.

@@ -27,6 +27,10 @@ type ListRequest struct {
 	Statuses    []opjournal.Status
 	NeedsReview *bool
 	Action      string
+	// Refs keeps the operations that have every one of these refs.
+	Refs map[string]string
+	// ParentKey keeps the children of this operation.
+	ParentKey   string
 	DueForCheck bool
 	PageSize    int    // 0: DefaultPageSize; above MaxPageSize is capped
 	PageToken   string // from a previous ListResponse
@@ -69,8 +73,17 @@ func (s *Service) List(ctx context.Context, req ListRequest) (ListResponse, erro
 	if req.Action != "" && len(req.Action) > MaxActionLen {
 		return ListResponse{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "action_type", "is %d bytes; the limit is %d", len(req.Action), MaxActionLen)
 	}
+	if err := opjournal.CheckRefs(req.Refs); err != nil {
+		return ListResponse{}, err
+	}
+	if req.ParentKey != "" {
+		if err := checkToken("parent_key", req.ParentKey, MaxKeyLen); err != nil {
+			return ListResponse{}, err
+		}
+	}
 	ops, next, err := s.store.List(ctx, store.ListParams{
 		Tenant: req.Tenant, Statuses: req.Statuses, NeedsReview: req.NeedsReview, Action: req.Action,
+		Refs: req.Refs, ParentKey: req.ParentKey,
 		DueForCheck: req.DueForCheck, After: after, Limit: size, Basic: !req.Full,
 	})
 	if err != nil {
@@ -106,7 +119,10 @@ func Size(op *opjournal.Operation) int {
 	for _, id := range op.DuplicateExternalIDs {
 		n += len(id) + 2
 	}
-	return n
+	for k, v := range op.Refs {
+		n += len(k) + len(v) + 4
+	}
+	return n + len(op.ParentKey)
 }
 
 // ReleaseRequest releases an unknown operation for retry.

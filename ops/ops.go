@@ -12,6 +12,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,8 +27,10 @@ import (
 
 // Usage describes the subcommands.
 const Usage = `Usage:
-  opjournal ops list    [--all | --status S[,S]] [--due] [--action A] [--limit N] [--json]
-                        (default: the review queue, operations with needs_review)
+  opjournal ops list    [--all | --status S[,S]] [--due] [--action A] [--ref NAME=VALUE]...
+                        [--parent KEY] [--limit N] [--json]
+                        (default: the review queue, operations with needs_review;
+                        --ref finds an order's operations: all given refs must match)
   opjournal ops show    KEY [--json]
   opjournal ops resolve KEY (--succeeded --external-id ID | --failed-final [--error-code C])
                         --reason WHY [--actor WHO]
@@ -112,6 +116,9 @@ func list(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 	statuses := fs.String("status", "", "comma-separated statuses")
 	due := fs.Bool("due", false, "only operations due for a reconciliation check")
 	action := fs.String("action", "", "only this action")
+	refs := refFlag{}
+	fs.Var(refs, "ref", "only operations with this business reference, NAME=VALUE (repeat: all must match)")
+	parent := fs.String("parent", "", "only the children of this operation (side effects registered with its key as parent_key)")
 	limit := fs.Int("limit", 50, "at most this many")
 	asJSON := fs.Bool("json", false, "one JSON object per line")
 	if err := fs.Parse(args); err != nil {
@@ -123,7 +130,10 @@ func list(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 	if *limit < 1 {
 		return usageErr("--limit must be at least 1")
 	}
-	req := &pb.ListOperationsRequest{ActionType: *action, DueForCheck: *due}
+	req := &pb.ListOperationsRequest{ActionType: *action, DueForCheck: *due, ParentKey: *parent}
+	if len(refs) > 0 {
+		req.Refs = refs
+	}
 	if *statuses != "" {
 		for _, s := range strings.Split(*statuses, ",") {
 			st, ok := statusNames[strings.TrimSpace(s)]
@@ -133,7 +143,7 @@ func list(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 			req.Statuses = append(req.Statuses, st)
 		}
 	}
-	if !*all && *statuses == "" && !*due && *action == "" {
+	if !*all && *statuses == "" && !*due && *action == "" && len(refs) == 0 && *parent == "" {
 		req.NeedsReview = proto.Bool(true)
 	}
 	var ops []*pb.Operation
@@ -212,6 +222,14 @@ func show(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 	row("status", statusName(o.GetStatus()))
 	row("attempt_count", fmt.Sprint(o.GetAttemptCount()))
 	row("request_hash", o.GetRequestHash())
+	if refs := o.GetRefs(); len(refs) > 0 {
+		var parts []string
+		for _, name := range slices.Sorted(maps.Keys(refs)) {
+			parts = append(parts, name+"="+refs[name])
+		}
+		row("refs", strings.Join(parts, " "))
+	}
+	row("parent_key", o.GetParentKey())
 	row("external_id", o.GetExternalId())
 	if ids := o.GetDuplicateExternalIds(); len(ids) > 0 {
 		row("duplicate_external_ids", fmt.Sprintf("%s (%d reports of other effects)", strings.Join(ids, ", "), o.GetDuplicateReports()))
@@ -219,6 +237,7 @@ func show(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 	row("error_code", o.GetErrorCode())
 	row("lease_owner", o.GetLeaseOwner())
 	row("lease_until", ts(o.GetLeaseUntil()))
+	row("first_attempt_at", ts(o.GetFirstAttemptAt()))
 	row("unknown_since", ts(o.GetUnknownSince()))
 	if o.GetCheckCount() > 0 {
 		row("checks", fmt.Sprintf("%d (last %s, next %s)", o.GetCheckCount(), ts(o.GetLastCheckedAt()), ts(o.GetNextCheckAt())))
@@ -252,6 +271,23 @@ func show(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", ts(e.GetAt()), from, statusName(e.GetToStatus()), e.GetAttempt(), actor, reason)
 	}
 	return tw.Flush()
+}
+
+// refFlag collects --ref NAME=VALUE flags.
+type refFlag map[string]string
+
+func (r refFlag) String() string { return "" }
+
+func (r refFlag) Set(v string) error {
+	name, value, ok := strings.Cut(v, "=")
+	if !ok || name == "" || value == "" {
+		return errors.New("want NAME=VALUE, e.g. --ref order_id=817")
+	}
+	if _, dup := r[name]; dup {
+		return fmt.Errorf("%s is given twice", name)
+	}
+	r[name] = value
+	return nil
 }
 
 // history reads an operation's whole history, page by page.

@@ -19,7 +19,7 @@ import (
 func escalated(t *testing.T, c pb.JournalServiceClient, key string) {
 	t.Helper()
 	ctx := context.Background()
-	payload, _ := structpb.NewStruct(map[string]any{"amount_minor": 100})
+	payload, _ := structpb.NewStruct(map[string]any{"order_id": "1", "amount_minor": 100, "currency": "EUR"})
 	if _, err := c.Register(ctx, &pb.RegisterRequest{OperationKey: key, ActionType: "create_payment", Payload: payload, Claim: &pb.ClaimOptions{WorkerId: "agent-1"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -165,5 +165,63 @@ func TestAcknowledgeADuplicate(t *testing.T) {
 	}
 	if _, err := run(t, j.Client, "acknowledge", "email:dup"); !errors.Is(err, ops.ErrUsage) {
 		t.Fatalf("acknowledge without a reason: %v", err)
+	}
+}
+
+// TestListByRefsAndParent: an operator finds an order's operations by a
+// business reference, and a payment's side effects by their parent; show
+// prints both.
+func TestListByRefsAndParent(t *testing.T) {
+	t.Parallel()
+	j := testserver.Start(t, nil)
+	ctx := context.Background()
+	pay, _ := structpb.NewStruct(map[string]any{"order_id": "817", "amount_minor": 100, "currency": "EUR"})
+	mail, _ := structpb.NewStruct(map[string]any{"to": "a@example.com"})
+	for _, r := range []*pb.RegisterRequest{
+		{OperationKey: "op_pay817", ActionType: "create_payment", Payload: pay, Refs: map[string]string{"order_id": "817", "customer": "c-93"}},
+		{OperationKey: "op_pay900", ActionType: "create_payment", Payload: pay, Refs: map[string]string{"order_id": "900", "customer": "c-93"}},
+		{OperationKey: "op_receipt817", ActionType: "send_email", Payload: mail, ParentKey: "op_pay817", Refs: map[string]string{"order_id": "817"}},
+	} {
+		if _, err := j.Client.Register(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := func(args ...string) string {
+		t.Helper()
+		out, err := run(t, j.Client, append([]string{"list"}, args...)...)
+		if err != nil {
+			t.Fatalf("list %v: %v", args, err)
+		}
+		var ks []string
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+			ks = append(ks, strings.Fields(line)[0])
+		}
+		return strings.Join(ks, ",")
+	}
+	if got := keys("--ref", "order_id=817"); got != "op_pay817,op_receipt817" {
+		t.Errorf("--ref order_id=817: %s", got)
+	}
+	if got := keys("--ref", "order_id=817", "--ref", "customer=c-93"); got != "op_pay817" {
+		t.Errorf("two refs: %s", got)
+	}
+	if got := keys("--parent", "op_pay817"); got != "op_receipt817" {
+		t.Errorf("--parent: %s", got)
+	}
+	if out, _ := run(t, j.Client, "list", "--ref", "order_id=1"); !strings.Contains(out, "no operations") {
+		t.Errorf("no match: %s", out)
+	}
+	for _, bad := range [][]string{{"list", "--ref", "order_id"}, {"list", "--ref", "a=1", "--ref", "a=2"}} {
+		if _, err := run(t, j.Client, bad...); !errors.Is(err, ops.ErrUsage) {
+			t.Errorf("%v: %v, want a usage error", bad, err)
+		}
+	}
+	out, err := run(t, j.Client, "show", "op_receipt817")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"refs", "order_id=817", "parent_key", "op_pay817"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
 	}
 }

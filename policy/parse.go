@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -14,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/opjournal/opjournal"
 )
 
 // actionNameRE is the syntax of an action name.
@@ -25,9 +28,10 @@ var (
 	actionFields = []string{
 		"operation_key", "lease_seconds", "retry", "terminal_states",
 		"unknown_after_seconds", "on_unresolved", "retention", "integer_fields", "redact_fields",
-		"reconcile", "max_attempt_seconds",
+		"reconcile", "max_attempt_seconds", "payload_schema", "refs",
 	}
-	retryFields = []string{"reuse_operation_key", "on_timeout"}
+	retryFields = []string{"reuse_operation_key", "on_timeout", "provider_dedup_window"}
+	refsFields  = []string{"required", "forbidden"}
 )
 
 // Parse parses and validates a policy document; source names it in errors
@@ -43,7 +47,7 @@ var (
 //
 //	policy.yaml:7: actions.create_payment.retry.on_timeout: "retry_maybe" is not one of reconcile_before_retry, retry_same_key
 func Parse(data []byte, source string) (*Policy, error) {
-	p := &parser{source: source}
+	p := &parser{source: source, dir: filepath.Dir(source)}
 	if len(data) > maxPolicyBytes {
 		p.addLine(1, 0, "", "policy file is larger than 1 MiB (%d bytes read); policy files are small, so this is probably the wrong file", len(data))
 		return nil, p.err()
@@ -121,6 +125,7 @@ func (e *lineError) Error() string { return e.source + ":" + e.p.String() }
 // parser collects the problems found while validating one document.
 type parser struct {
 	source   string
+	dir      string // relative schema files are found here
 	problems []problem
 }
 
@@ -384,7 +389,7 @@ func (p *parser) actions(n *yaml.Node) []*Action {
 		if !actionNameRE.MatchString(name) {
 			p.add(k, apath, "invalid action name: it must be 1-80 characters of a-z, 0-9, '_', '.', ':' and '-', starting with a lowercase letter")
 		}
-		if a := p.action(v, apath); a != nil {
+		if a := p.action(v, apath, name); a != nil {
 			a.Name = name
 			out = append(out, a)
 		}
@@ -393,7 +398,7 @@ func (p *parser) actions(n *yaml.Node) []*Action {
 }
 
 // action validates one action's policy and fills in defaults.
-func (p *parser) action(n *yaml.Node, path string) *Action {
+func (p *parser) action(n *yaml.Node, path, name string) *Action {
 	a := &Action{
 		LeaseSeconds:      defaultLeaseSeconds,
 		ReuseOperationKey: true,
@@ -407,7 +412,7 @@ func (p *parser) action(n *yaml.Node, path string) *Action {
 	}
 	// The nodes of the two fields compared with each other, if present and
 	// individually valid.
-	var unknownAfterNode, retentionNode, maxAttemptNode, reconcileNode *yaml.Node
+	var unknownAfterNode, retentionNode, maxAttemptNode, reconcileNode, retryNode, refsNode *yaml.Node
 	unknownAfterValid, retentionValid := true, true
 	maxAttempt := int64(0)
 
@@ -427,6 +432,7 @@ func (p *parser) action(n *yaml.Node, path string) *Action {
 				}
 			}
 		case "retry":
+			retryNode = v
 			p.retry(v, fpath, a)
 		case "terminal_states":
 			p.terminalStates(v, fpath)
@@ -459,6 +465,11 @@ func (p *parser) action(n *yaml.Node, path string) *Action {
 		case "reconcile":
 			reconcileNode = v
 			p.reconcile(v, fpath, &a.Reconcile)
+		case "payload_schema":
+			a.PayloadSchema = p.payloadSchema(v, fpath, name)
+		case "refs":
+			refsNode = v
+			p.refs(v, fpath, &a.Refs)
 		case "max_attempt_seconds":
 			maxAttemptNode = v
 			if i, ok := p.integer(v, fpath); ok {
@@ -491,6 +502,25 @@ func (p *parser) action(n *yaml.Node, path string) *Action {
 		p.add(reconcileNode, join(path, "reconcile.in_flight_window"),
 			"is required with definitive_absence: true: how long the provider may still carry out a request after the attempt ended (its own processing timeout, e.g. 60s); a release before that can make a second effect")
 	}
+	if w := a.ProviderDedupWindow; w > 0 {
+		if a.OnTimeout != RetrySameKey {
+			p.add(retryNode, join(path, "retry.provider_dedup_window"),
+				"is only for on_timeout: retry_same_key (a reconcile_before_retry action never retries blindly, whatever the provider remembers)")
+		}
+		if retentionValid && a.Retention < w {
+			at, fpath := retentionNode, join(path, "retention")
+			if at == nil {
+				at, fpath = retryNode, join(path, "retry.provider_dedup_window")
+			}
+			p.add(at, fpath, "retention %s is shorter than retry.provider_dedup_window (%s): keep an operation's records at least as long as the provider remembers its key",
+				formatDuration(a.Retention), formatDuration(w))
+		}
+	}
+	for _, r := range a.Refs.Required {
+		if slices.Contains(a.RedactFields, r) {
+			p.add(refsNode, join(path, "refs.required"), "%q is also in redact_fields: a ref is stored in clear and searchable, so a redacted member cannot be one", r)
+		}
+	}
 	if unknownAfterValid && retentionValid && a.Retention < a.UnknownAfter {
 		// Blame the field that was written down; if both were, blame
 		// retention.
@@ -514,6 +544,14 @@ func (p *parser) retry(n *yaml.Node, path string, a *Action) {
 				p.add(v, fpath, "false is not allowed: the journal exists so that every retry of an operation reuses its operation key; "+
 					"a fresh key per retry would let a timed-out side effect (a payment, an email) happen twice")
 			}
+		case "provider_dedup_window":
+			if d, ok := p.longDuration(v, fpath, "a duration such as 24h or 7d"); ok {
+				if d <= 0 {
+					p.add(v, fpath, "must be positive (leave it out if the provider never forgets a key)")
+				} else {
+					a.ProviderDedupWindow = d
+				}
+			}
 		case "on_timeout":
 			if s, ok := p.str(v, fpath); ok {
 				switch OnTimeout(s) {
@@ -527,6 +565,57 @@ func (p *parser) retry(n *yaml.Node, path string, a *Action) {
 			p.unknownField(k, path, retryFields)
 		}
 	})
+}
+
+// refs validates the refs mapping into rp.
+func (p *parser) refs(n *yaml.Node, path string, rp *RefsPolicy) {
+	seen := map[string]string{}
+	p.fields(n, path, "a mapping with required and forbidden", func(key string, k, v *yaml.Node) {
+		fpath := join(path, key)
+		var dst *[]string
+		switch key {
+		case "required":
+			dst = &rp.Required
+		case "forbidden":
+			dst = &rp.Forbidden
+		default:
+			p.unknownField(k, path, refsFields)
+			return
+		}
+		items, ok := p.stringList(v, fpath)
+		if !ok {
+			return
+		}
+		for i, s := range items {
+			ipath := fmt.Sprintf("%s[%d]", fpath, i)
+			switch {
+			case !opjournal.ValidRefName(s.Value):
+				p.add(s, ipath, "%s is not a ref name: 1-%d characters of a-z, 0-9, '_', '.' and '-', starting with a letter or digit", literal(s.Value), opjournal.MaxRefNameLen)
+			case seen[s.Value] != "":
+				p.add(s, ipath, "%q is already listed under refs.%s", s.Value, seen[s.Value])
+			default:
+				seen[s.Value] = key
+				*dst = append(*dst, s.Value)
+			}
+		}
+	})
+}
+
+// longDuration parses a Go duration ("24h") or whole days ("7d").
+func (p *parser) longDuration(n *yaml.Node, path, want string) (time.Duration, bool) {
+	if n.Kind == yaml.AliasNode {
+		return 0, false
+	}
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		p.add(n, path, "must be %s, got %s", want, describe(n))
+		return 0, false
+	}
+	d, err := parseRetention(n.Value)
+	if err != nil {
+		p.add(n, path, "%q %v", n.Value, err)
+		return 0, false
+	}
+	return d, true
 }
 
 // terminalStates checks that n lists exactly the fixed terminal states.

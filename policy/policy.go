@@ -99,6 +99,27 @@ type Action struct {
 	// lease_seconds). After it the lease runs out: the SDK gives up on the
 	// call and the outcome is unknown.
 	MaxAttempt time.Duration
+	// ProviderDedupWindow is how long the provider remembers our key
+	// (retry.provider_dedup_window; only with on_timeout: retry_same_key;
+	// 0: for ever). Once the first attempt is older, a retry no longer
+	// reuses the key blindly: the operation waits for reconciliation.
+	ProviderDedupWindow time.Duration
+	// Refs says which business references Register must bring and which
+	// it must not (refs.required, refs.forbidden).
+	Refs RefsPolicy
+	// PayloadSchema is the JSON Schema the payload must match
+	// (payload_schema), nil for none.
+	PayloadSchema *PayloadSchema
+}
+
+// RefsPolicy is an action's rules for business references.
+type RefsPolicy struct {
+	// Required refs must be given at registration.
+	Required []string
+	// Forbidden refs must not be given (a ref is stored in clear and
+	// searchable, so nothing secret or personal belongs in one; the
+	// action's redact_fields are forbidden as refs too).
+	Forbidden []string
 }
 
 // ReleaseAfter is how long an operation's outcome must have been unknown
@@ -122,6 +143,7 @@ func (a *Action) clone() *Action {
 	c.IntegerFields = slices.Clone(a.IntegerFields)
 	c.RedactFields = slices.Clone(a.RedactFields)
 	c.Reconcile = a.Reconcile.clone()
+	c.Refs = RefsPolicy{Required: slices.Clone(a.Refs.Required), Forbidden: slices.Clone(a.Refs.Forbidden)}
 	return &c
 }
 

@@ -53,7 +53,7 @@ func TestDefault(t *testing.T) {
 		},
 		"create_ticket": {
 			Name: "create_ticket", LeaseSeconds: 30, ReuseOperationKey: true, MaxAttempt: 300 * time.Second,
-			OnTimeout: RetrySameKey, UnknownAfter: 900 * time.Second,
+			OnTimeout: RetrySameKey, UnknownAfter: 900 * time.Second, ProviderDedupWindow: 24 * time.Hour,
 			OnUnresolved: "require_human_review", Retention: 720 * time.Hour,
 			IntegerFields: []string{}, RedactFields: []string{},
 			Reconcile: Reconcile{
@@ -67,6 +67,11 @@ func TestDefault(t *testing.T) {
 		if !ok || a == nil {
 			t.Fatalf("Action(%q) missing", name)
 		}
+		// Every shipped action has a payload schema (TestShippedSchemas).
+		if a.PayloadSchema == nil {
+			t.Errorf("Action(%q) has no payload_schema", name)
+		}
+		a.PayloadSchema = nil
 		if !reflect.DeepEqual(*a, w) {
 			t.Errorf("Action(%q) =\n  %+v\nwant\n  %+v", name, *a, w)
 		}
@@ -213,7 +218,7 @@ func TestParseInvalid(t *testing.T) {
 		{
 			name: "unknown retry field",
 			doc:  "actions:\n  create_payment:\n    retry:\n      reuse_operation_key: true\n      on_timout: retry_same_key\n",
-			want: []problemLine{{"policy.yaml:5: actions.create_payment.retry.on_timout: ", "unknown field (known fields: reuse_operation_key, on_timeout)"}},
+			want: []problemLine{{"policy.yaml:5: actions.create_payment.retry.on_timout: ", "unknown field (known fields: reuse_operation_key, on_timeout, provider_dedup_window)"}},
 		},
 		{
 			name: "lease_seconds is a string",

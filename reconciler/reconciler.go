@@ -444,10 +444,22 @@ func (r *Reconciler) handle(ctx context.Context, op *opjournalv1.Operation) Deci
 	// 2. Nobody can ask the provider.
 	v := r.verifiers[action]
 	if v == nil {
-		if act.AllowsRetryAfterUnknown() && unknownFor < act.UnknownAfter {
+		now := r.cfg.Now()
+		first := op.GetFirstAttemptAt().AsTime()
+		remembers := op.GetFirstAttemptAt() == nil || opjournal.WithinProviderWindow(first, act.ProviderDedupWindow, now)
+		if act.AllowsRetryAfterUnknown() && unknownFor < act.UnknownAfter && remembers {
 			// The caller retries with the same key, which the provider
-			// deduplicates; only an operation nobody retries needs a person.
-			return r.recheck(ctx, op, "no verifier; waiting for a retry with the same key", ceilSeconds(act.UnknownAfter-unknownFor))
+			// deduplicates; only an operation nobody retries needs a
+			// person, and one the provider may have forgotten.
+			wait := act.UnknownAfter - unknownFor
+			if w := act.ProviderDedupWindow; w > 0 {
+				wait = min(wait, first.Add(w).Sub(now))
+			}
+			return r.recheck(ctx, op, "no verifier; waiting for a retry with the same key", ceilSeconds(wait))
+		}
+		if act.AllowsRetryAfterUnknown() && !remembers {
+			return r.escalate(ctx, op, fmt.Sprintf("no verifier, and the provider's dedup window (%s) since the first attempt has passed: a retry with the same key could repeat the effect",
+				formatDuration(act.ProviderDedupWindow)))
 		}
 		return r.escalate(ctx, op, "no verifier configured for "+action)
 	}

@@ -143,6 +143,10 @@ func testPolicy(t *testing.T, providerURL string) *policy.Policy {
     retry: {on_timeout: retry_same_key}
     reconcile:
       initial_delay: 0s
+  forgetful_ticket:
+    retry: {on_timeout: retry_same_key, provider_dedup_window: 10m}
+    reconcile:
+      initial_delay: 0s
 `
 	pol, err := policy.Parse([]byte(doc), "test-policy.yaml")
 	if err != nil {
@@ -777,4 +781,37 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestNoVerifierProviderWindow: a retry_same_key action whose provider
+// forgets keys after 10 minutes. Inside the window the retry with the
+// same key settles the operation; after it, that retry could repeat the
+// effect, the journal refuses it, and the reconciler hands the operation
+// to a person instead of waiting for a retry that cannot come.
+func TestNoVerifierProviderWindow(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.unknown(t, "ticket-2", "forgetful_ticket")
+	r, _ := f.reconciler(t, "rec-w")
+	if s := runOnce(t, r); s != (Stats{Checked: 1, Rechecked: 1}) {
+		t.Fatalf("inside the window: stats = %+v", s)
+	}
+	op := f.lookup(t, "ticket-2")
+	// The next check comes when the window ends, not after unknown_after.
+	if wait := op.GetNextCheckAt().AsTime().Sub(op.GetFirstAttemptAt().AsTime()); wait < 10*time.Minute || wait > 10*time.Minute+2*time.Second {
+		t.Fatalf("next check %s after the first attempt, want 10m", wait)
+	}
+	f.untilDue(op)
+	// The journal refuses the blind retry now...
+	c, err := f.j.Client.Claim(context.Background(), &opjournalv1.ClaimRequest{OperationKey: "ticket-2", WorkerId: "agent-1"})
+	if err != nil || c.GetClaimed() || c.GetNext() != opjournalv1.NextStep_NEXT_STEP_VERIFICATION_REQUIRED {
+		t.Fatalf("claim after the window: %v, %v", c, err)
+	}
+	// ...and the reconciler hands it to a person.
+	if s := runOnce(t, r); s != (Stats{Checked: 1, Escalated: 1}) {
+		t.Fatalf("after the window: stats = %+v", s)
+	}
+	if op := f.lookup(t, "ticket-2"); !op.GetNeedsReview() || !strings.Contains(op.GetReviewReason(), "dedup window (10m0s)") {
+		t.Fatalf("ticket-2 = %v", op)
+	}
 }

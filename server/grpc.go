@@ -35,6 +35,7 @@ func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (
 	}
 	jr := journal.RegisterRequest{
 		Caller: callerOf(ctx), Key: req.GetOperationKey(), Action: req.GetActionType(), Payload: payload,
+		Refs: req.GetRefs(), ParentKey: req.GetParentKey(),
 	}
 	if c := req.GetClaim(); c != nil {
 		jr.Claim = &journal.ClaimOptions{WorkerID: c.GetWorkerId(), LeaseSeconds: int(c.GetLeaseSeconds())}
@@ -304,12 +305,15 @@ func operationPB(op *opjournal.Operation) (*pb.Operation, error) {
 		DuplicateReports:     int32(op.DuplicateReports),
 		CreatedAt:            timestamppb.New(op.CreatedAt),
 		UpdatedAt:            timestamppb.New(op.UpdatedAt),
+		Refs:                 op.Refs,
+		ParentKey:            op.ParentKey,
 	}
 	out.CheckCount = int32(op.CheckCount)
 	for _, t := range []struct {
 		src time.Time
 		dst **timestamppb.Timestamp
-	}{{op.LeaseUntil, &out.LeaseUntil}, {op.UnknownSince, &out.UnknownSince}, {op.LastCheckedAt, &out.LastCheckedAt}, {op.NextCheckAt, &out.NextCheckAt}, {op.AttemptStartedAt, &out.AttemptStartedAt}} {
+	}{{op.LeaseUntil, &out.LeaseUntil}, {op.UnknownSince, &out.UnknownSince}, {op.LastCheckedAt, &out.LastCheckedAt}, {op.NextCheckAt, &out.NextCheckAt},
+		{op.AttemptStartedAt, &out.AttemptStartedAt}, {op.FirstAttemptAt, &out.FirstAttemptAt}} {
 		if !t.src.IsZero() {
 			*t.dst = timestamppb.New(t.src)
 		}

@@ -45,6 +45,7 @@ func (s *journalServer) ListOperations(ctx context.Context, req *pb.ListOperatio
 	}
 	lr := journal.ListRequest{
 		Caller: callerOf(ctx), NeedsReview: req.NeedsReview, Action: req.GetActionType(),
+		Refs: req.GetRefs(), ParentKey: req.GetParentKey(),
 		DueForCheck: req.GetDueForCheck(), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken(), Full: full,
 	}
 	for _, st := range req.GetStatuses() {

@@ -53,6 +53,8 @@ type Config struct {
 	// MetricsAddr, if set, serves /metrics on its own listener (without a
 	// token: bind it to a private network), and not on the HTTP listener.
 	MetricsAddr string
+	// Purge deletes expired operations on an interval (off when zero).
+	Purge PurgeConfig
 }
 
 // Server serves one journal.Service on a gRPC and an HTTP listener.
@@ -61,7 +63,9 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
-	limits  *limiters
+	// purgeMetrics are the retention series (purge.go).
+	purgeMetrics *purgeMetrics
+	limits       *limiters
 	// journal is the JournalService implementation and interceptor the
 	// interceptor chain: gRPC runs them, and so does the REST gateway, in
 	// process (http.go).
@@ -86,7 +90,7 @@ func New(svc *journal.Service, cfg Config) *Server {
 	}
 	m := newMetrics()
 	m.registry.MustRegister(newBatchCollector(svc.BatchStats))
-	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m,
+	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m, purgeMetrics: newPurgeMetrics(m.registry),
 		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}},
 		journal: &journalServer{svc: svc, metrics: m}}
 	s.interceptor = s.unaryInterceptor()
@@ -181,6 +185,9 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 		}()
 	}
 	go s.watchHealth(ctx, hs)
+	if s.cfg.Purge.Interval > 0 {
+		go s.purgeLoop(ctx)
+	}
 	if ready != nil {
 		a := Addrs{GRPC: grpcLis.Addr(), HTTP: httpLis.Addr()}
 		if metricsLis != nil {

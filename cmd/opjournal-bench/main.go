@@ -56,6 +56,7 @@ type config struct {
 	poolMax     int
 	growthRows  int
 	growthC     int
+	purgeRows   int
 	contenders  int
 	resultsDir  string
 	resultsMD   string
@@ -83,12 +84,13 @@ func main() {
 	fs.IntVar(&c.poolMax, "pool-max-conns", 16, "pgx pool size of the server and of raw-sql (and of the peers)")
 	fs.IntVar(&c.growthRows, "growth-rows", 1_000_000, "operations bulk-loaded for the growth scenario (0 skips it)")
 	fs.IntVar(&c.growthC, "growth-concurrency", 32, "concurrency of the growth scenario")
+	fs.IntVar(&c.purgeRows, "purge-rows", 1_000_000, "expired operations bulk-loaded and purged (opjournal purge) while the fused path is measured, at --growth-concurrency (0 skips it)")
 	fs.IntVar(&c.contenders, "contenders", 64, "callers on the same key in the contention scenario")
 	fs.IntVar(&c.replayKeys, "replay-keys", 1000, "succeeded keys the replay scenario cycles through")
 	fs.StringVar(&c.resultsDir, "results-dir", "bench/results", "where latest.json, summary.json and chart.svg go")
 	fs.StringVar(&c.resultsMD, "results-md", "bench/RESULTS.md", "the report with the machine description (\"\" skips it)")
 	fs.StringVar(&c.serverLog, "server-log", "", "copy the server's log to this file")
-	only := fs.String("scenarios", "", "run only these, comma-separated: raw-sql, full-cycle-grpc, fused-grpc, fused-rest, replay-grpc, grpc (a no-op health check), sqlite (full cycle and fused on the embedded store), contention, peers, growth (default: all; a partial run writes no targets it did not measure)")
+	only := fs.String("scenarios", "", "run only these, comma-separated: raw-sql, full-cycle-grpc, fused-grpc, fused-rest, replay-grpc, grpc (a no-op health check), sqlite (full cycle and fused on the embedded store), contention, peers, growth, purge (default: all; a partial run writes no targets it did not measure)")
 	serverArgs := fs.String("server-args", "", "extra space-separated arguments for \"opjournal serve\" (e.g. --pprof-addr 127.0.0.1:6060)")
 	reportOnly := fs.Bool("report-only", false, "measure nothing: redraw the chart and RESULTS.md from --results-dir's latest.json and summary.json (after a change to the report)")
 	serverEnv := fs.String("server-env", "", "extra space-separated NAME=VALUE environment for the server (e.g. GOMAXPROCS=1)")
@@ -142,7 +144,15 @@ type summary struct {
 	CompactJournalBytes      int64     `json:"compact_journal_bytes"`
 	Relations                []relSize `json:"relations"` // after VACUUM FULL
 	EventsPerOperation       float64   `json:"events_per_operation"`
-	Targets                  []target  `json:"targets"`
+	// Purge: opjournal purge of PurgeRows expired operations beside the
+	// fused load.
+	PurgeRows       int64   `json:"purge_rows,omitempty"`
+	PurgeSeconds    float64 `json:"purge_seconds,omitempty"`
+	PurgeRowsPerSec float64 `json:"purge_rows_per_sec,omitempty"`
+	// PurgeOutlasted: the purge was still running when the measurement
+	// during it ended (so every sample saw it).
+	PurgeOutlasted bool     `json:"purge_outlasted_measurement,omitempty"`
+	Targets        []target `json:"targets"`
 }
 
 // relSize is one table's footprint as PostgreSQL reports it.
@@ -194,8 +204,10 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
+	// The server does not purge by itself: the purge scenario runs
+	// `opjournal purge` when it means to.
 	spec := procs.Spec{Name: "opjournal", Path: c.bin, Ready: "serving", Args: []string{"serve",
-		"--database-url", serverDBURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}}
+		"--database-url", serverDBURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--purge-interval", "0"}}
 	spec.Args = append(spec.Args, c.serverArgs...)
 	spec.Env = c.serverEnv
 	if c.serverLog != "" {
@@ -232,6 +244,9 @@ func run(ctx context.Context, c config) error {
 	var rows []bench.Row
 	measure := func(system, scenario string, cc int, op bench.Op) {
 		name := strings.TrimSuffix(scenario, "-at-"+count(c.growthRows))
+		if strings.HasPrefix(scenario, "fused-grpc-") && strings.Contains(scenario, "purge") {
+			name = "purge"
+		}
 		switch system {
 		case "raw-sql", "grpc":
 			name = system
@@ -305,6 +320,13 @@ func run(ctx context.Context, c config) error {
 		}
 		fmt.Printf("growth: loaded and vacuumed in %s\n", time.Since(t0).Round(time.Millisecond))
 		measure("opjournal", "fused-grpc-at-"+count(c.growthRows), c.growthC, fused(cl, k, "growth", c.growthC))
+	}
+	if c.purgeRows > 0 && c.want("purge") {
+		if err := purgeScenario(ctx, c, pool, serverDBURL, &sum, func(scenario string) {
+			measure("opjournal", scenario, c.growthC, fused(cl, k, scenario, c.growthC))
+		}); err != nil {
+			return fmt.Errorf("purge: %w", err)
+		}
 	}
 	// The peak RSS again: the growth run may have raised it.
 	if rss, err := peakRSSMiB(srv.Pid()); err == nil {
@@ -464,21 +486,26 @@ func peakRSSMiB(pid int) (float64, error) {
 // bulkLoad inserts n succeeded operations with their two history rows, the
 // shape a fused operation leaves, then VACUUM ANALYZEs both tables.
 func bulkLoad(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	return bulkLoadAged(ctx, pool, n, "bulk:", 0)
+}
+
+// bulkLoadAged is bulkLoad with keys prefix+N, changed age ago.
+func bulkLoadAged(ctx context.Context, pool *pgxpool.Pool, n int, prefix string, age time.Duration) error {
 	for _, sql := range []string{
 		`INSERT INTO operations (tenant, operation_key, action_type, request_hash, payload, status, prev_status,
-			attempt_count, lease_owner, external_id, result)
-		 SELECT '', 'bulk:' || g, 'create_payment', md5(g::text) || md5((-g)::text),
+			attempt_count, lease_owner, external_id, result, created_at, updated_at, attempt_started_at, first_attempt_at)
+		 SELECT '', $2 || g, 'create_payment', md5(g::text) || md5((-g)::text),
 			'{"amount_minor":490000,"currency":"RUB","order_id":"817"}', 'succeeded', 'in_progress',
-			1, 'bench', 'pay_' || g, '{"payment_id":"pay_1","status":"captured"}'
+			1, 'bench', 'pay_' || g, '{"payment_id":"pay_1","status":"captured"}', t, t, t, t
+		 FROM generate_series(1, $1::int) g, (SELECT now() - make_interval(secs => $3::float8) AS t) n`,
+		`INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, reason, external_id)
+		 SELECT '', $2 || g, now() - make_interval(secs => $3::float8), NULL, 'in_progress', 1, 'bench', 'registered and claimed', NULL
 		 FROM generate_series(1, $1::int) g`,
-		`INSERT INTO operation_events (tenant, operation_key, from_status, to_status, attempt, actor, reason, external_id)
-		 SELECT '', 'bulk:' || g, NULL, 'in_progress', 1, 'bench', 'registered and claimed', NULL
-		 FROM generate_series(1, $1::int) g`,
-		`INSERT INTO operation_events (tenant, operation_key, from_status, to_status, attempt, actor, reason, external_id)
-		 SELECT '', 'bulk:' || g, 'in_progress', 'succeeded', 1, 'bench', 'effect confirmed', 'pay_' || g
+		`INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, reason, external_id)
+		 SELECT '', $2 || g, now() - make_interval(secs => $3::float8), 'in_progress', 'succeeded', 1, 'bench', 'effect confirmed', 'pay_' || g
 		 FROM generate_series(1, $1::int) g`,
 	} {
-		if _, err := pool.Exec(ctx, sql, n); err != nil {
+		if _, err := pool.Exec(ctx, sql, n, prefix, age.Seconds()); err != nil {
 			return err
 		}
 	}
@@ -608,6 +635,22 @@ func targets(rows []bench.Row, s summary, c config) []target {
 				Measured: round2(v), Want: "≤ 1.2", Met: v <= 1.2, Detail: fmt.Sprintf("%.2f vs %.2f ms", g.P99ms, e.P99ms)})
 		} else {
 			ts = append(ts, target{Name: "p99 at growth / empty", Want: "≤ 1.2", Detail: "not measured"})
+		}
+	}
+	if c.purgeRows > 0 {
+		b, okB := find(rows, "opjournal", "fused-grpc-before-purge", c.growthC)
+		d, okD := find(rows, "opjournal", "fused-grpc-during-purge", c.growthC)
+		if okB && okD {
+			v := d.P99ms / b.P99ms
+			detail := fmt.Sprintf("%.2f vs %.2f ms; opjournal purge removed %s expired operations (and their history) in %.1f s = %.0f operations/s",
+				d.P99ms, b.P99ms, count(c.purgeRows), s.PurgeSeconds, s.PurgeRowsPerSec)
+			if !s.PurgeOutlasted {
+				detail += "; the purge ended before the measurement did"
+			}
+			ts = append(ts, target{Name: fmt.Sprintf("p99 fused gRPC during a purge of %s / without (c=%d)", count(c.purgeRows), c.growthC),
+				Measured: round2(v), Want: "≤ 1.5", Met: v <= 1.5 && s.PurgeOutlasted, Detail: detail})
+		} else {
+			ts = append(ts, target{Name: "p99 during purge / without", Want: "≤ 1.5", Detail: "not measured"})
 		}
 	}
 	ts = append(ts, target{Name: "server peak RSS, MiB (max c=" + strconv.Itoa(slices.Max(c.levels)) + ")", Measured: round2(s.ServerPeakRSSMiB), Want: "≤ 128", Met: s.ServerPeakRSSMiB <= 128})

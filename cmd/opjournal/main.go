@@ -3,6 +3,7 @@
 //	opjournal serve     run the gRPC and REST listeners
 //	opjournal migrate   apply database migrations and exit
 //	opjournal ops       operators' tools: review queue, history, resolve, release
+//	opjournal purge     delete terminal operations older than their retention
 //	opjournal version   print the version
 //
 // Every flag can also be set by an environment variable: --database-url is
@@ -54,6 +55,9 @@ Usage:
                               operators' tools over gRPC ("opjournal ops" for help)
   opjournal token   --name N --tenant T --roles R
                               make a bearer token and its tokens-file entry
+  opjournal purge   [--dry-run] [--action A] [flags]
+                              delete (or count) terminal operations older than
+                              their action's retention, with their history
   opjournal hashkey [--rotate FILE]
                               make a request-hash key file (or put a new
                               current key first in FILE)
@@ -88,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return tokenCmd(args[1:], stdout, stderr)
 	case "hashkey":
 		return hashkeyCmd(args[1:], stdout, stderr)
+	case "purge":
+		return purgeCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version())
 		return nil
@@ -123,6 +129,9 @@ type options struct {
 	pprofAddr       string
 	hashKeyFile     string
 	metricsAddr     string
+	purgeInterval   time.Duration
+	purgeBatch      int
+	purgePause      time.Duration
 }
 
 func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.FlagSet {
@@ -134,7 +143,6 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.Fla
 	if serveFlags {
 		fs.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
 		fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP (REST, /metrics, /openapi.json) listen address")
-		fs.StringVar(&o.policyPath, "policy", "", "policy YAML file (default: the shipped policy with create_payment, send_email, submit_application, create_ticket)")
 		fs.IntVar(&o.maxPayloadBytes, "max-payload-bytes", journal.DefaultLimits.MaxPayloadBytes, "largest payload, as canonical JSON bytes")
 		fs.IntVar(&o.maxResultBytes, "max-result-bytes", journal.DefaultLimits.MaxResultBytes, "largest result, as canonical JSON bytes")
 		fs.StringVar(&o.authFile, "auth-file", "", "tokens file (YAML of token digests, tenants and roles); without it every caller is the default tenant with every role")
@@ -146,8 +154,22 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.Fla
 		fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof on this loopback address (off by default; for profiling)")
 		fs.StringVar(&o.hashKeyFile, "hash-key-file", "", "request-hash keys for actions with redact_fields (opjournal hashkey); default: $OPJOURNAL_HASH_KEYS, or on SQLite a file beside the database, created on first start")
 		fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics on this address, without a token, instead of on --http-addr (where it needs an admin or metrics token when --auth-file is set)")
+		fs.DurationVar(&o.purgeInterval, "purge-interval", 10*time.Minute, "delete terminal operations older than their action's retention this often (0: never; with several servers on one database, one purges at a time)")
+	}
+	if serveFlags || name == "purge" {
+		fs.StringVar(&o.policyPath, "policy", "", "policy YAML file (default: the shipped policy with create_payment, send_email, submit_application, create_ticket)")
+		fs.IntVar(&o.purgeBatch, "purge-batch", journal.DefaultPurgeBatch, "operations deleted per statement when purging (small batches hold no lock for long)")
+		fs.DurationVar(&o.purgePause, "purge-pause", 0, "pause between purge batches, leaving the database to other work")
 	}
 	return fs
+}
+
+// loadPolicy is the shipped policy, or the file given.
+func loadPolicy(path string) (*policy.Policy, error) {
+	if path == "" {
+		return policy.Default(), nil
+	}
+	return policy.Load(path)
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -161,14 +183,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer stopLog()
-	pol := policy.Default()
-	if o.policyPath != "" {
-		if pol, err = policy.Load(o.policyPath); err != nil {
-			return err
-		}
+	pol, err := loadPolicy(o.policyPath)
+	if err != nil {
+		return err
+	}
+	if o.purgeInterval < 0 || o.purgeBatch < 1 || o.purgePause < 0 {
+		return errors.New("--purge-interval and --purge-pause must not be negative, --purge-batch must be at least 1")
 	}
 	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
-		MetricsAddr: o.metricsAddr}
+		MetricsAddr: o.metricsAddr,
+		Purge:       server.PurgeConfig{Interval: o.purgeInterval, BatchSize: o.purgeBatch, Pause: o.purgePause}}
 	if o.authFile != "" {
 		if cfg.Auth, err = auth.Load(o.authFile); err != nil {
 			return err
@@ -391,6 +415,69 @@ func opsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("ops %s: %s: %s", fs.Arg(0), st.Code(), st.Message())
 	}
 	return err
+}
+
+// purgeCmd deletes (or with --dry-run counts) the terminal operations
+// older than their action's retention, and prints what it did. It waits
+// up to --lock-timeout for a server that is purging the same database.
+func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o options
+	fs := flags("purge", stderr, &o, false)
+	dryRun := fs.Bool("dry-run", false, "count what would be removed; delete nothing")
+	action := fs.String("action", "", "only this action (default: every action of the policy)")
+	lockTimeout := fs.Duration("lock-timeout", time.Minute, "how long to wait while another process purges")
+	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	if o.purgeBatch < 1 || o.purgePause < 0 {
+		return errors.New("purge: --purge-batch must be at least 1 and --purge-pause not negative")
+	}
+	pol, err := loadPolicy(o.policyPath)
+	if err != nil {
+		return err
+	}
+	if kind, target, err := splitURL(o.databaseURL); err != nil {
+		return err
+	} else if _, statErr := os.Stat(target); kind == "sqlite" && statErr != nil {
+		return fmt.Errorf("purge: no journal at %s: %w", target, statErr)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	st, err := openStore(ctx, o.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	svc := journal.New(st, pol, journal.Limits{})
+	last := time.Now()
+	opts := journal.PurgeOptions{Action: *action, DryRun: *dryRun, BatchSize: o.purgeBatch, Pause: o.purgePause,
+		Progress: func(r journal.PurgeReport) {
+			if time.Since(last) >= 2*time.Second {
+				last = time.Now()
+				fmt.Fprintf(stderr, "purge: %s: %d operations removed so far\n", r.Action, r.Operations)
+			}
+		}}
+	start := time.Now()
+	deadline := start.Add(*lockTimeout)
+	for {
+		reports, err := svc.Purge(ctx, opts)
+		if errors.Is(err, journal.ErrPurgeBusy) && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+				continue
+			}
+		}
+		if errors.Is(err, journal.ErrPurgeBusy) {
+			return fmt.Errorf("purge: %w (waited %s; try again, or give a longer --lock-timeout)", err, *lockTimeout)
+		}
+		cli.PrintPurge(stdout, reports, *dryRun, time.Since(start))
+		if err != nil {
+			return fmt.Errorf("purge: %w", err)
+		}
+		return nil
+	}
 }
 
 func migrateCmd(_ context.Context, args []string, stderr io.Writer) error {

@@ -335,8 +335,17 @@ type Operation struct {
 	// When the current (or last) attempt was claimed (database clock); the
 	// policy's max_attempt_seconds counts from here.
 	AttemptStartedAt *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=attempt_started_at,json=attemptStartedAt,proto3" json:"attempt_started_at,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The business references given at registration (order_id, customer),
+	// immutable; part of neither the key nor the request hash.
+	Refs map[string]string `protobuf:"bytes,24,rep,name=refs,proto3" json:"refs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The key of the operation this one is a side effect of (a receipt
+	// email of a payment); empty for none.
+	ParentKey string `protobuf:"bytes,25,opt,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
+	// When the first attempt was claimed (database clock); the policy's
+	// retry.provider_dedup_window counts from here.
+	FirstAttemptAt *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=first_attempt_at,json=firstAttemptAt,proto3" json:"first_attempt_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Operation) Reset() {
@@ -530,6 +539,27 @@ func (x *Operation) GetAttemptStartedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Operation) GetRefs() map[string]string {
+	if x != nil {
+		return x.Refs
+	}
+	return nil
+}
+
+func (x *Operation) GetParentKey() string {
+	if x != nil {
+		return x.ParentKey
+	}
+	return ""
+}
+
+func (x *Operation) GetFirstAttemptAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstAttemptAt
+	}
+	return nil
+}
+
 // Event is one entry of an operation's history, written in the same
 // transaction as the change it records.
 type Event struct {
@@ -718,7 +748,18 @@ type RegisterRequest struct {
 	// The request parameters (a JSON object, ≤ 64 KiB canonical by default).
 	Payload *structpb.Struct `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
 	// If set, also claim the operation (saves a round trip and a commit).
-	Claim         *ClaimOptions `protobuf:"bytes,4,opt,name=claim,proto3" json:"claim,omitempty"`
+	Claim *ClaimOptions `protobuf:"bytes,4,opt,name=claim,proto3" json:"claim,omitempty"`
+	// Business references (at most 16; names 1–64 characters of
+	// [a-z0-9_.-], values 1–200 bytes without control characters), stored
+	// with the operation and searchable (ListOperations.refs). Part of
+	// neither the key nor the request hash, and immutable: the same key and
+	// payload with other refs is a conflict. No secrets: a policy's
+	// redact_fields may not be refs.
+	Refs map[string]string `protobuf:"bytes,5,rep,name=refs,proto3" json:"refs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The key of the operation this one is a side effect of (a receipt
+	// email of a payment). The SDKs derive a child's key from its parent's
+	// (ChildKey); immutable like refs.
+	ParentKey     string `protobuf:"bytes,6,opt,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -779,6 +820,20 @@ func (x *RegisterRequest) GetClaim() *ClaimOptions {
 		return x.Claim
 	}
 	return nil
+}
+
+func (x *RegisterRequest) GetRefs() map[string]string {
+	if x != nil {
+		return x.Refs
+	}
+	return nil
+}
+
+func (x *RegisterRequest) GetParentKey() string {
+	if x != nil {
+		return x.ParentKey
+	}
+	return ""
 }
 
 // RegisterResponse answers Register.
@@ -1656,7 +1711,12 @@ type ListOperationsRequest struct {
 	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// How much of each operation to return (default BASIC: no payload, no
 	// result).
-	View          OperationView `protobuf:"varint,7,opt,name=view,proto3,enum=opjournal.v1.OperationView" json:"view,omitempty"`
+	View OperationView `protobuf:"varint,7,opt,name=view,proto3,enum=opjournal.v1.OperationView" json:"view,omitempty"`
+	// Only operations with all of these business references
+	// (REST: refs[order_id]=817).
+	Refs map[string]string `protobuf:"bytes,8,rep,name=refs,proto3" json:"refs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Only the children of this operation.
+	ParentKey     string `protobuf:"bytes,9,opt,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1738,6 +1798,20 @@ func (x *ListOperationsRequest) GetView() OperationView {
 		return x.View
 	}
 	return OperationView_OPERATION_VIEW_UNSPECIFIED
+}
+
+func (x *ListOperationsRequest) GetRefs() map[string]string {
+	if x != nil {
+		return x.Refs
+	}
+	return nil
+}
+
+func (x *ListOperationsRequest) GetParentKey() string {
+	if x != nil {
+		return x.ParentKey
+	}
+	return ""
 }
 
 // ListOperationsResponse is one page.
@@ -2633,7 +2707,8 @@ var File_opjournal_v1_journal_proto protoreflect.FileDescriptor
 
 const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\n" +
-	"\x1aopjournal/v1/journal.proto\x12\fopjournal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\b\n" +
+	"\x1aopjournal/v1/journal.proto\x12\fopjournal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\n" +
+	"\n" +
 	"\tOperation\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x1f\n" +
 	"\vaction_type\x18\x02 \x01(\tR\n" +
@@ -2666,7 +2741,14 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\rnext_check_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\vnextCheckAt\x124\n" +
 	"\x16duplicate_external_ids\x18\x15 \x03(\tR\x14duplicateExternalIds\x12+\n" +
 	"\x11duplicate_reports\x18\x16 \x01(\x05R\x10duplicateReports\x12H\n" +
-	"\x12attempt_started_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\x10attemptStartedAt\"\xb9\x02\n" +
+	"\x12attempt_started_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\x10attemptStartedAt\x125\n" +
+	"\x04refs\x18\x18 \x03(\v2!.opjournal.v1.Operation.RefsEntryR\x04refs\x12\x1d\n" +
+	"\n" +
+	"parent_key\x18\x19 \x01(\tR\tparentKey\x12D\n" +
+	"\x10first_attempt_at\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\x0efirstAttemptAt\x1a7\n" +
+	"\tRefsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x02\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x125\n" +
@@ -2681,13 +2763,19 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\fstated_actor\x18\t \x01(\tR\vstatedActor\"P\n" +
 	"\fClaimOptions\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12#\n" +
-	"\rlease_seconds\x18\x02 \x01(\x05R\fleaseSeconds\"\xbc\x01\n" +
+	"\rlease_seconds\x18\x02 \x01(\x05R\fleaseSeconds\"\xd1\x02\n" +
 	"\x0fRegisterRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x1f\n" +
 	"\vaction_type\x18\x02 \x01(\tR\n" +
 	"actionType\x121\n" +
 	"\apayload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\apayload\x120\n" +
-	"\x05claim\x18\x04 \x01(\v2\x1a.opjournal.v1.ClaimOptionsR\x05claim\"\xd5\x02\n" +
+	"\x05claim\x18\x04 \x01(\v2\x1a.opjournal.v1.ClaimOptionsR\x05claim\x12;\n" +
+	"\x04refs\x18\x05 \x03(\v2'.opjournal.v1.RegisterRequest.RefsEntryR\x04refs\x12\x1d\n" +
+	"\n" +
+	"parent_key\x18\x06 \x01(\tR\tparentKey\x1a7\n" +
+	"\tRefsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x02\n" +
 	"\x10RegisterResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12\x18\n" +
@@ -2747,7 +2835,7 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12/\n" +
 	"\x04view\x18\x02 \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04view\"G\n" +
 	"\x0eLookupResponse\x125\n" +
-	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\xb4\x02\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\xcf\x03\n" +
 	"\x15ListOperationsRequest\x120\n" +
 	"\bstatuses\x18\x01 \x03(\x0e2\x14.opjournal.v1.StatusR\bstatuses\x12&\n" +
 	"\fneeds_review\x18\x02 \x01(\bH\x00R\vneedsReview\x88\x01\x01\x12\x1f\n" +
@@ -2757,7 +2845,13 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\x12/\n" +
-	"\x04view\x18\a \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04viewB\x0f\n" +
+	"\x04view\x18\a \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04view\x12A\n" +
+	"\x04refs\x18\b \x03(\v2-.opjournal.v1.ListOperationsRequest.RefsEntryR\x04refs\x12\x1d\n" +
+	"\n" +
+	"parent_key\x18\t \x01(\tR\tparentKey\x1a7\n" +
+	"\tRefsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0f\n" +
 	"\r_needs_review\"y\n" +
 	"\x16ListOperationsResponse\x127\n" +
 	"\n" +
@@ -2872,7 +2966,7 @@ func file_opjournal_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_opjournal_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_opjournal_v1_journal_proto_goTypes = []any{
 	(Status)(0),                     // 0: opjournal.v1.Status
 	(OperationView)(0),              // 1: opjournal.v1.OperationView
@@ -2911,85 +3005,92 @@ var file_opjournal_v1_journal_proto_goTypes = []any{
 	(*ListEventsResponse)(nil),      // 34: opjournal.v1.ListEventsResponse
 	(*GetPolicyRequest)(nil),        // 35: opjournal.v1.GetPolicyRequest
 	(*GetPolicyResponse)(nil),       // 36: opjournal.v1.GetPolicyResponse
-	(*structpb.Struct)(nil),         // 37: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),   // 38: google.protobuf.Timestamp
+	nil,                             // 37: opjournal.v1.Operation.RefsEntry
+	nil,                             // 38: opjournal.v1.RegisterRequest.RefsEntry
+	nil,                             // 39: opjournal.v1.ListOperationsRequest.RefsEntry
+	(*structpb.Struct)(nil),         // 40: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 41: google.protobuf.Timestamp
 }
 var file_opjournal_v1_journal_proto_depIdxs = []int32{
 	0,  // 0: opjournal.v1.Operation.status:type_name -> opjournal.v1.Status
-	37, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
-	38, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
-	38, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	38, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
-	37, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
-	38, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
-	38, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
-	38, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
-	38, // 9: opjournal.v1.Operation.attempt_started_at:type_name -> google.protobuf.Timestamp
-	38, // 10: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
-	0,  // 11: opjournal.v1.Event.from_status:type_name -> opjournal.v1.Status
-	0,  // 12: opjournal.v1.Event.to_status:type_name -> opjournal.v1.Status
-	37, // 13: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
-	6,  // 14: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
-	4,  // 15: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
-	38, // 16: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
-	2,  // 17: opjournal.v1.RegisterResponse.next:type_name -> opjournal.v1.NextStep
-	4,  // 18: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
-	38, // 19: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
-	2,  // 20: opjournal.v1.ClaimResponse.next:type_name -> opjournal.v1.NextStep
-	4,  // 21: opjournal.v1.ExtendLeaseResponse.operation:type_name -> opjournal.v1.Operation
-	38, // 22: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
-	37, // 23: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
-	4,  // 24: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 25: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 26: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
-	1,  // 27: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 28: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
-	0,  // 29: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
-	1,  // 30: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 31: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
-	4,  // 32: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 33: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 34: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
-	3,  // 35: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
-	37, // 36: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
-	4,  // 37: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 38: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
-	5,  // 39: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
-	7,  // 40: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
-	9,  // 41: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
-	11, // 42: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
-	13, // 43: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
-	15, // 44: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
-	17, // 45: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
-	19, // 46: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
-	21, // 47: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
-	23, // 48: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
-	25, // 49: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
-	27, // 50: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
-	29, // 51: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
-	31, // 52: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
-	33, // 53: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
-	35, // 54: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
-	8,  // 55: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
-	10, // 56: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
-	12, // 57: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
-	14, // 58: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
-	16, // 59: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
-	18, // 60: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
-	20, // 61: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
-	22, // 62: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
-	24, // 63: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
-	26, // 64: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
-	28, // 65: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
-	30, // 66: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
-	32, // 67: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
-	34, // 68: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
-	36, // 69: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
-	55, // [55:70] is the sub-list for method output_type
-	40, // [40:55] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	40, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
+	41, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
+	41, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	41, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
+	41, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
+	41, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
+	41, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
+	41, // 9: opjournal.v1.Operation.attempt_started_at:type_name -> google.protobuf.Timestamp
+	37, // 10: opjournal.v1.Operation.refs:type_name -> opjournal.v1.Operation.RefsEntry
+	41, // 11: opjournal.v1.Operation.first_attempt_at:type_name -> google.protobuf.Timestamp
+	41, // 12: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
+	0,  // 13: opjournal.v1.Event.from_status:type_name -> opjournal.v1.Status
+	0,  // 14: opjournal.v1.Event.to_status:type_name -> opjournal.v1.Status
+	40, // 15: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
+	6,  // 16: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
+	38, // 17: opjournal.v1.RegisterRequest.refs:type_name -> opjournal.v1.RegisterRequest.RefsEntry
+	4,  // 18: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
+	41, // 19: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
+	2,  // 20: opjournal.v1.RegisterResponse.next:type_name -> opjournal.v1.NextStep
+	4,  // 21: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
+	41, // 22: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
+	2,  // 23: opjournal.v1.ClaimResponse.next:type_name -> opjournal.v1.NextStep
+	4,  // 24: opjournal.v1.ExtendLeaseResponse.operation:type_name -> opjournal.v1.Operation
+	41, // 25: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
+	40, // 26: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
+	4,  // 27: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 28: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 29: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
+	1,  // 30: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 31: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
+	0,  // 32: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
+	1,  // 33: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
+	39, // 34: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
+	4,  // 35: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
+	4,  // 36: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 37: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 38: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
+	3,  // 39: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
+	40, // 40: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
+	4,  // 41: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 42: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
+	5,  // 43: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
+	7,  // 44: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
+	9,  // 45: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
+	11, // 46: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
+	13, // 47: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
+	15, // 48: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
+	17, // 49: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
+	19, // 50: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
+	21, // 51: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
+	23, // 52: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
+	25, // 53: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
+	27, // 54: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
+	29, // 55: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
+	31, // 56: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
+	33, // 57: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
+	35, // 58: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
+	8,  // 59: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
+	10, // 60: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
+	12, // 61: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
+	14, // 62: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
+	16, // 63: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
+	18, // 64: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
+	20, // 65: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
+	22, // 66: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
+	24, // 67: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
+	26, // 68: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
+	28, // 69: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
+	30, // 70: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
+	32, // 71: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
+	34, // 72: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
+	36, // 73: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
+	59, // [59:74] is the sub-list for method output_type
+	44, // [44:59] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_opjournal_v1_journal_proto_init() }
@@ -3004,7 +3105,7 @@ func file_opjournal_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_opjournal_v1_journal_proto_rawDesc), len(file_opjournal_v1_journal_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   33,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

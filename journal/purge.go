@@ -1,0 +1,155 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/opjournal/opjournal/store"
+)
+
+// Retention: the journal keeps an operation's records for its action's
+// retention after the operation last changed, then purges them if it is
+// terminal and no person must look at it (opjournal.Purgeable). A
+// non-terminal operation is never purged, however old. A purged key is
+// unknown again: registering it makes a NEW operation, which is why
+// retention must be longer than any retry (queues, manual retries,
+// offline clients) and than the provider's own dedup window.
+
+// DefaultPurgeBatch is how many operations one purge statement deletes:
+// small enough that no lock is held for long (a few milliseconds), large
+// enough that a million rows go in minutes.
+const DefaultPurgeBatch = 1000
+
+// PurgeLock is the name of the store lock (store.Store.TryLock) that keeps
+// purging to one process at a time.
+const PurgeLock = "purge"
+
+// ErrPurgeBusy is returned by Purge when another process is purging.
+var ErrPurgeBusy = errors.New("another process is purging this journal")
+
+// PurgeOptions configure one purge pass.
+type PurgeOptions struct {
+	// Action limits the pass to one action ("" for every action of the
+	// policy; operations of actions the policy no longer has are kept,
+	// since their retention is unknown).
+	Action string
+	// DryRun counts what would go and deletes nothing.
+	DryRun bool
+	// BatchSize is the operations per statement (0: DefaultPurgeBatch).
+	BatchSize int
+	// Pause is waited between batches, leaving the database to other work.
+	Pause time.Duration
+	// Progress, if set, is called after every batch with the action's
+	// running totals.
+	Progress func(PurgeReport)
+}
+
+// PurgeReport is what a pass did (or would do) for one action.
+type PurgeReport struct {
+	Action    string
+	Retention time.Duration
+	// Operations and Events count the rows removed (or, dry, removable).
+	Operations, Events int64
+	// Oldest and Newest bound their updated_at (zero when none).
+	Oldest, Newest time.Time
+	// Batches is how many statements the pass ran.
+	Batches int
+}
+
+// Purge runs one pass: for each action (or the one asked for), it deletes
+// the purgeable operations in batches until none is left. Unless DryRun,
+// it first takes the store's purge lock and returns ErrPurgeBusy when
+// another process holds it. On an error it returns what it did so far.
+func (s *Service) Purge(ctx context.Context, o PurgeOptions) ([]PurgeReport, error) {
+	names := s.policy.Names()
+	if o.Action != "" {
+		act, err := s.action(o.Action)
+		if err != nil {
+			return nil, err
+		}
+		names = []string{act.Name}
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = DefaultPurgeBatch
+	}
+	if !o.DryRun {
+		unlock, ok, err := s.store.TryLock(ctx, PurgeLock)
+		if err != nil {
+			return nil, fmt.Errorf("purge: %w", err)
+		}
+		if !ok {
+			return nil, ErrPurgeBusy
+		}
+		defer unlock()
+	}
+	var reports []PurgeReport
+	for _, name := range names {
+		act, _ := s.policy.Action(name)
+		rep := PurgeReport{Action: name, Retention: act.Retention}
+		err := s.purgeAction(ctx, &rep, o)
+		reports = append(reports, rep)
+		if err != nil {
+			return reports, fmt.Errorf("purge %s: %w", name, err)
+		}
+	}
+	return reports, nil
+}
+
+func (s *Service) purgeAction(ctx context.Context, rep *PurgeReport, o PurgeOptions) error {
+	for {
+		res, err := s.store.Purge(ctx, store.PurgeParams{Action: rep.Action, Retention: rep.Retention, Limit: o.BatchSize, DryRun: o.DryRun})
+		if err != nil {
+			return err
+		}
+		rep.Batches++
+		rep.Operations += res.Operations
+		rep.Events += res.Events
+		if !res.Oldest.IsZero() && (rep.Oldest.IsZero() || res.Oldest.Before(rep.Oldest)) {
+			rep.Oldest = res.Oldest
+		}
+		if res.Newest.After(rep.Newest) {
+			rep.Newest = res.Newest
+		}
+		if o.Progress != nil {
+			o.Progress(*rep)
+		}
+		if o.DryRun || res.Operations < int64(o.BatchSize) {
+			return nil
+		}
+		if o.Pause > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(o.Pause):
+			}
+		}
+	}
+}
+
+// TerminalAge is how long ago the least recently changed terminal
+// operation of an action changed (0 when it has none).
+type TerminalAge struct {
+	Action string
+	Age    time.Duration
+}
+
+// OldestTerminal returns the age of the oldest terminal operation of every
+// action of the policy: a journal that purges keeps it near the
+// retention; one that grows past it is not purging.
+func (s *Service) OldestTerminal(ctx context.Context) ([]TerminalAge, error) {
+	var out []TerminalAge
+	for _, name := range s.policy.Names() {
+		oldest, now, err := s.store.OldestTerminal(ctx, name)
+		if err != nil {
+			return out, fmt.Errorf("oldest terminal operation of %s: %w", name, err)
+		}
+		age := time.Duration(0)
+		if !oldest.IsZero() {
+			age = max(now.Sub(oldest), 0)
+		}
+		out = append(out, TerminalAge{Action: name, Age: age})
+	}
+	return out, nil
+}

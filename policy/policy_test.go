@@ -19,10 +19,10 @@ func TestDefault(t *testing.T) {
 	if got := p.Names(); !slices.Equal(got, wantNames) {
 		t.Fatalf("Names() = %q, want %q", got, wantNames)
 	}
-	fake := func(path, status string, lag time.Duration) Reconcile {
+	fake := func(path, status string, lag, inFlight time.Duration) Reconcile {
 		return Reconcile{
 			InitialDelay: time.Second, Interval: 2 * time.Second, MaxInterval: time.Minute,
-			VisibilityLag: lag, InFlightWindow: 2 * time.Minute, DefinitiveAbsence: true,
+			VisibilityLag: lag, InFlightWindow: inFlight, DefinitiveAbsence: true,
 			Verifier: &Verifier{HTTP: &HTTPVerifier{
 				Method: "GET", URL: "${PROVIDER_URL:-http://127.0.0.1:8099}" + path, Timeout: 5 * time.Second,
 				List: "/data", Found: "/id", Completed: "/status", CompletedValues: []string{status}, ExternalID: "/id",
@@ -35,21 +35,23 @@ func TestDefault(t *testing.T) {
 			OnTimeout: ReconcileBeforeRetry, UnknownAfter: 900 * time.Second,
 			OnUnresolved: "require_human_review", Retention: 720 * time.Hour,
 			IntegerFields: []string{"amount_minor"}, RedactFields: []string{"card_number", "card_cvc"},
-			Reconcile: fake("/payments?idempotency_key={operation_key}", "succeeded", 3*time.Second),
+			Reconcile: fake("/payments?idempotency_key={operation_key}", "succeeded", 3*time.Second, 2*time.Minute),
 		},
 		"send_email": {
 			Name: "send_email", LeaseSeconds: 30, ReuseOperationKey: true, MaxAttempt: 300 * time.Second,
 			OnTimeout: ReconcileBeforeRetry, UnknownAfter: 900 * time.Second,
 			OnUnresolved: "require_human_review", Retention: 720 * time.Hour,
 			IntegerFields: []string{}, RedactFields: []string{},
-			Reconcile: fake("/emails?reference={operation_key}", "sent", 5*time.Second),
+			Reconcile: fake("/emails?reference={operation_key}", "sent", 5*time.Second, 2*time.Minute),
 		},
 		"submit_application": {
 			Name: "submit_application", LeaseSeconds: 60, ReuseOperationKey: true, MaxAttempt: 600 * time.Second,
 			OnTimeout: ReconcileBeforeRetry, UnknownAfter: 3600 * time.Second,
 			OnUnresolved: "require_human_review", Retention: 2160 * time.Hour,
 			IntegerFields: []string{}, RedactFields: []string{},
-			Reconcile: fake("/applications?reference={operation_key}", "submitted", 5*time.Second),
+			// 4m: a portal may still process a submission long after the
+			// caller gave up (three times the 60 s lease, and more).
+			Reconcile: fake("/applications?reference={operation_key}", "submitted", 5*time.Second, 4*time.Minute),
 		},
 		"create_ticket": {
 			Name: "create_ticket", LeaseSeconds: 30, ReuseOperationKey: true, MaxAttempt: 300 * time.Second,

@@ -555,10 +555,16 @@ func (r *Reconciler) release(ctx context.Context, op *opjournalv1.Operation, rc 
 		return DecisionReleased
 	}
 	if client.CodeOf(err) == opjournal.CodeInvalidState {
-		// Either the operation moved on (the recheck below fails the same
-		// way: skipped), or the journal's policy or clock disagrees with
-		// ours. Then record a check, so that the operation is not asked
+		// Either the operation moved on (another reconciler released it,
+		// an agent or a person settled it), or the journal's policy or
+		// clock disagrees with ours. Read it again to tell which: one that
+		// moved on is not ours any more (escalating it would put a pending
+		// operation under review, and its agent would stop asking). For a
+		// disagreement, record a check, so that the operation is not asked
 		// about on every pass and eventually goes to a person.
+		if moved, why := r.movedOn(ctx, op); moved {
+			return r.skipped(op, "release refused: "+why)
+		}
 		r.log.Info("release refused by the journal", "key", op.GetOperationKey(), "action", op.GetActionType(),
 			"attempt", op.GetAttemptCount(), "error", grpcMessage(err))
 		if pastDeadline {
@@ -567,6 +573,28 @@ func (r *Reconciler) release(ctx context.Context, op *opjournalv1.Operation, rc 
 		return r.recheck(ctx, op, "absent at provider, but the journal refused the release: "+shorten(grpcMessage(err), 100), r.backoff(rc, op.GetCheckCount()))
 	}
 	return r.failed(op, DecisionReleased, err)
+}
+
+// movedOn reads op again and reports whether someone else changed it
+// since it was listed: not unknown any more, another attempt, or under
+// review. A read that fails reports false (the caller goes on as before).
+func (r *Reconciler) movedOn(ctx context.Context, op *opjournalv1.Operation) (bool, string) {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.RPCTimeout)
+	defer cancel()
+	resp, err := r.cfg.Journal.Lookup(cctx, &opjournalv1.LookupRequest{OperationKey: op.GetOperationKey()})
+	if err != nil {
+		return client.CodeOf(err) == opjournal.CodeNotFound, "the operation is gone"
+	}
+	now := resp.GetOperation()
+	switch {
+	case now.GetStatus() != opjournalv1.Status_STATUS_UNKNOWN:
+		return true, "the operation is " + strings.TrimPrefix(now.GetStatus().String(), "STATUS_") + " now"
+	case now.GetAttemptCount() != op.GetAttemptCount():
+		return true, fmt.Sprintf("attempt %d superseded by %d", op.GetAttemptCount(), now.GetAttemptCount())
+	case now.GetNeedsReview():
+		return true, "the operation is under review now"
+	}
+	return false, ""
 }
 
 // recheck records an inconclusive check; the next is due after next.

@@ -815,3 +815,30 @@ func TestNoVerifierProviderWindow(t *testing.T) {
 		t.Fatalf("ticket-2 = %v", op)
 	}
 }
+
+// TestReleaseLostToAnotherReconcilerIsSkipped: two reconcilers decide on
+// the same unknown operation past its deadline; one releases it, and the
+// other's release is refused because the operation is pending now. The
+// loser must see that the operation moved on, and must not hand a pending
+// operation to a person (found by the soak: pending and under review, the
+// agent stopped asking).
+func TestReleaseLostToAnotherReconcilerIsSkipped(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.unknown(t, "raced-1", "pay")
+	f.clock.Advance(24 * time.Hour) // past unknown_after and the release delay
+	stale := f.lookup(t, "raced-1") // what the losing reconciler listed
+	if _, err := f.j.Client.ReleaseForRetry(context.Background(), &opjournalv1.ReleaseForRetryRequest{
+		OperationKey: "raced-1", Attempt: stale.GetAttemptCount(), Actor: "rec-winner", Reason: "absent",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := f.reconciler(t, "rec-loser")
+	if d := r.handle(context.Background(), stale); d != DecisionSkipped {
+		t.Fatalf("decision = %s, want skipped", d)
+	}
+	op := f.lookup(t, "raced-1")
+	if op.GetStatus() != opjournalv1.Status_STATUS_PENDING || op.GetNeedsReview() {
+		t.Fatalf("operation = %v, want pending and not under review", op)
+	}
+}

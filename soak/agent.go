@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +25,9 @@ const callSlack = 10 * time.Second
 // whether the journal ever answered for its key, and what each agent
 // finally observed.
 type intentState struct {
-	n   int
-	key string
+	n     int
+	key   string
+	large bool // the payload carries LargeMemberBytes (Mix.Large)
 
 	registered atomic.Bool // some agent got a journal answer for the key
 	crashed    atomic.Bool // the intent's one crash happened
@@ -47,12 +49,13 @@ type observation struct {
 // its own SDK client, retrying the same key until the journal says the
 // intent is settled.
 type agent struct {
-	h    *harness
-	id   int
-	gen  int // restarts so far
-	conn *grpc.ClientConn
-	cli  *client.Client
-	rng  *rand.Rand // pacing jitter
+	h           *harness
+	id          int
+	gen         int  // restarts so far
+	noHeartbeat bool // its SDK client runs with client.WithHeartbeat(false) (Mix.NoHeartbeat)
+	conn        *grpc.ClientConn
+	cli         *client.Client
+	rng         *rand.Rand // pacing jitter
 }
 
 func (a *agent) name() string { return fmt.Sprintf("soak-agent-%d.%d", a.id+1, a.gen) }
@@ -65,7 +68,7 @@ func (a *agent) connect() error {
 		return err
 	}
 	a.conn = conn
-	a.cli = client.New(conn, client.WithWorkerID(a.name()))
+	a.cli = client.New(conn, client.WithWorkerID(a.name()), client.WithHeartbeat(!a.noHeartbeat))
 	return nil
 }
 
@@ -83,7 +86,10 @@ func (a *agent) run(ctx context.Context, work <-chan *intentState) {
 	defer a.drop()
 	for st := range work {
 		a.h.busy.Add(1)
+		who := st.key + " by agent " + strconv.Itoa(a.id+1)
+		a.h.pursuing.Store(who, time.Now())
 		a.pursue(ctx, st)
+		a.h.pursuing.Delete(who)
 		a.h.busy.Add(-1)
 	}
 }
@@ -101,7 +107,7 @@ func (a *agent) pursue(ctx context.Context, st *intentState) {
 		}
 	}
 	op := client.Op{Key: in.Key, Action: in.Action, Payload: in.Payload}
-	fn := a.h.tool(st, in)
+	fn := a.h.tool(st, in, a.noHeartbeat)
 	burst := 0
 	for ctx.Err() == nil {
 		cctx, cancel := context.WithTimeout(ctx, in.Timeout+callSlack)
@@ -157,6 +163,9 @@ func (a *agent) outcome(ctx context.Context, st *intentState, out client.Outcome
 	case client.VerificationRequired:
 		if out.Cause != nil {
 			a.h.unknownCalls.Add(1)
+			if out.ErrorCode == "lease_expired" {
+				a.h.gaveUp(st, a.noHeartbeat)
+			}
 		}
 		if out.NeedsReview { // a person decides; asking again is pointless
 			a.h.observe(st, obs)
@@ -185,7 +194,7 @@ func (a *agent) crash(ctx context.Context, st *intentState, in Intent) {
 	cli := a.cli
 	go func() {
 		defer close(done)
-		out, err := cli.Execute(cctx, client.Op{Key: in.Key, Action: in.Action, Payload: in.Payload}, a.h.tool(st, in))
+		out, err := cli.Execute(cctx, client.Op{Key: in.Key, Action: in.Action, Payload: in.Payload}, a.h.tool(st, in, a.noHeartbeat))
 		var nr *client.NotRecordedError
 		if err == nil && out.Kind != client.Conflict || errors.As(err, &nr) {
 			a.h.registered(st)
@@ -212,13 +221,38 @@ func (a *agent) crash(ctx context.Context, st *intentState, in Intent) {
 
 // tool is the agent's tool function for an intent: the provider call with
 // the key as Idempotency-Key (payments) or reference (the others). Being
-// called at all means the journal registered and claimed the key.
-func (h *harness) tool(st *intentState, in Intent) func(context.Context, client.Attempt) (client.Effect, error) {
+// called at all means the journal registered and claimed the key. It also
+// counts what the report needs: a call after a release (attempt ≥ 2:
+// with reconcile_before_retry only a release grants another attempt), a
+// confirmed effect that took longer than the lease (kept by heartbeats),
+// and the start of the last call without an answer (the provider may
+// still be holding it).
+func (h *harness) tool(st *intentState, in Intent, noHeartbeat bool) func(context.Context, client.Attempt) (client.Effect, error) {
 	call := demo.ProviderCall(h.cluster.providerURL, in.Path, in.Payload, in.Idempotent, in.Timeout, &h.providerCalls)
 	return func(ctx context.Context, a client.Attempt) (client.Effect, error) {
 		h.registered(st)
-		h.lastCall.Store(time.Now().UnixNano())
-		return call(ctx, a)
+		start := time.Now()
+		if a.Number > 1 {
+			h.afterRelease.Add(1)
+		}
+		eff, err := call(ctx, a)
+		switch {
+		case err != nil:
+			storeMax(&h.lastUnanswered, start.UnixNano())
+		case !noHeartbeat && a.Lease > 0 && time.Since(start) > a.Lease:
+			h.heartbeatKept.Add(1)
+		}
+		return eff, err
+	}
+}
+
+// storeMax raises v to n.
+func storeMax(v *atomic.Int64, n int64) {
+	for {
+		old := v.Load()
+		if old >= n || v.CompareAndSwap(old, n) {
+			return
+		}
 	}
 }
 

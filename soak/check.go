@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -45,6 +46,9 @@ const (
 	// InvHarness: the harness itself could not do its part (a restart
 	// failed); the run proves less than it should.
 	InvHarness = "harness"
+	// InvPayload: the journal does not keep a large payload as the agent
+	// sent it.
+	InvPayload = "payload"
 )
 
 // Violation is one broken invariant.
@@ -72,6 +76,14 @@ type Summary struct {
 	Command string
 	// Elapsed is the whole run, settle and checks included.
 	Elapsed time.Duration
+	// ShippedPolicy: the run used the shipped policy as it is.
+	ShippedPolicy bool
+	// Settle is the settle deadline used: Config.Settle, or longer when the
+	// policy's releases need it.
+	Settle time.Duration
+	// Agents and NoHeartbeatAgents: the agents, and those of them whose
+	// SDK client ran without heartbeats.
+	Agents, NoHeartbeatAgents int
 	// Intents were handed out to agents; Settled of them were seen
 	// settled by an agent.
 	Intents, Settled int
@@ -84,8 +96,27 @@ type Summary struct {
 	Attempts int
 	// Effects is the provider's effect count.
 	Effects int
-	// Faults counts the faults fired, by "METHOD kind".
+	// Faults counts the faults fired, by "METHOD kind" (the slow-lease
+	// faults as FaultSlowLease15 and FaultSlowLease3).
 	Faults map[string]int
+	// SlowLease15 and SlowLease3 are the slow-lease faults that fired.
+	SlowLease15, SlowLease3 int
+	// HeartbeatKept counts provider calls that confirmed an effect after
+	// more than their lease, the lease kept by the SDK's heartbeats.
+	HeartbeatKept int
+	// GaveUp counts the Execute calls the SDK gave up at the end of the
+	// lease (VerificationRequired, "lease_expired"), GaveUpNoHeartbeat
+	// those of agents without heartbeats, GaveUpOps their operations;
+	// of these, GaveUpReconciled were marked succeeded by a reconciler (a
+	// late effect found) and GaveUpReleased released for retry.
+	GaveUp, GaveUpNoHeartbeat, GaveUpOps, GaveUpReconciled, GaveUpReleased int
+	// RetriesAfterRelease counts provider calls of a second or later
+	// attempt, which only a release grants.
+	RetriesAfterRelease int
+	// LargeIntents carry a payload member of LargeMemberBytes; LargeUnknown
+	// of them passed through unknown, LargeReconciled were marked
+	// succeeded by a reconciler and LargeReleased released for retry.
+	LargeIntents, LargeUnknown, LargeReconciled, LargeReleased int
 	// JournalKills and ReconcilerKills count kill -9s (each followed by a
 	// restart); PoolDrops the pool drops and Terminated the connections
 	// they ended; AgentRestarts the agents that crashed mid-call.
@@ -118,7 +149,14 @@ func (s Summary) Passed() bool { return len(s.Violations) == 0 }
 func (s Summary) Write(w io.Writer) {
 	row := func(name string, v any) { fmt.Fprintf(w, "  %-34s %v\n", name, v) }
 	fmt.Fprintf(w, "\n== soak summary (seed %d, %s)\n", s.Seed, s.Elapsed.Round(time.Second))
+	pol := "the soak's own"
+	if s.ShippedPolicy {
+		pol = "shipped (policy/default.yaml)"
+	}
+	row("policy (settle deadline)", fmt.Sprintf("%s (%s)", pol, s.Settle))
+	row("agents (without heartbeats)", fmt.Sprintf("%d (%d)", s.Agents, s.NoHeartbeatAgents))
 	row("intents (settled as seen by agents)", fmt.Sprintf("%d (%d)", s.Intents, s.Settled))
+	row("large-payload intents", fmt.Sprintf("%d: unknown %d, reconciled %d, released %d", s.LargeIntents, s.LargeUnknown, s.LargeReconciled, s.LargeReleased))
 	row("operations in the journal", fmt.Sprintf("%d: succeeded %d, failed_final %d, needs_review %d", s.Operations, s.Succeeded, s.FailedFinal, s.NeedsReview))
 	row("agent calls (Execute)", s.Calls)
 	row("provider calls", s.ProviderCalls)
@@ -132,12 +170,16 @@ func (s Summary) Write(w io.Writer) {
 	for _, f := range faults {
 		fmt.Fprintf(w, "  %-34s %s\n", "", f)
 	}
+	row("slow calls (1.5x lease, 3x lease)", fmt.Sprintf("%d, %d", s.SlowLease15, s.SlowLease3))
+	row("long calls kept by heartbeats", s.HeartbeatKept)
+	row("given up at the lease (lease_expired)", fmt.Sprintf("%d calls (%d without heartbeat), %d ops: reconciled %d, released %d",
+		s.GaveUp, s.GaveUpNoHeartbeat, s.GaveUpOps, s.GaveUpReconciled, s.GaveUpReleased))
 	row("kills (journal, reconciler)", fmt.Sprintf("%d, %d", s.JournalKills, s.ReconcilerKills))
 	row("pool drops (connections ended)", fmt.Sprintf("%d (%d)", s.PoolDrops, s.Terminated))
 	row("agent crashes mid-call", s.AgentRestarts)
 	row("unknowns observed (calls, ops)", fmt.Sprintf("%d, %d", s.UnknownOutcomes, s.UnknownOps))
 	row("reconciled (succeeded by reconciler)", s.Reconciled)
-	row("released for retry", s.Released)
+	row("released for retry (retry calls)", fmt.Sprintf("%d (%d)", s.Released, s.RetriesAfterRelease))
 	row("inconclusive checks", s.Rechecked)
 	row("escalated", s.Escalated)
 	row("resolved by operator", s.Resolved)
@@ -245,11 +287,15 @@ func (h *harness) check(ctx context.Context) (Summary, error) {
 		PoolDrops: int(h.poolDrops.Load()), Terminated: int(h.terminated.Load()), AgentRestarts: int(h.restarts.Load()),
 		Calls: int(h.executes.Load()), ProviderCalls: int(h.providerCalls.Load()),
 		UnknownOutcomes: int(h.unknownCalls.Load()), Settled: int(h.settledCount.Load()),
+		ShippedPolicy: h.cfg.ShippedPolicy, Settle: h.settle, Agents: h.cfg.Agents, NoHeartbeatAgents: h.noHeartbeat,
+		HeartbeatKept: int(h.heartbeatKept.Load()), GaveUp: int(h.gaveUpCalls.Load()), GaveUpNoHeartbeat: int(h.gaveUpNoHeartbeat.Load()),
+		RetriesAfterRelease: int(h.afterRelease.Load()),
 	}
 	var err error
 	if s.Faults, err = h.faults.counts(ctx); err != nil {
 		return s, fmt.Errorf("soak: read the provider's faults: %w", err)
 	}
+	s.SlowLease15, s.SlowLease3 = s.Faults[FaultSlowLease15], s.Faults[FaultSlowLease3]
 	rpc, done, err := h.rpc()
 	if err != nil {
 		return s, err
@@ -304,6 +350,7 @@ func (h *harness) check(ctx context.Context) (Summary, error) {
 	h.mu.Lock()
 	violations := slices.Clone(h.violations)
 	regKeys := h.regKeys
+	gaveUpKeys := maps.Clone(h.gaveUpKeys)
 	intents := h.intents
 	s.JournalErrors = h.journalErrs
 	h.mu.Unlock()
@@ -312,6 +359,7 @@ func (h *harness) check(ctx context.Context) (Summary, error) {
 	}
 
 	byKey := make(map[string]*pb.Operation, len(ops))
+	hist := make(map[string]opHistory, len(ops))
 	for _, f := range facts {
 		op, key := f.op, f.op.GetOperationKey()
 		byKey[key] = op
@@ -351,7 +399,16 @@ func (h *harness) check(ctx context.Context) (Summary, error) {
 			s.NeedsReview++
 			s.Review = append(s.Review, fmt.Sprintf("%s (%s, %d effect(s)): %s", key, short(op.GetStatus()), n, op.GetReviewReason()))
 		}
-		h.history(&s, key, f.events, violate)
+		hist[key] = h.history(&s, key, f.events, violate)
+	}
+	for key := range gaveUpKeys {
+		s.GaveUpOps++
+		if hist[key].reconciled {
+			s.GaveUpReconciled++
+		}
+		if hist[key].released {
+			s.GaveUpReleased++
+		}
 	}
 
 	// 2: every key an agent got a journal answer for is in the journal.
@@ -377,6 +434,18 @@ func (h *harness) check(ctx context.Context) (Summary, error) {
 	s.Intents = len(intents)
 	for _, st := range intents {
 		op := byKey[st.key]
+		if st.large {
+			s.LargeIntents++
+			if op != nil {
+				hs := hist[st.key]
+				s.LargeUnknown += b2i(hs.unknown)
+				s.LargeReconciled += b2i(hs.reconciled)
+				s.LargeReleased += b2i(hs.released)
+				if err := h.checkLargePayload(ctx, rpc, st); err != "" {
+					violate(InvPayload, st.key, "%s", err)
+				}
+			}
+		}
 		st.mu.Lock()
 		settled, observed := st.settled, slices.Clone(st.observed)
 		st.mu.Unlock()
@@ -406,9 +475,41 @@ func (h *harness) check(ctx context.Context) (Summary, error) {
 	return s, nil
 }
 
+// opHistory is what an operation's history went through.
+type opHistory struct {
+	unknown, reconciled, released bool
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// checkLargePayload reads a large-payload intent's operation in full and
+// compares its attachment with the one the seed gives: "" if it matches.
+func (h *harness) checkLargePayload(ctx context.Context, rpc pb.JournalServiceClient, st *intentState) string {
+	var op *pb.Operation
+	err := retry(ctx, func(ctx context.Context) error {
+		r, err := rpc.Lookup(ctx, &pb.LookupRequest{OperationKey: st.key, View: pb.OperationView_OPERATION_VIEW_FULL})
+		op = r.GetOperation()
+		return err
+	})
+	if err != nil {
+		return "lookup: " + err.Error()
+	}
+	got := op.GetPayload().GetFields()["attachment"].GetStringValue()
+	if want := largeMember(h.cfg.Seed, st.n); got != want {
+		return fmt.Sprintf("the journal's payload has an attachment of %d bytes that is not the one sent (%d bytes)", len(got), len(want))
+	}
+	return ""
+}
+
 // history counts an operation's events and checks that it never leaves a
 // terminal state and never skips a step.
-func (h *harness) history(s *Summary, key string, evs []*pb.Event, violate func(inv, key, format string, args ...any)) {
+func (h *harness) history(s *Summary, key string, evs []*pb.Event, violate func(inv, key, format string, args ...any)) opHistory {
+	var oh opHistory
 	unknown := false
 	for i, e := range evs {
 		from, to := e.GetFromStatus(), e.GetToStatus()
@@ -417,6 +518,7 @@ func (h *harness) history(s *Summary, key string, evs []*pb.Event, violate func(
 		switch {
 		case strings.HasPrefix(reason, "released for retry"):
 			s.Released++
+			oh.released = true
 		case strings.HasPrefix(reason, "checked:"):
 			s.Rechecked++
 		case strings.HasPrefix(reason, "escalated:"):
@@ -426,6 +528,7 @@ func (h *harness) history(s *Summary, key string, evs []*pb.Event, violate func(
 		}
 		if to == pb.Status_STATUS_SUCCEEDED && from != pb.Status_STATUS_SUCCEEDED && strings.HasPrefix(e.GetActor(), "soak-reconciler-") {
 			s.Reconciled++
+			oh.reconciled = true
 		}
 		if i == 0 {
 			continue
@@ -442,6 +545,8 @@ func (h *harness) history(s *Summary, key string, evs []*pb.Event, violate func(
 	if unknown {
 		s.UnknownOps++
 	}
+	oh.unknown = unknown
+	return oh
 }
 
 // short is a status without its prefix, in lower case.

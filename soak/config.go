@@ -32,6 +32,14 @@ type FaultRates struct {
 	// Slow holds the request for Config.SlowDelay (longer than the lease),
 	// then stores the effect, whether or not the agent still waits.
 	Slow float64
+	// SlowLease15 and SlowLease3 hold a request of the routes that do NOT
+	// deduplicate (/emails, /applications) for 1.5× and 3× the action's
+	// lease_seconds, then store the effect whether or not the agent still
+	// waits. Agents wait long enough for them (see Config.AgentTimeout):
+	// the SDK's heartbeats must keep the lease; agents without heartbeats
+	// (Mix.NoHeartbeat) give up at the lease ("lease_expired") and the
+	// reconciler must find the late effect.
+	SlowLease15, SlowLease3 float64
 	// Error answers 503 before anything is stored.
 	Error float64
 	// SearchError answers 503 to the reconcilers' searches (GET).
@@ -58,6 +66,16 @@ type Mix struct {
 	// Decline: a payment with a declined card (a definite 402:
 	// failed_final without any fault).
 	Decline float64
+	// Large: the intent's payload carries a member of LargeMemberBytes
+	// (just below the journal's 64 KiB payload limit), derived from the
+	// seed like the rest of the payload.
+	Large float64
+	// NoHeartbeat is a share of the AGENTS, not of the intents: that many
+	// of them (rounded, chosen from the seed) run their SDK client with
+	// client.WithHeartbeat(false), so that a provider call longer than the
+	// lease is given up at its end ("lease_expired") while the provider may
+	// still carry it out.
+	NoHeartbeat float64
 }
 
 // Config configures a soak run. DefaultConfig gives the values the
@@ -72,7 +90,10 @@ type Config struct {
 	// injected for this long.
 	Duration time.Duration
 	// Settle bounds the quiescence phase after the load: no new intents, no
-	// faults, no kills; agents retry until every intent is settled.
+	// faults, no kills; agents retry until every intent is settled. A run
+	// extends it to what its policy needs (the longest agent wait, then
+	// visibility_lag + in_flight_window until a release, then the
+	// reconciler's longest backoff) and says so.
 	Settle time.Duration
 	// Agents is the number of concurrent simulated agents.
 	Agents int
@@ -97,6 +118,15 @@ type Config struct {
 	LogDir string
 	// Progress is the interval of the progress lines.
 	Progress time.Duration
+	// ShippedPolicy makes the journals and reconcilers load the shipped
+	// policy as it is (policy.DefaultYAML(); its verifiers read
+	// ${PROVIDER_URL}) instead of the harness's own: the leases, the
+	// slow-lease holds and the agents' waits follow its lease_seconds, the
+	// settle phase is long enough for its releases, and there is no search
+	// outage (its unknown_after_seconds is 15–60 minutes). LeaseSeconds,
+	// the reconcile settings, InFlightWindow, UnknownAfter and SearchOutage
+	// are then not used.
+	ShippedPolicy bool
 
 	// Faults are the provider's fault rates.
 	Faults FaultRates
@@ -108,8 +138,12 @@ type Config struct {
 	// HoldDelay is how long commit_then_timeout, timeout_before_commit and
 	// search timeouts hold a request (the client gives up first).
 	HoldDelay time.Duration
-	// AgentTimeout is how long an agent waits for the provider; longer
-	// than SlowDelay so slow answers arrive after the lease expired.
+	// AgentTimeout is how long an agent waits for the provider on
+	// /payments; longer than SlowDelay so slow answers arrive after the
+	// lease expired (and are waited for under heartbeats). On /emails and
+	// /applications agents wait AgentTimeout plus the longest slow-lease
+	// hold (3× the lease with SlowLease3), and the timeout faults hold
+	// HoldDelay plus the same.
 	AgentTimeout time.Duration
 	// ShortAgentTimeout is the wait of impatient agents (Mix.Impatient).
 	ShortAgentTimeout time.Duration
@@ -120,11 +154,16 @@ type Config struct {
 	// LeaseSeconds is every action's lease_seconds.
 	LeaseSeconds int
 	// InitialDelay, Interval, MaxInterval and VisibilityLag are every
-	// action's reconcile settings. VisibilityLag must cover the longest
-	// time the provider may still be working on a request the agent gave
-	// up on (SlowDelay) plus IndexLag, or a release may precede a late
-	// effect of a provider that does not deduplicate (emails, applications).
+	// action's reconcile settings (VisibilityLag above IndexLag).
 	InitialDelay, Interval, MaxInterval, VisibilityLag time.Duration
+	// InFlightWindow is every action's reconcile.in_flight_window: how long
+	// the provider may still carry out a request after the attempt ended.
+	// It must cover the longest the provider holds a request before
+	// storing its effect (3× the lease with SlowLease3, 1.5× with
+	// SlowLease15, SlowDelay with Slow) plus IndexLag, or a release may
+	// precede a late effect of a provider that does not deduplicate
+	// (emails, applications); Validate refuses less.
+	InFlightWindow time.Duration
 	// UnknownAfter is every action's unknown_after_seconds: unresolvable
 	// operations are escalated after it.
 	UnknownAfter time.Duration
@@ -140,7 +179,8 @@ type Config struct {
 	PoolDrop bool
 	// SearchOutage makes one action's provider search fail for this long,
 	// once, so that its unknown operations are escalated; 0 disables it.
-	// It happens only if the load phase is at least twice as long.
+	// It happens only if the load phase is at least twice as long, and
+	// never with ShippedPolicy.
 	SearchOutage time.Duration
 	// Operator resolves escalated operations during the load, from the
 	// provider's records, as a person would.
@@ -161,9 +201,10 @@ func DefaultConfig() Config {
 		Progress:    5 * time.Second,
 		Faults: FaultRates{
 			CommitThenTimeout: 0.05, TimeoutBeforeCommit: 0.05, Reject: 0.03, ErrorAfterCommit: 0.05,
-			DropConnectionAfterCommit: 0.05, Slow: 0.05, Error: 0.05, SearchError: 0.03, SearchTimeout: 0.01,
+			DropConnectionAfterCommit: 0.05, Slow: 0.05, SlowLease15: 0.05, SlowLease3: 0.05, Error: 0.05,
+			SearchError: 0.03, SearchTimeout: 0.01,
 		},
-		Mix:               Mix{Dup: 0.05, Storm: 0.05, Restart: 0.03, Impatient: 0.25, Decline: 0.02},
+		Mix:               Mix{Dup: 0.05, Storm: 0.05, Restart: 0.03, Impatient: 0.25, Decline: 0.02, Large: 0.03, NoHeartbeat: 0.25},
 		SlowDelay:         3 * time.Second,
 		HoldDelay:         10 * time.Second,
 		AgentTimeout:      4 * time.Second,
@@ -174,6 +215,7 @@ func DefaultConfig() Config {
 		Interval:          time.Second,
 		MaxInterval:       5 * time.Second,
 		VisibilityLag:     4 * time.Second,
+		InFlightWindow:    7 * time.Second,
 		UnknownAfter:      20 * time.Second,
 		ReconcilerPoll:    250 * time.Millisecond,
 		KillMin:           10 * time.Second,
@@ -189,7 +231,7 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed of the intents, faults and kills (0: from the clock)")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "load phase")
-	fs.DurationVar(&c.Settle, "settle", c.Settle, "quiescence deadline after the load")
+	fs.DurationVar(&c.Settle, "settle", c.Settle, "quiescence deadline after the load (extended to what the policy's releases need)")
 	fs.IntVar(&c.Agents, "agents", c.Agents, "concurrent simulated agents")
 	fs.IntVar(&c.Intents, "intents", c.Intents, "at most this many intents (0: as many as the load phase allows)")
 	fs.IntVar(&c.Replicas, "replicas", c.Replicas, "journal processes (1 or 2)")
@@ -199,6 +241,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Keep, "keep", c.Keep, "keep the schema the harness created")
 	fs.StringVar(&c.LogDir, "log-dir", c.LogDir, "write each child process's log to DIR/<name>.log")
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "interval of the progress lines")
+	fs.BoolVar(&c.ShippedPolicy, "shipped-policy", c.ShippedPolicy,
+		"journals and reconcilers use the shipped policy as it is (policy/default.yaml): slow-lease holds and agents' waits follow its lease_seconds, the settle phase its release delays, no search outage; --lease-seconds, the reconcile flags, --in-flight-window, --unknown-after and --search-outage are then unused")
 
 	f := &c.Faults
 	fs.Float64Var(&f.CommitThenTimeout, "rate-commit-then-timeout", f.CommitThenTimeout, "share of provider calls that commit, then time out")
@@ -207,6 +251,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&f.ErrorAfterCommit, "rate-error-after-commit", f.ErrorAfterCommit, "share of provider calls that commit, then answer 500")
 	fs.Float64Var(&f.DropConnectionAfterCommit, "rate-drop-connection-after-commit", f.DropConnectionAfterCommit, "share of provider calls that commit, then drop the connection")
 	fs.Float64Var(&f.Slow, "rate-slow", f.Slow, "share of provider calls held for --slow-delay (across the lease)")
+	fs.Float64Var(&f.SlowLease15, "rate-slow-1.5x-lease", f.SlowLease15,
+		"share of /emails and /applications calls held for 1.5× the action's lease_seconds, then carried out (agents wait for them)")
+	fs.Float64Var(&f.SlowLease3, "rate-slow-3x-lease", f.SlowLease3,
+		"share of /emails and /applications calls held for 3× the action's lease_seconds, then carried out (agents wait for them)")
 	fs.Float64Var(&f.Error, "rate-error", f.Error, "share of provider calls answered 503 before anything is stored")
 	fs.Float64Var(&f.SearchError, "rate-search-error", f.SearchError, "share of reconciler searches answered 503")
 	fs.Float64Var(&f.SearchTimeout, "rate-search-timeout", f.SearchTimeout, "share of reconciler searches that time out")
@@ -217,17 +265,23 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&m.Restart, "mix-restart", m.Restart, "share of intents whose agent crashes mid-call and resumes from the key alone")
 	fs.Float64Var(&m.Impatient, "mix-impatient", m.Impatient, "share of intents whose agent waits --short-agent-timeout")
 	fs.Float64Var(&m.Decline, "mix-decline", m.Decline, "share of payments with a declined card")
+	fs.Float64Var(&m.Large, "mix-large", m.Large, fmt.Sprintf("share of intents whose payload carries a %d-byte member (below the journal's 64 KiB limit)", LargeMemberBytes))
+	fs.Float64Var(&m.NoHeartbeat, "mix-no-heartbeat", m.NoHeartbeat,
+		"share of the AGENTS whose SDK client runs without heartbeats: their calls longer than the lease are given up (lease_expired) and reconciled")
 
 	fs.DurationVar(&c.SlowDelay, "slow-delay", c.SlowDelay, "how long a slow provider call is held (longer than the lease)")
 	fs.DurationVar(&c.HoldDelay, "hold-delay", c.HoldDelay, "how long the timeout faults hold a request")
-	fs.DurationVar(&c.AgentTimeout, "agent-timeout", c.AgentTimeout, "how long an agent waits for the provider")
+	fs.DurationVar(&c.AgentTimeout, "agent-timeout", c.AgentTimeout,
+		"how long an agent waits for /payments; for /emails and /applications, this plus the longest slow-lease hold (3× lease)")
 	fs.DurationVar(&c.ShortAgentTimeout, "short-agent-timeout", c.ShortAgentTimeout, "how long an impatient agent waits for the provider")
 	fs.DurationVar(&c.IndexLag, "index-lag", c.IndexLag, "the provider's search lag (below --visibility-lag)")
 	fs.IntVar(&c.LeaseSeconds, "lease-seconds", c.LeaseSeconds, "policy: lease_seconds")
 	fs.DurationVar(&c.InitialDelay, "initial-delay", c.InitialDelay, "policy: reconcile.initial_delay")
 	fs.DurationVar(&c.Interval, "interval", c.Interval, "policy: reconcile.interval")
 	fs.DurationVar(&c.MaxInterval, "max-interval", c.MaxInterval, "policy: reconcile.max_interval")
-	fs.DurationVar(&c.VisibilityLag, "visibility-lag", c.VisibilityLag, "policy: reconcile.visibility_lag (cover --slow-delay plus --index-lag)")
+	fs.DurationVar(&c.VisibilityLag, "visibility-lag", c.VisibilityLag, "policy: reconcile.visibility_lag (above --index-lag)")
+	fs.DurationVar(&c.InFlightWindow, "in-flight-window", c.InFlightWindow,
+		"policy: reconcile.in_flight_window (at least the longest hold that commits, 3× --lease-seconds with --rate-slow-3x-lease, plus --index-lag)")
 	fs.DurationVar(&c.UnknownAfter, "unknown-after", c.UnknownAfter, "policy: unknown_after_seconds (whole seconds)")
 	fs.DurationVar(&c.ReconcilerPoll, "reconciler-poll", c.ReconcilerPoll, "the reconcilers' --poll-interval")
 
@@ -254,6 +308,7 @@ func (c Config) Validate() error {
 		{"rate-commit-then-timeout", f.CommitThenTimeout}, {"rate-timeout-before-commit", f.TimeoutBeforeCommit},
 		{"rate-reject", f.Reject}, {"rate-error-after-commit", f.ErrorAfterCommit},
 		{"rate-drop-connection-after-commit", f.DropConnectionAfterCommit}, {"rate-slow", f.Slow}, {"rate-error", f.Error},
+		{"rate-slow-1.5x-lease", f.SlowLease15}, {"rate-slow-3x-lease", f.SlowLease3}, {"mix-large", m.Large}, {"mix-no-heartbeat", m.NoHeartbeat},
 		{"rate-search-error", f.SearchError}, {"rate-search-timeout", f.SearchTimeout},
 		{"mix-dup", m.Dup}, {"mix-storm", m.Storm}, {"mix-restart", m.Restart}, {"mix-impatient", m.Impatient}, {"mix-decline", m.Decline},
 	} {
@@ -278,8 +333,8 @@ func (c Config) Validate() error {
 		return errors.New("database-url: required")
 	case !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://"):
 		return errors.New("database-url: must be a postgres:// URL")
-	case f.CommitThenTimeout+f.TimeoutBeforeCommit+f.Reject+f.ErrorAfterCommit+f.DropConnectionAfterCommit+f.Slow+f.Error > 1:
-		return errors.New("the provider call fault rates add up to more than 1")
+	case f.CommitThenTimeout+f.TimeoutBeforeCommit+f.Reject+f.ErrorAfterCommit+f.DropConnectionAfterCommit+f.Slow+f.SlowLease15+f.SlowLease3+f.Error > 1:
+		return errors.New("the provider call fault rates (the --rate-* flags but the search ones) add up to more than 1")
 	case f.SearchError+f.SearchTimeout > 1:
 		return errors.New("the search fault rates add up to more than 1")
 	case c.SlowDelay <= 0 || c.HoldDelay <= 0 || c.AgentTimeout <= 0 || c.ShortAgentTimeout <= 0:
@@ -288,12 +343,14 @@ func (c Config) Validate() error {
 		return errors.New("hold-delay: must be longer than agent-timeout, or the timeout faults do not time out")
 	case c.IndexLag < 0:
 		return errors.New("index-lag: must not be negative")
-	case c.IndexLag >= c.VisibilityLag:
+	case !c.ShippedPolicy && c.IndexLag >= c.VisibilityLag:
 		return errors.New("index-lag: must stay below visibility-lag (a lagging search would prove absence too early)")
 	case c.LeaseSeconds < 1:
 		return errors.New("lease-seconds: at least 1")
 	case c.InitialDelay < 0 || c.Interval <= 0 || c.MaxInterval < c.Interval:
 		return errors.New("initial-delay ≥ 0, interval > 0 and max-interval ≥ interval")
+	case c.InFlightWindow <= 0:
+		return errors.New("in-flight-window: must be positive (the soak policy's searches are definitive)")
 	case c.UnknownAfter < time.Second || c.UnknownAfter%time.Second != 0:
 		return errors.New("unknown-after: whole seconds, at least 1s")
 	case c.ReconcilerPoll <= 0:
@@ -305,7 +362,7 @@ func (c Config) Validate() error {
 	case c.Progress <= 0:
 		return errors.New("progress: must be positive")
 	}
-	return nil
+	return c.checkPolicy()
 }
 
 // ReplayArgs returns the command-line arguments that repeat this run: the

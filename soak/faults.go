@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/opjournal/opjournal/fakeprovider"
 )
@@ -17,77 +18,83 @@ type faultSet struct {
 	cfg     Config
 	control *fakeprovider.ControlClient
 
-	mu          sync.Mutex
-	epoch       int             // how many times the rules were armed; varies their seeds
-	fired       map[string]int  // "POST slow" -> count, over past epochs
-	outage      string          // the path whose search is down, "" if none
-	outageRules map[string]bool // ids of the outage's rules
+	mu     sync.Mutex
+	epoch  int               // how many times the rules were armed; varies their seeds
+	fired  map[string]int    // "POST slow" -> count, over past epochs
+	outage string            // the path whose search is down, "" if none
+	labels map[string]string // rule id -> its name in the counts, where not "METHOD kind"
 }
+
+// The names under which the counts report the slow-lease faults and the
+// search outage (the provider knows them all as "slow" or "error").
+const (
+	FaultSlowLease15 = "POST slow_1.5x_lease"
+	FaultSlowLease3  = "POST slow_3x_lease"
+	FaultOutage      = "GET outage"
+)
 
 // rules returns the rules for the current epoch. A provider tries rules
 // in order and applies the first that fires, so rule k gets the
 // probability rate_k / (1 − Σ_{j<k} rate_j): each kind then meets exactly
 // its configured share of the requests.
-func (f *faultSet) rulesLocked() (rules []fakeprovider.Fault, outage []bool) {
+func (f *faultSet) rulesLocked() (rules []fakeprovider.Fault, labels []string) {
 	r := f.cfg.Faults
-	post := []struct {
-		kind fakeprovider.FaultKind
-		rate float64
-	}{
-		{fakeprovider.CommitThenTimeout, r.CommitThenTimeout},
-		{fakeprovider.TimeoutBeforeCommit, r.TimeoutBeforeCommit},
-		{fakeprovider.Reject, r.Reject},
-		{fakeprovider.ErrorAfterCommit, r.ErrorAfterCommit},
-		{fakeprovider.DropConnectionAfterCommit, r.DropConnectionAfterCommit},
-		{fakeprovider.Slow, r.Slow},
-		{fakeprovider.Error, r.Error},
-	}
-	get := []struct {
-		kind fakeprovider.FaultKind
-		rate float64
-	}{
-		{fakeprovider.Error, r.SearchError},
-		{fakeprovider.Timeout, r.SearchTimeout},
+	type rule struct {
+		kind  fakeprovider.FaultKind
+		rate  float64
+		label string        // "" for "METHOD kind"
+		delay time.Duration // for the kinds that hold
 	}
 	var out []fakeprovider.Fault
-	var isOutage []bool
 	n := 0
-	add := func(method, path string, kind fakeprovider.FaultKind, rate, used float64) {
+	add := func(method, path string, k rule, used float64) {
 		n++
-		if rate <= 0 {
+		if k.rate <= 0 {
 			return
 		}
-		p := min(rate/(1-used), 1)
+		p := min(k.rate/(1-used), 1)
 		seed := f.cfg.Seed*1_000_003 + int64(f.epoch)*1009 + int64(n)
-		ft := fakeprovider.Fault{Method: method, Path: path, Kind: kind, Probability: p, Seed: &seed}
-		switch kind {
-		case fakeprovider.Slow:
-			ft.Delay = f.cfg.SlowDelay
-		case fakeprovider.CommitThenTimeout, fakeprovider.TimeoutBeforeCommit, fakeprovider.Timeout:
-			ft.Delay = f.cfg.HoldDelay
-		}
-		out = append(out, ft)
-		isOutage = append(isOutage, false)
+		out = append(out, fakeprovider.Fault{Method: method, Path: path, Kind: k.kind, Probability: p, Seed: &seed, Delay: k.delay})
+		labels = append(labels, k.label)
 	}
 	for _, a := range actions {
+		plan := f.cfg.plan(a.name)
 		if a.path == f.outage {
 			// First, so that it fires on every search of this path.
 			seed := f.cfg.Seed
 			out = append(out, fakeprovider.Fault{Method: http.MethodGet, Path: a.path, Kind: fakeprovider.Error, Probability: 1, Seed: &seed})
-			isOutage = append(isOutage, true)
+			labels = append(labels, FaultOutage)
+		}
+		post := []rule{
+			{kind: fakeprovider.CommitThenTimeout, rate: r.CommitThenTimeout, delay: plan.postHold},
+			{kind: fakeprovider.TimeoutBeforeCommit, rate: r.TimeoutBeforeCommit, delay: plan.postHold},
+			{kind: fakeprovider.Reject, rate: r.Reject},
+			{kind: fakeprovider.ErrorAfterCommit, rate: r.ErrorAfterCommit},
+			{kind: fakeprovider.DropConnectionAfterCommit, rate: r.DropConnectionAfterCommit},
+			{kind: fakeprovider.Slow, rate: r.Slow, delay: f.cfg.SlowDelay},
+			{kind: fakeprovider.Error, rate: r.Error},
+		}
+		if !a.idempotent { // /payments deduplicates: the slow-lease faults are for the others
+			post = append(post,
+				rule{kind: fakeprovider.Slow, rate: r.SlowLease15, label: FaultSlowLease15, delay: plan.slow15},
+				rule{kind: fakeprovider.Slow, rate: r.SlowLease3, label: FaultSlowLease3, delay: plan.slow3})
+		}
+		get := []rule{
+			{kind: fakeprovider.Error, rate: r.SearchError},
+			{kind: fakeprovider.Timeout, rate: r.SearchTimeout, delay: f.cfg.HoldDelay},
 		}
 		used := 0.0
 		for _, k := range post {
-			add(http.MethodPost, a.path, k.kind, k.rate, used)
+			add(http.MethodPost, a.path, k, used)
 			used += k.rate
 		}
 		used = 0
 		for _, k := range get {
-			add(http.MethodGet, a.path, k.kind, k.rate, used)
+			add(http.MethodGet, a.path, k, used)
 			used += k.rate
 		}
 	}
-	return out, isOutage
+	return out, labels
 }
 
 // arm replaces the provider's rules with the current epoch's, keeping the
@@ -99,17 +106,17 @@ func (f *faultSet) arm(ctx context.Context) error {
 		return err
 	}
 	f.epoch++
-	rules, outage := f.rulesLocked()
+	rules, labels := f.rulesLocked()
 	for i, r := range rules {
 		st, err := f.control.AddFault(ctx, r)
 		if err != nil {
 			return fmt.Errorf("arm fault %s %s %s: %w", r.Method, r.Path, r.Kind, err)
 		}
-		if outage[i] {
-			if f.outageRules == nil {
-				f.outageRules = map[string]bool{}
+		if labels[i] != "" {
+			if f.labels == nil {
+				f.labels = map[string]string{}
 			}
-			f.outageRules[st.ID] = true
+			f.labels[st.ID] = labels[i]
 		}
 	}
 	return nil
@@ -139,16 +146,17 @@ func (f *faultSet) clearLocked(ctx context.Context) error {
 	return nil
 }
 
-// addLocked adds the fired counts of l's rules to m, by "METHOD kind". A
-// search outage's rule counts as "GET outage".
+// addLocked adds the fired counts of l's rules to m, by "METHOD kind"; the
+// slow-lease rules count as FaultSlowLease15 and FaultSlowLease3, a search
+// outage's rule as FaultOutage.
 func (f *faultSet) addLocked(m map[string]int, l fakeprovider.FaultList) {
 	for _, r := range l.Faults {
 		if r.Fired == 0 {
 			continue
 		}
 		name := r.Method + " " + string(r.Kind)
-		if f.outageRules[r.ID] {
-			name = "GET outage"
+		if label := f.labels[r.ID]; label != "" {
+			name = label
 		}
 		m[name] += r.Fired
 	}

@@ -21,6 +21,12 @@ var actions = []struct {
 	{"submit_application", "app", "/applications", false, 20},
 }
 
+// LargeMemberBytes is the size of the "attachment" member of a
+// large-payload intent (Mix.Large): with the other members, the payload
+// stays just below the journal's payload limit of 64 KiB of canonical JSON
+// (opjournal.DefaultMaxPayloadBytes).
+const LargeMemberBytes = 60_000
+
 // Intent is one business intent of a simulated agent. Everything in it is
 // a function of the seed and the intent's number, so an agent that lost
 // its memory rebuilds it from the operation key alone (IntentForKey).
@@ -46,8 +52,11 @@ type Intent struct {
 	// Restart: the agent crashes CrashAfter into its first call.
 	Restart    bool
 	CrashAfter time.Duration
-	// Timeout is how long the agent waits for the provider.
+	// Timeout is how long the agent waits for the provider (see
+	// Config.AgentTimeout: longer on the routes with slow-lease faults).
 	Timeout time.Duration
+	// Large: Payload carries an "attachment" of LargeMemberBytes.
+	Large bool
 }
 
 // NewIntent returns intent n of the run with this seed.
@@ -68,17 +77,18 @@ func NewIntent(cfg Config, n int) Intent {
 		Action:     a.name,
 		Path:       a.path,
 		Idempotent: a.idempotent,
-		Timeout:    cfg.AgentTimeout,
+		Timeout:    cfg.plan(a.name).agentTimeout,
 	}
 	m := cfg.Mix
 	in.Dup = rng.Float64() < m.Dup
 	in.Storm = rng.Float64() < m.Storm
 	in.StormSize = 3 + rng.IntN(5)
 	in.Restart = rng.Float64() < m.Restart
+	crashWithin := cfg.AgentTimeout
 	if rng.Float64() < m.Impatient {
-		in.Timeout = cfg.ShortAgentTimeout
+		in.Timeout, crashWithin = cfg.ShortAgentTimeout, cfg.ShortAgentTimeout
 	}
-	in.CrashAfter = time.Duration(rng.Int64N(int64(in.Timeout)))
+	in.CrashAfter = time.Duration(rng.Int64N(int64(crashWithin)))
 	declined := rng.Float64() < m.Decline
 	switch a.short {
 	case "pay":
@@ -102,7 +112,31 @@ func NewIntent(cfg Config, n int) Intent {
 			"candidate": fmt.Sprintf("candidate-%d", n),
 		}
 	}
+	// Drawn last, so that the draws above do not depend on it.
+	if rng.Float64() < m.Large {
+		in.Large = true
+		in.Payload["attachment"] = largeMember(cfg.Seed, n)
+	}
 	return in
+}
+
+// largeMember is the attachment of intent n: LargeMemberBytes of
+// base64-alphabet text (no character JSON escapes, so the canonical JSON
+// is as long as the text), from a generator of its own seeded by the
+// run's seed and n.
+func largeMember(seed int64, n int) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x6c61726765^uint64(n)))
+	b := make([]byte, LargeMemberBytes)
+	for i := 0; i < len(b); {
+		v := rng.Uint64()
+		for j := 0; j < 10 && i < len(b); j++ {
+			b[i] = alphabet[v&63]
+			v >>= 6
+			i++
+		}
+	}
+	return string(b)
 }
 
 // IntentForKey rebuilds an intent from its operation key, as an agent that

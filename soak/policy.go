@@ -8,9 +8,11 @@ import (
 
 // PolicyYAML returns the soak policy: the shipped policy's three actions
 // (create_payment, send_email, submit_application) with the run's short
-// lease, quick reconciliation and early escalation, and HTTP verifiers
-// asking the test provider at ${PROVIDER_URL}. The journal and the
-// reconcilers load the same file.
+// lease, quick reconciliation and early escalation, an in_flight_window of
+// Config.InFlightWindow (Validate checks that it covers the slowest hold
+// that commits), and HTTP verifiers asking the test provider at
+// ${PROVIDER_URL}. The journal and the reconcilers load the same file.
+// With Config.ShippedPolicy the run loads policy.DefaultYAML() instead.
 func PolicyYAML(cfg Config) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# The opjournal-soak policy for seed %d (written by the harness).\nactions:\n", cfg.Seed)
@@ -52,7 +54,7 @@ func PolicyYAML(cfg Config) string {
           completed: /status
           completed_values: [%s]
           external_id: /id
-`, cfg.InitialDelay, cfg.Interval, cfg.MaxInterval, cfg.VisibilityLag, max(cfg.SlowDelay, time.Second), a.path, a.query, a.completed)
+`, cfg.InitialDelay, cfg.Interval, cfg.MaxInterval, cfg.VisibilityLag, cfg.InFlightWindow, a.path, a.query, a.completed)
 	}
 	return b.String()
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"github.com/opjournal/opjournal/hashkey"
 	"io"
+	"math"
 	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
@@ -38,17 +39,25 @@ type harness struct {
 	control *fakeprovider.ControlClient
 	faults  *faultSet
 
+	settle      time.Duration // the settle deadline: Config.Settle, or what the policy needs
+	noHeartbeat int           // agents without heartbeats
+
 	mu          sync.Mutex
 	intents     []*intentState
 	regKeys     map[string]bool // keys an agent got a journal answer for
+	gaveUpKeys  map[string]bool // keys of the calls the SDK gave up at the lease
 	journalErrs map[string]int
 	violations  []Violation
 
 	busy                                                  atomic.Int64
+	pursuing                                              sync.Map // key -> time the intent was handed to an agent
 	settledCount, executes, unknownCalls, verifyWaits     atomic.Int64
 	inProgress, restarts, poolDrops, terminated, resolved atomic.Int64
 	providerCalls                                         atomic.Int32
-	lastCall                                              atomic.Int64 // unix nanoseconds of the last provider call
+	lastUnanswered                                        atomic.Int64 // unix nanoseconds: start of the last provider call without an answer
+	faultsCleared                                         atomic.Int64 // unix nanoseconds: when the faults were cleared for good
+	gaveUpCalls, gaveUpNoHeartbeat, heartbeatKept         atomic.Int64
+	afterRelease, largeIntents                            atomic.Int64
 }
 
 // Run runs one soak: it starts the provider, the journal replicas and the
@@ -85,12 +94,35 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 		cfg: cfg, out: out, start: time.Now(),
 		runID:       fmt.Sprintf("%d_%s", cfg.Seed, hex.EncodeToString(rb[:])),
 		regKeys:     map[string]bool{},
+		gaveUpKeys:  map[string]bool{},
 		journalErrs: map[string]int{},
 	}
 	h.say("seed %d  run %s  replay: %s", cfg.Seed, h.runID, cfg.ReplayCommand())
-	if cfg.VisibilityLag < cfg.SlowDelay+cfg.IndexLag {
-		h.say("WARNING: visibility-lag %s < slow-delay %s + index-lag %s: a slow email or application may be released before its late effect is visible (a misconfiguration the journal cannot detect)",
-			cfg.VisibilityLag, cfg.SlowDelay, cfg.IndexLag)
+	need, err := cfg.neededSettle()
+	if err != nil {
+		return Summary{}, fmt.Errorf("soak: %w", err)
+	}
+	h.settle = max(cfg.Settle, need)
+	which := "the soak's own policy"
+	if cfg.ShippedPolicy {
+		which = "the shipped policy (policy/default.yaml) as it is"
+	}
+	h.say("policy: %s; the slowest request the provider carries out is held %s (in_flight_window covers it plus index lag %s)",
+		which, cfg.maxCommitHold(), cfg.IndexLag)
+	for _, l := range cfg.describePlan() {
+		h.say("  %s", l)
+	}
+	if need > cfg.Settle {
+		h.say("settle deadline %s instead of --settle %s: an agent may wait up to the longest agent timeout after the load, then a release needs visibility_lag + in_flight_window after its attempt ended, plus the reconciler's longest backoff", h.settle, cfg.Settle)
+	} else {
+		h.say("settle deadline %s (the policy's releases need at most %s)", h.settle, need)
+	}
+	if cfg.ShippedPolicy && cfg.SearchOutage > 0 {
+		h.say("no search outage with the shipped policy: its unknown_after_seconds (15–60 min) would escalate nothing within the run")
+	}
+	if !cfg.ShippedPolicy && cfg.UnknownAfter < cfg.VisibilityLag+cfg.InFlightWindow {
+		h.say("note: unknown-after %s < visibility-lag + in-flight-window %s: operations not found may be escalated before they may be released",
+			cfg.UnknownAfter, cfg.VisibilityLag+cfg.InFlightWindow)
 	}
 	sum, err := h.run(ctx)
 	sum.Seed, sum.Command = cfg.Seed, cfg.ReplayCommand()
@@ -120,7 +152,7 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 	}
 	defer os.RemoveAll(dir)
 	policyPath := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policyPath, []byte(PolicyYAML(h.cfg)), 0o600); err != nil {
+	if err := os.WriteFile(policyPath, h.cfg.policyYAML(), 0o600); err != nil {
 		return sum, err
 	}
 	u, _ := url.Parse(h.baseURL)
@@ -147,8 +179,10 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 	if err := h.cluster.startReconcilers(ctx); err != nil {
 		return sum, err
 	}
-	h.say("provider %s (index lag %s); %d journal replica(s) %s; %d reconciler(s); %d agents; schema %s",
-		h.cluster.providerURL, h.cfg.IndexLag, h.cfg.Replicas, h.replicaAddrs(), h.cfg.Reconcilers, h.cfg.Agents, h.schema)
+	noHB := noHeartbeatAgents(h.cfg)
+	h.noHeartbeat = len(noHB)
+	h.say("provider %s (index lag %s); %d journal replica(s) %s; %d reconciler(s); %d agents (%d without heartbeats); schema %s",
+		h.cluster.providerURL, h.cfg.IndexLag, h.cfg.Replicas, h.replicaAddrs(), h.cfg.Reconcilers, h.cfg.Agents, h.noHeartbeat, h.schema)
 	if err := h.faults.arm(ctx); err != nil {
 		return sum, err
 	}
@@ -161,7 +195,7 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 	work := make(chan *intentState)
 	var agents sync.WaitGroup
 	for i := range h.cfg.Agents {
-		a := &agent{h: h, id: i, rng: mrand.New(mrand.NewPCG(uint64(h.cfg.Seed), uint64(i)))}
+		a := &agent{h: h, id: i, noHeartbeat: noHB[i], rng: mrand.New(mrand.NewPCG(uint64(h.cfg.Seed), uint64(i)))}
 		if err := a.connect(); err != nil {
 			return sum, err
 		}
@@ -197,15 +231,16 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 		agents.Wait()
 		return sum, fmt.Errorf("soak: interrupted after %s: %w", time.Since(h.start).Round(time.Second), ctx.Err())
 	}
-	h.say("load phase over: no new intents, no more faults or kills; settling (deadline %s)", h.cfg.Settle)
+	h.say("load phase over: no new intents, no more faults or kills; settling (deadline %s)", h.settle)
 	bg.Wait() // every killed process is back
 	cleanCtx := context.WithoutCancel(ctx)
 	if err := h.faults.clear(cleanCtx); err != nil {
 		return sum, err
 	}
+	h.faultsCleared.Store(time.Now().UnixNano())
 	settled := make(chan struct{})
 	go func() { agents.Wait(); close(settled) }()
-	t := time.NewTimer(h.cfg.Settle)
+	t := time.NewTimer(h.settle)
 	select {
 	case <-settled:
 	case <-t.C:
@@ -215,9 +250,16 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 	}
 	t.Stop()
 	// A provider may still be holding a request that an agent gave up on;
-	// its effect must be counted too: wait until the last call's slow
-	// commit would be visible.
-	sleep(cleanCtx, time.Until(time.Unix(0, h.lastCall.Load()).Add(h.cfg.SlowDelay+h.cfg.IndexLag+time.Second)))
+	// its effect must be counted too: wait until the slow commit of the
+	// last call without an answer (that arrived while faults were armed)
+	// would be visible.
+	if last := min(h.lastUnanswered.Load(), h.faultsCleared.Load()); last > 0 {
+		until := time.Unix(0, last).Add(h.cfg.maxCommitHold() + h.cfg.IndexLag + time.Second)
+		if d := time.Until(until); d > 0 {
+			h.say("waiting %s for the provider's held requests (the last unanswered call plus the slowest hold)", d.Round(time.Second))
+			sleep(cleanCtx, d)
+		}
+	}
 	stopProgress()
 	progress.Wait()
 	h.say("checking the invariants")
@@ -239,7 +281,7 @@ func (h *harness) replicaAddrs() string {
 func (h *harness) generate(ctx context.Context, work chan<- *intentState) {
 	for n := 0; h.cfg.Intents == 0 || n < h.cfg.Intents; n++ {
 		in := NewIntent(h.cfg, n)
-		st := &intentState{n: n, key: in.Key}
+		st := &intentState{n: n, key: in.Key, large: in.Large}
 		copies := 1
 		if in.Dup {
 			copies = 2
@@ -254,6 +296,9 @@ func (h *harness) generate(ctx context.Context, work chan<- *intentState) {
 				h.mu.Lock()
 				h.intents = append(h.intents, st)
 				h.mu.Unlock()
+				if st.large {
+					h.largeIntents.Add(1)
+				}
 			}
 		}
 	}
@@ -267,6 +312,34 @@ func (h *harness) registered(st *intentState) {
 	h.mu.Lock()
 	h.regKeys[st.key] = true
 	h.mu.Unlock()
+}
+
+// gaveUp notes that the SDK gave up a call at the end of its lease
+// ("lease_expired").
+func (h *harness) gaveUp(st *intentState, noHeartbeat bool) {
+	h.gaveUpCalls.Add(1)
+	if noHeartbeat {
+		h.gaveUpNoHeartbeat.Add(1)
+	}
+	h.mu.Lock()
+	h.gaveUpKeys[st.key] = true
+	h.mu.Unlock()
+}
+
+// noHeartbeatAgents chooses the agents without heartbeats: round(share ×
+// Agents) of them (at least one for a positive share), by a permutation
+// drawn from the seed.
+func noHeartbeatAgents(cfg Config) map[int]bool {
+	k := int(math.Round(cfg.Mix.NoHeartbeat * float64(cfg.Agents)))
+	if cfg.Mix.NoHeartbeat > 0 {
+		k = max(k, 1)
+	}
+	rng := mrand.New(mrand.NewPCG(uint64(cfg.Seed), 0x6e6f6862))
+	out := map[int]bool{}
+	for _, i := range rng.Perm(cfg.Agents)[:min(k, cfg.Agents)] {
+		out[i] = true
+	}
+	return out
 }
 
 // observe records an agent's final observation of an intent.
@@ -418,7 +491,7 @@ func (h *harness) chaos(ctx context.Context) {
 			h.say("pool drop: pg_terminate_backend on %d connection(s) of the journal replicas", n)
 		})
 	}
-	if h.cfg.SearchOutage > 0 && d >= 2*h.cfg.SearchOutage {
+	if h.cfg.SearchOutage > 0 && d >= 2*h.cfg.SearchOutage && !h.cfg.ShippedPolicy {
 		wg.Go(func() {
 			sleep(ctx, outageAt)
 			if ctx.Err() != nil {
@@ -493,7 +566,8 @@ func (h *harness) operate(ctx context.Context) {
 			if st := op.GetStatus(); st == pb.Status_STATUS_SUCCEEDED || st == pb.Status_STATUS_FAILED_FINAL || op.GetDuplicateExternalId() != "" {
 				continue // a detected duplicate: left for the report
 			}
-			if since := op.GetUnknownSince(); since == nil || time.Since(since.AsTime()) < h.cfg.SlowDelay+h.cfg.IndexLag+time.Second {
+			// The provider may still carry out a held request.
+			if since := op.GetUnknownSince(); since == nil || time.Since(since.AsTime()) < h.cfg.plan(op.GetActionType()).commitHold+h.cfg.IndexLag+time.Second {
 				continue
 			}
 			eff, err := h.control.Lookup(ctx, op.GetOperationKey())
@@ -541,9 +615,19 @@ func (h *harness) progress(ctx context.Context) {
 		h.mu.Lock()
 		started := len(h.intents)
 		h.mu.Unlock()
-		h.say("intents %d/%d settled  %.1f intents/s  %.1f calls/s  unknown outcomes %d  faults %d  kills journal=%d reconciler=%d  pool drops %d  agents busy %d",
-			done, started, float64(done-lastDone)/secs, float64(exec-lastExec)/secs, h.unknownCalls.Load(), total(fired),
+		h.say("intents %d/%d settled (large %d)  %.1f intents/s  %.1f calls/s  unknown outcomes %d (lease_expired %d, %d without heartbeat)  faults %d (slow 1.5x/3x lease %d/%d)  long calls kept by heartbeats %d  retries after release %d  kills journal=%d reconciler=%d  pool drops %d  agents busy %d",
+			done, started, h.largeIntents.Load(), float64(done-lastDone)/secs, float64(exec-lastExec)/secs,
+			h.unknownCalls.Load(), h.gaveUpCalls.Load(), h.gaveUpNoHeartbeat.Load(),
+			total(fired), fired[FaultSlowLease15], fired[FaultSlowLease3], h.heartbeatKept.Load(), h.afterRelease.Load(),
 			h.cluster.journalKills.Load(), h.cluster.reconcilerKills.Load(), h.poolDrops.Load(), h.busy.Load())
 		lastT, lastDone, lastExec = now, done, exec
+		if b := h.busy.Load(); b > 0 && b <= 3 {
+			var open []string
+			h.pursuing.Range(func(k, v any) bool {
+				open = append(open, fmt.Sprintf("%s (for %s)", k, time.Since(v.(time.Time)).Round(time.Second)))
+				return true
+			})
+			h.say("  still pursued: %s", strings.Join(open, ", "))
+		}
 	}
 }

@@ -6,8 +6,18 @@
 // soak).
 //
 //	opjournal-soak [--duration 2m] [--agents 16] [--seed N] [--bin-dir bin] [flags]
+//	opjournal-soak --shipped-policy --duration 5m --agents 64 [--seed N]
 //
 // `make soak DURATION=10m AGENTS=64 SEED=N` builds the binaries and runs it.
+// Besides the provider faults and kills, calls to /emails and
+// /applications are held 1.5× and 3× the lease (--rate-slow-1.5x-lease,
+// --rate-slow-3x-lease), a share of the agents runs without heartbeats
+// (--mix-no-heartbeat) and a share of the intents carries a payload just
+// below the journal's limit (--mix-large). --shipped-policy runs the
+// shipped policy as it is, with the holds scaled to its leases and a
+// settle phase long enough for its releases. Flags the run's policy could
+// not survive (an --in-flight-window shorter than the slowest hold plus
+// --index-lag) are refused with exit status 2.
 // Exit status: 0 on PASS, 1 on FAIL (an invariant was violated) or when the
 // run could not be carried out, 2 for bad flags.
 package main

@@ -159,7 +159,7 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.Fla
 	if serveFlags || name == "purge" {
 		fs.StringVar(&o.policyPath, "policy", "", "policy YAML file (default: the shipped policy with create_payment, send_email, submit_application, create_ticket)")
 		fs.IntVar(&o.purgeBatch, "purge-batch", journal.DefaultPurgeBatch, "operations deleted per statement when purging (small batches hold no lock for long)")
-		fs.DurationVar(&o.purgePause, "purge-pause", 0, "pause between purge batches, leaving the database to other work")
+		fs.DurationVar(&o.purgePause, "purge-pause", journal.DefaultPurgePause, "pause between purge batches, leaving the database to other work (0: flat out)")
 	}
 	return fs
 }

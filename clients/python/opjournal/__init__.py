@@ -11,6 +11,12 @@ to retry.
             lambda key, attempt: charge(key),   # returns opjournal.Effect(...)
         )
 
+In production the key is opaque: new_key() makes one ONCE per intent, and
+the orchestrator stores it with the intent (a retry sends the same key);
+the business links go in ``refs=`` (fixed at registration), and a side
+effect inside the handler (the payment's receipt email) gets
+child_key(parent_key, "receipt_email") with ``parent_key=`` set.
+
 See execute() for the protocol (the journal decides the next step; fn runs
 under the granted lease, kept alive by heartbeats, and gets a Deadline if
 it asks for one), idempotent() for the decorator, and Journal for the thin
@@ -26,6 +32,7 @@ from .errors import (Internal, InvalidArgument, InvalidState, NotFound, NotRecor
                      Unauthenticated, Unavailable, UnknownAction)
 from .execute import (Deadline, Effect, NotSucceeded, Outcome, OutcomeKind, Rejected, UnknownOutcome,
                       classify_http, execute, idempotent, urlopen)
+from .keys import KEY_PREFIX, child_key, new_key
 
 __version__ = "0.1.0"
 
@@ -34,6 +41,7 @@ __all__ = [
     "OperationPage", "Policy", "default_worker_id",
     "execute", "idempotent", "Outcome", "OutcomeKind", "Effect", "Deadline", "Rejected", "UnknownOutcome",
     "NotSucceeded", "classify_http", "urlopen",
+    "new_key", "child_key", "KEY_PREFIX",
     "OpjournalError", "InvalidArgument", "UnknownAction", "TooLarge", "PayloadMismatch", "StaleAttempt",
     "InvalidState", "NotFound", "Unauthenticated", "PermissionDenied", "RateLimited", "Unavailable",
     "Internal", "NotRecorded", "ResultNotStored",

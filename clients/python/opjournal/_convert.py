@@ -98,6 +98,49 @@ def from_value(v: struct_pb2.Value) -> Any:
     return None  # null_value, or unset
 
 
+def to_refs(refs: Any) -> Dict[str, str]:
+    """Checks the types of business references (a Mapping of str names to
+    str values, or None for none) and returns them as a dict. Raises
+    InvalidArgument ("refs", or "refs/<name>" for a value; never quoting a
+    value) for what the wire cannot carry as given: a non-str name or value,
+    a lone surrogate. The rest (how many, which names, how long) is the
+    journal's to judge."""
+    if refs is None:
+        return {}
+    if not isinstance(refs, Mapping):
+        raise InvalidArgument(None, "must be a mapping of str names to str values; got %s" % type(refs).__name__,
+                              "refs")
+    out: Dict[str, str] = {}
+    for k, v in refs.items():
+        if not isinstance(k, str) or not _utf8(k):
+            raise InvalidArgument(None, "has a name that is not a str of valid Unicode (%s)" % type(k).__name__,
+                                  "refs")
+        if not isinstance(v, str):
+            raise InvalidArgument(None, "is a %s; ref values are str" % type(v).__name__, "refs/" + k)
+        if not _utf8(v):
+            raise InvalidArgument(None, "is not valid Unicode (a lone surrogate)", "refs/" + k)
+        out[k] = v
+    return out
+
+
+def to_key(field: str, key: Any) -> str:
+    """Checks that an optional key-valued field (parent_key) is a str ("" or
+    None for none); the journal judges its content."""
+    if key is None:
+        return ""
+    if not isinstance(key, str):
+        raise InvalidArgument(None, "must be a str; got %s" % type(key).__name__, field)
+    return key
+
+
+def _utf8(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def timestamp(msg, name: str) -> Optional[datetime]:
     """A Timestamp field as an aware UTC datetime, or None when unset."""
     if not msg.HasField(name):

@@ -19,6 +19,14 @@ MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 100
 #: distinct duplicate external_ids an operation keeps
 MAX_DUPLICATE_EXTERNAL_IDS = 10
+#: business references (refs) of one operation: at most this many
+MAX_REFS = 16
+#: a ref's name: 1..MAX_REF_NAME_LEN characters of [a-z0-9_.-], starting with a letter or digit
+MAX_REF_NAME_LEN = 64
+#: a ref's value: 1..MAX_REF_VALUE_LEN bytes of UTF-8 without control characters
+MAX_REF_VALUE_LEN = 200
+#: a child operation's name (child_key): 1..MAX_CHILD_NAME_LEN characters of [a-z0-9_.-]
+MAX_CHILD_NAME_LEN = 64
 #: the safety margin before a lease's end is lease / LEASE_MARGIN_DIVISOR…
 LEASE_MARGIN_DIVISOR = 10
 #: …at least this…

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
@@ -48,7 +48,14 @@ class Operation:
     at most MAX_DUPLICATE_EXTERNAL_IDS); ``duplicate_reports`` counts every
     such report; ``duplicate_external_id`` is the first of them.
     ``attempt_started_at`` is when the current (or last) attempt was claimed:
-    the policy's max_attempt_seconds counts from there."""
+    the policy's max_attempt_seconds counts from there; ``first_attempt_at``
+    when the first one was (the policy's retry.provider_dedup_window counts
+    from there).
+
+    ``refs`` are the business references given at registration ({"order_id":
+    "817"}; an empty dict for none) and ``parent_key`` the key of the
+    operation this one is a side effect of ("" for none); both are fixed at
+    registration."""
 
     operation_key: str
     action_type: str
@@ -73,6 +80,9 @@ class Operation:
     duplicate_external_ids: Tuple[str, ...] = ()
     duplicate_reports: int = 0
     attempt_started_at: Optional[datetime] = None
+    refs: Dict[str, str] = field(default_factory=dict)
+    parent_key: str = ""
+    first_attempt_at: Optional[datetime] = None
 
     @classmethod
     def from_pb(cls, op: pb.Operation) -> "Operation":
@@ -102,6 +112,9 @@ class Operation:
             duplicate_external_ids=tuple(op.duplicate_external_ids),
             duplicate_reports=op.duplicate_reports,
             attempt_started_at=ts(op, "attempt_started_at"),
+            refs=dict(op.refs),
+            parent_key=op.parent_key,
+            first_attempt_at=ts(op, "first_attempt_at"),
         )
 
 
@@ -366,19 +379,33 @@ class Journal:
     # -- the agent's calls -------------------------------------------------
 
     def register(self, key: str, action: str, payload: Mapping[str, Any], *, claim: bool = False,
-                 worker_id: Optional[str] = None, lease_seconds: Optional[int] = None) -> Registration:
+                 worker_id: Optional[str] = None, lease_seconds: Optional[int] = None,
+                 refs: Optional[Mapping[str, str]] = None, parent_key: Optional[str] = None) -> Registration:
         """Registers an operation before its external call. A new key is
         inserted as pending (created=True); the same key and payload return
         the existing record (with the stored result when terminal); the same
         key with another payload raises PayloadMismatch and changes nothing.
         With claim=True the operation is also claimed in the same call.
-        ``next`` in the answer says what to do next."""
+        ``next`` in the answer says what to do next.
+
+        ``refs`` are business references stored with the operation and
+        searchable (list_operations(refs=...)): {"order_id": "817",
+        "customer": "c-93"}, at most MAX_REFS, names of [a-z0-9_.-], short
+        values, nothing secret. ``parent_key`` is the key of the operation
+        this one is a side effect of (see child_key()). Neither is part of
+        the request hash, and both are fixed at registration: the same key
+        and payload with other refs (or another parent) raise
+        PayloadMismatch (field "refs" or "parent_key")."""
         return self._registration(self._call("Register", self._register_request(
-            key, action, payload, claim=claim, worker_id=worker_id, lease_seconds=lease_seconds)))
+            key, action, payload, claim=claim, worker_id=worker_id, lease_seconds=lease_seconds,
+            refs=refs, parent_key=parent_key)))
 
     def _register_request(self, key: str, action: str, payload: Mapping[str, Any], *, claim: bool = False,
-                          worker_id: Optional[str] = None, lease_seconds: Optional[int] = None) -> pb.RegisterRequest:
-        req = pb.RegisterRequest(operation_key=key, action_type=action, payload=_convert.to_struct("payload", payload))
+                          worker_id: Optional[str] = None, lease_seconds: Optional[int] = None,
+                          refs: Optional[Mapping[str, str]] = None,
+                          parent_key: Optional[str] = None) -> pb.RegisterRequest:
+        req = pb.RegisterRequest(operation_key=key, action_type=action, payload=_convert.to_struct("payload", payload),
+                                 refs=_convert.to_refs(refs), parent_key=_convert.to_key("parent_key", parent_key))
         if claim:
             req.claim.worker_id = worker_id or self.worker_id
             req.claim.lease_seconds = self.lease_seconds if lease_seconds is None else int(lease_seconds)
@@ -466,17 +493,22 @@ class Journal:
 
     def list_operations(self, *, statuses: Iterable[str] = (), needs_review: Optional[bool] = None,
                         action_type: str = "", due_for_check: bool = False, page_size: int = 0,
-                        page_token: str = "", view: Optional[str] = None) -> OperationPage:
+                        page_token: str = "", view: Optional[str] = None,
+                        refs: Optional[Mapping[str, str]] = None, parent_key: Optional[str] = None) -> OperationPage:
         """One page of operations in key order, filtered by ``statuses``
         (Operation.status values; an expired lease counts as "unknown"),
-        ``needs_review``, ``action_type`` and ``due_for_check``.
+        ``needs_review``, ``action_type``, ``due_for_check``, ``refs`` (only
+        operations with ALL of these business references) and
+        ``parent_key`` (only the children of that operation).
         ``page_size`` 0 is the server's default (DEFAULT_PAGE_SIZE, at most
         MAX_PAGE_SIZE); pass the answer's ``next_page_token`` as
         ``page_token`` for the next page. ``view``: "basic" (the default:
         without payload and result) or "full"."""
         req = pb.ListOperationsRequest(statuses=[_status_value(s) for s in statuses], action_type=action_type,
                                        due_for_check=due_for_check, page_size=int(page_size),
-                                       page_token=page_token, view=_view_value(view))
+                                       page_token=page_token, view=_view_value(view),
+                                       refs=_convert.to_refs(refs),
+                                       parent_key=_convert.to_key("parent_key", parent_key))
         if needs_review is not None:
             req.needs_review = bool(needs_review)
         resp = self._call("ListOperations", req)

@@ -413,15 +413,27 @@ def _check_op(key: Any, action: Any, payload: Any) -> None:
 
 
 def execute(journal: Journal, key: str, action: str, payload: Mapping[str, Any],
-            fn: Callable[..., Union[Effect, Mapping[str, Any], None]], *, heartbeat: bool = True) -> Outcome:
+            fn: Callable[..., Union[Effect, Mapping[str, Any], None]], *, heartbeat: bool = True,
+            refs: Optional[Mapping[str, str]] = None, parent_key: Optional[str] = None) -> Outcome:
     """Runs fn at most once per attempt the journal grants, and never again
     once the outcome is recorded.
 
-    ``key`` names the business intent ("payment:order-817:intent-01"): made
-    by code, never by the model, the same for every retry. ``action`` is an
-    action of the server's policy. ``payload`` is the request parameters (a
-    JSON object; money as integers in minor units): the same key with
-    another payload is a CONFLICT.
+    ``key`` names the business intent: made ONCE per intent by orchestrator
+    code (never by the model), stored with the intent, and the same for
+    every retry of it. In production make it opaque and random
+    (:func:`~opjournal.new_key`) and put the business links in ``refs``; a
+    side effect of another operation gets a key derived from its parent's
+    (:func:`~opjournal.child_key`), with ``parent_key`` set to the parent's
+    key. ``action`` is an action of the server's policy. ``payload`` is the
+    request parameters (a JSON object; money as integers in minor units):
+    the same key with another payload is a CONFLICT.
+
+    ``refs`` are business references stored beside the key and searchable
+    ({"order_id": "817", "customer": "c-93"}; at most MAX_REFS, names of
+    [a-z0-9_.-], short values, nothing secret). They are part of neither the
+    key nor the request hash, and fixed at registration: a retry must send
+    the same ones, like ``parent_key`` (other refs, or another parent, are a
+    CONFLICT whose ``cause`` names the field "refs" or "parent_key").
 
     The journal decides the next step (RegisterResponse.next) and execute
     acts on it alone: fn is called only on NEXT_STEP_CALL_PROVIDER; the
@@ -478,7 +490,7 @@ def execute(journal: Journal, key: str, action: str, payload: Mapping[str, Any],
     if not callable(fn):
         raise TypeError("opjournal: execute %r: fn is not callable" % key)
     wants_deadline = _accepts_deadline(fn)
-    req = journal._register_request(key, action, payload, claim=True)
+    req = journal._register_request(key, action, payload, claim=True, refs=refs, parent_key=parent_key)
     t0 = time.monotonic()  # the lease runs from (no earlier than) here
     try:
         answer: Union[pb.RegisterResponse, OpjournalError] = journal._call("Register", req)
@@ -774,17 +786,29 @@ _RESERVED = ("op_key", "attempt", "deadline")
 
 def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., str]],
                payload: Union[None, Callable[..., Mapping[str, Any]], Iterable[str]] = None,
-               heartbeat: bool = True):
+               heartbeat: bool = True,
+               refs: Union[None, Callable[..., Mapping[str, str]], Mapping[str, str]] = None,
+               parent_key: Union[None, str, Callable[..., Optional[str]]] = None):
     """Makes an agent tool function safe to retry: each call runs through
     execute() and returns its Outcome.
 
     ``key`` builds the operation key from the call's arguments, bound to the
     function's parameters by name (defaults applied): a callable taking them
     as keywords (``lambda order_id, **_: f"payment:{order_id}:intent-01"``)
-    or a str.format template (``"payment:{order_id}:intent-01"``).
+    or a str.format template (``"payment:{order_id}:intent-01"``). The key is
+    made once per intent by orchestrator code and the same for every retry:
+    when the orchestrator stored one made with new_key(), pass it in as an
+    argument (``key="{op_id}"``, ``payload=[...]`` without it).
     ``payload`` is, by default, all those arguments as a dict; or a callable
     taking them as keywords and returning the payload; or a list of the
     parameter names to include.
+
+    ``refs`` (business references, see execute()) are a callable taking the
+    arguments as keywords and returning a dict of str, or a dict whose
+    values are str.format templates (``{"order_id": "{order_id}"}``).
+    ``parent_key`` (the key of the operation this tool's effect belongs to)
+    is a callable or a str.format template as for ``key``; an empty result
+    means none.
 
     The function calls the provider. If it declares a parameter ``op_key``,
     ``attempt`` and/or ``deadline`` (or ``**kwargs``), it receives the
@@ -811,6 +835,10 @@ def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., s
         raise TypeError("idempotent: key must be a callable or a str.format template")
     if payload is not None and not callable(payload):
         payload = tuple(payload)
+    if refs is not None and not (callable(refs) or isinstance(refs, Mapping)):
+        raise TypeError("idempotent: refs must be a callable or a dict of str.format templates")
+    if parent_key is not None and not (callable(parent_key) or isinstance(parent_key, str)):
+        raise TypeError("idempotent: parent_key must be a callable or a str.format template")
 
     def decorate(fn):
         sig = inspect.signature(fn)
@@ -846,6 +874,18 @@ def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., s
                 body = payload(**fields)
             else:
                 body = {n: fields[n] for n in payload if n in fields}
+            if refs is None:
+                op_refs: Optional[Mapping[str, str]] = None
+            elif callable(refs):
+                op_refs = refs(**fields)
+            else:
+                op_refs = {n: t.format(**fields) if isinstance(t, str) else t for n, t in refs.items()}
+            if parent_key is None:
+                op_parent: Optional[str] = None
+            elif isinstance(parent_key, str):
+                op_parent = parent_key.format(**fields)
+            else:
+                op_parent = parent_key(**fields)
             call_args, call_kwargs = bound.args, bound.kwargs
 
             def run(k: str, attempt: int, *, deadline: Deadline):
@@ -858,7 +898,8 @@ def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., s
                     extra["deadline"] = deadline
                 return fn(*call_args, **call_kwargs, **extra)
 
-            return execute(journal, op_key, action, body, run, heartbeat=heartbeat)
+            return execute(journal, op_key, action, body, run, heartbeat=heartbeat, refs=op_refs,
+                           parent_key=op_parent)
 
         wrapper.journal = journal
         wrapper.action = action

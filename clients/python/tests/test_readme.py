@@ -8,6 +8,8 @@ import unittest
 
 from _harness import PYROOT, Provider, Server
 
+import opjournal
+
 
 def snippet(name):
     text = (PYROOT / "README.md").read_text()
@@ -19,22 +21,32 @@ def snippet(name):
 
 class ReadmeTest(unittest.TestCase):
     def test_snippets(self):
-        server, provider = Server(), Provider()
+        server, provider, mail = Server(), Provider(), Provider()
         self.addCleanup(server.stop)
         self.addCleanup(provider.stop)
-        ns = {"PROVIDER_URL": provider.url}
-        for name in ("quickstart", "decorator"):
+        self.addCleanup(mail.stop)
+        ns = {"PROVIDER_URL": provider.url, "MAIL_URL": mail.url}
+        for name in ("quickstart", "decorator", "children"):
             code = snippet(name).replace("127.0.0.1:9090", server.grpc_addr)
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
                 exec(compile(code, "README.md:" + name, "exec"), ns)
             if name == "quickstart":
                 self.assertEqual(out.getvalue(), "succeeded {'payment_id': 'pay_1'}\n")
+            if name == "decorator":
+                self.addCleanup(ns["journal"].close)  # the children snippet's journal has the same name
+            if name == "children":
+                self.assertEqual(out.getvalue(), "(False, False) (True, True)\n")
         self.assertEqual(ns["out"].kind, "succeeded")  # the decorator's
-        # The quick start charged once; the decorator once, then replayed.
-        self.assertEqual(provider.calls, 2)
-        self.assertEqual(provider.keys, ["payment:order-817:intent-01", "payment:818:intent-01"])
-        ns["journal"].close()
+        # The quick start charged once; the decorator once, then replayed;
+        # the handler with the child email once, then replayed.
+        payment_key = ns["payment_key"]
+        self.assertRegex(payment_key, r"^op_[a-z2-7]{26}$")
+        self.assertEqual(provider.calls, 3)
+        self.assertEqual(provider.keys, ["payment:order-817:intent-01", "payment:818:intent-01", payment_key])
+        self.assertEqual(mail.keys, [opjournal.child_key(payment_key, "receipt_email")])
+        self.assertEqual([op.operation_key for op in ns["children"]], mail.keys)
+        self.assertIn(payment_key, [op.operation_key for op in ns["orders"]])
 
     def test_the_lease_numbers_are_the_generated_limits(self):
         from opjournal import _limits as L
@@ -47,6 +59,12 @@ class ReadmeTest(unittest.TestCase):
         self.assertIn("fn may run at most lease − margin; long calls keep the lease alive by heartbeat; when the "
                       "lease cannot be kept the SDK gives up, the outcome is unknown, and the reconciler settles it",
                       text)
+
+    def test_the_key_and_ref_numbers_are_the_generated_limits(self):
+        from opjournal import _limits as L
+        text = " ".join((PYROOT / "README.md").read_text().split())
+        self.assertIn("at most %d (`MAX_REFS`" % L.MAX_REFS, text)
+        self.assertIn("is 1–%d characters of `[a-z0-9_.-]` (`MAX_CHILD_NAME_LEN`)" % L.MAX_CHILD_NAME_LEN, text)
 
     def test_the_quick_start_is_short(self):
         lines = [ln for ln in snippet("quickstart").splitlines() if ln.strip()]

@@ -5,7 +5,7 @@
 // its classified outcome, replay what the journal knows.
 
 import type { JsonObject } from "@bufbuild/protobuf";
-import type { Journal, Operation, RegisterResult } from "./journal.js";
+import { checkParentKey, checkRefs, type Journal, type Operation, type RegisterResult } from "./journal.js";
 import { classifyError } from "./classify.js";
 import { invalidArgument, NotRecordedError, OpjournalError, UnknownOutcomeError } from "./errors.js";
 import { NextStep } from "./gen/opjournal/v1/journal_pb.js";
@@ -21,9 +21,12 @@ import {
 /** One business intent. */
 export interface Op {
   /**
-   * Names the intent ("payment:order-817:intent-01"): made by orchestrator
-   * code, never by the model, the same for every retry of the intent.
-   * 1–200 visible ASCII characters; no secrets.
+   * Names the intent: made ONCE per intent by orchestrator code, never by
+   * the model, stored with the intent, and the same for every retry of it.
+   * In production make it opaque and random (newKey) and put the business
+   * links in refs; a side effect of another operation gets a key derived
+   * from its parent's (childKey) and that parent as parentKey. 1–200
+   * visible ASCII characters; no secrets.
    */
   key: string;
   /** An action defined in the journal's policy ("create_payment"). */
@@ -34,6 +37,21 @@ export interface Op {
    * a conflict. Money travels as integers in minor units.
    */
   payload: unknown;
+  /**
+   * Business references stored beside the key and searchable
+   * (listOperations refs): { order_id: "817", customer: "c-93" }, at most
+   * MAX_REFS, names of [a-z0-9_.-], short values, nothing secret. Part of
+   * neither the key nor the request hash, and fixed at registration: a
+   * retry must send the same ones (other refs are a conflict on field
+   * "refs").
+   */
+  refs?: Record<string, string> | undefined;
+  /**
+   * The key of the operation this one is a side effect of (the payment
+   * whose receipt email this is; see childKey); fixed at registration like
+   * refs. Unset or "" for none.
+   */
+  parentKey?: string | undefined;
 }
 
 /** What fn gets. */
@@ -60,7 +78,7 @@ export interface AttemptContext {
   readonly deadline: number;
   /**
    * Milliseconds left until deadline (0 once it passed), to bound the
-   * provider call: AbortSignal.timeout(ctx.remainingMs()).
+   * provider call: AbortSignal.timeout(ctx.remainingMs()). Whole milliseconds, rounded down.
    */
   remainingMs(): number;
 }
@@ -135,8 +153,10 @@ export interface VerificationRequired {
 export interface Conflict {
   kind: "conflict";
   key: string;
-  /** The journal's explanation (the two request hashes). */
+  /** The journal's explanation. */
   message: string;
+  /** What differs from the registration: "payload", "refs" or "parent_key". */
+  field: string;
 }
 
 /** The provider confirmed a rejection; no retry of this key will call fn again. */
@@ -266,8 +286,9 @@ export function decideNext(key: string, answer: NextAnswer): Decision {
  *    replayed (the stored result), a stored rejection as failed_final,
  *    another worker's live lease as in_progress_elsewhere, an unknown
  *    outcome or a person's hold as verification_required, all without
- *    calling fn. The same key with another payload is a conflict. A step
- *    this client does not know is an OpjournalError, never leave to call.
+ *    calling fn. The same key with another payload (or other refs, or
+ *    another parentKey) is a conflict. A step this client does not know is
+ *    an OpjournalError, never leave to call.
  * 3. Having claimed it, it calls fn({ key, attempt, signal, leaseSeconds,
  *    deadline, remainingMs }).
  * 4. It records fn's outcome: a resolved Effect → markSucceeded →
@@ -305,19 +326,20 @@ export function decideNext(key: string, answer: NextAnswer): Decision {
  * NotRecordedError when fn ran but its outcome could not be recorded.
  */
 export async function execute(journal: Journal, op: Op, fn: AttemptFn, options: ExecuteOptions = {}): Promise<Outcome> {
-  const payload = validate(op, fn);
+  const { payload, refs, parentKey } = validate(op, fn);
   let reg: RegisterResult;
   // The lease runs from before the request is sent: the journal's lease
   // started after that, so network delay only shortens ours.
   const sentAt = performance.now();
   try {
     reg = await journal.register(
-      { key: op.key, action: op.action, payload, claim: { workerId: journal.workerId, leaseSeconds: journal.leaseSeconds } },
+      { key: op.key, action: op.action, payload, refs, parentKey,
+        claim: { workerId: journal.workerId, leaseSeconds: journal.leaseSeconds } },
       options.signal ? { signal: options.signal } : undefined,
     );
   } catch (e) {
     if (e instanceof OpjournalError && e.code === "PAYLOAD_MISMATCH") {
-      return { kind: "conflict", key: op.key, message: e.detail };
+      return { kind: "conflict", key: op.key, message: e.detail, field: e.field };
     }
     throw e;
   }
@@ -379,7 +401,7 @@ async function runAttempt(journal: Journal, a: Claimed, fn: AttemptFn, options: 
     signal,
     leaseSeconds: a.leaseSeconds,
     get deadline() { return lease.deadline; },
-    remainingMs: () => Math.max(0, lease.deadline - performance.now()),
+    remainingMs: () => Math.max(0, Math.floor(lease.deadline - performance.now())),
   };
   const leaseError = new UnknownOutcomeError(LEASE_EXPIRED,
     `execute gave up on attempt ${a.attempt} of ${JSON.stringify(a.key)} at the end of its lease less the safety margin ` +
@@ -478,8 +500,8 @@ async function giveUp(journal: Journal, a: Claimed, cause: UnknownOutcomeError):
   return { kind: "verification_required", key: a.key, errorCode: LEASE_EXPIRED, needsReview: op.needsReview, operation: op, cause };
 }
 
-/** Checks op on the client and encodes its payload (INVALID_ARGUMENT otherwise). */
-function validate(op: Op, fn: unknown): JsonObject {
+/** Checks op on the client and encodes its payload and refs (INVALID_ARGUMENT otherwise). */
+function validate(op: Op, fn: unknown): { payload: JsonObject; refs: Record<string, string>; parentKey: string } {
   const prefix = `opjournal: execute ${JSON.stringify(op?.key)}: `;
   if (typeof op !== "object" || op === null) throw invalidArgument("op", "is required ({ key, action, payload })", prefix);
   const key = op.key;
@@ -494,8 +516,10 @@ function validate(op: Op, fn: unknown): JsonObject {
   }
   if (typeof op.action !== "string" || op.action === "") throw invalidArgument("action_type", "is required", prefix);
   if (typeof fn !== "function") throw invalidArgument("fn", "must be a function", prefix);
+  const refs = checkRefs(op.refs, prefix);
+  const parentKey = checkParentKey(op.parentKey, prefix);
   try {
-    return encodeObject("payload", op.payload);
+    return { payload: encodeObject("payload", op.payload), refs, parentKey };
   } catch (e) {
     if (e instanceof OpjournalError) throw new OpjournalError(e.code, e.detail, { field: e.field, prefix });
     throw e;
@@ -586,6 +610,10 @@ export interface IdempotentSpec<A> {
   payload?: ((args: A) => unknown) | undefined;
   /** Heartbeats while the tool runs (default true); a call's own options.heartbeat wins. */
   heartbeat?: boolean | undefined;
+  /** The business references of a call (see Op.refs), fixed at registration. */
+  refs?: ((args: A) => Record<string, string>) | undefined;
+  /** The key of the operation a call's effect belongs to (see Op.parentKey); "" for none. */
+  parentKey?: ((args: A) => string) | undefined;
 }
 
 /**
@@ -600,6 +628,11 @@ export interface IdempotentSpec<A> {
  *       payload: (a) => ({ order_id: a.orderId, amount_minor: a.amountMinor, currency: a.currency }),
  *     }, async (a, ctx) => { ... return { externalId, result }; });
  *     const outcome = await pay({ orderId: "817", intent: "01", amountMinor: 490000, currency: "RUB" });
+ *
+ * The key is made once per intent by orchestrator code: a key it stored
+ * (newKey) comes in with the arguments (key: (a) => a.paymentKey). refs
+ * and parentKey, if given, make a call's business references and parent
+ * (a child's key: childKey(a.paymentKey, "receipt_email")).
  */
 export function idempotent<A>(
   journal: Journal,
@@ -612,6 +645,8 @@ export function idempotent<A>(
       action: spec.action,
       payload: spec.payload ? spec.payload(args) : args,
     };
+    if (spec.refs) op.refs = spec.refs(args);
+    if (spec.parentKey) op.parentKey = spec.parentKey(args);
     const opts: ExecuteOptions = { ...options };
     if (opts.heartbeat === undefined && spec.heartbeat !== undefined) opts.heartbeat = spec.heartbeat;
     return execute(journal, op, (ctx) => tool(args, ctx), opts);

@@ -1,6 +1,7 @@
 // opjournal's TypeScript client: the Journal RPCs, execute (the whole
 // protocol in one call, bounded by the journal's lease and kept alive by
-// heartbeats), the idempotent tool wrapper and HTTP outcome classification.
+// heartbeats), the idempotent tool wrapper, HTTP outcome classification,
+// and the operation keys every SDK makes alike (newKey, childKey).
 // See README.md for a quick start.
 
 export {
@@ -50,6 +51,7 @@ export {
   type Succeeded,
   type VerificationRequired,
 } from "./execute.js";
+export { childKey, KEY_PREFIX, newKey } from "./keys.js";
 export { classifyError, classifyHttp, sanitizeCode, unknownCode, type HttpAnswer } from "./classify.js";
 export {
   ERROR_DOMAIN,

@@ -61,6 +61,15 @@ export interface Operation {
   duplicateReports: number;
   /** When the current (or last) attempt was claimed (database clock); the policy's max_attempt_seconds counts from here. */
   attemptStartedAt: Date | null;
+  /** When the first attempt was claimed (database clock); the policy's retry.provider_dedup_window counts from here. */
+  firstAttemptAt: Date | null;
+  /**
+   * The business references given at registration ({ order_id: "817" };
+   * empty for none): fixed at registration, searchable (listOperations refs).
+   */
+  refs: Record<string, string>;
+  /** The key of the operation this one is a side effect of ("" for none), fixed at registration. */
+  parentKey: string;
   /** The registered payload, null members removed, redact_fields blanked (null in the "basic" view). */
   payload: JsonObject | null;
   unknownSince: Date | null;
@@ -167,6 +176,21 @@ export interface RegisterParams {
   payload: unknown;
   /** Also claim the operation in the same round trip (true: this Journal's workerId and leaseSeconds). */
   claim?: boolean | ClaimParams | undefined;
+  /**
+   * Business references stored with the operation and searchable
+   * (listOperations refs): { order_id: "817", customer: "c-93" }, at most
+   * MAX_REFS, names of [a-z0-9_.-] starting with a letter or digit, short
+   * values, nothing secret. Part of neither the key nor the request hash,
+   * and fixed at registration: the same key and payload with other refs
+   * fail with PAYLOAD_MISMATCH (field "refs").
+   */
+  refs?: Record<string, string> | undefined;
+  /**
+   * The key of the operation this one is a side effect of (see childKey);
+   * fixed at registration like refs (another one: PAYLOAD_MISMATCH, field
+   * "parent_key").
+   */
+  parentKey?: string | undefined;
 }
 
 /** Who claims, and for how long. */
@@ -269,6 +293,10 @@ export interface ListOperationsParams extends PageParams {
   action?: string | undefined;
   /** Only operations due for a reconciliation check. */
   dueForCheck?: boolean | undefined;
+  /** Only operations with ALL of these business references. */
+  refs?: Record<string, string> | undefined;
+  /** Only the children of this operation (those registered with this parentKey). */
+  parentKey?: string | undefined;
   /** How much of each operation (default "basic": no payload, no result). */
   view?: OperationView | undefined;
 }
@@ -362,15 +390,21 @@ export class Journal {
    * the existing record, with the stored result when terminal; the same key
    * with another payload fails with PAYLOAD_MISMATCH and changes nothing.
    * With claim, the operation is also claimed in the same round trip.
+   * refs and parentKey are fixed at registration: other ones for the same
+   * key fail with PAYLOAD_MISMATCH (field "refs" or "parent_key").
    */
   async register(params: RegisterParams, options?: CallOptions): Promise<RegisterResult> {
     const payload = encodeObject("payload", params.payload);
+    const refs = checkRefs(params.refs);
+    const parentKey = checkParentKey(params.parentKey);
     const claim = params.claim === true ? {} : params.claim || undefined;
     try {
       const resp = await this.rpc.register({
         operationKey: params.key,
         actionType: params.action,
         payload,
+        refs,
+        parentKey,
         ...(claim ? {
           claim: {
             workerId: claim.workerId ?? this.workerId,
@@ -492,17 +526,23 @@ export class Journal {
 
   /**
    * One page of operations in key order, filtered by status (effective:
-   * an expired lease is "unknown"), review flag, action or "due for a
-   * check". The view defaults to "basic" (no payload, no result). A page
-   * is also cut before it would exceed 1 MiB; nextPageToken continues it.
+   * an expired lease is "unknown"), review flag, action, "due for a
+   * check", business references (all of the given refs must match) or
+   * parent (the children of parentKey). The view defaults to "basic" (no
+   * payload, no result). A page is also cut before it would exceed 1 MiB;
+   * nextPageToken continues it.
    */
   async listOperations(params: ListOperationsParams = {}, options?: CallOptions): Promise<OperationPage> {
+    const refs = checkRefs(params.refs);
+    const parentKey = checkParentKey(params.parentKey);
     try {
       const resp = await this.rpc.listOperations({
         statuses: (params.statuses ?? []).map(pbStatusOf),
         ...(params.needsReview !== undefined ? { needsReview: params.needsReview } : {}),
         actionType: params.action ?? "",
         dueForCheck: params.dueForCheck ?? false,
+        refs,
+        parentKey,
         pageSize: params.pageSize ?? 0,
         pageToken: params.pageToken ?? "",
         view: viewOf(params.view),
@@ -672,6 +712,40 @@ function viewOf(v: OperationView | undefined): PbOperationView {
   }
 }
 
+/**
+ * Checks the types of business references (an object of string values, or
+ * undefined for none) and returns a copy. It refuses (INVALID_ARGUMENT,
+ * "refs", or "refs/<name>" for a value, never quoting one) only what the
+ * wire would carry changed or not at all: a value that is not a string, a
+ * lone surrogate (UTF-8 encoding would replace it). The rest (how many,
+ * which names, how long) is the journal's to judge.
+ */
+export function checkRefs(refs: unknown, prefix?: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (refs === undefined || refs === null) return out;
+  if (typeof refs !== "object" || Array.isArray(refs) || refs instanceof Map) {
+    throw invalidArgument("refs", "must be an object of string values ({ order_id: \"817\" })", prefix);
+  }
+  for (const [name, value] of Object.entries(refs)) {
+    if (LONE_SURROGATE.test(name)) throw invalidArgument("refs", "has a name that is not well-formed Unicode (a lone surrogate)", prefix);
+    // A plain object cannot carry this name (assigning it sets the prototype), so it would vanish on the way.
+    if (name === "__proto__") throw invalidArgument("refs", "has the name __proto__, which is not a ref name", prefix);
+    if (typeof value !== "string") throw invalidArgument(`refs/${name}`, `is a ${value === null ? "null" : typeof value}; ref values are strings`, prefix);
+    if (LONE_SURROGATE.test(value)) throw invalidArgument(`refs/${name}`, "is not well-formed Unicode (a lone surrogate)", prefix);
+    out[name] = value;
+  }
+  return out;
+}
+
+/** Checks that an optional parentKey is a string ("" or undefined for none); the journal judges its content. */
+export function checkParentKey(parentKey: unknown, prefix?: string): string {
+  if (parentKey === undefined || parentKey === null) return "";
+  if (typeof parentKey !== "string") throw invalidArgument("parent_key", `must be a string; got ${typeof parentKey}`, prefix);
+  return parentKey;
+}
+
+const LONE_SURROGATE = /\p{Cs}/u;
+
 function dateOf(ts: Timestamp | undefined): Date | null {
   return ts ? timestampDate(ts) : null;
 }
@@ -698,6 +772,9 @@ export function operationOf(op: PbOperation | undefined): Operation {
     duplicateExternalIds: [...op.duplicateExternalIds],
     duplicateReports: op.duplicateReports,
     attemptStartedAt: dateOf(op.attemptStartedAt),
+    firstAttemptAt: dateOf(op.firstAttemptAt),
+    refs: { ...op.refs },
+    parentKey: op.parentKey,
     payload: op.payload ?? null,
     unknownSince: dateOf(op.unknownSince),
     checkCount: op.checkCount,

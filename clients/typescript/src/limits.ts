@@ -19,6 +19,14 @@ export const MAX_PAGE_SIZE = 1000;
 export const DEFAULT_PAGE_SIZE = 100;
 /** distinct duplicate external_ids an operation keeps */
 export const MAX_DUPLICATE_EXTERNAL_IDS = 10;
+/** business references (refs) of one operation: at most this many */
+export const MAX_REFS = 16;
+/** a ref's name: 1..MAX_REF_NAME_LEN characters of [a-z0-9_.-], starting with a letter or digit */
+export const MAX_REF_NAME_LEN = 64;
+/** a ref's value: 1..MAX_REF_VALUE_LEN bytes of UTF-8 without control characters */
+export const MAX_REF_VALUE_LEN = 200;
+/** a child operation's name (child_key): 1..MAX_CHILD_NAME_LEN characters of [a-z0-9_.-] */
+export const MAX_CHILD_NAME_LEN = 64;
 /** the safety margin before a lease's end is lease / LEASE_MARGIN_DIVISOR… */
 export const LEASE_MARGIN_DIVISOR = 10;
 /** …at least this… */

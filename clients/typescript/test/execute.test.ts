@@ -289,10 +289,10 @@ describe("idempotent", () => {
     assert.equal(toolCalls, 2);
 
     // Without a payload function the arguments are the payload.
-    const ticket = idempotent(journal, { action: "create_ticket", key: (t: { id: string }) => `ticket:${t.id}:${run}` },
+    const ticket = idempotent(journal, { action: "create_ticket", key: (t: { id: string; title: string }) => `ticket:${t.id}:${run}` },
       async (t) => ({ externalId: `tkt_${t.id}` }));
-    const t1 = await ticket({ id: "9" });
+    const t1 = await ticket({ id: "9", title: "printer on fire" });
     assert.ok(t1.kind === "succeeded");
-    assert.deepEqual(t1.operation.payload, { id: "9" });
+    assert.deepEqual(t1.operation.payload, { id: "9", title: "printer on fire" });
   });
 });

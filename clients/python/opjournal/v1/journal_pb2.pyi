@@ -168,12 +168,21 @@ class ListEventsResponse(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListOperationsRequest(_message.Message):
-    __slots__ = ["action_type", "due_for_check", "needs_review", "page_size", "page_token", "statuses", "view"]
+    __slots__ = ["action_type", "due_for_check", "needs_review", "page_size", "page_token", "parent_key", "refs", "statuses", "view"]
+    class RefsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ACTION_TYPE_FIELD_NUMBER: _ClassVar[int]
     DUE_FOR_CHECK_FIELD_NUMBER: _ClassVar[int]
     NEEDS_REVIEW_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PARENT_KEY_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
     action_type: str
@@ -181,9 +190,11 @@ class ListOperationsRequest(_message.Message):
     needs_review: bool
     page_size: int
     page_token: str
+    parent_key: str
+    refs: _containers.ScalarMap[str, str]
     statuses: _containers.RepeatedScalarFieldContainer[Status]
     view: OperationView
-    def __init__(self, statuses: _Optional[_Iterable[_Union[Status, str]]] = ..., needs_review: bool = ..., action_type: _Optional[str] = ..., due_for_check: bool = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., view: _Optional[_Union[OperationView, str]] = ...) -> None: ...
+    def __init__(self, statuses: _Optional[_Iterable[_Union[Status, str]]] = ..., needs_review: bool = ..., action_type: _Optional[str] = ..., due_for_check: bool = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., view: _Optional[_Union[OperationView, str]] = ..., refs: _Optional[_Mapping[str, str]] = ..., parent_key: _Optional[str] = ...) -> None: ...
 
 class ListOperationsResponse(_message.Message):
     __slots__ = ["next_page_token", "operations"]
@@ -260,7 +271,14 @@ class MarkUnknownResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class Operation(_message.Message):
-    __slots__ = ["action_type", "attempt_count", "attempt_started_at", "check_count", "created_at", "duplicate_external_id", "duplicate_external_ids", "duplicate_reports", "error_code", "external_id", "last_checked_at", "lease_owner", "lease_until", "needs_review", "next_check_at", "operation_key", "payload", "request_hash", "result", "review_reason", "status", "unknown_since", "updated_at"]
+    __slots__ = ["action_type", "attempt_count", "attempt_started_at", "check_count", "created_at", "duplicate_external_id", "duplicate_external_ids", "duplicate_reports", "error_code", "external_id", "first_attempt_at", "last_checked_at", "lease_owner", "lease_until", "needs_review", "next_check_at", "operation_key", "parent_key", "payload", "refs", "request_hash", "result", "review_reason", "status", "unknown_since", "updated_at"]
+    class RefsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ACTION_TYPE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_COUNT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_STARTED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -271,13 +289,16 @@ class Operation(_message.Message):
     DUPLICATE_REPORTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     EXTERNAL_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
     LAST_CHECKED_AT_FIELD_NUMBER: _ClassVar[int]
     LEASE_OWNER_FIELD_NUMBER: _ClassVar[int]
     LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
     NEEDS_REVIEW_FIELD_NUMBER: _ClassVar[int]
     NEXT_CHECK_AT_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    PARENT_KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     REVIEW_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -294,20 +315,23 @@ class Operation(_message.Message):
     duplicate_reports: int
     error_code: str
     external_id: str
+    first_attempt_at: _timestamp_pb2.Timestamp
     last_checked_at: _timestamp_pb2.Timestamp
     lease_owner: str
     lease_until: _timestamp_pb2.Timestamp
     needs_review: bool
     next_check_at: _timestamp_pb2.Timestamp
     operation_key: str
+    parent_key: str
     payload: _struct_pb2.Struct
+    refs: _containers.ScalarMap[str, str]
     request_hash: str
     result: _struct_pb2.Struct
     review_reason: str
     status: Status
     unknown_since: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., request_hash: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., attempt_count: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., needs_review: bool = ..., review_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., duplicate_external_id: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., unknown_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., check_count: _Optional[int] = ..., last_checked_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_check_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duplicate_external_ids: _Optional[_Iterable[str]] = ..., duplicate_reports: _Optional[int] = ..., attempt_started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., request_hash: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., attempt_count: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., needs_review: bool = ..., review_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., duplicate_external_id: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., unknown_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., check_count: _Optional[int] = ..., last_checked_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_check_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duplicate_external_ids: _Optional[_Iterable[str]] = ..., duplicate_reports: _Optional[int] = ..., attempt_started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., refs: _Optional[_Mapping[str, str]] = ..., parent_key: _Optional[str] = ..., first_attempt_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RecordCheckRequest(_message.Message):
     __slots__ = ["actor", "attempt", "next_check_after_seconds", "note", "operation_key"]
@@ -330,16 +354,27 @@ class RecordCheckResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ["action_type", "claim", "operation_key", "payload"]
+    __slots__ = ["action_type", "claim", "operation_key", "parent_key", "payload", "refs"]
+    class RefsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ACTION_TYPE_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    PARENT_KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
     action_type: str
     claim: ClaimOptions
     operation_key: str
+    parent_key: str
     payload: _struct_pb2.Struct
-    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., claim: _Optional[_Union[ClaimOptions, _Mapping]] = ...) -> None: ...
+    refs: _containers.ScalarMap[str, str]
+    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., claim: _Optional[_Union[ClaimOptions, _Mapping]] = ..., refs: _Optional[_Mapping[str, str]] = ..., parent_key: _Optional[str] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ["attempt", "claimed", "created", "lease_seconds", "lease_until", "next", "operation", "retry_after_seconds"]

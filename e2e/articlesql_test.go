@@ -37,10 +37,8 @@ func sqlShell(t *testing.T, dbURL, query string) (string, error) {
 		cmd.Env = append(cmd.Environ(), "PGOPTIONS=-c search_path="+schema)
 	}
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if _, missing := err.(*exec.Error); missing {
-			t.Fatalf("%s is required for this test (scripts/deps.sh installs it): %v", cmd.Path, err)
-		}
+	if _, missing := err.(*exec.Error); missing {
+		t.Fatalf("%s is required for this test (scripts/deps.sh installs it): %v", cmd.Path, err)
 	}
 	return strings.TrimSpace(string(out)), err
 }

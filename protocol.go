@@ -165,6 +165,7 @@ var table = []*Rule{
 		Requires: holderOnly(),
 		Sets: []Set{
 			set(FieldStatus, lit(StatusFailedFinal)), set(FieldErrorCode, Expr{Kind: ExprParamOrNull, Param: ParamErrorCode}),
+			set(FieldResult, param(ParamResult)), // the refusal as the provider gave it, if the caller stores one
 			set(FieldLeaseUntil, null()), set(FieldUnknownSince, null()),
 		},
 		Event:   event(paramAttempt, "", Expr{}, markReason("rejected")),

@@ -40,6 +40,11 @@ type RejectedError struct {
 	Code string
 	// Err is the provider's error, for logs; it is not recorded.
 	Err error
+	// Refusal, if set, is the refusal as the provider gave it (anything
+	// that encodes as a JSON object): stored with the operation (redacted
+	// like a result) and returned as Outcome.Result on every replay, so
+	// that a retry sees the same answer. No secrets.
+	Refusal any
 }
 
 // Rejected wraps cause as a confirmed rejection with the given code. Return
@@ -47,6 +52,12 @@ type RejectedError struct {
 // when in doubt return the plain error, which Execute treats as unknown.
 func Rejected(code string, cause error) error {
 	return &RejectedError{Code: code, Err: cause}
+}
+
+// RejectedWith is Rejected that also stores the provider's refusal (see
+// RejectedError.Refusal), e.g. the HTTP status and body of a 4xx.
+func RejectedWith(code string, refusal any, cause error) error {
+	return &RejectedError{Code: code, Err: cause, Refusal: refusal}
 }
 
 // Error returns "rejected (code): cause".

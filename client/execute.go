@@ -139,7 +139,8 @@ type Outcome struct {
 	// NeedsReview after a duplicate effect it is the first effect's, and
 	// Operation.DuplicateExternalId holds the later one.
 	ExternalID string
-	// Result is the stored result as compact JSON (Succeeded; nil if none).
+	// Result is the stored result as compact JSON (Succeeded; nil if
+	// none), or the stored refusal (FailedFinal, RejectedWith).
 	Result json.RawMessage
 	// ErrorCode is the provider's rejection for FailedFinal, and what was
 	// last observed ("timeout", "http_503", "panic") for VerificationRequired.
@@ -273,6 +274,7 @@ func outcomeOf(resp *opjournalv1.RegisterResponse) (out Outcome, call bool, err 
 		out.ExternalID, out.Result = op.GetExternalId(), decodeObject(op.GetResult())
 	case opjournalv1.NextStep_NEXT_STEP_FAILED_FINAL:
 		out.Kind, out.Replayed, out.ErrorCode = FailedFinal, true, op.GetErrorCode()
+		out.Result = decodeObject(op.GetResult()) // the stored refusal, if any
 	case opjournalv1.NextStep_NEXT_STEP_WAIT:
 		out.Kind = InProgressElsewhere
 		out.RetryAfter = max(time.Duration(resp.GetRetryAfterSeconds())*time.Second, time.Second)
@@ -479,13 +481,27 @@ func (c *Client) record(ctx context.Context, a Attempt, eff Effect, ferr error) 
 	}
 	final, code := classify(ferr)
 	if final {
-		resp, err := c.rpc.MarkFailedFinal(rctx, &opjournalv1.MarkFailedFinalRequest{OperationKey: key, Attempt: n, ErrorCode: code})
+		req := &opjournalv1.MarkFailedFinalRequest{OperationKey: key, Attempt: n, ErrorCode: code}
+		var re *RejectedError
+		if errors.As(ferr, &re) && re.Refusal != nil {
+			// A refusal that does not encode is left out: the rejection
+			// is the fact to record.
+			req.Result, _ = encodeObject("refusal", re.Refusal)
+		}
+		resp, err := c.rpc.MarkFailedFinal(rctx, req)
+		if err != nil && req.Result != nil && refusedResult(journalError(rctx, "mark failed_final", key, err)) {
+			// The refusal cannot be stored (too large, not an object): the
+			// rejection is still a fact; record it without.
+			req.Result = nil
+			resp, err = c.rpc.MarkFailedFinal(rctx, req)
+		}
 		if err != nil {
 			return Outcome{}, &NotRecordedError{Key: key, Attempt: a.Number, Observed: FailedFinal,
 				Err: journalError(rctx, "mark failed_final", key, err)}
 		}
 		op := resp.GetOperation()
-		return Outcome{Kind: FailedFinal, ErrorCode: code, NeedsReview: op.GetNeedsReview(), Cause: ferr, Operation: op}, nil
+		return Outcome{Kind: FailedFinal, ErrorCode: code, NeedsReview: op.GetNeedsReview(), Cause: ferr, Operation: op,
+			Result: decodeObject(op.GetResult())}, nil
 	}
 	resp, err := c.rpc.MarkUnknown(rctx, &opjournalv1.MarkUnknownRequest{OperationKey: key, Attempt: n, ErrorCode: code})
 	if err != nil {

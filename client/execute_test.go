@@ -647,3 +647,24 @@ func TestLookupAndWait(t *testing.T) {
 		t.Fatalf("Wait = %v, %v", rec, err)
 	}
 }
+
+// TestRejectedWithStoresTheRefusal: a refusal given with RejectedWith is
+// stored and comes back on the replay, redacted like a result.
+func TestRejectedWithStoresTheRefusal(t *testing.T) {
+	t.Parallel()
+	c, _ := newClient(t)
+	op := client.Op{Key: "payment:refused", Action: "create_payment", Payload: map[string]any{"order_id": "1", "amount_minor": 5, "currency": "EUR"}}
+	calls := 0
+	fn := func(context.Context, client.Attempt) (client.Effect, error) {
+		calls++
+		return client.Effect{}, client.RejectedWith("http_402", map[string]any{"status": 402, "body": map[string]any{"error": "card_declined", "card_number": "4111111111111111"}}, errors.New("402"))
+	}
+	first := mustExecute(t, c, op, fn)
+	again := mustExecute(t, c, op, fn)
+	wantKind(t, first, client.FailedFinal)
+	wantKind(t, again, client.FailedFinal)
+	want := `{"body":{"card_number":"[redacted]","error":"card_declined"},"status":402}`
+	if string(first.Result) != want || string(again.Result) != want || !again.Replayed || calls != 1 {
+		t.Fatalf("first %s, replay %s (replayed %v), calls %d; want %s", first.Result, again.Result, again.Replayed, calls, want)
+	}
+}

@@ -453,6 +453,9 @@ type MarkRequest struct {
 	Key       string
 	Attempt   int
 	ErrorCode string
+	// Result (MarkFailedFinal only) is the refusal as the provider gave it,
+	// a JSON object or nil; stored redacted, like a result.
+	Result json.RawMessage
 }
 
 // MarkUnknown records an attempt without a definite answer. Only the
@@ -478,6 +481,18 @@ func (s *Service) mark(ctx context.Context, what string, fn func(context.Context
 		return nil, err
 	}
 	p := store.MarkParams{Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, ErrorCode: req.ErrorCode}
+	if req.Result != nil {
+		if what != "mark failed_final" {
+			return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "result", "only a confirmed refusal (MarkFailedFinal) or effect (MarkSucceeded) stores a result")
+		}
+		result, err := s.canonicalResult(req.Result)
+		if err != nil {
+			return nil, err
+		}
+		if p.Result, err = s.redactResult(ctx, req.Tenant, req.Key, result); err != nil {
+			return nil, fmt.Errorf("%s %q: %w", what, req.Key, err)
+		}
+	}
 	p.Actor, p.StatedActor = req.who("")
 	op, err := fn(ctx, p)
 	if err != nil {

@@ -179,8 +179,12 @@ func (s *journalServer) MarkUnknown(ctx context.Context, req *pb.MarkUnknownRequ
 }
 
 func (s *journalServer) MarkFailedFinal(ctx context.Context, req *pb.MarkFailedFinalRequest) (*pb.MarkFailedFinalResponse, error) {
+	result, err := structJSON("result", req.GetResult())
+	if err != nil {
+		return nil, err
+	}
 	op, err := s.svc.MarkFailedFinal(ctx, journal.MarkRequest{
-		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ErrorCode: req.GetErrorCode(),
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ErrorCode: req.GetErrorCode(), Result: result,
 	})
 	if err != nil {
 		s.countStale(ctx, req.GetOperationKey(), err)

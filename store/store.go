@@ -230,6 +230,9 @@ type MarkParams struct {
 	Key       string
 	Attempt   int
 	ErrorCode string
+	// Result (MarkFailedFinal only): the refusal as the provider gave it,
+	// canonical JSON object or nil.
+	Result json.RawMessage
 	// Actor is recorded as the event's actor: the authenticated principal,
 	// or without authentication what the caller stated ("" records the
 	// lease owner). StatedActor is what the caller said it acts as.
@@ -239,7 +242,7 @@ type MarkParams struct {
 // Command returns the protocol command kind of p.
 func (p MarkParams) Command(kind opjournal.CommandKind) *opjournal.Command {
 	return &opjournal.Command{Kind: kind, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
-		Attempt: p.Attempt, ErrorCode: p.ErrorCode}
+		Attempt: p.Attempt, ErrorCode: p.ErrorCode, Result: p.Result}
 }
 
 // ListParams filter and page List. Zero values do not filter.

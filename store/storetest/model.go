@@ -145,6 +145,9 @@ func (m *model) command(rt *rapid.T, key string) *opjournal.Command {
 		}
 	case opjournal.CmdMarkUnknown, opjournal.CmdMarkFailedFinal:
 		c.ErrorCode = rapid.SampledFrom([]string{"", "timeout"}).Draw(rt, "error code")
+		if c.Kind == opjournal.CmdMarkFailedFinal && rapid.Bool().Draw(rt, "refusal") {
+			c.Result = json.RawMessage(`{"status":402}`)
+		}
 	case opjournal.CmdReleaseForRetry:
 		c.Reason = "absent"
 		c.Policy.DefinitiveAbsence = rapid.Bool().Draw(rt, "definitive")
@@ -310,7 +313,7 @@ func call(s store.Store, tenant string, c *opjournal.Command) answer {
 		op, err = s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, ExternalID: c.ExternalID,
 			Result: c.Result, Actor: c.Actor, StatedActor: c.StatedActor})
 	case opjournal.CmdMarkUnknown, opjournal.CmdMarkFailedFinal:
-		p := store.MarkParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, ErrorCode: c.ErrorCode, Actor: c.Actor, StatedActor: c.StatedActor}
+		p := store.MarkParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, ErrorCode: c.ErrorCode, Result: c.Result, Actor: c.Actor, StatedActor: c.StatedActor}
 		if c.Kind == opjournal.CmdMarkUnknown {
 			op, err = s.MarkUnknown(ctx, p)
 		} else {

@@ -1490,7 +1490,11 @@ type MarkFailedFinalRequest struct {
 	// The current attempt (fencing token).
 	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The provider's rejection, e.g. "card_declined" (≤ 100 characters, no secrets).
-	ErrorCode     string `protobuf:"bytes,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorCode string `protobuf:"bytes,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// Optional: the refusal as the provider gave it, stored (redacted like a
+	// result) and returned on every replay, so that a retry sees the same
+	// answer (the gateway stores an HTTP 4xx response here).
+	Result        *structpb.Struct `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1544,6 +1548,13 @@ func (x *MarkFailedFinalRequest) GetErrorCode() string {
 		return x.ErrorCode
 	}
 	return ""
+}
+
+func (x *MarkFailedFinalRequest) GetResult() *structpb.Struct {
+	if x != nil {
+		return x.Result
+	}
+	return nil
 }
 
 // MarkFailedFinalResponse answers MarkFailedFinal.
@@ -2823,12 +2834,13 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x03 \x01(\tR\terrorCode\"L\n" +
 	"\x13MarkUnknownResponse\x125\n" +
-	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"v\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\xa7\x01\n" +
 	"\x16MarkFailedFinalRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x03 \x01(\tR\terrorCode\"P\n" +
+	"error_code\x18\x03 \x01(\tR\terrorCode\x12/\n" +
+	"\x06result\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06result\"P\n" +
 	"\x17MarkFailedFinalResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"e\n" +
 	"\rLookupRequest\x12#\n" +
@@ -3041,56 +3053,57 @@ var file_opjournal_v1_journal_proto_depIdxs = []int32{
 	40, // 26: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
 	4,  // 27: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
 	4,  // 28: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 29: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
-	1,  // 30: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 31: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
-	0,  // 32: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
-	1,  // 33: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
-	39, // 34: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
-	4,  // 35: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
-	4,  // 36: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 37: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 38: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
-	3,  // 39: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
-	40, // 40: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
-	4,  // 41: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 42: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
-	5,  // 43: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
-	7,  // 44: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
-	9,  // 45: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
-	11, // 46: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
-	13, // 47: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
-	15, // 48: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
-	17, // 49: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
-	19, // 50: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
-	21, // 51: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
-	23, // 52: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
-	25, // 53: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
-	27, // 54: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
-	29, // 55: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
-	31, // 56: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
-	33, // 57: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
-	35, // 58: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
-	8,  // 59: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
-	10, // 60: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
-	12, // 61: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
-	14, // 62: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
-	16, // 63: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
-	18, // 64: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
-	20, // 65: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
-	22, // 66: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
-	24, // 67: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
-	26, // 68: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
-	28, // 69: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
-	30, // 70: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
-	32, // 71: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
-	34, // 72: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
-	36, // 73: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
-	59, // [59:74] is the sub-list for method output_type
-	44, // [44:59] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	40, // 29: opjournal.v1.MarkFailedFinalRequest.result:type_name -> google.protobuf.Struct
+	4,  // 30: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
+	1,  // 31: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 32: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
+	0,  // 33: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
+	1,  // 34: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
+	39, // 35: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
+	4,  // 36: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
+	4,  // 37: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 38: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 39: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
+	3,  // 40: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
+	40, // 41: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
+	4,  // 42: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 43: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
+	5,  // 44: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
+	7,  // 45: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
+	9,  // 46: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
+	11, // 47: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
+	13, // 48: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
+	15, // 49: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
+	17, // 50: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
+	19, // 51: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
+	21, // 52: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
+	23, // 53: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
+	25, // 54: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
+	27, // 55: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
+	29, // 56: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
+	31, // 57: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
+	33, // 58: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
+	35, // 59: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
+	8,  // 60: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
+	10, // 61: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
+	12, // 62: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
+	14, // 63: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
+	16, // 64: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
+	18, // 65: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
+	20, // 66: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
+	22, // 67: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
+	24, // 68: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
+	26, // 69: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
+	28, // 70: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
+	30, // 71: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
+	32, // 72: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
+	34, // 73: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
+	36, // 74: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
+	60, // [60:75] is the sub-list for method output_type
+	45, // [45:60] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_opjournal_v1_journal_proto_init() }

@@ -219,14 +219,16 @@ class LookupResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class MarkFailedFinalRequest(_message.Message):
-    __slots__ = ["attempt", "error_code", "operation_key"]
+    __slots__ = ["attempt", "error_code", "operation_key", "result"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     error_code: str
     operation_key: str
-    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., error_code: _Optional[str] = ...) -> None: ...
+    result: _struct_pb2.Struct
+    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., error_code: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class MarkFailedFinalResponse(_message.Message):
     __slots__ = ["operation"]

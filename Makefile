@@ -3,14 +3,14 @@ GO ?= go
 # Debian's interpreter: a pyenv shim first on PATH would not see python3-grpcio.
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all build binaries generate lint model-check test test-short fuzz serve vet fmt-check generate-check ci demo soak test-python test-ts
+.PHONY: all build binaries generate lint model-check test test-short fuzz serve vet fmt-check generate-check ci demo demo-gateway soak test-python test-ts
 
 all: build
 
 build:
 	$(GO) build ./...
 
-BINARIES = opjournal opjournal-fakeprovider opjournal-reconciler opjournal-demo
+BINARIES = opjournal opjournal-fakeprovider opjournal-reconciler opjournal-demo opjournal-gateway
 
 ## binaries: build the commands into bin/
 binaries:
@@ -20,6 +20,11 @@ binaries:
 ## demo: the article's reproducible check against the real processes
 demo: binaries
 	./bin/opjournal-demo --bin-dir bin
+
+## demo-gateway: the same check with an agent that calls only opjournal-gateway
+## (the article's seven steps through the HTTP door, then the payment as an MCP tool call)
+demo-gateway: binaries
+	./bin/opjournal-demo --gateway --bin-dir bin
 
 ## soak: the soak and fault harness against the real processes (soak/doc.go);
 ## e.g. make soak DURATION=10m AGENTS=96 SEED=42 SOAK_FLAGS="--keep --log-dir soak-logs"
@@ -38,7 +43,7 @@ BENCH_FLAGS ?=
 .PHONY: bench bench-quick bench-build
 bench-build:
 	@mkdir -p bin
-	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-bench
+	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-bench ./cmd/opjournal-fakeprovider ./cmd/opjournal-gateway
 	cd bench/peers && $(GO) build -o ../../bin/opjournal-bench-peers .
 
 ## bench: the full run (10 s per point after a 2 s warm-up, growth at 1M operations; ~9 min);

@@ -55,7 +55,8 @@ func runMain(m *testing.M) int {
 	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
 		"github.com/opjournal/opjournal/cmd/opjournal",
 		"github.com/opjournal/opjournal/cmd/opjournal-fakeprovider",
-		"github.com/opjournal/opjournal/cmd/opjournal-reconciler")
+		"github.com/opjournal/opjournal/cmd/opjournal-reconciler",
+		"github.com/opjournal/opjournal/cmd/opjournal-gateway")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building the binaries:", err)

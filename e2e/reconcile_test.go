@@ -36,6 +36,8 @@ type stack struct {
 	sdk         *client.Client
 	provider    *fakeprovider.ControlClient
 	procs       []*procs.Proc
+	policyArgs  []string                          // the --policy flag the processes got
+	start       func(spec procs.Spec) *procs.Proc // starts one more process of the stack
 }
 
 type stackOpts struct {
@@ -63,7 +65,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	if o.indexLag == "" {
 		o.indexLag = "0s"
 	}
-	s := &stack{}
+	s := &stack{policyArgs: nil}
 	ctx := context.Background()
 	start := func(spec procs.Spec) *procs.Proc {
 		t.Helper()
@@ -92,11 +94,12 @@ func startStack(t *testing.T, o stackOpts) *stack {
 		policyArgs = []string{"--policy", path}
 	}
 	prov := start(procs.Spec{Name: "provider", Path: filepath.Join(binDir, "opjournal-fakeprovider"), Ready: "serving",
-		Args: []string{"--addr", "127.0.0.1:0", "--index-lag", o.indexLag}})
+		Args: []string{"--addr", "127.0.0.1:0", "--index-lag", o.indexLag, "--mcp"}})
 	s.providerURL = "http://" + prov.Field("addr")
 	j := start(procs.Spec{Name: "journal", Path: binary, Ready: "serving", Env: []string{testHashKeys},
 		Args: append([]string{"serve", "--database-url", o.dbURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, policyArgs...)})
 	s.grpcAddr = j.Field("grpc_addr")
+	s.policyArgs, s.start = policyArgs, start
 	for i := range o.reconcilers {
 		start(procs.Spec{Name: fmt.Sprintf("reconciler-%d", i+1), Path: filepath.Join(binDir, "opjournal-reconciler"), Ready: "reconciling",
 			Env:  []string{"PROVIDER_URL=" + s.providerURL},

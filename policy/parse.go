@@ -28,7 +28,7 @@ var (
 	actionFields = []string{
 		"operation_key", "lease_seconds", "retry", "terminal_states",
 		"unknown_after_seconds", "on_unresolved", "retention", "integer_fields", "redact_fields",
-		"reconcile", "max_attempt_seconds", "payload_schema", "refs",
+		"reconcile", "max_attempt_seconds", "payload_schema", "refs", "gateway",
 	}
 	retryFields = []string{"reuse_operation_key", "on_timeout", "provider_dedup_window"}
 	refsFields  = []string{"required", "forbidden"}
@@ -384,6 +384,7 @@ func (p *parser) actions(n *yaml.Node) []*Action {
 		return nil
 	}
 	var out []*Action
+	nodes := map[string]*yaml.Node{}
 	p.fields(n, path, "a mapping from action name to action policy", func(name string, k, v *yaml.Node) {
 		apath := join(path, name)
 		if !actionNameRE.MatchString(name) {
@@ -392,8 +393,10 @@ func (p *parser) actions(n *yaml.Node) []*Action {
 		if a := p.action(v, apath, name); a != nil {
 			a.Name = name
 			out = append(out, a)
+			nodes[name] = k
 		}
 	})
+	p.checkGatewayRoutes(out, nodes)
 	return out
 }
 
@@ -470,6 +473,8 @@ func (p *parser) action(n *yaml.Node, path, name string) *Action {
 		case "refs":
 			refsNode = v
 			p.refs(v, fpath, &a.Refs)
+		case "gateway":
+			a.Gateway = p.gateway(v, fpath)
 		case "max_attempt_seconds":
 			maxAttemptNode = v
 			if i, ok := p.integer(v, fpath); ok {

@@ -110,6 +110,9 @@ type Action struct {
 	// PayloadSchema is the JSON Schema the payload must match
 	// (payload_schema), nil for none.
 	PayloadSchema *PayloadSchema
+	// Gateway is how opjournal-gateway fronts the action (gateway), nil
+	// when it does not.
+	Gateway *Gateway `json:",omitempty"`
 }
 
 // RefsPolicy is an action's rules for business references.
@@ -144,6 +147,7 @@ func (a *Action) clone() *Action {
 	c.RedactFields = slices.Clone(a.RedactFields)
 	c.Reconcile = a.Reconcile.clone()
 	c.Refs = RefsPolicy{Required: slices.Clone(a.Refs.Required), Forbidden: slices.Clone(a.Refs.Forbidden)}
+	c.Gateway = a.Gateway.clone()
 	return &c
 }
 

@@ -90,7 +90,7 @@ func main() {
 	fs.StringVar(&c.resultsDir, "results-dir", "bench/results", "where latest.json, summary.json and chart.svg go")
 	fs.StringVar(&c.resultsMD, "results-md", "bench/RESULTS.md", "the report with the machine description (\"\" skips it)")
 	fs.StringVar(&c.serverLog, "server-log", "", "copy the server's log to this file")
-	only := fs.String("scenarios", "", "run only these, comma-separated: raw-sql, full-cycle-grpc, fused-grpc, fused-rest, replay-grpc, grpc (a no-op health check), sqlite (full cycle and fused on the embedded store), contention, peers, growth, purge (default: all; a partial run writes no targets it did not measure)")
+	only := fs.String("scenarios", "", "run only these, comma-separated: raw-sql, full-cycle-grpc, fused-grpc, fused-rest, replay-grpc, grpc (a no-op health check), sqlite (full cycle and fused on the embedded store), contention, peers, growth, purge, gateway (HTTP and MCP through opjournal-gateway against direct calls) (default: all; a partial run writes no targets it did not measure)")
 	serverArgs := fs.String("server-args", "", "extra space-separated arguments for \"opjournal serve\" (e.g. --pprof-addr 127.0.0.1:6060)")
 	reportOnly := fs.Bool("report-only", false, "measure nothing: redraw the chart and RESULTS.md from --results-dir's latest.json and summary.json (after a change to the report)")
 	serverEnv := fs.String("server-env", "", "extra space-separated NAME=VALUE environment for the server (e.g. GOMAXPROCS=1)")
@@ -320,6 +320,20 @@ func run(ctx context.Context, c config) error {
 		}
 		fmt.Printf("growth: loaded and vacuumed in %s\n", time.Since(t0).Round(time.Millisecond))
 		measure("opjournal", "fused-grpc-at-"+count(c.growthRows), c.growthC, fused(cl, k, "growth", c.growthC))
+	}
+	if c.want("gateway") {
+		if _, ok := find(rows, "opjournal", "fused-grpc", 1); !ok {
+			// The target compares with the fused SDK path at one caller.
+			r := bench.RunWithCPU(ctx, bench.Load{Concurrency: 1, Warmup: c.warmup, Duration: c.duration}, srv.Pid(), fused(cl, k, "fused-ref", 1))
+			r.System, r.Scenario, r.Store = "opjournal", "fused-grpc", "postgres"
+			rows = append(rows, r)
+			progress(r)
+		}
+		gr, err := gatewayRows(ctx, c, srv.Field("grpc_addr"), k, progress)
+		rows = append(rows, gr...)
+		if err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
 	}
 	if c.purgeRows > 0 && c.want("purge") {
 		if err := purgeScenario(ctx, c, pool, serverDBURL, &sum, func(scenario string) {
@@ -651,6 +665,28 @@ func targets(rows []bench.Row, s summary, c config) []target {
 				Measured: round2(v), Want: "≤ 1.5", Met: v <= 1.5 && s.PurgeOutlasted, Detail: detail})
 		} else {
 			ts = append(ts, target{Name: "p99 during purge / without", Want: "≤ 1.5", Detail: "not measured"})
+		}
+	}
+	for _, door := range []string{"http", "mcp"} {
+		for _, cc := range gatewayLevels {
+			g, okG := find(rows, "gateway", "gateway-"+door, cc)
+			d, okD := find(rows, "gateway", "direct-"+door, cc)
+			if !okG || !okD {
+				continue
+			}
+			added50, added99 := g.P50ms-d.P50ms, g.P99ms-d.P99ms
+			detail := fmt.Sprintf("p50 %.2f vs %.2f ms direct, p99 %.2f vs %.2f ms (+%.2f); the gateway's CPU %.0f µs per call", g.P50ms, d.P50ms, g.P99ms, d.P99ms, added99, g.CPUServerUs)
+			if cc != 1 {
+				ts = append(ts, target{Name: fmt.Sprintf("added p50 through the gateway, %s, c=%d (ms)", door, cc), Measured: round2(added50), Want: "(no target)", Met: true, Detail: detail})
+				continue
+			}
+			f, okF := find(rows, "opjournal", "fused-grpc", 1)
+			if !okF {
+				ts = append(ts, target{Name: fmt.Sprintf("added p50 through the gateway, %s, c=1 (ms)", door), Measured: round2(added50), Want: "≤ fused gRPC p50", Detail: "fused not measured; " + detail})
+				continue
+			}
+			ts = append(ts, target{Name: fmt.Sprintf("added p50 through the gateway, %s, c=1 (ms)", door), Measured: round2(added50),
+				Want: fmt.Sprintf("≤ %.2f (fused gRPC p50 at c=1)", f.P50ms), Met: added50 <= f.P50ms, Detail: detail})
 		}
 	}
 	ts = append(ts, target{Name: "server peak RSS, MiB (max c=" + strconv.Itoa(slices.Max(c.levels)) + ")", Measured: round2(s.ServerPeakRSSMiB), Want: "≤ 128", Met: s.ServerPeakRSSMiB <= 128})

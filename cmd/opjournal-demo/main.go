@@ -30,17 +30,18 @@ import (
 func main() {
 	binDir := flag.String("bin-dir", "bin", "where opjournal, opjournal-fakeprovider and opjournal-reconciler are")
 	verbose := flag.Bool("v", false, "also print the processes' logs")
+	withGateway := flag.Bool("gateway", false, "run the gateway scenarios (make demo-gateway): the agent calls only opjournal-gateway's HTTP and MCP doors")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *binDir, *verbose); err != nil {
+	if err := run(ctx, *binDir, *verbose, *withGateway); err != nil {
 		fmt.Fprintln(os.Stderr, "\nDEMO FAILED:", err)
 		os.Exit(1)
 	}
 	fmt.Println("\nDEMO PASSED: every step observed what the SPEC says; one effect per intent.")
 }
 
-func run(ctx context.Context, binDir string, verbose bool) error {
+func run(ctx context.Context, binDir string, verbose, withGateway bool) error {
 	dir, err := os.MkdirTemp("", "opjournal-demo-")
 	if err != nil {
 		return err
@@ -62,7 +63,7 @@ func run(ctx context.Context, binDir string, verbose bool) error {
 	}
 	bin := func(name string) string { return filepath.Join(binDir, name) }
 
-	provider, err := start(procs.Spec{Name: "provider", Path: bin("opjournal-fakeprovider"), Args: []string{"--addr", "127.0.0.1:0"}, Ready: "serving"})
+	provider, err := start(procs.Spec{Name: "provider", Path: bin("opjournal-fakeprovider"), Args: []string{"--addr", "127.0.0.1:0", "--mcp"}, Ready: "serving"})
 	if err != nil {
 		return err
 	}
@@ -91,11 +92,27 @@ func run(ctx context.Context, binDir string, verbose bool) error {
 		return err
 	}
 	defer conn.Close()
+	control := fakeprovider.NewControlClient(providerURL, &http.Client{Timeout: 10 * time.Second})
+	if withGateway {
+		gw, err := start(procs.Spec{Name: "gateway", Path: bin("opjournal-gateway"), Ready: "serving",
+			Args: []string{"--journal-addr", grpcAddr, "--http-addr", "127.0.0.1:0", "--mcp-addr", "127.0.0.1:0",
+				"--mcp-upstream", providerURL + "/mcp", "--worker-id", "demo-gateway"},
+			Env: []string{"PROVIDER_URL=" + providerURL}})
+		if err != nil {
+			return err
+		}
+		defer gw.Stop(10 * time.Second)
+		fmt.Printf("gateway HTTP %s, MCP %s\n", gw.Field("http_addr"), gw.Field("mcp_addr"))
+		return demo.RunGateway(ctx, demo.GatewayEnv{
+			HTTPURL: "http://" + gw.Field("http_addr"), MCPURL: "http://" + gw.Field("mcp_addr") + "/mcp",
+			RPC: pb.NewJournalServiceClient(conn), Provider: control, Out: os.Stdout,
+		})
+	}
 	return demo.RunAll(ctx, demo.Env{
 		Journal:     client.New(conn, client.WithWorkerID("demo-agent")),
 		RPC:         pb.NewJournalServiceClient(conn),
 		ProviderURL: providerURL,
-		Provider:    fakeprovider.NewControlClient(providerURL, &http.Client{Timeout: 10 * time.Second}),
+		Provider:    control,
 		Out:         os.Stdout,
 	})
 }

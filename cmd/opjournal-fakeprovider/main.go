@@ -3,7 +3,11 @@
 // applications with a reference field, a lagging search, fault injection and
 // effect counts under /_control/.
 //
-//	opjournal-fakeprovider [--addr 127.0.0.1:8099] [--index-lag 0s] [--seed 0] [--log-level info]
+//	opjournal-fakeprovider [--addr 127.0.0.1:8099] [--index-lag 0s] [--seed 0] [--mcp] [--log-level info]
+//
+// With --mcp it also serves an MCP server (streamable HTTP) at /mcp whose
+// tools create_payment and send_email call the same API, faults included
+// (fakeprovider.NewMCPServer): a real upstream for opjournal-gateway.
 //
 // Once listening it logs one JSON line on stderr,
 // {"msg":"serving","addr":"127.0.0.1:NNN",…}, so a test can start it with
@@ -24,6 +28,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/opjournal/opjournal/fakeprovider"
 )
@@ -55,6 +61,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	lag := fs.Duration("index-lag", 0, "how old a record must be before search finds it")
 	seed := fs.Int64("seed", 0, "seed of probability faults that give none")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	withMCP := fs.Bool("mcp", false, "also serve the MCP tools create_payment and send_email at /mcp (streamable HTTP)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -80,14 +87,22 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	p := fakeprovider.New(fakeprovider.Options{IndexLag: *lag, Seed: *seed, Logger: log})
+	var handler http.Handler = p
+	if *withMCP {
+		mux := http.NewServeMux()
+		ms := fakeprovider.NewMCPServer("http://"+ln.Addr().String(), nil)
+		mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ms }, nil))
+		mux.Handle("/", p)
+		handler = mux
+	}
 	srv := &http.Server{
-		Handler:           p,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "index_lag", lag.String(), "seed", *seed)
+	log.Info("serving", "addr", ln.Addr().String(), "index_lag", lag.String(), "seed", *seed, "mcp", *withMCP)
 
 	select {
 	case err := <-served:

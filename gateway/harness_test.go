@@ -1,0 +1,311 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/opjournal/opjournal/client"
+	"github.com/opjournal/opjournal/fakeprovider"
+	"github.com/opjournal/opjournal/gateway"
+	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/testserver"
+	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/reconciler"
+)
+
+// The gateway against real parts: a real journal (testserver), the test
+// provider over HTTP with its faults, its MCP server as the upstream, a
+// real MCP client, and the reconciler.
+
+const testPolicy = `actions:
+  create_payment:
+    lease_seconds: 2
+    max_attempt_seconds: 3
+    integer_fields: [amount_minor]
+    reconcile:
+      initial_delay: 0s
+      interval: 1s
+      max_interval: 1s
+      visibility_lag: 0s
+      in_flight_window: 1s
+      definitive_absence: true
+      verifier:
+        http:
+          url: "${TEST_PROVIDER:-http://127.0.0.1:1}/payments?idempotency_key={operation_key}"
+          list: /data
+          found: /id
+          completed: /status
+          completed_values: [succeeded]
+          external_id: /id
+    gateway:
+      http:
+        route: POST /payments
+        upstream: "${TEST_PROVIDER:-http://127.0.0.1:1}"
+        forward_key_header: Idempotency-Key
+        external_id: /id
+      mcp:
+        tool: create_payment
+        key_fields: [order_id]
+        forward_key_argument: idempotency_key
+        external_id: /id
+  send_email:
+    lease_seconds: 2
+    max_attempt_seconds: 3
+    reconcile:
+      initial_delay: 0s
+      interval: 1s
+      max_interval: 1s
+      visibility_lag: 0s
+      in_flight_window: 1s
+      definitive_absence: true
+      verifier:
+        http:
+          url: "${TEST_PROVIDER:-http://127.0.0.1:1}/emails?reference={operation_key}"
+          list: /data
+          found: /id
+          completed: /status
+          completed_values: [sent]
+          external_id: /id
+    gateway:
+      http:
+        route: POST /emails
+        upstream: "${TEST_PROVIDER:-http://127.0.0.1:1}"
+        key_fields: [to, subject]
+        forward_key_field: reference
+        external_id: /id
+`
+
+// env is the fixture's environment.
+type env struct {
+	t        *testing.T
+	journal  *testserver.Journal
+	provider *fakeprovider.Provider
+	provURL  string
+	pol      *policy.Policy
+	gw       *gateway.Gateway
+	front    *httptest.Server // the gateway's HTTP front door
+	rec      *reconciler.Reconciler
+}
+
+func newEnv(t *testing.T, doc string) *env {
+	t.Helper()
+	p := fakeprovider.New(fakeprovider.Options{})
+	ps := httptest.NewServer(p)
+	t.Cleanup(func() { p.Close(); ps.Close() })
+	lookup := func(name string) (string, bool) {
+		if name == "TEST_PROVIDER" {
+			return ps.URL, true
+		}
+		return "", false
+	}
+	pol, err := policy.Parse([]byte(doc), "gateway-test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := testserver.Start(t, pol)
+	e := &env{t: t, journal: j, provider: p, provURL: ps.URL, pol: pol}
+	e.gw = e.newGateway(lookup)
+	e.front = httptest.NewServer(e.gw)
+	t.Cleanup(e.front.Close)
+	e.rec, err = reconciler.New(reconciler.Config{Journal: j.Client, Policy: pol, ID: "rec", LookupEnv: lookup,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(), Rand: rand.New(rand.NewPCG(1, 2))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// newGateway makes a gateway on the same journal (another process would
+// be no different: all it shares is the journal).
+func (e *env) newGateway(lookup func(string) (string, bool)) *gateway.Gateway {
+	e.t.Helper()
+	g, err := gateway.New(gateway.Config{
+		Journal: client.New(e.journal.Conn, client.WithWorkerID("gateway-test")), Policy: e.pol, LookupEnv: lookup,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return g
+}
+
+// lookupEnv is the fixture's environment, for a second gateway.
+func (e *env) lookupEnv(name string) (string, bool) {
+	if name == "TEST_PROVIDER" {
+		return e.provURL, true
+	}
+	return "", false
+}
+
+// response is one answer of the front door.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("%d %s: not JSON: %v", r.status, r.body, err)
+	}
+	return m
+}
+
+// post sends a JSON body through the front door.
+func (e *env) post(path, key string, body any, headers ...string) response {
+	e.t.Helper()
+	return postTo(e.t, e.front.URL, path, key, body, headers...)
+}
+
+func postTo(t *testing.T, base, path, key string, body any, headers ...string) response {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer res.Body.Close()
+	rb, _ := io.ReadAll(res.Body)
+	return response{status: res.StatusCode, header: res.Header, body: rb}
+}
+
+// wantProblem fails unless r is the problem typed name with the status.
+func wantProblem(t *testing.T, r response, status int, name string) map[string]any {
+	t.Helper()
+	if r.status != status || r.header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("got %d %s %s, want %d problem %s", r.status, r.header.Get("Content-Type"), r.body, status, name)
+	}
+	p := r.json(t)
+	if p["type"] != "urn:opjournal:problem:"+name || p["status"] != float64(status) || p["detail"] == "" {
+		t.Fatalf("problem %s, want type %s", r.body, name)
+	}
+	return p
+}
+
+// effects is how many effects the provider holds under the effect key.
+func (e *env) effects(effectKey string) int { return e.provider.Count(effectKey) }
+
+// allEffects counts every effect the provider stored.
+func (e *env) allEffects() int {
+	c := e.provider.Effects()
+	return c.Total
+}
+
+// fault adds a provider fault.
+func (e *env) fault(f fakeprovider.Fault) {
+	e.t.Helper()
+	if _, err := e.provider.AddFault(f); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// reconcile runs reconciliation passes until cond holds (the clock is
+// real: releases wait the policy's 1 s in-flight window).
+func (e *env) reconcile(cond func() bool) {
+	e.t.Helper()
+	await.Within(e.t, 20*time.Second, "reconciliation to settle the operation", func() bool {
+		if _, err := e.rec.RunOnce(context.Background()); err != nil {
+			e.t.Fatal(err)
+		}
+		return cond()
+	})
+}
+
+// --- MCP ---
+
+// mcpEnv starts the provider's MCP server as the upstream, the gateway's
+// MCP server in front of it, and a client session to the gateway.
+func (e *env) mcpClient(scopeHeader string) *mcp.ClientSession {
+	e.t.Helper()
+	ctx := context.Background()
+	up := fakeprovider.NewMCPServer(e.provURL, nil)
+	ups := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
+	e.t.Cleanup(ups.Close)
+	upc, err := mcp.NewClient(gateway.Implementation, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ups.URL, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { upc.Close() })
+	srv, err := e.gw.MCPServer(ctx, upc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	gws := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	e.t.Cleanup(gws.Close)
+	hc := &http.Client{}
+	if scopeHeader != "" {
+		hc.Transport = headerTransport{"Authorization", scopeHeader}
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: gws.URL, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+type headerTransport struct{ name, value string }
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(h.name, h.value)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: %v", tool, err)
+	}
+	return res
+}
+
+func text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func meta(t *testing.T, res *mcp.CallToolResult) (key string, replayed bool) {
+	t.Helper()
+	m, ok := res.Meta[gateway.MetaKey].(map[string]any)
+	if !ok {
+		t.Fatalf("no %s in the result's _meta: %+v", gateway.MetaKey, res.Meta)
+	}
+	k, _ := m["operation_key"].(string)
+	r, _ := m["replayed"].(bool)
+	return k, r
+}
+
+func newServer(h http.Handler) *httptest.Server { return httptest.NewServer(h) }

@@ -1,0 +1,263 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/client"
+	"github.com/opjournal/opjournal/policy"
+)
+
+// The MCP front door: an MCP server whose tools are those of one or more
+// upstream MCP servers. tools/list passes through. A tools/call of a tool
+// an action's policy protects (gateway.mcp) becomes an operation whose key
+// comes from the policy's key fields of the arguments and the caller's
+// scope: sent once, recorded, and answered from the journal on every
+// retry. A duplicate in flight, an unknown outcome or a conflicting call
+// is answered with a tool error (isError) whose text tells the model what
+// happened and that it must not rephrase the call to get around it.
+// Other tools pass straight through.
+
+// Implementation names the gateway to MCP peers.
+var Implementation = &mcp.Implementation{Name: "opjournal-gateway", Title: "opjournal gateway", Version: "1"}
+
+// MetaKey is the _meta member of a protected tool's result that says what
+// the journal did: {"operation_key": ..., "replayed": true|false}.
+const MetaKey = "opjournal/operation"
+
+// toolRoute is one protected tool.
+type toolRoute struct {
+	action string
+	cfg    *policy.GatewayMCP
+}
+
+// MCPServer returns an MCP server offering every tool of the upstream
+// sessions (listed now), the protected ones journaled. Two upstreams
+// offering the same tool name are an error, and so is a protected tool no
+// upstream offers.
+func (g *Gateway) MCPServer(ctx context.Context, upstreams ...*mcp.ClientSession) (*mcp.Server, error) {
+	srv := mcp.NewServer(Implementation, &mcp.ServerOptions{Logger: g.log.With("door", "mcp")})
+	seen := map[string]bool{}
+	for _, cs := range upstreams {
+		for tool, err := range cs.Tools(ctx, nil) {
+			if err != nil {
+				return nil, fmt.Errorf("gateway: list the upstream's tools: %w", err)
+			}
+			if seen[tool.Name] {
+				return nil, fmt.Errorf("gateway: two upstream MCP servers offer a tool named %q", tool.Name)
+			}
+			seen[tool.Name] = true
+			t := *tool
+			if t.InputSchema == nil {
+				t.InputSchema = map[string]any{"type": "object"}
+			}
+			if route := g.tools[t.Name]; route != nil {
+				srv.AddTool(&t, g.protectedTool(cs, route))
+			} else {
+				srv.AddTool(&t, passTool(cs))
+			}
+		}
+	}
+	for name := range g.tools {
+		if !seen[name] {
+			return nil, fmt.Errorf("gateway: the policy protects the MCP tool %q, which no upstream offers", name)
+		}
+	}
+	return srv, nil
+}
+
+// passTool forwards a call unchanged.
+func passTool(cs *mcp.ClientSession) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return cs.CallTool(ctx, &mcp.CallToolParams{Meta: req.Params.Meta, Name: req.Params.Name, Arguments: req.Params.Arguments})
+	}
+}
+
+// protectedTool journals each call of a protected tool.
+func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.ToolHandler {
+	cfg := route.cfg
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		args := map[string]any{}
+		if len(req.Params.Arguments) > 0 {
+			var ok bool
+			if args, ok = decodeObject(req.Params.Arguments); !ok {
+				return toolError("The arguments of %s must be a JSON object. Nothing was sent.", req.Params.Name), nil
+			}
+		}
+		scope := g.cfg.StdioScope
+		if req.Extra != nil && req.Extra.Header != nil {
+			scope = scopeOf(req.Extra.Header, g.cfg.ScopeHeaders)
+		}
+		key, missing := fieldsKey("mcp", route.action, scope, cfg.KeyFields, args)
+		if missing != "" {
+			return toolError("The call of %s needs the argument %q: together with %s it names this action, so that a retry is recognised. Nothing was sent.",
+				req.Params.Name, missing, strings.Join(cfg.KeyFields, ", ")), nil
+		}
+		payload, err := pick(args, cfg.PayloadFields)
+		if err != nil {
+			return toolError("The arguments of %s do not encode as JSON. Nothing was sent.", req.Params.Name), nil
+		}
+		log := g.log.With("door", "mcp", "tool", req.Params.Name, "action", route.action, "key", key)
+		var fresh *mcp.CallToolResult
+		out, err := g.cfg.Journal.Execute(ctx, client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refsOf(cfg.KeyFields, args)},
+			func(ctx context.Context, a client.Attempt) (client.Effect, error) {
+				callArgs := args
+				if cfg.ForwardKeyArgument != "" {
+					callArgs = make(map[string]any, len(args)+1)
+					for k, v := range args {
+						callArgs[k] = v
+					}
+					callArgs[cfg.ForwardKeyArgument] = a.Key
+				}
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: req.Params.Name, Arguments: callArgs})
+				if err != nil {
+					return client.Effect{}, &client.UnknownError{Code: "tool_call_failed", Err: err}
+				}
+				fresh = res
+				stored, serr := storedResult(res)
+				if res.IsError {
+					text := resultText(res)
+					if cfg.ToolErrorsUnknown {
+						return client.Effect{}, &client.UnknownError{Code: "tool_error", Err: errors.New(text)}
+					}
+					if serr != nil {
+						return client.Effect{}, client.Rejected("tool_error", errors.New(text))
+					}
+					return client.Effect{}, client.RejectedWith("tool_error", stored, errors.New(text))
+				}
+				eff := client.Effect{ExternalID: structuredID(res, cfg.ExternalID)}
+				if serr == nil {
+					eff.Result = stored
+				}
+				return eff, nil
+			})
+		return g.toolAnswer(log, req.Params.Name, key, out, err, fresh), nil
+	}
+}
+
+// toolAnswer turns the journal's outcome into the tool's result.
+func (g *Gateway) toolAnswer(log *slog.Logger, tool, key string, out client.Outcome, err error, fresh *mcp.CallToolResult) *mcp.CallToolResult {
+	var nr *client.NotRecordedError
+	switch {
+	case errors.As(err, &nr):
+		log.Error("the outcome was not recorded", "err", err)
+		if fresh != nil && !fresh.IsError {
+			return withMeta(fresh, key, false)
+		}
+		return withMeta(toolError(unknownText, tool), key, false)
+	case err != nil && out.Kind != client.Succeeded:
+		switch client.CodeOf(err) {
+		case opjournal.CodeInvalidArgument, opjournal.CodeTooLarge:
+			var oe *opjournal.Error
+			msg := "the journal refused the arguments"
+			if errors.As(err, &oe) {
+				msg = strings.TrimSpace(oe.Field + ": " + oe.Message)
+			}
+			return toolError("The call of %s was refused before anything was sent: %s. Correct the arguments and call again.", tool, msg)
+		case opjournal.CodeUnavailable, opjournal.CodeRateLimited:
+			log.Warn("journal unavailable", "err", err)
+			return toolError("The journal that protects %s cannot be reached, so nothing was sent. Call again in a few seconds with exactly the same arguments.", tool)
+		}
+		log.Error("the journal refused the gateway", "code", client.CodeOf(err), "err", err)
+		return toolError("The gateway could not record the call of %s (it is misconfigured; see its log). Nothing was sent.", tool)
+	}
+	switch out.Kind {
+	case client.Succeeded, client.FailedFinal:
+		if !out.Replayed && fresh != nil {
+			log.Info("called", "outcome", out.Kind.String())
+			return withMeta(fresh, key, false)
+		}
+		var stored struct {
+			ToolResult *mcp.CallToolResult `json:"tool_result"`
+		}
+		if out.Result != nil && json.Unmarshal(out.Result, &stored) == nil && stored.ToolResult != nil {
+			log.Info("replayed", "outcome", out.Kind.String())
+			return withMeta(stored.ToolResult, key, true)
+		}
+		if out.Kind == client.FailedFinal {
+			return withMeta(toolError("This call of %s was already made and the tool refused it (%s). It was not called again; the answer will not change.", tool, out.ErrorCode), key, true)
+		}
+		return withMeta(&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
+			Text: fmt.Sprintf("This call of %s was already made and it succeeded (external id %q). It was not called again.", tool, out.ExternalID)}}}, key, true)
+	case client.InProgressElsewhere:
+		return withMeta(toolError("This call of %s is already in progress (started by an earlier request) and was NOT sent again. "+
+			"Wait about %d seconds, then call again with exactly the same arguments to get its result. "+
+			"Do not change or rephrase the arguments to get around this: that would do it twice.", tool, int(max(out.RetryAfter, time.Second)/time.Second)), key, false)
+	case client.VerificationRequired:
+		log.Info("outcome unknown", "code", out.ErrorCode, "needs_review", out.NeedsReview)
+		return withMeta(toolError(unknownText, tool), key, false)
+	case client.Conflict:
+		return withMeta(toolError("A call of %s with the same identifying arguments but different other arguments was already made, so this one is refused and nothing was sent. "+
+			"Do not retry it with rephrased arguments. If this really is a new, separate action, it needs its own identifying arguments; if not, the earlier call stands.", tool), key, false)
+	}
+	return toolError("The gateway got an unexpected answer for %s; nothing was sent.", tool)
+}
+
+// unknownText tells a model what an unknown outcome means.
+const unknownText = "The outcome of this call of %s is UNKNOWN: the tool did not give a definite answer (a timeout or a lost answer), so it may or may not have happened. " +
+	"It was NOT sent again. Do not call it again with changed or rephrased arguments to get around this: that could do it twice. " +
+	"The journal is verifying what happened (or a person will decide). Call again later with exactly the same arguments to get the settled result, and tell the user the outcome is pending."
+
+// toolError is a tool error result with the text.
+func toolError(format string, args ...any) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
+}
+
+// withMeta marks a result with what the journal did.
+func withMeta(res *mcp.CallToolResult, key string, replayed bool) *mcp.CallToolResult {
+	c := *res
+	m := mcp.Meta{}
+	for k, v := range res.Meta {
+		m[k] = v
+	}
+	m[MetaKey] = map[string]any{"operation_key": key, "replayed": replayed}
+	c.Meta = m
+	return &c
+}
+
+// storedResult is a tool result as the journal stores it:
+// {"tool_result": CallToolResult}, so that a replay tells it from a result
+// the reconciler or a person recorded.
+func storedResult(res *mcp.CallToolResult) (json.RawMessage, error) {
+	c := *res
+	c.Meta = nil
+	return json.Marshal(map[string]any{"tool_result": &c})
+}
+
+// resultText joins a result's text content, for the error of a refusal.
+func resultText(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, t.Text)
+		}
+	}
+	return shorten(strings.Join(parts, " "), 200)
+}
+
+// structuredID reads the provider's id at ptr in structuredContent.
+func structuredID(res *mcp.CallToolResult, ptr string) string {
+	if ptr == "" || res.StructuredContent == nil {
+		return ""
+	}
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		return ""
+	}
+	return externalID(b, ptr)
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,472 @@
+package policy
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v4"
+)
+
+// Gateway says how opjournal-gateway protects an action (gateway:): the
+// HTTP route and the MCP tool whose calls become operations of it. An
+// agent that never calls an SDK still gets one effect per intent.
+type Gateway struct {
+	// HTTP is the route of the HTTP front door (nil: none).
+	HTTP *GatewayHTTP `json:",omitempty"`
+	// MCP is the tool of the MCP front door (nil: none).
+	MCP *GatewayMCP `json:",omitempty"`
+}
+
+// GatewayHTTP is one protected HTTP route, proxied to an upstream API.
+type GatewayHTTP struct {
+	// Method and Path are the route ("POST /payments"): an exact path.
+	Method, Path string
+	// Upstream is the provider's base URL (${VAR} references are expanded
+	// when the gateway starts); the request's path and query are appended.
+	Upstream string
+	// KeyHeader is the request header the client's idempotency key comes
+	// in (default Idempotency-Key).
+	KeyHeader string
+	// KeyRequired refuses a request without KeyHeader (400). It defaults
+	// to true when KeyFields is empty.
+	KeyRequired bool
+	// KeyFields are top-level members of the JSON body that name the
+	// intent: without the header, the key is derived from their values and
+	// the caller's scope.
+	KeyFields []string `json:",omitempty"`
+	// PayloadFields, if set, are the members the request hash covers
+	// (default: the whole body).
+	PayloadFields []string `json:",omitempty"`
+	// ForwardKeyHeader sends the operation key to the provider in this
+	// header (its own idempotency key); ForwardKeyField writes it into
+	// this top-level member of the JSON body (a reference field, for
+	// providers without idempotency). Either, both or neither.
+	ForwardKeyHeader string `json:",omitempty"`
+	ForwardKeyField  string `json:",omitempty"`
+	// ExternalID points into the provider's 2xx JSON answer to its id of
+	// the effect ("" for none).
+	ExternalID string `json:",omitempty"`
+	// StoreHeaders are the response headers stored and replayed (default
+	// Content-Type and Location). Hop-by-hop and secret headers never are.
+	StoreHeaders []string
+	// MaxResponseBytes bounds the response body stored for replay (default
+	// 32768, at most 60000); a larger one is replayed without its body.
+	MaxResponseBytes int
+}
+
+// GatewayMCP is one protected MCP tool of an upstream MCP server.
+type GatewayMCP struct {
+	// Tool is the tool's name.
+	Tool string
+	// KeyFields are the tool arguments that name the intent (at least
+	// one): the key is derived from their values and the caller's scope,
+	// never from the model's wording or the JSON-RPC id, which change when
+	// a model retries.
+	KeyFields []string
+	// PayloadFields, if set, are the arguments the request hash covers
+	// (default: all of them).
+	PayloadFields []string `json:",omitempty"`
+	// ForwardKeyArgument writes the operation key into this argument (the
+	// upstream tool's idempotency key or reference), "" for none.
+	ForwardKeyArgument string `json:",omitempty"`
+	// ExternalID points into the result's structuredContent to the
+	// provider's id of the effect ("" for none).
+	ExternalID string `json:",omitempty"`
+	// ToolErrorsUnknown: a result with isError means the outcome is unknown
+	// (tool_errors: unknown). By default (tool_errors: failed_final) it is
+	// the tool's definite refusal. Protocol errors and timeouts are always
+	// unknown.
+	ToolErrorsUnknown bool `json:",omitempty"`
+}
+
+// Gateway defaults and bounds.
+const (
+	defaultKeyHeader          = "Idempotency-Key"
+	defaultMaxResponseBytes   = 32 << 10
+	maxMaxResponseBytes       = 60000 // under the journal's 64 KiB result limit, with room for status and headers
+	toolErrorsFailedFinal     = "failed_final"
+	toolErrorsUnknown         = "unknown"
+	gatewayFieldNameMaxLength = 64
+)
+
+var (
+	gatewayFields     = []string{"http", "mcp"}
+	gatewayHTTPFields = []string{"route", "upstream", "key_header", "key_required", "key_fields", "payload_fields",
+		"forward_key_header", "forward_key_field", "external_id", "store_headers", "max_response_bytes"}
+	gatewayMCPFields = []string{"tool", "key_fields", "payload_fields", "forward_key_argument", "external_id", "tool_errors"}
+	// hopByHop are the headers a proxy never forwards or stores (RFC 9110,
+	// 7.6.1), and setCookie is never stored either.
+	hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer",
+		"Transfer-Encoding", "Upgrade", "Proxy-Connection"}
+)
+
+// HopByHop reports whether a header is hop-by-hop (never forwarded or
+// stored by a proxy).
+func HopByHop(name string) bool { return slices.Contains(hopByHop, httpCanonical(name)) }
+
+// gateway validates the gateway mapping of an action.
+func (p *parser) gateway(n *yaml.Node, path string) *Gateway {
+	g := &Gateway{}
+	ok := p.fields(n, path, "a mapping with http and/or mcp", func(key string, k, v *yaml.Node) {
+		fpath := join(path, key)
+		switch key {
+		case "http":
+			g.HTTP = p.gatewayHTTP(v, fpath)
+		case "mcp":
+			g.MCP = p.gatewayMCP(v, fpath)
+		default:
+			p.unknownField(k, path, gatewayFields)
+		}
+	})
+	if ok && len(n.Content) == 0 {
+		p.add(n, path, "must configure http, mcp or both; omit gateway if the action is not fronted by opjournal-gateway")
+	}
+	if g.HTTP == nil && g.MCP == nil {
+		return nil
+	}
+	return g
+}
+
+func (p *parser) gatewayHTTP(n *yaml.Node, path string) *GatewayHTTP {
+	h := &GatewayHTTP{KeyHeader: defaultKeyHeader, StoreHeaders: []string{"Content-Type", "Location"}, MaxResponseBytes: defaultMaxResponseBytes}
+	var routeSet, upstreamSet bool
+	var requiredNode *yaml.Node
+	required := (*bool)(nil)
+	ok := p.fields(n, path, "a mapping of the HTTP route's fields", func(key string, k, v *yaml.Node) {
+		fpath := join(path, key)
+		switch key {
+		case "route":
+			routeSet = true
+			if s, ok := p.str(v, fpath); ok {
+				h.Method, h.Path = p.route(v, fpath, s)
+			}
+		case "upstream":
+			upstreamSet = true
+			if s, ok := p.str(v, fpath); ok && p.upstreamURL(v, fpath, s) {
+				h.Upstream = s
+			}
+		case "key_header":
+			if s, ok := p.headerName(v, fpath); ok {
+				h.KeyHeader = s
+			}
+		case "key_required":
+			requiredNode = v
+			if b, ok := p.boolean(v, fpath); ok {
+				required = &b
+			}
+		case "key_fields":
+			h.KeyFields = p.memberNames(v, fpath)
+		case "payload_fields":
+			h.PayloadFields = p.memberNames(v, fpath)
+		case "forward_key_header":
+			if s, ok := p.headerName(v, fpath); ok {
+				h.ForwardKeyHeader = s
+			}
+		case "forward_key_field":
+			if s, ok := p.memberName(v, fpath); ok {
+				h.ForwardKeyField = s
+			}
+		case "external_id":
+			if s, ok := p.pointer(v, fpath); ok {
+				h.ExternalID = s
+			}
+		case "store_headers":
+			h.StoreHeaders = p.storeHeaders(v, fpath)
+		case "max_response_bytes":
+			if i, ok := p.integer(v, fpath); ok {
+				if i < 0 || i > maxMaxResponseBytes {
+					p.add(v, fpath, "%d is out of range 0..%d (the journal stores at most 64 KiB of result)", i, maxMaxResponseBytes)
+				} else {
+					h.MaxResponseBytes = int(i)
+				}
+			}
+		default:
+			p.unknownField(k, path, gatewayHTTPFields)
+		}
+	})
+	if !ok {
+		return nil
+	}
+	if !routeSet {
+		p.add(n, join(path, "route"), `missing: the method and path it protects, such as "POST /payments"`)
+	}
+	if !upstreamSet {
+		p.add(n, join(path, "upstream"), "missing: the provider's base URL, such as ${PROVIDER_URL}")
+	}
+	h.KeyRequired = len(h.KeyFields) == 0
+	if required != nil {
+		if !*required && len(h.KeyFields) == 0 {
+			p.add(requiredNode, join(path, "key_required"), "false needs key_fields: without the header, the key is derived from them (and the caller's scope); otherwise a request without a key could not be recognised when it is retried")
+		}
+		h.KeyRequired = *required
+	}
+	for _, f := range h.KeyFields {
+		if len(h.PayloadFields) > 0 && !slices.Contains(h.PayloadFields, f) {
+			p.add(n, join(path, "payload_fields"), "must include every key field (%s): the key names the intent, the payload must cover what names it", f)
+			break
+		}
+	}
+	return h
+}
+
+func (p *parser) gatewayMCP(n *yaml.Node, path string) *GatewayMCP {
+	m := &GatewayMCP{}
+	var toolSet bool
+	ok := p.fields(n, path, "a mapping of the MCP tool's fields", func(key string, k, v *yaml.Node) {
+		fpath := join(path, key)
+		switch key {
+		case "tool":
+			toolSet = true
+			if s, ok := p.str(v, fpath); ok {
+				if !validToolName(s) {
+					p.add(v, fpath, "%s is not an MCP tool name: 1-128 characters of A-Z, a-z, 0-9, '_', '-' and '.'", literal(s))
+				} else {
+					m.Tool = s
+				}
+			}
+		case "key_fields":
+			m.KeyFields = p.memberNames(v, fpath)
+			if len(m.KeyFields) == 0 {
+				p.add(v, fpath, "must name at least one argument: the key of a tool call is derived from the arguments that name the intent")
+			}
+		case "payload_fields":
+			m.PayloadFields = p.memberNames(v, fpath)
+		case "forward_key_argument":
+			if s, ok := p.memberName(v, fpath); ok {
+				m.ForwardKeyArgument = s
+			}
+		case "external_id":
+			if s, ok := p.pointer(v, fpath); ok {
+				m.ExternalID = s
+			}
+		case "tool_errors":
+			if s, ok := p.str(v, fpath); ok {
+				switch s {
+				case toolErrorsFailedFinal:
+				case toolErrorsUnknown:
+					m.ToolErrorsUnknown = true
+				default:
+					p.add(v, fpath, "%s is not one of %s, %s", literal(s), toolErrorsFailedFinal, toolErrorsUnknown)
+				}
+			}
+		default:
+			p.unknownField(k, path, gatewayMCPFields)
+		}
+	})
+	if !ok {
+		return nil
+	}
+	if !toolSet {
+		p.add(n, join(path, "tool"), "missing: the name of the tool it protects")
+	}
+	if m.KeyFields == nil {
+		p.add(n, join(path, "key_fields"), "missing: the arguments that name the intent (such as [order_id])")
+	}
+	for _, f := range m.KeyFields {
+		if len(m.PayloadFields) > 0 && !slices.Contains(m.PayloadFields, f) {
+			p.add(n, join(path, "payload_fields"), "must include every key field (%s)", f)
+			break
+		}
+	}
+	return m
+}
+
+// route parses "METHOD /path".
+func (p *parser) route(n *yaml.Node, path, s string) (method, rpath string) {
+	method, rpath, ok := strings.Cut(s, " ")
+	switch {
+	case !ok || strings.Contains(rpath, " "):
+		p.add(n, path, `%s is not "METHOD /path", such as "POST /payments"`, literal(s))
+	case method == "GET" || method == "HEAD" || method == "OPTIONS":
+		p.add(n, path, "%s requests do not change anything and are passed through as they are; protect the route that has the side effect (POST, PUT, PATCH or DELETE)", method)
+	case method != "POST" && method != "PUT" && method != "PATCH" && method != "DELETE":
+		p.add(n, path, "%s is not one of POST, PUT, PATCH, DELETE", literal(method))
+	case !strings.HasPrefix(rpath, "/") || strings.ContainsAny(rpath, "?#") || !validPath(rpath):
+		p.add(n, path, "%s is not an absolute path without a query, such as /payments", literal(rpath))
+	default:
+		return method, rpath
+	}
+	return "", ""
+}
+
+func validPath(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.Path == s
+}
+
+// upstreamURL checks an upstream base URL template: expanded with an empty
+// environment it must be an absolute http(s) URL without a query.
+func (p *parser) upstreamURL(n *yaml.Node, path, tmpl string) bool {
+	trial, err := ExpandEnv(tmpl, func(string) (string, bool) { return "", true })
+	if err != nil {
+		p.add(n, path, "%v", err)
+		return false
+	}
+	if !strings.Contains(trial, "://") && strings.Contains(tmpl, "${") {
+		return true // all of it comes from the environment; checked when the gateway starts
+	}
+	u, err := url.Parse(trial)
+	switch {
+	case err != nil:
+		p.add(n, path, "is not a valid URL: %v", unwrapURLError(err))
+		return false
+	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		p.add(n, path, "must be an absolute http:// or https:// URL (with the environment empty, it reads %s)", literal(trial))
+		return false
+	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+		p.add(n, path, "must be a base URL without user info, query or fragment")
+		return false
+	}
+	return true
+}
+
+// CheckUpstream validates an expanded upstream URL (at gateway start).
+func CheckUpstream(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("is not a valid URL: %v", unwrapURLError(err))
+	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		return fmt.Errorf("must be an absolute http:// or https:// URL")
+	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+		return fmt.Errorf("must be a base URL without user info, query or fragment")
+	}
+	return nil
+}
+
+// headerName validates a header name the gateway reads or writes.
+func (p *parser) headerName(n *yaml.Node, path string) (string, bool) {
+	s, ok := p.str(n, path)
+	if !ok {
+		return "", false
+	}
+	if !isToken(s) {
+		p.add(n, path, "%s is not a valid HTTP header name", literal(s))
+		return "", false
+	}
+	if HopByHop(s) {
+		p.add(n, path, "%s is a hop-by-hop header", literal(s))
+		return "", false
+	}
+	return httpCanonical(s), true
+}
+
+// storeHeaders validates the list of response headers to store.
+func (p *parser) storeHeaders(n *yaml.Node, path string) []string {
+	items, ok := p.stringList(n, path)
+	if !ok {
+		return nil
+	}
+	out := []string{}
+	for i, s := range items {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		c := httpCanonical(s.Value)
+		switch {
+		case !isToken(s.Value):
+			p.add(s, ipath, "%s is not a valid HTTP header name", literal(s.Value))
+		case HopByHop(c):
+			p.add(s, ipath, "%s is hop-by-hop: it describes one connection and is never stored", c)
+		case c == "Set-Cookie" || IsSecretHeader(c):
+			p.add(s, ipath, "%s may carry a secret and is never stored", c)
+		case slices.Contains(out, c):
+			p.add(s, ipath, "%s is listed twice", c)
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// memberNames validates a list of JSON member names.
+func (p *parser) memberNames(n *yaml.Node, path string) []string {
+	items, ok := p.stringList(n, path)
+	if !ok {
+		return nil
+	}
+	out := []string{}
+	for i, s := range items {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		switch {
+		case s.Value == "" || len(s.Value) > gatewayFieldNameMaxLength:
+			p.add(s, ipath, "must be a member name of 1-%d characters", gatewayFieldNameMaxLength)
+		case slices.Contains(out, s.Value):
+			p.add(s, ipath, "%q is listed twice", s.Value)
+		default:
+			out = append(out, s.Value)
+		}
+	}
+	return out
+}
+
+func (p *parser) memberName(n *yaml.Node, path string) (string, bool) {
+	s, ok := p.str(n, path)
+	if !ok {
+		return "", false
+	}
+	if s == "" || len(s) > gatewayFieldNameMaxLength {
+		p.add(n, path, "must be a member name of 1-%d characters", gatewayFieldNameMaxLength)
+		return "", false
+	}
+	return s, true
+}
+
+// validToolName is MCP's tool name syntax (SEP-986).
+func validToolName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkGatewayRoutes reports two actions fronting the same route or tool.
+func (p *parser) checkGatewayRoutes(actions []*Action, nodes map[string]*yaml.Node) {
+	routes, tools := map[string]string{}, map[string]string{}
+	for _, a := range actions {
+		g := a.Gateway
+		if g == nil {
+			continue
+		}
+		if h := g.HTTP; h != nil && h.Method != "" {
+			r := h.Method + " " + h.Path
+			if other, dup := routes[r]; dup {
+				p.add(nodes[a.Name], "actions."+a.Name+".gateway.http.route", "%s is already the route of %s: one route, one action", r, other)
+			} else {
+				routes[r] = a.Name
+			}
+		}
+		if m := g.MCP; m != nil && m.Tool != "" {
+			if other, dup := tools[m.Tool]; dup {
+				p.add(nodes[a.Name], "actions."+a.Name+".gateway.mcp.tool", "%s is already the tool of %s: one tool, one action", m.Tool, other)
+			} else {
+				tools[m.Tool] = a.Name
+			}
+		}
+	}
+}
+
+// clone returns a deep copy of g.
+func (g *Gateway) clone() *Gateway {
+	if g == nil {
+		return nil
+	}
+	c := &Gateway{}
+	if g.HTTP != nil {
+		h := *g.HTTP
+		h.KeyFields, h.PayloadFields, h.StoreHeaders = slices.Clone(h.KeyFields), slices.Clone(h.PayloadFields), slices.Clone(h.StoreHeaders)
+		c.HTTP = &h
+	}
+	if g.MCP != nil {
+		m := *g.MCP
+		m.KeyFields, m.PayloadFields = slices.Clone(m.KeyFields), slices.Clone(m.PayloadFields)
+		c.MCP = &m
+	}
+	return c
+}

@@ -1,0 +1,80 @@
+package policy
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestShippedGateway(t *testing.T) {
+	pay, _ := Default().Action("create_payment")
+	h, m := pay.Gateway.HTTP, pay.Gateway.MCP
+	if h.Method != "POST" || h.Path != "/payments" || h.KeyHeader != "Idempotency-Key" || !h.KeyRequired || h.ForwardKeyHeader != "Idempotency-Key" ||
+		h.ExternalID != "/id" || !slices.Equal(h.StoreHeaders, []string{"Content-Type", "Location"}) || h.MaxResponseBytes != 32768 {
+		t.Errorf("create_payment http: %+v", h)
+	}
+	if m.Tool != "create_payment" || !slices.Equal(m.KeyFields, []string{"order_id"}) || m.ForwardKeyArgument != "idempotency_key" || m.ToolErrorsUnknown {
+		t.Errorf("create_payment mcp: %+v", m)
+	}
+	mail, _ := Default().Action("send_email")
+	if h := mail.Gateway.HTTP; h.KeyRequired || !slices.Equal(h.KeyFields, []string{"to", "subject"}) || h.ForwardKeyField != "reference" {
+		t.Errorf("send_email http: %+v", h)
+	}
+	if a, _ := Default().Action("create_ticket"); a.Gateway != nil {
+		t.Errorf("create_ticket has a gateway: %+v", a.Gateway)
+	}
+}
+
+func TestGatewayInvalid(t *testing.T) {
+	base := "actions:\n  a:\n    gateway:\n"
+	for _, tc := range []struct{ doc, prefix, words string }{
+		{base + "      http: {upstream: \"http://x\"}\n", "policy.yaml:4: actions.a.gateway.http.route: ", "missing"},
+		{base + "      http: {route: \"GET /x\", upstream: \"http://x\"}\n", "policy.yaml:4: actions.a.gateway.http.route: ", "do not change anything"},
+		{base + "      http: {route: \"POST x\", upstream: \"http://x\"}\n", "policy.yaml:4: actions.a.gateway.http.route: ", "absolute path"},
+		{base + "      http: {route: \"POST /x?y=1\", upstream: \"http://x\"}\n", "policy.yaml:4: actions.a.gateway.http.route: ", "without a query"},
+		{base + "      http: {route: \"POST /x\", upstream: \"ftp://x\"}\n", "policy.yaml:4: actions.a.gateway.http.upstream: ", "http:// or https://"},
+		{base + "      http: {route: \"POST /x\"}\n", "policy.yaml:4: actions.a.gateway.http.upstream: ", "missing"},
+		{base + "      http: {route: \"POST /x\", upstream: \"http://x\", key_required: false}\n", "policy.yaml:4: actions.a.gateway.http.key_required: ", "needs key_fields"},
+		{base + "      http: {route: \"POST /x\", upstream: \"http://x\", store_headers: [Set-Cookie]}\n", "policy.yaml:4: actions.a.gateway.http.store_headers[0]: ", "never stored"},
+		{base + "      http: {route: \"POST /x\", upstream: \"http://x\", store_headers: [Connection]}\n", "policy.yaml:4: actions.a.gateway.http.store_headers[0]: ", "hop-by-hop"},
+		{base + "      http: {route: \"POST /x\", upstream: \"http://x\", key_fields: [a], payload_fields: [b]}\n", "policy.yaml:4: actions.a.gateway.http.payload_fields: ", "every key field"},
+		{base + "      http: {route: \"POST /x\", upstream: \"http://x\", max_response_bytes: 100000}\n", "policy.yaml:4: actions.a.gateway.http.max_response_bytes: ", "out of range"},
+		{base + "      http: {route: \"POST /x\", upstream: \"http://x\", bogus: 1}\n", "policy.yaml:4: actions.a.gateway.http.bogus: ", "unknown field"},
+		{base + "      mcp: {tool: t}\n", "policy.yaml:4: actions.a.gateway.mcp.key_fields: ", "missing"},
+		{base + "      mcp: {tool: t, key_fields: []}\n", "policy.yaml:4: actions.a.gateway.mcp.key_fields: ", "at least one"},
+		{base + "      mcp: {tool: \"a b\", key_fields: [x]}\n", "policy.yaml:4: actions.a.gateway.mcp.tool: ", "not an MCP tool name"},
+		{base + "      mcp: {tool: t, key_fields: [x], tool_errors: maybe}\n", "policy.yaml:4: actions.a.gateway.mcp.tool_errors: ", "not one of"},
+		{base + "      {}\n", "policy.yaml:4: actions.a.gateway: ", "must configure http, mcp or both"},
+		{"actions:\n  a:\n    gateway: {mcp: {tool: t, key_fields: [x]}}\n  b:\n    gateway: {mcp: {tool: t, key_fields: [x]}}\n",
+			"policy.yaml:4: actions.b.gateway.mcp.tool: ", "already the tool of a"},
+		{"actions:\n  a:\n    gateway: {http: {route: POST /x, upstream: \"http://x\"}}\n  b:\n    gateway: {http: {route: POST /x, upstream: \"http://y\"}}\n",
+			"policy.yaml:4: actions.b.gateway.http.route: ", "already the route of a"},
+	} {
+		wantProblem(t, tc.doc, tc.prefix, tc.words)
+	}
+	// A good one, with every field.
+	p := mustParse(t, base+`      http:
+        route: PUT /orders/pay
+        upstream: "${UP:-https://api.example.com/v1}"
+        key_header: X-Request-Key
+        key_required: false
+        key_fields: [order_id]
+        payload_fields: [order_id, amount]
+        forward_key_header: Idempotency-Key
+        forward_key_field: reference
+        external_id: /data/id
+        store_headers: [content-type, X-Request-Id]
+        max_response_bytes: 0
+      mcp:
+        tool: pay.v2
+        key_fields: [order_id]
+        tool_errors: unknown
+`)
+	a, _ := p.Action("a")
+	if h := a.Gateway.HTTP; h.Method != "PUT" || h.Path != "/orders/pay" || h.KeyHeader != "X-Request-Key" || h.KeyRequired ||
+		!slices.Equal(h.StoreHeaders, []string{"Content-Type", "X-Request-Id"}) || h.MaxResponseBytes != 0 {
+		t.Errorf("http: %+v", h)
+	}
+	if m := a.Gateway.MCP; !m.ToolErrorsUnknown || m.Tool != "pay.v2" {
+		t.Errorf("mcp: %+v", m)
+	}
+}

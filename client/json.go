@@ -43,11 +43,40 @@ func encodeObject(field string, v any) (*structpb.Struct, error) {
 	if err := checkNumbers(field, tree); err != nil {
 		return nil, err
 	}
-	st := &structpb.Struct{}
-	if err := protojson.Unmarshal(raw, st); err != nil {
-		return nil, invalid(field, "cannot be carried as a protobuf Struct: %v", err)
+	// Built from the tree just decoded: a second parse (protojson) cost
+	// as much as everything else the SDK does per call.
+	return toStruct(tree.(map[string]any)), nil
+}
+
+// toStruct builds a Struct from a decoded JSON object whose numbers
+// checkNumbers has accepted (so float64 holds them exactly).
+func toStruct(m map[string]any) *structpb.Struct {
+	st := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(m))}
+	for k, v := range m {
+		st.Fields[k] = toValue(v)
 	}
-	return st, nil
+	return st
+}
+
+func toValue(v any) *structpb.Value {
+	switch x := v.(type) {
+	case map[string]any:
+		return structpb.NewStructValue(toStruct(x))
+	case []any:
+		l := &structpb.ListValue{Values: make([]*structpb.Value, len(x))}
+		for i, e := range x {
+			l.Values[i] = toValue(e)
+		}
+		return structpb.NewListValue(l)
+	case json.Number:
+		f, _ := strconv.ParseFloat(string(x), 64)
+		return structpb.NewNumberValue(f)
+	case string:
+		return structpb.NewStringValue(x)
+	case bool:
+		return structpb.NewBoolValue(x)
+	}
+	return structpb.NewNullValue()
 }
 
 // invalid is a client-side CodeInvalidArgument error for field. The
@@ -79,13 +108,13 @@ func checkNumbers(path string, v any) error {
 	case json.Number:
 		if i, err := strconv.ParseInt(string(v), 10, 64); err == nil {
 			if i > maxSafeInteger || i < -maxSafeInteger {
-				return invalid(path, "%s is beyond ±(2^53−1) and would be rounded; send it as a string", v)
+				return invalid(path, "is beyond ±(2^53−1) and would be rounded; send it as a string")
 			}
 			return nil
 		}
 		f, err := strconv.ParseFloat(string(v), 64)
 		if err != nil || f > maxSafeInteger || f < -maxSafeInteger {
-			return invalid(path, "%s is beyond ±(2^53−1) and would be rounded; send it as a string", v)
+			return invalid(path, "is beyond ±(2^53−1) and would be rounded; send it as a string")
 		}
 	case map[string]any:
 		for k, e := range v {

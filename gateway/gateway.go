@@ -12,6 +12,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,9 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/policy"
@@ -60,7 +64,79 @@ type Gateway struct {
 	routes   map[string]*httpRoute // "POST /payments"
 	tools    map[string]*toolRoute // tool name
 	fallback *upstream
+	// background are the records still being written for calls already
+	// answered (execute); Wait waits for them. recording maps their keys
+	// to a channel closed when the record is written, so that a retry
+	// through this gateway waits for it instead of being told to come back.
+	background sync.WaitGroup
+	recording  sync.Map // operation key → chan struct{}
 }
+
+// maxRecordWait bounds how long a retry waits for the record of the call
+// it repeats (written one journal round trip after the answer).
+const maxRecordWait = 2 * time.Second
+
+// awaitRecord waits until the record of an answered call with key, if one
+// is being written, is done.
+func (g *Gateway) awaitRecord(ctx context.Context, key string) {
+	ch, ok := g.recording.Load(key)
+	if !ok {
+		return
+	}
+	t := time.NewTimer(maxRecordWait)
+	defer t.Stop()
+	select {
+	case <-ch.(chan struct{}):
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// execute runs client.Execute so that the upstream's definite answer
+// (an effect or a refusal), which fn hands over on early, reaches the
+// caller at once: one journal round trip sooner than waiting for the
+// record, which completes in the background. The record is still made
+// (the lease is held meanwhile: a retry in that moment is told the call
+// is in progress, and a gateway that dies before recording leaves an
+// expired lease, which the reconciler settles). answered is the early
+// answer, or nil when the caller must be answered from out and err.
+func execute[A any](ctx context.Context, g *Gateway, op client.Op, early <-chan A,
+	fn func(context.Context, client.Attempt) (client.Effect, error)) (client.Outcome, error, *A) {
+	type result struct {
+		out client.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	recorded := make(chan struct{})
+	var taken atomic.Bool
+	g.background.Add(1)
+	go func() {
+		defer g.background.Done()
+		out, err := g.cfg.Journal.Execute(ctx, op, fn)
+		if taken.Load() && err != nil && out.Kind != client.Succeeded {
+			g.log.Error("the outcome of a call already answered was not recorded; the reconciler settles it", "action", op.Action, "key", op.Key, "err", err)
+		}
+		g.recording.CompareAndDelete(op.Key, recorded)
+		close(recorded)
+		done <- result{out, err}
+	}()
+	select {
+	case a := <-early:
+		taken.Store(true)
+		g.recording.Store(op.Key, recorded)
+		select {
+		case <-recorded: // recorded meanwhile: nothing to wait for
+			g.recording.CompareAndDelete(op.Key, recorded)
+		default:
+		}
+		return client.Outcome{}, nil, &a
+	case r := <-done:
+		return r.out, r.err, nil
+	}
+}
+
+// Wait waits until the records of the calls already answered are written.
+func (g *Gateway) Wait() { g.background.Wait() }
 
 // New checks the policy's gateway sections (upstream URLs expanded now)
 // and returns a Gateway.

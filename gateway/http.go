@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/opjournal/opjournal"
@@ -141,25 +142,34 @@ func (g *Gateway) serveProtected(w http.ResponseWriter, r *http.Request, route *
 		return
 	}
 	w.Header().Set(HeaderOperationKey, key)
+	g.awaitRecord(r.Context(), key)
 
 	var fresh *upstreamAnswer // the upstream's answer to this request, when it was sent
-	out, err := g.cfg.Journal.Execute(r.Context(), client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refs},
-		func(ctx context.Context, a client.Attempt) (client.Effect, error) {
-			res, rbody, err := g.forward(ctx, r, route, body, obj, a.Key)
-			if err != nil {
-				return client.Effect{}, client.ClassifyHTTP(nil, err)
+	early := make(chan *upstreamAnswer, 1)
+	op := client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refs}
+	out, err, answered := execute(r.Context(), g, op, early, func(ctx context.Context, a client.Attempt) (client.Effect, error) {
+		res, rbody, err := g.forward(ctx, r, route, body, obj, a.Key)
+		if err != nil {
+			return client.Effect{}, client.ClassifyHTTP(nil, err)
+		}
+		fresh = &upstreamAnswer{status: res.StatusCode, header: res.Header, body: rbody}
+		stored := store(res, rbody, cfg)
+		if cerr := client.ClassifyHTTP(res, nil); cerr != nil {
+			var rej *client.RejectedError
+			if errors.As(cerr, &rej) {
+				early <- fresh // a definite refusal: the caller may have it now
+				return client.Effect{}, client.RejectedWith(rej.Code, storedAnswer{stored}, cerr)
 			}
-			fresh = &upstreamAnswer{status: res.StatusCode, header: res.Header, body: rbody}
-			stored := store(res, rbody, cfg)
-			if cerr := client.ClassifyHTTP(res, nil); cerr != nil {
-				var rej *client.RejectedError
-				if errors.As(cerr, &rej) {
-					return client.Effect{}, client.RejectedWith(rej.Code, storedAnswer{stored}, cerr)
-				}
-				return client.Effect{}, cerr
-			}
-			return client.Effect{ExternalID: externalID(rbody, cfg.ExternalID), Result: storedAnswer{stored}}, nil
-		})
+			return client.Effect{}, cerr
+		}
+		early <- fresh // the effect happened: the caller may have it now
+		return client.Effect{ExternalID: externalID(rbody, cfg.ExternalID), Result: storedAnswer{stored}}, nil
+	})
+	if answered != nil {
+		g.log.Info("sent", "door", "http", "action", route.action, "key", key, "status", (*answered).status)
+		writeFresh(w, *answered)
+		return
+	}
 	g.answer(w, r, route, key, out, err, fresh)
 }
 
@@ -342,7 +352,7 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, route *httpRout
 		_, _ = w.Write(b)
 	case client.InProgressElsewhere:
 		writeProblem(w, http.StatusConflict, probInProgress, "Request in progress",
-			"a request with this key is being processed; it was not sent again. Retry later with the same key, never a new one", key, out.RetryAfter)
+			"a request with this key is being processed; it was not sent again. Retry later with the same key, never a new one", key, min(out.RetryAfter, maxInProgressRetry))
 	case client.VerificationRequired:
 		log.Info("outcome unknown", "code", out.ErrorCode, "needs_review", out.NeedsReview)
 		writeProblem(w, http.StatusConflict, probOutcomeUnknown, "Outcome unknown", unknownDetail, key, defaultRetry)
@@ -353,6 +363,11 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, route *httpRout
 		writeProblem(w, http.StatusInternalServerError, probInternal, "Internal error", "unexpected outcome", key, 0)
 	}
 }
+
+// maxInProgressRetry caps the Retry-After of a request in progress: the
+// journal's hint is the rest of the lease, but most calls end long before
+// it, and a retry is cheap (the journal answers it without a call).
+const maxInProgressRetry = 2 * time.Second
 
 // defaultRetry is the Retry-After of an unknown outcome: the reconciler
 // checks within seconds.

@@ -106,8 +106,10 @@ func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.Too
 			return toolError("The arguments of %s do not encode as JSON. Nothing was sent.", req.Params.Name), nil
 		}
 		log := g.log.With("door", "mcp", "tool", req.Params.Name, "action", route.action, "key", key)
+		g.awaitRecord(ctx, key)
 		var fresh *mcp.CallToolResult
-		out, err := g.cfg.Journal.Execute(ctx, client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refsOf(cfg.KeyFields, args)},
+		early := make(chan *mcp.CallToolResult, 1)
+		out, err, answered := execute(ctx, g, client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refsOf(cfg.KeyFields, args)}, early,
 			func(ctx context.Context, a client.Attempt) (client.Effect, error) {
 				callArgs := args
 				if cfg.ForwardKeyArgument != "" {
@@ -128,17 +130,23 @@ func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.Too
 					if cfg.ToolErrorsUnknown {
 						return client.Effect{}, &client.UnknownError{Code: "tool_error", Err: errors.New(text)}
 					}
+					early <- withMeta(res, key, false) // a definite refusal: the model may have it now
 					if serr != nil {
 						return client.Effect{}, client.Rejected("tool_error", errors.New(text))
 					}
 					return client.Effect{}, client.RejectedWith("tool_error", stored, errors.New(text))
 				}
+				early <- withMeta(res, key, false) // the effect happened: the model may have it now
 				eff := client.Effect{ExternalID: structuredID(res, cfg.ExternalID)}
 				if serr == nil {
 					eff.Result = stored
 				}
 				return eff, nil
 			})
+		if answered != nil {
+			log.Info("called")
+			return *answered, nil
+		}
 		return g.toolAnswer(log, req.Params.Name, key, out, err, fresh), nil
 	}
 }
@@ -190,7 +198,7 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, key string, out client.Outc
 	case client.InProgressElsewhere:
 		return withMeta(toolError("This call of %s is already in progress (started by an earlier request) and was NOT sent again. "+
 			"Wait about %d seconds, then call again with exactly the same arguments to get its result. "+
-			"Do not change or rephrase the arguments to get around this: that would do it twice.", tool, int(max(out.RetryAfter, time.Second)/time.Second)), key, false)
+			"Do not change or rephrase the arguments to get around this: that would do it twice.", tool, int(min(max(out.RetryAfter, time.Second), maxInProgressRetry)/time.Second)), key, false)
 	case client.VerificationRequired:
 		log.Info("outcome unknown", "code", out.ErrorCode, "needs_review", out.NeedsReview)
 		return withMeta(toolError(unknownText, tool), key, false)

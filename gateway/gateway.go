@@ -98,10 +98,10 @@ func (g *Gateway) awaitRecord(ctx context.Context, key string) {
 // record, which completes in the background. The record is still made
 // (the lease is held meanwhile: a retry in that moment is told the call
 // is in progress, and a gateway that dies before recording leaves an
-// expired lease, which the reconciler settles). answered is the early
-// answer, or nil when the caller must be answered from out and err.
+// expired lease, which the reconciler settles). It returns the early
+// answer, or nil and the outcome the caller must be answered from.
 func execute[A any](ctx context.Context, g *Gateway, op client.Op, early <-chan A,
-	fn func(context.Context, client.Attempt) (client.Effect, error)) (client.Outcome, error, *A) {
+	fn func(context.Context, client.Attempt) (client.Effect, error)) (client.Outcome, *A, error) {
 	type result struct {
 		out client.Outcome
 		err error
@@ -129,9 +129,9 @@ func execute[A any](ctx context.Context, g *Gateway, op client.Op, early <-chan 
 			g.recording.CompareAndDelete(op.Key, recorded)
 		default:
 		}
-		return client.Outcome{}, nil, &a
+		return client.Outcome{}, &a, nil
 	case r := <-done:
-		return r.out, r.err, nil
+		return r.out, nil, r.err
 	}
 }
 

@@ -147,7 +147,7 @@ func (g *Gateway) serveProtected(w http.ResponseWriter, r *http.Request, route *
 	var fresh *upstreamAnswer // the upstream's answer to this request, when it was sent
 	early := make(chan *upstreamAnswer, 1)
 	op := client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refs}
-	out, err, answered := execute(r.Context(), g, op, early, func(ctx context.Context, a client.Attempt) (client.Effect, error) {
+	out, answered, err := execute(r.Context(), g, op, early, func(ctx context.Context, a client.Attempt) (client.Effect, error) {
 		res, rbody, err := g.forward(ctx, r, route, body, obj, a.Key)
 		if err != nil {
 			return client.Effect{}, client.ClassifyHTTP(nil, err)

@@ -109,7 +109,7 @@ func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.Too
 		g.awaitRecord(ctx, key)
 		var fresh *mcp.CallToolResult
 		early := make(chan *mcp.CallToolResult, 1)
-		out, err, answered := execute(ctx, g, client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refsOf(cfg.KeyFields, args)}, early,
+		out, answered, err := execute(ctx, g, client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refsOf(cfg.KeyFields, args)}, early,
 			func(ctx context.Context, a client.Attempt) (client.Effect, error) {
 				callArgs := args
 				if cfg.ForwardKeyArgument != "" {

@@ -2,12 +2,14 @@ package gateway_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/opjournal/opjournal/fakeprovider"
+	"github.com/opjournal/opjournal/internal/await"
 )
 
 var payment = map[string]any{"order_id": "817", "amount_minor": 490000, "currency": "RUB"}
@@ -226,7 +228,20 @@ func TestHTTPConcurrentSameKey(t *testing.T) {
 			t.Fatalf("statuses %v", statuses)
 		}
 	}
-	final := e.post("/payments", "k-race", payment)
+	// The winner may have gone through the other gateway, whose record of
+	// the answer follows in the background: until it lands, this gateway
+	// says "in progress" (409 with Retry-After), as a client would see.
+	var final response
+	await.Until(t, "the replay through the first gateway", func() bool {
+		final = e.post("/payments", "k-race", payment)
+		if final.status == http.StatusConflict {
+			if ra, err := strconv.Atoi(final.header.Get("Retry-After")); err != nil || ra < 1 || ra > 2 {
+				t.Fatalf("409 without a Retry-After of 1-2 s: %q", final.header.Get("Retry-After"))
+			}
+			return false
+		}
+		return true
+	})
 	if created < 1 || final.status != http.StatusCreated || final.header.Get("Idempotent-Replayed") != "true" || e.allEffects() != 1 {
 		t.Fatalf("created %d, final %d, effects %d (statuses %v)", created, final.status, e.allEffects(), statuses)
 	}

@@ -26,7 +26,7 @@ var table = []*Rule{
 			set(FieldLeaseOwner, param(ParamWorkerID)), set(FieldLeaseUntil, nowPlus(ParamLeaseSeconds)),
 			set(FieldAttemptStartedAt, now()), set(FieldFirstAttemptAt, now()),
 		},
-		Event:   event(fieldAttempt, "registered and claimed", Expr{}),
+		Event:   event(fieldAttempt, ReasonRegisteredClaimed, Expr{}),
 		Outcome: Changed,
 	},
 	{
@@ -34,7 +34,7 @@ var table = []*Rule{
 		Doc:      "a new key: inserted as pending",
 		Requires: reqs(absent(), not(claimAsked())),
 		Sets:     []Set{set(FieldStatus, lit(StatusPending)), set(FieldAttemptCount, lit(0))},
-		Event:    event(fieldAttempt, "registered", Expr{}),
+		Event:    event(fieldAttempt, ReasonRegistered, Expr{}),
 		Outcome:  Changed,
 	},
 	{
@@ -63,7 +63,7 @@ var table = []*Rule{
 			set(FieldFirstAttemptAt, Expr{Kind: ExprKeepOrNow}),
 			set(FieldErrorCode, null()), // a new attempt starts clean; the last one's error stays in the history
 		},
-		Event:   event(fieldAttempt, "claimed", Expr{}),
+		Event:   event(fieldAttempt, ReasonClaimed, Expr{}),
 		Outcome: Changed,
 	},
 	{
@@ -82,7 +82,7 @@ var table = []*Rule{
 			{Cond: Cond{Kind: CondAttemptYounger, Param: ParamMaxAttempt}, Refuse: refuseAttemptTooOld},
 		},
 		Sets:    []Set{set(FieldLeaseUntil, Expr{Kind: ExprExtendedLease, Param: ParamLeaseSeconds, Param2: ParamMaxAttempt})},
-		Event:   event(paramAttempt, "lease extended", Expr{}),
+		Event:   event(paramAttempt, ReasonLeaseExtended, Expr{}),
 		Outcome: Changed,
 	},
 
@@ -96,7 +96,7 @@ var table = []*Rule{
 			set(FieldResult, param(ParamResult)), set(FieldLeaseUntil, null()),
 			set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()),
 		},
-		Event:   event(paramAttempt, "effect confirmed", param(ParamExternalID)),
+		Event:   event(paramAttempt, ReasonConfirmed, param(ParamExternalID)),
 		Outcome: Changed,
 	},
 	{
@@ -156,7 +156,7 @@ var table = []*Rule{
 			set(FieldStatus, lit(StatusUnknown)), set(FieldErrorCode, Expr{Kind: ExprParamOrNull, Param: ParamErrorCode}),
 			set(FieldLeaseUntil, null()), set(FieldUnknownSince, now()),
 		},
-		Event:   event(paramAttempt, "", Expr{}, markReason("outcome unknown")),
+		Event:   event(paramAttempt, "", Expr{}, markReason(ReasonUnknown)),
 		Outcome: Changed,
 	},
 	{
@@ -168,7 +168,7 @@ var table = []*Rule{
 			set(FieldResult, param(ParamResult)), // the refusal as the provider gave it, if the caller stores one
 			set(FieldLeaseUntil, null()), set(FieldUnknownSince, null()),
 		},
-		Event:   event(paramAttempt, "", Expr{}, markReason("rejected")),
+		Event:   event(paramAttempt, "", Expr{}, markReason(ReasonRejected)),
 		Outcome: Changed,
 	},
 
@@ -187,7 +187,7 @@ var table = []*Rule{
 			set(FieldStatus, lit(StatusPending)), set(FieldLeaseUntil, null()),
 			set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()),
 		},
-		Event:   event(fieldAttempt, "", Expr{}, prefixed("released for retry: ")),
+		Event:   event(fieldAttempt, "", Expr{}, prefixed(ReasonReleasedPrefix)),
 		Outcome: Changed,
 	},
 	{
@@ -202,7 +202,7 @@ var table = []*Rule{
 			set(FieldLeaseUntil, null()), set(FieldCheckCount, Expr{Kind: ExprIncrement}),
 			set(FieldLastCheckedAt, now()), set(FieldNextCheckAt, nowPlus(ParamNextCheckAfter)),
 		},
-		Event:   &EventSpec{Attempt: fieldAttempt, Actor: actorOrOwner(), Reason: prefixed("checked: "), FromRaw: true},
+		Event:   &EventSpec{Attempt: fieldAttempt, Actor: actorOrOwner(), Reason: prefixed(ReasonCheckedPrefix), FromRaw: true},
 		Outcome: Changed,
 	},
 	{
@@ -210,7 +210,7 @@ var table = []*Rule{
 		Doc:      "non-terminal, not yet under review: needs_review with the reason",
 		Requires: reqs(status(StatusPending, StatusInProgress, StatusUnknown), notUnderReview()),
 		Sets:     []Set{set(FieldNeedsReview, lit(true)), set(FieldReviewReason, param(ParamReviewReason))},
-		Event:    event(fieldAttempt, "", Expr{}, prefixed("escalated: ")),
+		Event:    event(fieldAttempt, "", Expr{}, prefixed(ReasonEscalatedPrefix)),
 		ReviewReason: func(_ *Operation, c *Command) string {
 			return c.Reason
 		},
@@ -233,7 +233,7 @@ var table = []*Rule{
 			set(FieldResult, Expr{Kind: ExprParamOrKeep, Param: ParamResult}), set(FieldNeedsReview, lit(false)),
 			set(FieldLeaseUntil, null()), set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()),
 		},
-		Event:   event(fieldAttempt, "", param(ParamExternalID), prefixed("resolved by operator: ")),
+		Event:   event(fieldAttempt, "", param(ParamExternalID), prefixed(ReasonResolvedPrefix)),
 		Outcome: Changed,
 	},
 	{
@@ -245,7 +245,7 @@ var table = []*Rule{
 			set(FieldNeedsReview, lit(false)),
 			set(FieldLeaseUntil, null()), set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()),
 		},
-		Event:   event(fieldAttempt, "", Expr{}, prefixed("resolved by operator: ")),
+		Event:   event(fieldAttempt, "", Expr{}, prefixed(ReasonResolvedPrefix)),
 		Outcome: Changed,
 	},
 	{
@@ -256,7 +256,7 @@ var table = []*Rule{
 			{Cond: underReview(), Refuse: refuseNothingToAcknowledge},
 		},
 		Sets:    []Set{set(FieldNeedsReview, lit(false))},
-		Event:   event(fieldAttempt, "", Expr{}, prefixed("acknowledged by operator: ")),
+		Event:   event(fieldAttempt, "", Expr{}, prefixed(ReasonAcknowledgedPrefix)),
 		Outcome: Changed,
 	},
 }
@@ -331,9 +331,9 @@ func duplicateReason(op *Operation, c *Command) string {
 		id = "without an external_id"
 	}
 	if op.Status == StatusFailedFinal {
-		return fmt.Sprintf("effect %s confirmed after the operation was marked failed_final", id)
+		return fmt.Sprintf(reasonLateEffectPrefix+"%s confirmed after the operation was marked failed_final", id)
 	}
-	return fmt.Sprintf("duplicate effect: external_id %s reported after %q was confirmed", id, op.ExternalID)
+	return fmt.Sprintf(reasonDuplicatePrefix+"external_id %s reported after %q was confirmed", id, op.ExternalID)
 }
 
 func issued() Requirement {

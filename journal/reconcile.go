@@ -32,8 +32,17 @@ type ListRequest struct {
 	// ParentKey keeps the children of this operation.
 	ParentKey   string
 	DueForCheck bool
-	PageSize    int    // 0: DefaultPageSize; above MaxPageSize is capped
-	PageToken   string // from a previous ListResponse
+	// KeyPrefix keeps the operations whose key starts with it, byte for
+	// byte (no wildcards); visible ASCII, at most MaxKeyLen.
+	KeyPrefix string
+	// UpdatedAfter and UpdatedBefore keep the operations whose updated_at
+	// is >= UpdatedAfter and < UpdatedBefore; zero means unbounded.
+	UpdatedAfter, UpdatedBefore time.Time
+	// LeaseExpired keeps the in_progress operations whose lease has
+	// expired (their effective status is unknown).
+	LeaseExpired bool
+	PageSize     int    // 0: DefaultPageSize; above MaxPageSize is capped
+	PageToken    string // from a previous ListResponse
 	// Full returns payloads and results too (AIP-157's FULL view); the
 	// default BASIC view leaves them out, so a page stays small whatever
 	// the operations carry.
@@ -51,7 +60,8 @@ type ListResponse struct {
 }
 
 // List pages through operations in key order. It returns
-// CodeInvalidArgument for a malformed page token, page size or status.
+// CodeInvalidArgument for a malformed page token, page size, status or
+// key prefix, and for an updated_at range that ends before it starts.
 func (s *Service) List(ctx context.Context, req ListRequest) (ListResponse, error) {
 	size, err := pageSize(req.PageSize)
 	if err != nil {
@@ -81,10 +91,23 @@ func (s *Service) List(ctx context.Context, req ListRequest) (ListResponse, erro
 			return ListResponse{}, err
 		}
 	}
+	// A prefix is a fragment of a key, so the key's rules apply: a byte no
+	// key may hold would only ever match nothing.
+	if req.KeyPrefix != "" {
+		if err := checkToken("key_prefix", req.KeyPrefix, MaxKeyLen); err != nil {
+			return ListResponse{}, err
+		}
+	}
+	if !req.UpdatedAfter.IsZero() && !req.UpdatedBefore.IsZero() && req.UpdatedAfter.After(req.UpdatedBefore) {
+		return ListResponse{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "updated_before",
+			"%s is before updated_after %s", req.UpdatedBefore.UTC().Format(time.RFC3339Nano), req.UpdatedAfter.UTC().Format(time.RFC3339Nano))
+	}
 	ops, next, err := s.store.List(ctx, store.ListParams{
 		Tenant: req.Tenant, Statuses: req.Statuses, NeedsReview: req.NeedsReview, Action: req.Action,
 		Refs: req.Refs, ParentKey: req.ParentKey,
-		DueForCheck: req.DueForCheck, After: after, Limit: size, Basic: !req.Full,
+		DueForCheck: req.DueForCheck, KeyPrefix: req.KeyPrefix,
+		UpdatedAfter: req.UpdatedAfter, UpdatedBefore: req.UpdatedBefore, LeaseExpired: req.LeaseExpired,
+		After: after, Limit: size, Basic: !req.Full,
 	})
 	if err != nil {
 		return ListResponse{}, fmt.Errorf("list operations: %w", err)

@@ -12,6 +12,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/opjournal/opjournal"
@@ -66,6 +67,14 @@ type Store interface {
 	// for rows another transaction holds; with DryRun it deletes nothing and
 	// counts every purgeable operation instead.
 	Purge(ctx context.Context, p PurgeParams) (PurgeResult, error)
+	// Counts returns how many of the tenant's operations there are per
+	// group of (action, effective status, needs_review, lease expired,
+	// check due), with the oldest updated_at of each group. Groups with no
+	// operations are absent.
+	Counts(ctx context.Context, tenant string) ([]CountRow, error)
+	// Activity counts the tenant's history events at or after Since, per
+	// time bucket and kind; rows are ordered by Start, then Kind.
+	Activity(ctx context.Context, p ActivityParams) ([]ActivityRow, error)
 	// OldestTerminal returns when the least recently changed terminal
 	// operation of action last changed (zero if it has none) and the
 	// database's clock.
@@ -258,10 +267,77 @@ type ListParams struct {
 	// DueForCheck keeps only unknown operations (expired leases included)
 	// that are not under review and whose next check is due.
 	DueForCheck bool
-	After       string // exclusive: continue after this key
-	Limit       int
+	// KeyPrefix keeps only operations whose key starts with it (exactly, byte-wise; no wildcards: % and _ are literal).
+	KeyPrefix string
+	// UpdatedAfter and UpdatedBefore keep only operations whose updated_at is >= UpdatedAfter and < UpdatedBefore; zero means unbounded.
+	UpdatedAfter, UpdatedBefore time.Time
+	// LeaseExpired keeps only in_progress rows whose lease has expired on the database clock (their effective status is unknown).
+	LeaseExpired bool
+	After        string // exclusive: continue after this key
+	Limit        int
 	// Basic leaves out payload and result (AIP-157's BASIC view).
 	Basic bool
+}
+
+// CountRow is one group of Counts.
+type CountRow struct {
+	Action       string
+	Status       opjournal.Status // effective: an expired lease counts as unknown
+	NeedsReview  bool
+	LeaseExpired bool // an in_progress row whose lease has expired
+	CheckDue     bool // effective unknown, not under review, next check due now (as ListParams.DueForCheck)
+	Count        int
+	OldestUpdate time.Time // the least updated_at in the group
+}
+
+// ActivityParams are the arguments of Activity.
+type ActivityParams struct {
+	Tenant string
+	Since  time.Time
+	// Bucket is the width of a bucket (≥ 1 s); buckets start at multiples of it since the Unix epoch, UTC.
+	// It must be a whole number of milliseconds (the SQLite store's unit);
+	// stores refuse anything else with CodeInvalidArgument.
+	Bucket time.Duration
+}
+
+// ActivityRow counts the events of one kind in one bucket.
+type ActivityRow struct {
+	Start time.Time
+	Kind  opjournal.EventKind
+	Count int
+}
+
+// CheckBucket refuses an ActivityParams.Bucket shorter than a second or
+// not a whole number of milliseconds, so that every store draws the same
+// bucket boundaries.
+func CheckBucket(d time.Duration) error {
+	if d < time.Second || d%time.Millisecond != 0 {
+		return opjournal.Errorf(opjournal.CodeInvalidArgument, "bucket", "is %v; it must be at least 1s and a whole number of milliseconds", d)
+	}
+	return nil
+}
+
+// KindCase renders the SQL expression that classifies an event by its
+// reason column as opjournal.KindOf does: a CASE over
+// opjournal.EventReasons in its order, an exact comparison for a text and
+// a comparison of the reason's first characters for a prefix, ELSE
+// 'other'. Every text and kind is a bound parameter, never SQL text:
+// param(v) binds v and returns its placeholder, and prefix(p) renders
+// "reason begins with the parameter p" in the store's dialect.
+func KindCase(param func(v string) string, prefix func(p string) string) string {
+	var b strings.Builder
+	b.WriteString("(CASE")
+	for _, r := range opjournal.EventReasons {
+		text := param(r.Text)
+		if r.Prefix {
+			b.WriteString(" WHEN " + prefix(text))
+		} else {
+			b.WriteString(" WHEN reason = " + text)
+		}
+		b.WriteString(" THEN " + param(string(r.Kind)))
+	}
+	b.WriteString(" ELSE " + param(string(opjournal.KindOther)) + " END)")
+	return b.String()
 }
 
 // ReleaseParams are the arguments of ReleaseForRetry.

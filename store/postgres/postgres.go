@@ -4,11 +4,13 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	neturl "net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -759,6 +761,27 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 		args = append(args, p.ParentKey)
 		extra += fmt.Sprintf("\n\t\t  AND parent_key = $%d", len(args))
 	}
+	// The prefix is matched by starts_with, not by LIKE (where % and _
+	// are wildcards) nor by a range of the key: under the database's
+	// collation (en_US, say) the keys that begin with some bytes are not
+	// one range of its order.
+	if p.KeyPrefix != "" {
+		args = append(args, p.KeyPrefix)
+		extra += fmt.Sprintf("\n\t\t  AND starts_with(operation_key, $%d)", len(args))
+	}
+	if !p.UpdatedAfter.IsZero() {
+		args = append(args, ceilMicro(p.UpdatedAfter))
+		extra += fmt.Sprintf("\n\t\t  AND updated_at >= $%d", len(args))
+	}
+	if !p.UpdatedBefore.IsZero() {
+		args = append(args, ceilMicro(p.UpdatedBefore))
+		extra += fmt.Sprintf("\n\t\t  AND updated_at < $%d", len(args))
+	}
+	if p.LeaseExpired {
+		// status = 'in_progress' implies operations_open_idx's predicate,
+		// so the planner may read the expired leases from that index.
+		extra += "\n\t\t  AND " + leaseExpired
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM operations
@@ -766,8 +789,7 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 		  AND (coalesce(cardinality($4::text[]), 0) = 0 OR `+effectiveStatus+` = ANY($4))
 		  AND ($5::boolean IS NULL OR needs_review = $5)
 		  AND ($6 = '' OR action_type = $6)
-		  AND (NOT $7 OR (status IN ('in_progress', 'unknown') AND `+isUnknown+` AND NOT needs_review
-		                  AND (next_check_at IS NULL OR next_check_at <= `+clock+`)))`+extra+`
+		  AND (NOT $7 OR (status IN ('in_progress', 'unknown') AND `+checkDue+`))`+extra+`
 		ORDER BY operation_key
 		LIMIT $8`, args...)
 	if err != nil {
@@ -787,6 +809,78 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 	}
 	ops, next := store.Page(ops, limit)
 	return ops, next, nil
+}
+
+// ceilMicro rounds t up to PostgreSQL's microseconds: pgx sends a time
+// rounded down, which would let a row just before a bound pass it.
+func ceilMicro(t time.Time) time.Time {
+	if r := t.Truncate(time.Microsecond); r.Before(t) {
+		return r.Add(time.Microsecond)
+	}
+	return t
+}
+
+// Counts groups the tenant's operations in one statement, which reads
+// them through the primary key's tenant prefix.
+func (s *Store) Counts(ctx context.Context, tenant string) ([]store.CountRow, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT action_type, `+effectiveStatus+`, needs_review, `+leaseExpired+`, `+checkDue+`,
+		count(*), min(updated_at)
+		FROM operations WHERE tenant = $2 GROUP BY 1, 2, 3, 4, 5`, s.clockArg(), tenant)
+	if err != nil {
+		return nil, classify("counts", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.CountRow, error) {
+		var c store.CountRow
+		var status string
+		err := r.Scan(&c.Action, &status, &c.NeedsReview, &c.LeaseExpired, &c.CheckDue, &c.Count, &c.OldestUpdate)
+		c.Status = opjournal.Status(status)
+		return c, err
+	})
+	if err != nil {
+		return nil, classify("counts", err)
+	}
+	return out, nil
+}
+
+// Activity counts the tenant's events per bucket and kind in one
+// statement, through operation_events_tenant_at_idx. A bucket's start is
+// computed in whole microseconds since the epoch (extract gives an exact
+// numeric), so it is a multiple of the width exactly.
+func (s *Store) Activity(ctx context.Context, p store.ActivityParams) ([]store.ActivityRow, error) {
+	if err := store.CheckBucket(p.Bucket); err != nil {
+		return nil, err
+	}
+	args := []any{p.Tenant, ceilMicro(p.Since), p.Bucket.Microseconds()}
+	kind := store.KindCase(func(v string) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d::text", len(args))
+	}, func(p string) string { return "starts_with(reason, " + p + ")" })
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT floor(extract(epoch FROM at) * 1000000)::bigint / $3 * $3, `+kind+`, count(*)
+		FROM operation_events WHERE tenant = $1 AND at >= $2 GROUP BY 1, 2`, args...)
+	if err != nil {
+		return nil, classify("activity", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.ActivityRow, error) {
+		var a store.ActivityRow
+		var start int64
+		var kind string
+		err := r.Scan(&start, &kind, &a.Count)
+		a.Start, a.Kind = time.UnixMicro(start).UTC(), opjournal.EventKind(kind)
+		return a, err
+	})
+	if err != nil {
+		return nil, classify("activity", err)
+	}
+	// Sorted here rather than by ORDER BY: the database's collation need
+	// not order the kinds byte-wise, as the SQLite store does.
+	slices.SortFunc(out, func(a, b store.ActivityRow) int {
+		return cmp.Or(a.Start.Compare(b.Start), strings.Compare(string(a.Kind), string(b.Kind)))
+	})
+	return out, nil
 }
 
 // Events returns one page of the operation's history, oldest first.

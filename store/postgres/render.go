@@ -30,6 +30,14 @@ const effectiveStatus = `(CASE WHEN status = 'in_progress' AND lease_until <= ` 
 // isUnknown matches operations whose effective status is unknown.
 const isUnknown = `(status = 'unknown' OR (status = 'in_progress' AND lease_until <= ` + clock + `))`
 
+// leaseExpired matches in_progress rows whose lease has expired: unknown
+// in effect, not yet written down.
+const leaseExpired = `(status = 'in_progress' AND lease_until <= ` + clock + `)`
+
+// checkDue matches operations due for a check (ListParams.DueForCheck):
+// unknown in effect, not under review, next check due.
+const checkDue = `(` + isUnknown + ` AND NOT needs_review AND (next_check_at IS NULL OR next_check_at <= ` + clock + `))`
+
 // restColumns, after payload and result, is the row every query returns,
 // with the effective status and, last, the database's clock (used to
 // compute retry-after hints without trusting ours). The BASIC view leaves

@@ -161,6 +161,14 @@ const effectiveStatus = `(CASE WHEN status = 'in_progress' AND lease_until <= ` 
 // isUnknown matches operations whose effective status is unknown.
 const isUnknown = `(status = 'unknown' OR (status = 'in_progress' AND lease_until <= ` + nowSQL + `))`
 
+// leaseExpired matches in_progress rows whose lease has expired: unknown
+// in effect, not yet written down.
+const leaseExpired = `(status = 'in_progress' AND lease_until <= ` + nowSQL + `)`
+
+// checkDue matches operations due for a check (ListParams.DueForCheck):
+// unknown in effect, not under review, next check due.
+const checkDue = `(` + isUnknown + ` AND needs_review = 0 AND (next_check_at IS NULL OR next_check_at <= ` + nowSQL + `))`
+
 // columns is the row every query returns; see the postgres store for why
 // the status is the effective one and why the clock comes last. The
 // payload and result are the first two, so that the BASIC view can leave
@@ -568,8 +576,26 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 			` AND value = ` + arg(p.Refs[name]) + `)`
 	}
 	if p.DueForCheck {
-		q += ` AND status IN ('in_progress', 'unknown') AND ` + isUnknown + ` AND needs_review = 0
-		       AND (next_check_at IS NULL OR next_check_at <= ` + nowSQL + `)`
+		q += ` AND status IN ('in_progress', 'unknown') AND ` + checkDue
+	}
+	if p.LeaseExpired {
+		q += ` AND ` + leaseExpired
+	}
+	// The prefix is a range of the key, not LIKE: SQLite compares text
+	// byte by byte (BINARY), so the range holds exactly the keys that
+	// begin with those bytes, whatever they are (% and _ included), and
+	// the primary key's index scans only that range.
+	if p.KeyPrefix != "" {
+		q += ` AND operation_key >= ` + arg(p.KeyPrefix)
+		if end, ok := prefixEnd(p.KeyPrefix); ok {
+			q += ` AND operation_key < ` + arg(end)
+		}
+	}
+	if !p.UpdatedAfter.IsZero() {
+		q += ` AND updated_at >= ` + arg(ceilMs(p.UpdatedAfter))
+	}
+	if !p.UpdatedBefore.IsZero() {
+		q += ` AND updated_at < ` + arg(ceilMs(p.UpdatedBefore))
 	}
 	q += ` ORDER BY operation_key LIMIT ` + arg(limit+1)
 	rows, err := s.db.QueryContext(ctx, q, args...)
@@ -590,6 +616,96 @@ func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Oper
 	}
 	ops, next := store.Page(ops, limit)
 	return ops, next, nil
+}
+
+// prefixEnd is the least string above every string that begins with
+// prefix: prefix cut after its last byte below 0xff, that byte
+// incremented. ok is false when every byte is 0xff: nothing bounds the
+// range then.
+func prefixEnd(prefix string) (end string, ok bool) {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1]), true
+		}
+	}
+	return "", false
+}
+
+// ceilMs is t in milliseconds, rounded up: a stored time (whole
+// milliseconds) is >= t, or < t, exactly when it is >= ceilMs(t), or <
+// ceilMs(t).
+func ceilMs(t time.Time) int64 {
+	m := t.UnixMilli() // rounded down, before the epoch too
+	if t.After(time.UnixMilli(m)) {
+		m++
+	}
+	return m
+}
+
+// Counts groups the tenant's operations in one statement, which reads
+// them through the primary key's tenant prefix.
+func (s *Store) Counts(ctx context.Context, tenant string) ([]store.CountRow, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT action_type, `+effectiveStatus+`, needs_review, `+leaseExpired+`, `+checkDue+`,
+		count(*), min(updated_at)
+		FROM operations WHERE tenant = ?2 GROUP BY 1, 2, 3, 4, 5`, s.clockArg(), tenant)
+	if err != nil {
+		return nil, classify("counts", err)
+	}
+	defer rows.Close()
+	var out []store.CountRow
+	for rows.Next() {
+		var r store.CountRow
+		var status string
+		var oldest int64
+		if err := rows.Scan(&r.Action, &status, &r.NeedsReview, &r.LeaseExpired, &r.CheckDue, &r.Count, &oldest); err != nil {
+			return nil, classify("counts", err)
+		}
+		r.Status, r.OldestUpdate = opjournal.Status(status), ms(oldest)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify("counts", err)
+	}
+	return out, nil
+}
+
+// Activity counts the tenant's events per bucket and kind in one
+// statement, through operation_events_tenant_at_idx. Times are
+// milliseconds, so a bucket starts at a multiple of its width in
+// milliseconds (integer division rounds down: every event is after the
+// epoch).
+func (s *Store) Activity(ctx context.Context, p store.ActivityParams) ([]store.ActivityRow, error) {
+	if err := store.CheckBucket(p.Bucket); err != nil {
+		return nil, err
+	}
+	args := []any{p.Tenant, ceilMs(p.Since), p.Bucket.Milliseconds()}
+	kind := store.KindCase(func(v string) string {
+		args = append(args, v)
+		return fmt.Sprintf("?%d", len(args))
+	}, func(p string) string { return `substr(reason, 1, length(` + p + `)) = ` + p })
+	rows, err := s.db.QueryContext(ctx, `SELECT at / ?3 * ?3, `+kind+`, count(*) FROM operation_events
+		WHERE tenant = ?1 AND at >= ?2 GROUP BY 1, 2 ORDER BY 1, 2`, args...)
+	if err != nil {
+		return nil, classify("activity", err)
+	}
+	defer rows.Close()
+	var out []store.ActivityRow
+	for rows.Next() {
+		var r store.ActivityRow
+		var start int64
+		var kind string
+		if err := rows.Scan(&start, &kind, &r.Count); err != nil {
+			return nil, classify("activity", err)
+		}
+		r.Start, r.Kind = ms(start), opjournal.EventKind(kind)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify("activity", err)
+	}
+	return out, nil
 }
 
 // Events returns one page of the operation's history, oldest first.

@@ -80,6 +80,11 @@ func Run(t *testing.T, newDB NewDatabase) {
 		{"ConcurrentPurgers", testConcurrentPurgers},
 		{"PurgeRacesReplay", testPurgeRacesReplay},
 		{"TryLock", testTryLock},
+		{"ListKeyPrefix", testListKeyPrefix},
+		{"ListUpdatedRange", testListUpdatedRange},
+		{"ListLeaseExpired", testListLeaseExpired},
+		{"Counts", testCounts},
+		{"Activity", testActivity},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,1 @@
+DROP INDEX operation_events_tenant_at_idx;

@@ -19,13 +19,15 @@
 //     to human review (on_unresolved),
 //   - how long records are kept (retention),
 //   - which request members must be exact integers, such as money in minor
-//     units (integer_fields), and
+//     units (integer_fields),
 //   - how the reconciler settles an operation whose outcome is unknown
 //     (reconcile): when to check, how to back off, how long the provider's
 //     search may lag, whether its "not found" proves absence, and how to
 //     ask it (an HTTP verifier whose URL and headers take secrets from the
 //     environment as ${VAR}, expanded at request time by ExpandEnv, never
-//     from the policy file).
+//     from the policy file), and
+//   - where an operator sees the provider's own record of an operation
+//     (provider_link, a URL template the console links to).
 //
 // These are decisions about real-world safety: whether a timed-out payment
 // may be sent again is a property of the payment provider, not of the

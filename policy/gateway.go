@@ -296,6 +296,27 @@ func validPath(s string) bool {
 	return err == nil && u.Path == s
 }
 
+// providerLink checks a provider_link template: an absolute http(s) URL
+// with a host, at least one placeholder, no ${VAR} (the link is shown to
+// every operator, so it must not carry a secret) and no userinfo.
+func (p *parser) providerLink(n *yaml.Node, path, tmpl string) bool {
+	if strings.Contains(tmpl, "${") {
+		p.add(n, path, "%s takes no ${VAR}: the link is shown to operators, so it must not carry a secret", literal(tmpl))
+		return false
+	}
+	if !strings.Contains(tmpl, PlaceholderExternalID) && !strings.Contains(tmpl, PlaceholderOperationKey) {
+		p.add(n, path, "%s has neither %s nor %s: the link must point at the operation's own record", literal(tmpl), PlaceholderExternalID, PlaceholderOperationKey)
+		return false
+	}
+	trial := strings.NewReplacer(PlaceholderExternalID, "x", PlaceholderOperationKey, "x").Replace(tmpl)
+	u, err := url.Parse(trial)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
+		p.add(n, path, "%s is not an absolute http(s) URL such as https://dashboard.example.com/payments/{external_id}", literal(tmpl))
+		return false
+	}
+	return true
+}
+
 // upstreamURL checks an upstream base URL template: expanded with an empty
 // environment it must be an absolute http(s) URL without a query.
 func (p *parser) upstreamURL(n *yaml.Node, path, tmpl string) bool {

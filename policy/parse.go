@@ -28,7 +28,7 @@ var (
 	actionFields = []string{
 		"operation_key", "lease_seconds", "retry", "terminal_states",
 		"unknown_after_seconds", "on_unresolved", "retention", "integer_fields", "redact_fields",
-		"reconcile", "max_attempt_seconds", "payload_schema", "refs", "gateway",
+		"reconcile", "max_attempt_seconds", "payload_schema", "refs", "gateway", "provider_link",
 	}
 	retryFields = []string{"reuse_operation_key", "on_timeout", "provider_dedup_window"}
 	refsFields  = []string{"required", "forbidden"}
@@ -475,6 +475,10 @@ func (p *parser) action(n *yaml.Node, path, name string) *Action {
 			p.refs(v, fpath, &a.Refs)
 		case "gateway":
 			a.Gateway = p.gateway(v, fpath)
+		case "provider_link":
+			if tmpl, ok := p.str(v, fpath); ok && p.providerLink(v, fpath, tmpl) {
+				a.ProviderLink = tmpl
+			}
 		case "max_attempt_seconds":
 			maxAttemptNode = v
 			if i, ok := p.integer(v, fpath); ok {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -113,6 +114,26 @@ type Action struct {
 	// Gateway is how opjournal-gateway fronts the action (gateway), nil
 	// when it does not.
 	Gateway *Gateway `json:",omitempty"`
+	// ProviderLink is where an operator sees the provider's own record of
+	// an operation (provider_link): an absolute http(s) URL template with
+	// {external_id} and/or {operation_key}, such as
+	// https://dashboard.stripe.com/payments/{external_id}. The console
+	// links to it; "" for none.
+	ProviderLink string `json:",omitempty"`
+}
+
+// Link returns the provider's page for an operation of this action, or
+// "" when the action has no provider_link or the operation lacks a value
+// the template needs (an external_id before the effect is known). Values
+// are path-escaped, so a key cannot change the link's host or path.
+func (a *Action) Link(key, externalID string) string {
+	if a == nil || a.ProviderLink == "" {
+		return ""
+	}
+	if strings.Contains(a.ProviderLink, PlaceholderExternalID) && externalID == "" {
+		return ""
+	}
+	return strings.NewReplacer(PlaceholderOperationKey, url.PathEscape(key), PlaceholderExternalID, url.PathEscape(externalID)).Replace(a.ProviderLink)
 }
 
 // RefsPolicy is an action's rules for business references.

@@ -219,6 +219,26 @@ func TestParseInvalid(t *testing.T) {
 			want: []problemLine{{"policy.yaml:4: actions.create_payment.leese_seconds: ", "unknown field (known fields: operation_key, lease_seconds"}},
 		},
 		{
+			name: "provider_link without a placeholder",
+			doc:  "actions:\n  a:\n    provider_link: https://dash.example.com/payments\n",
+			want: []problemLine{{"policy.yaml:3: actions.a.provider_link: ", "has neither {external_id} nor {operation_key}"}},
+		},
+		{
+			name: "provider_link with a secret",
+			doc:  "actions:\n  a:\n    provider_link: https://dash.example.com/p/{external_id}?t=${TOKEN}\n",
+			want: []problemLine{{"policy.yaml:3: actions.a.provider_link: ", "takes no ${VAR}"}},
+		},
+		{
+			name: "provider_link not http",
+			doc:  "actions:\n  a:\n    provider_link: javascript:alert({external_id})\n",
+			want: []problemLine{{"policy.yaml:3: actions.a.provider_link: ", "is not an absolute http(s) URL"}},
+		},
+		{
+			name: "provider_link with userinfo",
+			doc:  "actions:\n  a:\n    provider_link: https://u:p@dash.example.com/{operation_key}\n",
+			want: []problemLine{{"policy.yaml:3: actions.a.provider_link: ", "is not an absolute http(s) URL"}},
+		},
+		{
 			name: "unknown retry field",
 			doc:  "actions:\n  create_payment:\n    retry:\n      reuse_operation_key: true\n      on_timout: retry_same_key\n",
 			want: []problemLine{{"policy.yaml:5: actions.create_payment.retry.on_timout: ", "unknown field (known fields: reuse_operation_key, on_timeout, provider_dedup_window)"}},
@@ -732,4 +752,25 @@ func TestDocumentTextCannotBreakAnErrorLine(t *testing.T) {
 		{"policy.yaml:4: actions.a.operation_key: ", `"a\nb" is not allowed`},
 		{`policy.yaml:5: actions.a["x\ny"]: `, "unknown field"},
 	})
+}
+
+// TestProviderLink: the console's link to the provider's record escapes
+// the values, so a key cannot point the link elsewhere, and is absent
+// while a value it needs is unknown.
+func TestProviderLink(t *testing.T) {
+	p, err := Parse([]byte("actions:\n  a:\n    provider_link: https://dash.example.com/p/{external_id}?k={operation_key}\n  b: {}\n"), "policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := p.Action("a")
+	if got := a.Link("k/../x?y#z", "pi 1"); got != "https://dash.example.com/p/pi%201?k=k%2F..%2Fx%3Fy%23z" {
+		t.Fatalf("link %q", got)
+	}
+	if got := a.Link("k", ""); got != "" {
+		t.Fatalf("link without an external_id: %q", got)
+	}
+	b, _ := p.Action("b")
+	if got := b.Link("k", "x"); got != "" {
+		t.Fatalf("link without provider_link: %q", got)
+	}
 }

@@ -60,6 +60,30 @@ var methodRoles = map[string][]Role{
 	"GetPolicy":       {RoleReconciler, RoleOperator},
 }
 
+// The console's rules, beside methodRoles: reading a page needs the
+// methods it calls (ListOperations, Lookup, ListEvents), and deciding
+// needs a person's role as well as the method, so a reconciler's token,
+// a machine's, is read-only there even for ReleaseForRetry.
+
+// MayUseConsole reports whether p may sign in to the console: it must be
+// allowed to list and read operations (operator, reconciler, admin; never
+// an agent or a metrics scraper).
+func (p Principal) MayUseConsole() bool {
+	return p.Allowed("ListOperations") && p.Allowed("Lookup") && p.Allowed("ListEvents")
+}
+
+// MayDecide reports whether p may take a decision in the console that
+// calls method (Resolve, ReleaseForRetry, Acknowledge): operators and
+// admins, with the method's own permission.
+func (p Principal) MayDecide(method string) bool {
+	person := slices.Contains(p.Roles, RoleOperator) || slices.Contains(p.Roles, RoleAdmin)
+	return person && p.Allowed(method)
+}
+
+// IsAdmin reports whether p has the admin role (cross-tenant figures such
+// as purge statistics are shown to admins only, as /metrics is).
+func (p Principal) IsAdmin() bool { return slices.Contains(p.Roles, RoleAdmin) }
+
 // MaySeeMetrics reports whether p may read /metrics (admin or metrics).
 func (p Principal) MaySeeMetrics() bool {
 	return slices.Contains(p.Roles, RoleAdmin) || slices.Contains(p.Roles, RoleMetrics)

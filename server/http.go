@@ -24,13 +24,15 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/canonjson"
+	"github.com/opjournal/opjournal/console"
 	"github.com/opjournal/opjournal/gen/openapi"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 )
 
 // httpHandler serves the REST mirror (grpc-gateway, calling the service
 // in process through the same interceptor as gRPC, see restServer),
-// /openapi.json, /metrics (unless it has its own listener) and /healthz.
+// /openapi.json, /metrics (unless it has its own listener), /healthz and
+// the operators' console under /console/ (package console).
 func (s *Server) httpHandler(ctx context.Context) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		// Responses use the proto field names (snake_case) and show every
@@ -61,6 +63,15 @@ func (s *Server) httpHandler(ctx context.Context) (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", s.restGuard(gw))
+	if !s.cfg.NoConsole {
+		con, err := console.New(console.Config{Service: s.svc, Auth: s.cfg.Auth, Allow: s.limits.allow,
+			Audit: s.auditDecision, HTTPStatus: HTTPStatus, Purges: s.purgeHistory.list, Logger: s.log})
+		if err != nil {
+			return nil, err
+		}
+		mux.Handle(console.Prefix, con)
+		mux.Handle("GET /console", http.RedirectHandler(console.Prefix, http.StatusMovedPermanently))
+	}
 	if s.cfg.MetricsAddr == "" {
 		mux.Handle("GET /metrics", s.metricsHandler(true))
 	}

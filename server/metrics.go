@@ -14,6 +14,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -108,10 +109,23 @@ func (s *Server) audit(ctx context.Context, fullMethod string, req, resp any) {
 	if r, ok := resp.(interface{ GetOperation() *pb.Operation }); ok {
 		st = r.GetOperation().GetStatus().String()
 	}
-	c := callerOf(ctx)
+	s.auditLine(ctx, method, callerOf(ctx), key, st, "")
+}
+
+// auditDecision logs a decision taken in the console: the same line as an
+// API call's, marked as from the console.
+func (s *Server) auditDecision(ctx context.Context, method string, c journal.Caller, key, status string) {
+	s.auditLine(ctx, method, c, key, status, "console")
+}
+
+func (s *Server) auditLine(ctx context.Context, method string, c journal.Caller, key, status, via string) {
 	// LogAttrs: no boxing of the values into a []any, once per mutation.
-	s.log.LogAttrs(ctx, slog.LevelInfo, "journal call", slog.String("method", method), slog.String("key", key),
-		slog.String("principal", c.Principal), slog.String("tenant", c.Tenant), slog.String("status", st))
+	attrs := []slog.Attr{slog.String("method", method), slog.String("key", key),
+		slog.String("principal", c.Principal), slog.String("tenant", c.Tenant), slog.String("status", status)}
+	if via != "" {
+		attrs = append(attrs, slog.String("via", via))
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "journal call", attrs...)
 }
 
 func (m *metrics) outcome(action, outcome string) {

@@ -3,10 +3,12 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/opjournal/opjournal/console"
 	"github.com/opjournal/opjournal/journal"
 )
 
@@ -84,11 +86,17 @@ func (s *Server) purgePass(ctx context.Context) {
 				"retention", r.Retention.String(), "batches", r.Batches, "took", time.Since(start).Round(time.Millisecond).String())
 		}
 	}
+	result := "done"
+	defer func() {
+		s.purgeHistory.add(console.PurgePass{At: start, Took: time.Since(start).Round(time.Millisecond), Result: result, Reports: reports})
+	}()
 	switch {
 	case errors.Is(err, journal.ErrPurgeBusy):
+		result = "skipped"
 		m.passes.WithLabelValues("skipped").Inc()
 		s.log.Debug("purge skipped: another server is purging")
 	case err != nil && ctx.Err() == nil:
+		result = "failed"
 		m.passes.WithLabelValues("failed").Inc()
 		s.log.Error("purge failed", "err", err)
 	case err == nil:
@@ -106,4 +114,28 @@ func (s *Server) recordOldestTerminal(ctx context.Context) {
 	for _, a := range ages {
 		s.purgeMetrics.oldest.WithLabelValues(a.Action).Set(a.Age.Seconds())
 	}
+}
+
+// purgeHistoryLen is how many passes the console shows.
+const purgeHistoryLen = 20
+
+// purgeHistory keeps this server's latest purge passes, newest first.
+type purgeHistory struct {
+	mu     sync.Mutex
+	passes []console.PurgePass
+}
+
+func (h *purgeHistory) add(p console.PurgePass) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.passes = append([]console.PurgePass{p}, h.passes...)
+	if len(h.passes) > purgeHistoryLen {
+		h.passes = h.passes[:purgeHistoryLen]
+	}
+}
+
+func (h *purgeHistory) list() []console.PurgePass {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]console.PurgePass(nil), h.passes...)
 }

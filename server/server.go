@@ -55,6 +55,8 @@ type Config struct {
 	MetricsAddr string
 	// Purge deletes expired operations on an interval (off when zero).
 	Purge PurgeConfig
+	// NoConsole turns the operators' console (/console/) off.
+	NoConsole bool
 }
 
 // Server serves one journal.Service on a gRPC and an HTTP listener.
@@ -65,6 +67,8 @@ type Server struct {
 	metrics *metrics
 	// purgeMetrics are the retention series (purge.go).
 	purgeMetrics *purgeMetrics
+	// purgeHistory keeps the recent purge passes for the console.
+	purgeHistory *purgeHistory
 	limits       *limiters
 	// journal is the JournalService implementation and interceptor the
 	// interceptor chain: gRPC runs them, and so does the REST gateway, in
@@ -90,7 +94,7 @@ func New(svc *journal.Service, cfg Config) *Server {
 	}
 	m := newMetrics()
 	m.registry.MustRegister(newBatchCollector(svc.BatchStats))
-	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m, purgeMetrics: newPurgeMetrics(m.registry),
+	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m, purgeMetrics: newPurgeMetrics(m.registry), purgeHistory: &purgeHistory{},
 		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}},
 		journal: &journalServer{svc: svc, metrics: m}}
 	s.interceptor = s.unaryInterceptor()

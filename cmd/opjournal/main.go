@@ -120,6 +120,7 @@ type options struct {
 	maxResultBytes  int
 	authFile        string
 	insecureOK      bool
+	noConsole       bool
 	tlsCert         string
 	tlsKey          string
 	rateLimit       float64
@@ -142,7 +143,8 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.Fla
 	fs.StringVar(&o.logFormat, "log-format", "json", "json or text")
 	if serveFlags {
 		fs.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
-		fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP (REST, /metrics, /openapi.json) listen address")
+		fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP (REST, the console at /console/, /metrics, /openapi.json) listen address")
+		fs.BoolVar(&o.noConsole, "no-console", false, "do not serve the operators' console (/console/) on --http-addr")
 		fs.IntVar(&o.maxPayloadBytes, "max-payload-bytes", journal.DefaultLimits.MaxPayloadBytes, "largest payload, as canonical JSON bytes")
 		fs.IntVar(&o.maxResultBytes, "max-result-bytes", journal.DefaultLimits.MaxResultBytes, "largest result, as canonical JSON bytes")
 		fs.StringVar(&o.authFile, "auth-file", "", "tokens file (YAML of token digests, tenants and roles); without it every caller is the default tenant with every role")
@@ -191,8 +193,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return errors.New("--purge-interval and --purge-pause must not be negative, --purge-batch must be at least 1")
 	}
 	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
-		MetricsAddr: o.metricsAddr,
-		Purge:       server.PurgeConfig{Interval: o.purgeInterval, BatchSize: o.purgeBatch, Pause: o.purgePause}}
+		MetricsAddr: o.metricsAddr, NoConsole: o.noConsole,
+		Purge: server.PurgeConfig{Interval: o.purgeInterval, BatchSize: o.purgeBatch, Pause: o.purgePause}}
 	if o.authFile != "" {
 		if cfg.Auth, err = auth.Load(o.authFile); err != nil {
 			return err
@@ -253,7 +255,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		if a.Metrics != nil {
 			metricsAddr = a.Metrics.String()
 		}
-		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(), "metrics_addr", metricsAddr,
+		consoleURL := ""
+		if !o.noConsole {
+			scheme := "http"
+			if cfg.TLS != nil {
+				scheme = "https"
+			}
+			consoleURL = scheme + "://" + a.HTTP.String() + "/console/"
+		}
+		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(), "metrics_addr", metricsAddr, "console", consoleURL,
 			"store", storeKind(o.databaseURL), "actions", pol.Names(), "auth", cfg.Auth != nil,
 			"tls", cfg.TLS != nil, "rate_limit", o.rateLimit, "version", version())
 		flushLog() // others wait for this line

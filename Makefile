@@ -3,7 +3,7 @@ GO ?= go
 # Debian's interpreter: a pyenv shim first on PATH would not see python3-grpcio.
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all build binaries generate lint model-check test test-short fuzz serve vet fmt-check generate-check ci demo demo-gateway soak test-python test-ts
+.PHONY: all build binaries generate lint model-check test test-short fuzz serve vet fmt-check generate-check ci demo demo-gateway soak test-python test-ts screenshots
 
 all: build
 
@@ -89,6 +89,11 @@ test-ts:
 	@mkdir -p bin
 	$(GO) build -o bin/opjournal ./cmd/opjournal
 	cd clients/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && OPJOURNAL_BIN=$(CURDIR)/bin/opjournal npm test
+
+## screenshots: the console's pages as the browser test sees them, into docs/console/ (shown in the README)
+screenshots:
+	@mkdir -p docs/console
+	OPJOURNAL_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run 'TestConsoleInABrowser' ./e2e/
 
 ## test: the whole suite, PostgreSQL included (see scripts/test.sh for how it finds one)
 test:

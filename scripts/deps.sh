@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests and code generation need beyond Go: Debian's
 # packages for the Python client (never PyPI), curl and jq for
-# examples/curl.sh, sqlite3 and psql for the article's SQL (e2e), and the
+# examples/curl.sh, sqlite3 and psql for the article's SQL (e2e), Chromium
+# (and a font) for the console's browser tests, and the
 # TypeScript client's npm packages from its lock
 # file. Both `make test` (scripts/test.sh) and CI (.ci/run) call it; it does
 # nothing when everything is already there.
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 # libprotobuf-dev holds the well-known types (google/protobuf/*.proto) that
 # protoc needs for the Python stubs; it is only a recommendation of
 # protobuf-compiler, which --no-install-recommends skips.
-debs="python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc libprotobuf-dev curl jq sqlite3 postgresql-client"
+debs="python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc libprotobuf-dev curl jq sqlite3 postgresql-client chromium fonts-dejavu-core"
 if ! dpkg -s $debs >/dev/null 2>&1; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 		echo "deps.sh: missing Debian packages; install them: apt-get install -y $debs" >&2

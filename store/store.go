@@ -490,6 +490,13 @@ func EventPage(evs []opjournal.Event, limit int) ([]opjournal.Event, int64) {
 // lost to a live lease; 0 otherwise.
 func RetryAfter(op *opjournal.Operation, now time.Time) time.Duration {
 	if op.Status == opjournal.StatusInProgress {
+		// A statement's clock may read a little before the claim it loses
+		// to (PostgreSQL's now() is its transaction's start, and the
+		// winner's transaction may have started later): the hint is
+		// never longer than the lease itself.
+		if now.Before(op.AttemptStartedAt) {
+			now = op.AttemptStartedAt
+		}
 		return op.LeaseUntil.Sub(now)
 	}
 	return 0

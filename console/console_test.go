@@ -47,14 +47,14 @@ const testPolicy = `actions:
 `
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	svc    *journal.Service
 	srv    *httptest.Server
 	mu     sync.Mutex
 	audits []string
 }
 
-func newEnv(t *testing.T, withAuth bool) *env {
+func newEnv(t testing.TB, withAuth bool) *env {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
@@ -129,7 +129,7 @@ func (e *env) op(tenant, key string) *opjournal.Operation {
 // browser is an HTTP client with a cookie jar that does not follow
 // redirects, so each answer is seen.
 type browser struct {
-	t   *testing.T
+	t   testing.TB
 	e   *env
 	hc  *http.Client
 	url string
@@ -169,7 +169,7 @@ func (b *browser) post(path string, form url.Values, headers ...string) page {
 	return read(b.t, resp)
 }
 
-func read(t *testing.T, resp *http.Response) page {
+func read(t testing.TB, resp *http.Response) page {
 	t.Helper()
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -181,7 +181,7 @@ func read(t *testing.T, resp *http.Response) page {
 
 var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
 
-func csrfOf(t *testing.T, p page) string {
+func csrfOf(t testing.TB, p page) string {
 	t.Helper()
 	m := csrfRE.FindStringSubmatch(p.body)
 	if m == nil {

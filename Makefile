@@ -58,18 +58,23 @@ bench-quick: bench-build
 
 ## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod),
 ## the Python client's clients/python/opjournal/v1 (Debian's protoc and grpc_python_plugin) and
-## the TypeScript client's clients/typescript/src/gen (protoc-gen-es from the lock file)
+## the TypeScript client's clients/typescript/src/gen (protoc-gen-es from the lock file); the OpenAPI 3.1
+## document gen/openapi/opjournal.openapi.json (protoc-gen-openapiv2, then internal/cmd/openapi3) and the
+## REST client types generated from it, e2e/openapi-ts/src/opjournal.d.ts (openapi-typescript from its lock file)
 generate:
 	$(GO) tool buf lint
-	rm -rf gen/opjournal gen/openapi/*.json
+	rm -rf gen/opjournal gen/openapi/*.swagger.json
 	$(GO) tool buf generate
+	$(GO) run ./internal/cmd/openapi3 -o gen/openapi/opjournal.openapi.json gen/openapi/opjournal.swagger.json
+	rm gen/openapi/opjournal.swagger.json
+	cd e2e/openapi-ts && { [ -x node_modules/.bin/openapi-typescript ] || npm ci --no-audit --no-fund; } && npm run --silent generate
 	bash clients/python/generate.sh
 	GO=$(GO) bash clients/typescript/generate.sh
 	$(GO) run ./internal/cmd/genlimits .
 	$(GO) run ./internal/cmd/protocoldoc README.md
 
 ## generate-check: fail if gen/ is not what `make generate` produces
-GENERATED = gen clients/python/opjournal/v1 clients/typescript/src/gen clients/python/opjournal/_limits.py clients/typescript/src/limits.ts README.md
+GENERATED = gen e2e/openapi-ts/src/opjournal.d.ts clients/python/opjournal/v1 clients/typescript/src/gen clients/python/opjournal/_limits.py clients/typescript/src/limits.ts README.md
 generate-check: generate
 	git diff --exit-code -- $(GENERATED)
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code has untracked files: run make generate and commit"; exit 1)
@@ -89,6 +94,13 @@ test-ts:
 	@mkdir -p bin
 	$(GO) build -o bin/opjournal ./cmd/opjournal
 	cd clients/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && OPJOURNAL_BIN=$(CURDIR)/bin/opjournal npm test
+
+## test-install: every client installs and runs from a fresh clone of HEAD with the commands its
+## README gives (scripts/fresh-clone.sh; Go, Debian's Python packages, npm's registry or cache);
+## FRESH_CLONE_OVERLAY="clients README.md" adds the checkout's uncommitted version of those paths
+.PHONY: test-install
+test-install:
+	bash scripts/fresh-clone.sh
 
 ## screenshots: the console's pages as the browser test sees them, into docs/console/ (shown in the README)
 screenshots:

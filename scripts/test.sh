@@ -75,4 +75,5 @@ if [ "$full" = 1 ]; then
 	log "TypeScript client: clients/typescript"
 	bin_path="$PWD/bin/opjournal"
 	(cd clients/typescript && OPJOURNAL_BIN="$bin_path" npm test)
+	log "REST client generated from the OpenAPI document: e2e/openapi-ts"; (cd e2e/openapi-ts && { [ -d node_modules ] || npm ci --no-audit --no-fund >/dev/null; } && OPJOURNAL_BIN="$bin_path" npm test)
 fi

@@ -94,3 +94,14 @@ func codeOf(err error) opjournal.Code {
 	}
 	return ""
 }
+
+// HTTPStatuses returns a copy of the table's HTTP side: every opjournal error
+// code and its HTTP status. The OpenAPI generator (internal/cmd/openapi3)
+// derives the error responses it documents from it.
+func HTTPStatuses() map[opjournal.Code]int {
+	m := make(map[opjournal.Code]int, len(statusOf))
+	for c, s := range statusOf {
+		m[c] = s.http
+	}
+	return m
+}

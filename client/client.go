@@ -14,6 +14,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/tracing"
 )
 
 // recordTimeout bounds each Mark* call. It runs on a context detached from
@@ -67,6 +68,9 @@ func New(cc grpc.ClientConnInterface, opts ...Option) *Client {
 	if c.token != "" {
 		cc = BearerConn(cc, c.token)
 	}
+	// A client span per call with its W3C trace context in the metadata,
+	// when the program set up OpenTelemetry (see Execute).
+	cc = tracing.WrapConn(cc)
 	c.rpc = opjournalv1.NewJournalServiceClient(cc)
 	return c
 }
@@ -91,7 +95,7 @@ func (b bearerConn) Invoke(ctx context.Context, method string, args, reply any, 
 // otherwise. The connection is made lazily: an unreachable journal shows up
 // as an error of the first call. Close releases it.
 func Dial(target string, opts ...Option) (*Client, error) {
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(target, append(WithTLSHint(target, false, sdkFix), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return nil, fmt.Errorf("opjournal: dial %s: %w", target, err)
 	}

@@ -10,10 +10,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opjournal/opjournal"
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/tracing"
 )
 
 // Op is one business intent to execute.
@@ -216,13 +219,53 @@ func (o Outcome) Err() error {
 //     The outcome is recorded with a fresh context (10 s) even if ctx is
 //     canceled.
 //
+// Tracing: when the program installed an OpenTelemetry TracerProvider
+// (otel.SetTracerProvider), Execute is a span ("opjournal.Execute"), each
+// journal call a client span whose W3C trace context travels in its
+// metadata (the journal's server spans join the trace), and fn runs in a
+// child span ("opjournal.provider_call") that its ctx carries: make the
+// provider request with that ctx through otelhttp.NewTransport, or inject
+// the context yourself, and the provider receives the same trace's
+// traceparent. Spans carry the key, the action type and the outcome,
+// never the payload or the result. Without a TracerProvider nothing of
+// this happens.
+//
 // The error is non-nil when op is invalid (opjournal.ErrInvalidArgument),
 // when the journal is unreachable or refuses the request (for example
 // opjournal.ErrUnknownAction), or when fn ran but its outcome could not be
 // recorded (*NotRecordedError). In one case both are set: the effect was
 // recorded as Succeeded but Effect.Result could not be stored (not a JSON
 // object, too large); the outcome is then returned with an error saying so.
-func (c *Client) Execute(ctx context.Context, op Op, fn func(ctx context.Context, a Attempt) (Effect, error)) (Outcome, error) {
+func (c *Client) Execute(ctx context.Context, op Op, fn func(ctx context.Context, a Attempt) (Effect, error)) (out Outcome, err error) {
+	if tracing.Enabled() {
+		var span trace.Span
+		ctx, span = tracing.Start(ctx, "opjournal.Execute", trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithAttributes(tracing.KeyOperationKey.String(op.Key), tracing.KeyActionType.String(op.Action)))
+		defer func() { endExecute(span, out, err) }()
+	}
+	return c.execute(ctx, op, fn)
+}
+
+// endExecute ends Execute's span with the outcome (its kind, the error
+// code recorded), never the result or the error's message.
+func endExecute(span trace.Span, out Outcome, err error) {
+	if out.Kind != 0 {
+		span.SetAttributes(tracing.KeyOutcome.String(out.Kind.String()), attribute.Bool("opjournal.replayed", out.Replayed))
+	}
+	if out.ErrorCode != "" {
+		span.SetAttributes(tracing.KeyErrorCode.String(out.ErrorCode))
+	}
+	if err != nil {
+		code := string(codeOf(err))
+		if code == "" {
+			code = "error"
+		}
+		tracing.Fail(span, code)
+	}
+	span.End()
+}
+
+func (c *Client) execute(ctx context.Context, op Op, fn func(ctx context.Context, a Attempt) (Effect, error)) (Outcome, error) {
 	payload, err := op.validate()
 	if err == nil && fn == nil {
 		err = errors.New("fn is nil")
@@ -337,7 +380,7 @@ func (c *Client) attempt(ctx context.Context, a Attempt, sent time.Time, fn func
 			// recorded as unknown and re-raised in Execute's goroutine.
 			done <- fnResult{panicked: true, panicVal: recover()}
 		}()
-		eff, err := fn(fctx, a)
+		eff, err := callProvider(fctx, a, fn)
 		returned = true
 		done <- fnResult{eff: eff, err: err}
 	}()
@@ -377,6 +420,38 @@ func (c *Client) attempt(ctx context.Context, a Attempt, sent time.Time, fn func
 			return c.giveUp(ctx, a)
 		}
 	}
+}
+
+// callProvider calls fn, in a span of its own ("opjournal.provider_call",
+// a child of Execute's) while tracing is on: fn's ctx carries it, so a
+// provider request made with an OpenTelemetry-instrumented HTTP client
+// (otelhttp.NewTransport) or injected explicitly
+// (otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(req.Header)))
+// sends its traceparent, and the provider's trace joins the agent's.
+func callProvider(ctx context.Context, a Attempt, fn func(context.Context, Attempt) (Effect, error)) (eff Effect, err error) {
+	if !tracing.Enabled() {
+		return fn(ctx, a)
+	}
+	ctx, span := tracing.Start(ctx, "opjournal.provider_call", trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(tracing.KeyOperationKey.String(a.Key), tracing.KeyAttempt.Int(a.Number)))
+	ended := false
+	defer func() {
+		if !ended { // fn panicked
+			tracing.Fail(span, "panic")
+			span.End()
+		}
+	}()
+	eff, err = fn(ctx, a)
+	if err != nil {
+		final, code := classify(err)
+		if final {
+			span.SetAttributes(attribute.Bool("opjournal.rejected", true))
+		}
+		tracing.Fail(span, code)
+	}
+	ended = true
+	span.End()
+	return eff, err
 }
 
 // leaseClock is the end of an attempt's lease on this process's monotonic

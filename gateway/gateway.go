@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal/client"
+	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
 )
 
@@ -153,6 +154,10 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
+	// The upstream requests' client spans and traceparent (trace.go).
+	hc := *cfg.HTTPClient
+	hc.Transport = tracing.Transport(hc.Transport)
+	cfg.HTTPClient = &hc
 	if len(cfg.ScopeHeaders) == 0 {
 		cfg.ScopeHeaders = []string{"Authorization"}
 	}

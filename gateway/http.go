@@ -16,6 +16,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
+	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
 )
 
@@ -68,7 +69,16 @@ type storedResponse struct {
 
 // ServeHTTP is the HTTP front door.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if route := g.routes[r.Method+" "+r.URL.Path]; route != nil {
+	route := g.routes[r.Method+" "+r.URL.Path]
+	if tracing.Enabled() {
+		g.traceHTTP(w, r, route, func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, route) })
+		return
+	}
+	g.serve(w, r, route)
+}
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, route *httpRoute) {
+	if route != nil {
 		g.serveProtected(w, r, route)
 		return
 	}

@@ -76,15 +76,15 @@ func (g *Gateway) MCPServer(ctx context.Context, upstreams ...*mcp.ClientSession
 
 // passTool forwards a call unchanged.
 func passTool(cs *mcp.ClientSession) mcp.ToolHandler {
-	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return cs.CallTool(ctx, &mcp.CallToolParams{Meta: req.Params.Meta, Name: req.Params.Name, Arguments: req.Params.Arguments})
-	}
+	return traceTool("", func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return callTool(ctx, cs, &mcp.CallToolParams{Meta: req.Params.Meta, Name: req.Params.Name, Arguments: req.Params.Arguments})
+	})
 }
 
 // protectedTool journals each call of a protected tool.
 func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.ToolHandler {
 	cfg := route.cfg
-	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return traceTool(route.action, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		args := map[string]any{}
 		if len(req.Params.Arguments) > 0 {
 			var ok bool
@@ -119,7 +119,7 @@ func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.Too
 					}
 					callArgs[cfg.ForwardKeyArgument] = a.Key
 				}
-				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: req.Params.Name, Arguments: callArgs})
+				res, err := callTool(ctx, cs, &mcp.CallToolParams{Name: req.Params.Name, Arguments: callArgs})
 				if err != nil {
 					return client.Effect{}, &client.UnknownError{Code: "tool_call_failed", Err: err}
 				}
@@ -148,7 +148,7 @@ func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.Too
 			return *answered, nil
 		}
 		return g.toolAnswer(log, req.Params.Name, key, out, err, fresh), nil
-	}
+	})
 }
 
 // toolAnswer turns the journal's outcome into the tool's result.

@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -22,6 +24,7 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
 )
 
@@ -374,7 +377,24 @@ pages:
 
 // handleSafely is handle that survives a bug: one operation that makes it
 // panic is counted as an error and never stops the pass for the others.
+//
+// While tracing is on, each operation handled is a trace of its own
+// ("opjournal.reconcile", with the key, the action type and the
+// decision), holding the verifier's HTTP request (tracing.Transport,
+// which sends its traceparent to the provider) and the journal calls.
 func (r *Reconciler) handleSafely(ctx context.Context, op *opjournalv1.Operation) (d Decision) {
+	if tracing.Enabled() {
+		var span trace.Span
+		ctx, span = tracing.Start(ctx, "opjournal.reconcile", trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithAttributes(tracing.KeyOperationKey.String(op.GetOperationKey()), tracing.KeyActionType.String(op.GetActionType())))
+		defer func() {
+			span.SetAttributes(attribute.String("opjournal.decision", string(d)))
+			if d == DecisionError {
+				tracing.Fail(span, string(d))
+			}
+			span.End()
+		}()
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.Error("reconciler bug: handling an operation panicked", "key", op.GetOperationKey(), "action", op.GetActionType(), "panic", fmt.Sprint(p))

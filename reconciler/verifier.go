@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
 )
 
@@ -142,6 +143,9 @@ func NewHTTPVerifier(cfg *policy.HTTPVerifier, opts ...HTTPOption) (*HTTPVerifie
 	// carry the configured headers elsewhere.
 	c := *v.client
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	// A client span per request, and its traceparent sent, while tracing
+	// is on; the URL (which may hold secrets) is never recorded.
+	c.Transport = tracing.Transport(c.Transport)
 	v.client = &c
 	return v, nil
 }

@@ -9,11 +9,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
 	"github.com/opjournal/opjournal"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/store"
 )
@@ -141,6 +143,17 @@ func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		start := time.Now()
 		method := info.FullMethod
+		// The call's server span (tracing off: none, and nothing else).
+		// JournalService calls only: a load balancer's health checks
+		// would bury them.
+		var span trace.Span
+		if tracing.Enabled() && strings.HasPrefix(method, servicePrefix) {
+			transport := "grpc"
+			if ctx.Value(restCallKey{}) != nil {
+				transport = "http"
+			}
+			ctx, span = tracing.StartServerRPC(ctx, method, transport)
+		}
 		defer func() {
 			if p := recover(); p != nil {
 				log.ErrorContext(ctx, "panic in handler", "method", method, "panic", p, "stack", string(debug.Stack()))
@@ -154,6 +167,9 @@ func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
 			}
 			m.rpcs.WithLabelValues(method, code).Inc()
 			m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+			if span != nil {
+				endSpan(span, req, resp, err, code)
+			}
 		}()
 		ctx, err = s.authorize(ctx, method)
 		if err == nil {
@@ -178,4 +194,38 @@ func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
 		}
 		return nil, grpcError(err)
 	}
+}
+
+// restCallKey marks the context of a request to the REST mirror (set by
+// the HTTP listener while tracing is on): its RPC span says so.
+type restCallKey struct{}
+
+// endSpan ends an RPC's server span with what may be said of the call:
+// the operation key (an identifier the audit log records too), the action
+// type and the status after, and the outcome's codes. Never a payload, a
+// result, a message or a token.
+func endSpan(span trace.Span, req, resp any, err error, code string) {
+	if span.IsRecording() {
+		if r, ok := req.(interface{ GetOperationKey() string }); ok && r.GetOperationKey() != "" {
+			span.SetAttributes(tracing.KeyOperationKey.String(r.GetOperationKey()))
+		}
+		action := ""
+		if r, ok := req.(interface{ GetActionType() string }); ok {
+			action = r.GetActionType()
+		}
+		if r, ok := resp.(interface{ GetOperation() *pb.Operation }); ok && r.GetOperation() != nil {
+			op := r.GetOperation()
+			if action == "" {
+				action = op.GetActionType()
+			}
+			span.SetAttributes(tracing.KeyStatus.String(strings.ToLower(strings.TrimPrefix(op.GetStatus().String(), "STATUS_"))))
+		}
+		if action != "" {
+			span.SetAttributes(tracing.KeyActionType.String(action))
+		}
+	}
+	if err == nil {
+		code = ""
+	}
+	tracing.EndRPC(span, err, code)
 }

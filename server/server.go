@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/opjournal/opjournal/auth"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
 )
 
@@ -157,6 +159,7 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 		}
 		return err
 	}
+	handler = traceContext(handler)
 	hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second}
 	var msrv *http.Server
 	if metricsLis != nil {
@@ -269,4 +272,19 @@ func (s *Server) watchHealth(ctx context.Context, hs *health.Server) {
 		case <-t.C:
 		}
 	}
+}
+
+// traceContext hands the W3C trace context of an HTTP request's headers
+// (traceparent) to the RPC it maps to: the REST mirror's calls run
+// through the interceptor in process, which makes their server span a
+// child of it, as it does for gRPC calls from their metadata. Off, it
+// only passes requests on.
+func traceContext(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tracing.Enabled() {
+			ctx := tracing.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+			r = r.WithContext(context.WithValue(ctx, restCallKey{}, true))
+		}
+		h.ServeHTTP(w, r)
+	})
 }

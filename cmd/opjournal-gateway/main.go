@@ -37,6 +37,7 @@ import (
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/gateway"
 	"github.com/opjournal/opjournal/internal/cli"
+	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
 )
 
@@ -113,6 +114,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
+	// OpenTelemetry traces, when OTEL_* configures an exporter (off otherwise).
+	shutdownTracing, err := tracing.Setup(ctx, "opjournal-gateway")
+	if err != nil {
+		return usageError{err}
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
 	pol := policy.Default()
 	if *policyPath != "" {
 		if pol, err = policy.Load(*policyPath); err != nil {

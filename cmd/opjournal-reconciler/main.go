@@ -36,6 +36,7 @@ import (
 
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/cli"
+	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
 	"github.com/opjournal/opjournal/reconciler"
 )
@@ -103,6 +104,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
+	// OpenTelemetry traces, when OTEL_* configures an exporter (off otherwise).
+	shutdownTracing, err := tracing.Setup(ctx, "opjournal-reconciler")
+	if err != nil {
+		return usageError{err}
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
 	if o.pollInterval <= 0 {
 		return usageError{errors.New("--poll-interval must be positive")}
 	}
@@ -125,7 +136,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rec, err := reconciler.New(reconciler.Config{
-		Journal: opjournalv1.NewJournalServiceClient(cc), Policy: pol, ID: o.id,
+		Journal: opjournalv1.NewJournalServiceClient(tracing.WrapConn(cc)), Policy: pol, ID: o.id,
 		PollInterval: o.pollInterval, Concurrency: o.concurrency, Logger: log, Registerer: reg,
 	})
 	if err != nil {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/groupq"
+	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -152,10 +155,23 @@ func (b *batcher[In, Out]) execBounded(calls []*call[In, Out]) error {
 	// the others' statement.
 	ctx, cancel := b.bound(context.Background())
 	defer cancel()
+	var span trace.Span
+	if tracing.Enabled() {
+		// One span for the statement: a child of the first call's, linked
+		// to the others' (tracing.StartBatch).
+		ctxs := make([]context.Context, len(calls))
+		for i, c := range calls {
+			ctxs[i] = c.ctx
+		}
+		ctx, span = tracing.StartBatch(ctx, "postgresql", b.what, ctxs)
+	}
 	err := b.exec(ctx, calls)
 	var oe *opjournal.Error
 	if err != nil && !errors.As(err, &oe) {
 		err = classify(b.what, err)
+	}
+	if span != nil {
+		tracing.EndStore(span, err, string(opjournal.ErrorCode(err)))
 	}
 	return err
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/migrations"
 	"github.com/opjournal/opjournal/store"
 )
@@ -212,6 +213,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 			cfg.ConnConfig.RuntimeParams[name] = value
 		}
 	}
+	cfg.ConnConfig.Tracer = queryTracer{} // spans, when tracing is on (trace.go)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, classify("connect", err)
@@ -379,6 +381,9 @@ var _ store.Clock = (*Store)(nil)
 func (s *Store) one(ctx context.Context, what, sql string, args ...any) (sc scanned, found bool, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	if tracing.Enabled() {
+		ctx = tracing.WithStatementName(ctx, what)
+	}
 	sc, err = scanOp(s.pool.QueryRow(ctx, sql, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return scanned{}, false, nil

@@ -6,7 +6,11 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/groupq"
+	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -90,14 +94,24 @@ func (c *committer) stat() store.BatchStat {
 // run executes one group in one IMMEDIATE transaction and answers every
 // call in it.
 func (c *committer) run(group []*txCall) {
+	ctx := context.Background()
+	var txErr error // the transaction's own failure, for its span
 	defer func() {
 		for _, call := range group {
 			close(call.done)
 		}
 	}()
-	ctx := context.Background()
+	if tracing.Enabled() {
+		// One span for the transaction: a child of the first call's,
+		// linked to the others' (tracing.StartBatch),
+		// ended before the callers are answered.
+		var span trace.Span
+		ctx, span = tracing.StartBatch(ctx, "sqlite", groupWhat(group), callContexts(group))
+		defer func() { tracing.EndStore(span, txErr, string(opjournal.CodeUnavailable)) }()
+	}
 	tx, err := c.db.BeginTx(ctx, nil)
 	if err != nil {
+		txErr = err
 		for _, call := range group {
 			call.err = classify(call.what, err)
 		}
@@ -116,6 +130,7 @@ func (c *committer) run(group []*txCall) {
 			continue
 		}
 		if err := c.inSavepoint(ctx, tx, i, call); err != nil {
+			txErr = err
 			// The transaction itself failed: none of it will commit.
 			for _, other := range group {
 				if other.err == nil {
@@ -129,6 +144,7 @@ func (c *committer) run(group []*txCall) {
 		return // nothing to keep: the deferred rollback ends it
 	}
 	if err := tx.Commit(); err != nil {
+		txErr = err
 		for _, call := range group {
 			if call.err == nil {
 				call.err = classify(call.what, err)
@@ -165,3 +181,23 @@ func (c *committer) close() {
 
 // errClosed is the cause for calls made after Close.
 var errClosed = errors.New("the store is closed")
+
+// groupWhat names a group's transaction for its span: its calls' kind
+// ("register") when they are all of one, else "write".
+func groupWhat(group []*txCall) string {
+	what := group[0].what
+	for _, c := range group[1:] {
+		if c.what != what {
+			return "write"
+		}
+	}
+	return what
+}
+
+func callContexts(group []*txCall) []context.Context {
+	out := make([]context.Context, len(group))
+	for i, c := range group {
+		out[i] = c.ctx
+	}
+	return out
+}

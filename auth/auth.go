@@ -183,24 +183,56 @@ func Load(path string) (*Authenticator, error) {
 //
 //	tokens:
 //	  - name: payments-agent          # shown in logs and history
-//	    sha256: 9f86d081…             # hex SHA-256 of the token (opjournal token-hash)
+//	    sha256: 9f86d081…             # hex SHA-256 of the token (opjournal token)
 //	    tenant: payments              # the token sees only this tenant's operations
-//	    roles: [agent]                # agent, reconciler, operator, admin
+//	    roles: [agent]                # agent, reconciler, operator, admin, metrics
 //
 // Parsing is strict (unknown fields, missing fields, bad digests, unknown
 // roles, duplicate names or digests are errors naming the entry). It
 // refuses a file that holds something that looks like a plain token where
 // the digest belongs.
 func Parse(data []byte, source string) (*Authenticator, error) {
+	f, err := decodeFile(data, source)
+	if err != nil {
+		return nil, err
+	}
+	if len(f.Tokens) == 0 {
+		return nil, fmt.Errorf("%s: no tokens: list at least one under `tokens:` (see opjournal token --help)", source)
+	}
+	return build(f, source)
+}
+
+// errNoTokensKey explains the one shape a tokens file has.
+const errNoTokensKey = "the file must have a top-level tokens: list (see opjournal token --help)"
+
+// decodeFile decodes a tokens file strictly, explaining a file that is not
+// a mapping with a tokens: key (a bare list of entries, as pasted from an
+// older opjournal token, is the usual mistake).
+func decodeFile(data []byte, source string) (file, error) {
 	var f file
+	var shape any
+	if err := yaml.Unmarshal(data, &shape); err == nil {
+		switch v := shape.(type) {
+		case map[string]any:
+			if _, ok := v["tokens"]; !ok {
+				return f, fmt.Errorf("%s: %s", source, errNoTokensKey)
+			}
+		case nil:
+			// empty: the decoder says EOF
+		default:
+			return f, fmt.Errorf("%s: %s", source, errNoTokensKey)
+		}
+	}
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
+		return f, fmt.Errorf("%s: %w", source, err)
 	}
-	if len(f.Tokens) == 0 {
-		return nil, fmt.Errorf("%s: no tokens: list at least one under `tokens:`", source)
-	}
+	return f, nil
+}
+
+// build checks every entry of a decoded tokens file and indexes them.
+func build(f file, source string) (*Authenticator, error) {
 	a := &Authenticator{byDigest: map[[sha256.Size]byte]Principal{}}
 	names := map[string]bool{}
 	var errs []error

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -18,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -44,7 +44,8 @@ With --auth-file on the server, the history records the token's name as the
 actor; --actor is kept beside it as what you say you act for. Without
 authentication --actor is required.
 
-Common flags (before the subcommand): --journal-addr (OPJOURNAL_JOURNAL_ADDR), --timeout.
+Common flags (anywhere on the line): --journal-addr (OPJOURNAL_JOURNAL_ADDR),
+--token-file, --tls-ca, --timeout. "opjournal ops SUBCOMMAND --help" for each.
 `
 
 // ErrUsage reports a malformed command line; the message says what is wrong.
@@ -54,54 +55,102 @@ func usageErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))
 }
 
-// Run executes one ops subcommand (args[0]) against the journal, writing
-// its output to w. It returns an error wrapping ErrUsage for a malformed
-// command line, and the journal's error (a gRPC status) otherwise.
+// Connect returns the journal client a subcommand calls, and a function
+// that releases it. It is called once the command line is known to be
+// well formed.
+type Connect func(ctx context.Context) (pb.JournalServiceClient, func(), error)
+
+// subcommands lists the names, for messages.
+const subcommands = "list, show, resolve, acknowledge, release"
+
+// NewCommand returns the "ops" command with its subcommands (list, show,
+// resolve, acknowledge, release). Each connects with connect; the caller
+// adds the flags connect reads (--journal-addr…) as persistent flags.
+// Errors of a malformed command line wrap ErrUsage; the journal's errors
+// are gRPC statuses.
+func NewCommand(connect Connect) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ops SUBCOMMAND [flags]",
+		Short: "operators' tools over gRPC: review queue, history, resolve, acknowledge, release",
+		Long: `Operators' tools, over the journal's gRPC API: list the review queue, show an
+operation with its history, and record a decision (resolve, acknowledge) or a
+release for retry. Every change is recorded in the operation's history with
+its actor and reason.
+
+With --auth-file on the server, the history records the token's name as the
+actor; --actor is kept beside it as what you say you act for. Without
+authentication --actor is required. The token comes from $OPJOURNAL_TOKEN or
+--token-file, never from a flag value.`,
+		Example: `  opjournal ops list --journal-addr journal:9090 --status unknown --due
+  opjournal ops --journal-addr journal:9090 show payment:order-817:intent-01
+  opjournal ops resolve KEY --succeeded --external-id pay_42 --reason "seen in the dashboard"`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErr("missing subcommand (%s)", subcommands)
+			}
+			hint := ""
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				hint = fmt.Sprintf("; did you mean %q?", s[0])
+			}
+			return usageErr("unknown subcommand %q (%s)%s", args[0], subcommands, hint)
+		},
+	}
+	cmd.SuggestionsMinimumDistance = 2
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
+	cmd.AddCommand(listCmd(connect), showCmd(connect), resolveCmd(connect), acknowledgeCmd(connect), releaseCmd(connect))
+	return cmd
+}
+
+// Run executes one ops subcommand (args[0], with its flags anywhere)
+// against the journal, writing its output to w. It returns an error
+// wrapping ErrUsage for a malformed command line, and the journal's error
+// (a gRPC status) otherwise.
 func Run(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
-	if len(args) == 0 {
-		return usageErr("missing subcommand (list, show, resolve, acknowledge, release)")
-	}
-	switch args[0] {
-	case "list":
-		return list(ctx, c, args[1:], w)
-	case "show":
-		return show(ctx, c, args[1:], w)
-	case "resolve":
-		return resolve(ctx, c, args[1:], w)
-	case "acknowledge":
-		return acknowledge(ctx, c, args[1:], w)
-	case "release":
-		return release(ctx, c, args[1:], w)
-	}
-	return usageErr("unknown subcommand %q (list, show, resolve, acknowledge, release)", args[0])
+	cmd := NewCommand(func(context.Context) (pb.JournalServiceClient, func(), error) { return c, func() {}, nil })
+	cmd.CompletionOptions.DisableDefaultCmd = true
+	cmd.SilenceErrors, cmd.SilenceUsage = true, true
+	cmd.SetArgs(append([]string{}, args...)) // never nil: cobra would read os.Args
+	cmd.SetOut(w)
+	cmd.SetErr(io.Discard)
+	return cmd.ExecuteContext(ctx)
 }
 
-func newFlags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("ops "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	return fs
+// subcommand makes a subcommand whose run receives the journal client.
+func subcommand(connect Connect, c *cobra.Command, run func(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error) *cobra.Command {
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		jc, done, err := connect(cmd.Context())
+		if err != nil {
+			return err
+		}
+		defer done()
+		return run(cmd.Context(), jc, args, cmd.OutOrStdout())
+	}
+	return c
 }
 
-// parseWithKey parses flags that may come before or after the one
-// positional KEY argument.
-func parseWithKey(fs *flag.FlagSet, args []string) (string, error) {
-	var key string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return "", usageErr("%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if key != "" {
-			return "", usageErr("one operation key expected, got %q and %q", key, fs.Arg(0))
-		}
-		key, args = fs.Arg(0), fs.Args()[1:]
+// noArgs refuses positional arguments.
+func noArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErr("unexpected arguments %v", args)
 	}
-	if key == "" {
-		return "", usageErr("missing operation key")
+	return nil
+}
+
+// oneKey wants exactly one positional argument, the operation key.
+func oneKey(_ *cobra.Command, args []string) error {
+	switch len(args) {
+	case 0:
+		return usageErr("missing operation key")
+	case 1:
+		return nil
 	}
-	return key, nil
+	return usageErr("one operation key expected, got %q and %q", args[0], args[1])
+}
+
+// noFiles: an operation key is not a file name.
+func noFiles(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	return nil, cobra.ShellCompDirectiveNoFileComp
 }
 
 var statusNames = map[string]pb.Status{
@@ -110,32 +159,57 @@ var statusNames = map[string]pb.Status{
 	"failed_final": pb.Status_STATUS_FAILED_FINAL,
 }
 
-func list(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
-	fs := newFlags("list")
-	all := fs.Bool("all", false, "every operation, not only the review queue")
-	statuses := fs.String("status", "", "comma-separated statuses")
-	due := fs.Bool("due", false, "only operations due for a reconciliation check")
-	action := fs.String("action", "", "only this action")
-	refs := refFlag{}
-	fs.Var(refs, "ref", "only operations with this business reference, NAME=VALUE (repeat: all must match)")
-	parent := fs.String("parent", "", "only the children of this operation (side effects registered with its key as parent_key)")
-	limit := fs.Int("limit", 50, "at most this many")
-	asJSON := fs.Bool("json", false, "one JSON object per line")
-	if err := fs.Parse(args); err != nil {
-		return usageErr("%v", err)
+func listCmd(connect Connect) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "list [flags]",
+		Short: "list operations: by default the review queue (needs_review)",
+		Long: `List operations, newest change first. Without filters: the review queue, the
+operations with needs_review. --ref finds an order's operations (all the refs
+given must match), --parent the side effects of an operation.`,
+		Example: `  opjournal ops list                          # the review queue
+  opjournal ops list --status unknown --due   # what the reconciler will look at next
+  opjournal ops list --ref order_id=817       # everything done for order 817
+  opjournal ops list --parent KEY --json      # the side effects of KEY, as JSON lines`,
+		Args:              noArgs,
+		ValidArgsFunction: noFiles,
 	}
-	if fs.NArg() > 0 {
-		return usageErr("unexpected arguments %v", fs.Args())
-	}
-	if *limit < 1 {
+	o := &listOpts{refs: refFlag{}}
+	fs := c.Flags()
+	fs.BoolVar(&o.all, "all", false, "every operation, not only the review queue")
+	fs.StringVar(&o.statuses, "status", "", "comma-separated statuses: pending, in_progress, unknown, succeeded, failed_final")
+	fs.BoolVar(&o.due, "due", false, "only operations due for a reconciliation check")
+	fs.StringVar(&o.action, "action", "", "only this action")
+	fs.Var(o.refs, "ref", "only operations with this business reference, NAME=VALUE (repeat: all must match)")
+	fs.StringVar(&o.parent, "parent", "", "only the children of this operation (side effects registered with its key as parent_key)")
+	fs.IntVar(&o.limit, "limit", 50, "at most this many")
+	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per line")
+	_ = c.RegisterFlagCompletionFunc("status", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return slices.Sorted(maps.Keys(statusNames)), cobra.ShellCompDirectiveNoFileComp
+	})
+	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, _ []string, w io.Writer) error {
+		return list(ctx, jc, o, w)
+	})
+}
+
+// listOpts are list's flags.
+type listOpts struct {
+	all, due, asJSON bool
+	statuses, action string
+	parent           string
+	refs             refFlag
+	limit            int
+}
+
+func list(ctx context.Context, c pb.JournalServiceClient, o *listOpts, w io.Writer) error {
+	if o.limit < 1 {
 		return usageErr("--limit must be at least 1")
 	}
-	req := &pb.ListOperationsRequest{ActionType: *action, DueForCheck: *due, ParentKey: *parent}
-	if len(refs) > 0 {
-		req.Refs = refs
+	req := &pb.ListOperationsRequest{ActionType: o.action, DueForCheck: o.due, ParentKey: o.parent}
+	if len(o.refs) > 0 {
+		req.Refs = o.refs
 	}
-	if *statuses != "" {
-		for _, s := range strings.Split(*statuses, ",") {
+	if o.statuses != "" {
+		for _, s := range strings.Split(o.statuses, ",") {
 			st, ok := statusNames[strings.TrimSpace(s)]
 			if !ok {
 				return usageErr("unknown status %q (pending, in_progress, unknown, succeeded, failed_final)", s)
@@ -143,12 +217,12 @@ func list(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 			req.Statuses = append(req.Statuses, st)
 		}
 	}
-	if !*all && *statuses == "" && !*due && *action == "" && len(refs) == 0 && *parent == "" {
+	if !o.all && o.statuses == "" && !o.due && o.action == "" && len(o.refs) == 0 && o.parent == "" {
 		req.NeedsReview = proto.Bool(true)
 	}
 	var ops []*pb.Operation
-	for len(ops) < *limit {
-		req.PageSize = int32(min(*limit-len(ops), 1000))
+	for len(ops) < o.limit {
+		req.PageSize = int32(min(o.limit-len(ops), 1000))
 		res, err := c.ListOperations(ctx, req)
 		if err != nil {
 			return err
@@ -159,7 +233,7 @@ func list(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 		}
 		req.PageToken = res.GetNextPageToken()
 	}
-	if *asJSON {
+	if o.asJSON {
 		for _, op := range ops {
 			if err := writeJSON(w, op); err != nil {
 				return err
@@ -184,13 +258,22 @@ func list(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 	return tw.Flush()
 }
 
-func show(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
-	fs := newFlags("show")
-	asJSON := fs.Bool("json", false, "the operation and its events as JSON")
-	key, err := parseWithKey(fs, args)
-	if err != nil {
-		return err
+func showCmd(connect Connect) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "show KEY [flags]",
+		Short: "show an operation's record and its whole history",
+		Example: `  opjournal ops show payment:order-817:intent-01
+  opjournal ops show payment:order-817:intent-01 --json   # the record, then one line per event`,
+		Args:              oneKey,
+		ValidArgsFunction: noFiles,
 	}
+	asJSON := c.Flags().Bool("json", false, "the operation and its events as JSON")
+	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
+		return show(ctx, jc, args[0], *asJSON, w)
+	})
+}
+
+func show(ctx context.Context, c pb.JournalServiceClient, key string, asJSON bool, w io.Writer) error {
 	op, err := c.Lookup(ctx, &pb.LookupRequest{OperationKey: key})
 	if err != nil {
 		return err
@@ -199,7 +282,7 @@ func show(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Wr
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		if err := writeJSON(w, op.GetOperation()); err != nil {
 			return err
 		}
@@ -278,6 +361,9 @@ type refFlag map[string]string
 
 func (r refFlag) String() string { return "" }
 
+// Type names the value in --help.
+func (r refFlag) Type() string { return "NAME=VALUE" }
+
 func (r refFlag) Set(v string) error {
 	name, value, ok := strings.Cut(v, "=")
 	if !ok || name == "" || value == "" {
@@ -306,28 +392,43 @@ func history(ctx context.Context, c pb.JournalServiceClient, key string) ([]*pb.
 	}
 }
 
-func resolve(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
-	fs := newFlags("resolve")
+func resolveCmd(connect Connect) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "resolve KEY (--succeeded --external-id ID | --failed-final [--error-code C]) --reason WHY [flags]",
+		Short: "decide the outcome of a non-terminal operation that is unknown or under review",
+		Long: `Decide the outcome of a non-terminal operation that is unknown or under review:
+--succeeded (the effect happened; give the provider's id) or --failed-final (no
+effect happened; it is never retried). A terminal operation under review is
+acknowledged instead. The decision is recorded in the history with its reason.`,
+		Example: `  opjournal ops resolve payment:order-817:intent-01 --succeeded --external-id pay_42 \
+      --reason "seen in the provider's dashboard"
+  opjournal ops resolve KEY --failed-final --error-code declined --reason "provider confirms decline"`,
+		Args:              oneKey,
+		ValidArgsFunction: noFiles,
+	}
+	fs := c.Flags()
 	ok := fs.Bool("succeeded", false, "the effect happened")
 	failed := fs.Bool("failed-final", false, "no effect happened; never retry")
 	extID := fs.String("external-id", "", "with --succeeded: the provider's id of the effect")
 	code := fs.String("error-code", "", "with --failed-final: why")
 	actor := fs.String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
 	reason := fs.String("reason", "", "why (required)")
-	key, err := parseWithKey(fs, args)
-	if err != nil {
-		return err
-	}
-	req := &pb.ResolveRequest{OperationKey: key, ExternalId: *extID, ErrorCode: *code, Actor: *actor, Reason: *reason}
+	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
+		return resolve(ctx, jc, args[0], *ok, *failed, &pb.ResolveRequest{ExternalId: *extID, ErrorCode: *code, Actor: *actor, Reason: *reason}, w)
+	})
+}
+
+func resolve(ctx context.Context, c pb.JournalServiceClient, key string, ok, failed bool, req *pb.ResolveRequest, w io.Writer) error {
+	req.OperationKey = key
 	switch {
-	case *ok == *failed:
+	case ok == failed:
 		return usageErr("give exactly one of --succeeded or --failed-final")
-	case *ok:
+	case ok:
 		req.Resolution = pb.Resolution_RESOLUTION_SUCCEEDED
 	default:
 		req.Resolution = pb.Resolution_RESOLUTION_FAILED_FINAL
 	}
-	if *reason == "" {
+	if req.GetReason() == "" {
 		return usageErr("--reason is required: the decision is audited")
 	}
 	res, err := c.Resolve(ctx, req)
@@ -338,18 +439,30 @@ func resolve(ctx context.Context, c pb.JournalServiceClient, args []string, w io
 	return err
 }
 
-func acknowledge(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
-	fs := newFlags("acknowledge")
-	actor := fs.String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
-	reason := fs.String("reason", "", "why (required): what was done about it")
-	key, err := parseWithKey(fs, args)
-	if err != nil {
-		return err
+func acknowledgeCmd(connect Connect) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "acknowledge KEY --reason WHY [flags]",
+		Short: "end the review of a terminal operation (e.g. a duplicate effect); its status never changes",
+		Long: `End the review of a terminal operation, e.g. one with a detected duplicate
+effect or an effect reported after failed_final. Its status, its first
+external id and the duplicates it recorded stay; the reason is recorded in the
+history.`,
+		Example:           `  opjournal ops acknowledge email:dup --reason "pay_2 refunded"`,
+		Args:              oneKey,
+		ValidArgsFunction: noFiles,
 	}
-	if *reason == "" {
+	actor := c.Flags().String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
+	reason := c.Flags().String("reason", "", "why (required): what was done about it")
+	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
+		return acknowledge(ctx, jc, args[0], *actor, *reason, w)
+	})
+}
+
+func acknowledge(ctx context.Context, c pb.JournalServiceClient, key, actor, reason string, w io.Writer) error {
+	if reason == "" {
 		return usageErr("--reason is required: the decision is audited")
 	}
-	res, err := c.Acknowledge(ctx, &pb.AcknowledgeRequest{OperationKey: key, Actor: *actor, Reason: *reason})
+	res, err := c.Acknowledge(ctx, &pb.AcknowledgeRequest{OperationKey: key, Actor: actor, Reason: reason})
 	if err != nil {
 		return err
 	}
@@ -357,29 +470,40 @@ func acknowledge(ctx context.Context, c pb.JournalServiceClient, args []string, 
 	return err
 }
 
-func release(ctx context.Context, c pb.JournalServiceClient, args []string, w io.Writer) error {
-	fs := newFlags("release")
-	actor := fs.String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
-	reason := fs.String("reason", "", "why: what the provider showed (required)")
-	attempt := fs.Int("attempt", 0, "the latest attempt (default: looked up)")
-	key, err := parseWithKey(fs, args)
-	if err != nil {
-		return err
+func releaseCmd(connect Connect) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "release KEY --reason WHY [flags]",
+		Short: "release an unknown operation for retry: its latest attempt was absent at the provider",
+		Long: `Release an operation whose outcome is unknown for a retry, because its latest
+attempt is known to be absent at the provider. The journal refuses while the
+provider's visibility lag has not passed or a person must review it.`,
+		Example:           `  opjournal ops release payment:order-817:intent-01 --reason "provider support confirms no charge"`,
+		Args:              oneKey,
+		ValidArgsFunction: noFiles,
 	}
-	if *reason == "" {
+	actor := c.Flags().String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
+	reason := c.Flags().String("reason", "", "why: what the provider showed (required)")
+	attempt := c.Flags().Int("attempt", 0, "the latest attempt (default: looked up)")
+	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
+		return release(ctx, jc, args[0], *actor, *reason, *attempt, w)
+	})
+}
+
+func release(ctx context.Context, c pb.JournalServiceClient, key, actor, reason string, attempt int, w io.Writer) error {
+	if reason == "" {
 		return usageErr("--reason is required: the decision is audited")
 	}
-	if *attempt == 0 {
+	if attempt == 0 {
 		op, err := c.Lookup(ctx, &pb.LookupRequest{OperationKey: key})
 		if err != nil {
 			return err
 		}
-		*attempt = int(op.GetOperation().GetAttemptCount())
+		attempt = int(op.GetOperation().GetAttemptCount())
 	}
-	if _, err := c.ReleaseForRetry(ctx, &pb.ReleaseForRetryRequest{OperationKey: key, Attempt: int32(*attempt), Actor: *actor, Reason: *reason}); err != nil {
+	if _, err := c.ReleaseForRetry(ctx, &pb.ReleaseForRetryRequest{OperationKey: key, Attempt: int32(attempt), Actor: actor, Reason: reason}); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s released for retry (attempt %d was absent at the provider)\n", key, *attempt)
+	_, err := fmt.Fprintf(w, "%s released for retry (attempt %d was absent at the provider)\n", key, attempt)
 	return err
 }
 

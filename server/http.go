@@ -166,6 +166,12 @@ func (s *Server) restGuard(next http.Handler) http.Handler {
 			writeError(w, http.StatusBadRequest, opjournal.CodeInvalidArgument, "body", msg)
 			return
 		}
+		// Misspelt fields and values of the wrong JSON type, named with a
+		// suggestion (fieldhint.go), before protojson's terser words.
+		if err := checkBody(method, body); err != nil {
+			writeErr(w, err)
+			return
+		}
 		if method == "Register" {
 			if err := s.checkPayloadText(body); err != nil {
 				writeErr(w, err)
@@ -426,7 +432,7 @@ var gatewayCodes = map[codes.Code]opjournal.Code{
 
 // writeGatewayError writes a gRPC error as {"error": {code, message,
 // field}} with the HTTP status from the one table in errors.go.
-func writeGatewayError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+func writeGatewayError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	st := status.Convert(err)
 	code, field := opjournal.Code(""), ""
 	for _, d := range st.Details() {
@@ -452,13 +458,43 @@ func writeGatewayError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshal
 	if field != "" {
 		msg = strings.TrimPrefix(msg, field+": ")
 	} else if m := unknownField.FindStringSubmatch(msg); m != nil {
-		// protojson's words for a misspelt field; name it instead.
-		field, msg = m[1], "is not a field of this request"
+		// protojson's words for a misspelt field (checkBody names them
+		// first; this is for what it does not see): name it instead.
+		field, msg = m[1], fmt.Sprintf("unknown field %q", m[1])
+		if md := requestMessage(restRoutes[r.Method+" "+r.URL.Path]); md != nil {
+			if s := nearestField(md, m[1]); s != "" {
+				msg += fmt.Sprintf("; did you mean %q?", s)
+			}
+		}
+	} else if m := invalidValue.FindStringSubmatch(msg); m != nil {
+		// A value protojson refuses, such as an int32 out of range: name the
+		// field (protojson gives its JSON name) and the type it takes.
+		field, msg = snakeCase(m[2]), "must be a valid "+m[1]
+	} else if m := duplicateField.FindStringSubmatch(msg); m != nil {
+		field, msg = snakeCase(m[1]), "is given twice"
 	}
 	writeError(w, httpStatus, code, field, msg)
 }
 
-var unknownField = regexp.MustCompile(`unknown field "([^"]+)"`)
+var (
+	unknownField   = regexp.MustCompile(`unknown field "([^"]+)"`)
+	invalidValue   = regexp.MustCompile(`invalid value for (\w+) field (\w+)`)
+	duplicateField = regexp.MustCompile(`duplicate field "?(\w+)"?`)
+)
+
+// snakeCase turns a JSON field name (leaseSeconds) into the proto name
+// (lease_seconds) that the error bodies use.
+func snakeCase(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
 
 // codeName returns a gRPC code in UPPER_SNAKE form (FailedPrecondition →
 // FAILED_PRECONDITION).

@@ -1,14 +1,19 @@
 // Command opjournal runs the operation journal service.
 //
-//	opjournal serve     run the gRPC and REST listeners
-//	opjournal migrate   apply database migrations and exit
-//	opjournal ops       operators' tools: review queue, history, resolve, release
-//	opjournal purge     delete terminal operations older than their retention
-//	opjournal version   print the version
+//	opjournal serve       run the gRPC and REST listeners
+//	opjournal migrate     apply database migrations and exit
+//	opjournal ops         operators' tools: review queue, history, resolve, acknowledge, release
+//	opjournal token       make a bearer token and its tokens-file entry (--append FILE)
+//	opjournal purge       delete terminal operations older than their retention
+//	opjournal hashkey     make or rotate a request-hash key file
+//	opjournal completion  print a shell completion script (bash, zsh, fish)
+//	opjournal version     print the version
 //
-// Every flag can also be set by an environment variable: --database-url is
-// OPJOURNAL_DATABASE_URL, --grpc-addr is OPJOURNAL_GRPC_ADDR, and so on; a
-// flag on the command line wins over the variable.
+// Every command has --help with examples, and its flags may come anywhere
+// after it (commands.go). Every flag can also be set by an environment
+// variable: --database-url is OPJOURNAL_DATABASE_URL, --grpc-addr is
+// OPJOURNAL_GRPC_ADDR, and so on; a flag on the command line wins over the
+// variable.
 package main
 
 import (
@@ -31,14 +36,11 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc/status"
-
 	"github.com/opjournal/opjournal/auth"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/hashkey"
 	"github.com/opjournal/opjournal/internal/cli"
+	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
-	"github.com/opjournal/opjournal/ops"
 	"github.com/opjournal/opjournal/policy"
 	"github.com/opjournal/opjournal/server"
 	"github.com/opjournal/opjournal/store"
@@ -46,63 +48,11 @@ import (
 	"github.com/opjournal/opjournal/store/sqlite"
 )
 
-const usage = `opjournal — the operation journal for AI agents' irreversible actions.
-
-Usage:
-  opjournal serve   [flags]   run the service (gRPC + REST)
-  opjournal migrate [flags]   apply database migrations and exit
-  opjournal ops     [flags] list|show|resolve|release ...
-                              operators' tools over gRPC ("opjournal ops" for help)
-  opjournal token   --name N --tenant T --roles R
-                              make a bearer token and its tokens-file entry
-  opjournal purge   [--dry-run] [--action A] [flags]
-                              delete (or count) terminal operations older than
-                              their action's retention, with their history
-  opjournal hashkey [--rotate FILE]
-                              make a request-hash key file (or put a new
-                              current key first in FILE)
-  opjournal version           print the version
-
-Run "opjournal serve -h" for the flags. Each flag may also be given as an
-environment variable: --database-url is OPJOURNAL_DATABASE_URL, etc.
-`
-
 func main() {
 	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "opjournal:", err)
-		}
+		fmt.Fprintln(os.Stderr, "opjournal:", err)
 		os.Exit(2)
 	}
-}
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errors.New("missing command")
-	}
-	switch args[0] {
-	case "serve":
-		return serve(ctx, args[1:], stderr)
-	case "migrate":
-		return migrateCmd(ctx, args[1:], stderr)
-	case "ops":
-		return opsCmd(ctx, args[1:], stdout, stderr)
-	case "token":
-		return tokenCmd(args[1:], stdout, stderr)
-	case "hashkey":
-		return hashkeyCmd(args[1:], stdout, stderr)
-	case "purge":
-		return purgeCmd(ctx, args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, version())
-		return nil
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
 }
 
 // serve's garbage-collector settings unless GOGC or GOMEMLIMIT is set.
@@ -174,12 +124,7 @@ func loadPolicy(path string) (*policy.Policy, error) {
 	return policy.Load(path)
 }
 
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	var o options
-	fs := flags("serve", stderr, &o, true)
-	if err := cli.Parse(fs, args); err != nil {
-		return err
-	}
+func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	log, flushLog, stopLog, err := cli.NewBufferedLogger(o.logLevel, o.logFormat, stderr)
 	if err != nil {
 		return err
@@ -231,6 +176,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// OpenTelemetry traces, when OTEL_* configures an exporter (off otherwise).
+	shutdownTracing, err := tracing.Setup(ctx, "opjournal")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
 	if o.pprofAddr != "" {
 		if err := servePprof(ctx, o.pprofAddr, log); err != nil {
 			return err
@@ -312,14 +267,7 @@ func hashKeys(path, databaseURL string, pol *policy.Policy, log *slog.Logger) (*
 // hashkeyCmd prints a new request-hash key file, or rotates one: a new
 // current key goes first and the old keys stay to verify their
 // operations.
-func hashkeyCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("hashkey", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	id := fs.String("id", "", "the new key's id (default k<unix time>)")
-	rotate := fs.String("rotate", "", "put the new key first in this key file (created 0600 if missing), keeping the others")
-	if err := cli.Parse(fs, args); err != nil {
-		return err
-	}
+func hashkeyCmd(id, rotate *string, stdout io.Writer) error {
 	if *id == "" {
 		*id = fmt.Sprintf("k%d", time.Now().Unix())
 	}
@@ -367,78 +315,61 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// tokenCmd makes a new random token and prints it with the tokens-file
-// entry that grants it (which holds only the token's SHA-256).
-func tokenCmd(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("token", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	name := fs.String("name", "", "the token's name, shown in logs and history (required)")
-	tenant := fs.String("tenant", "", "the tenant whose operations it may reach")
-	roles := fs.String("roles", "agent", "comma-separated: agent, reconciler, operator, admin")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *name == "" {
+// tokenCmd makes a new random token and prints it, once, on stdout. With
+// appendTo it adds the token's entry (which holds only its SHA-256) to
+// that tokens file, creating it 0600 if missing, and stdout has nothing but
+// the token; without, it prints the entry, as a tokens file holds it,
+// after the token.
+func tokenCmd(name, tenant, rolesList, appendTo string, stdout, stderr io.Writer) error {
+	if name == "" {
 		return errors.New("token: --name is required")
+	}
+	roles, err := auth.ParseRoles(rolesList)
+	if err != nil {
+		return fmt.Errorf("token: --roles: %w", err)
 	}
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return err
 	}
 	tok := "opj_" + base64.RawURLEncoding.EncodeToString(b[:])
-	fmt.Fprintf(stdout, "# the token (give it to the caller; it is not stored anywhere):\n%s\n\n", tok)
-	fmt.Fprintf(stdout, "# add to the tokens file (--auth-file):\n  - name: %s\n    sha256: %s\n    tenant: %q\n    roles: [%s]\n",
-		*name, auth.Digest(tok), *tenant, strings.Join(strings.Split(*roles, ","), ", "))
-	return nil
-}
-
-func opsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("ops", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, ops.Usage) }
-	var jf cli.JournalFlags
-	jf.Register(fs)
-	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
-	if err := cli.ApplyEnv(fs); err != nil {
-		return err
+	e := auth.NewEntry(name, tok, tenant, roles)
+	if err := e.Validate(); err != nil {
+		return fmt.Errorf("token: %w", err)
 	}
-	// Flags stop at the subcommand; the rest belongs to it.
-	if err := fs.Parse(args); err != nil {
-		return err
+	if appendTo != "" {
+		created, err := auth.AppendEntry(appendTo, e)
+		if err != nil {
+			return fmt.Errorf("token: %w", err)
+		}
+		if _, err := fmt.Fprintln(stdout, tok); err != nil {
+			return err
+		}
+		names := make([]string, len(roles))
+		for i, r := range roles {
+			names[i] = string(r)
+		}
+		what := fmt.Sprintf("%s (tenant %q, roles %s)", name, tenant, strings.Join(names, ","))
+		if created {
+			fmt.Fprintf(stderr, "opjournal token: created %s (0600) with %s", appendTo, what)
+		} else {
+			fmt.Fprintf(stderr, "opjournal token: added %s to %s", what, appendTo)
+		}
+		fmt.Fprint(stderr, ". The token on stdout is stored nowhere: give it to the caller now. The server reads --auth-file when it starts: restart it.\n")
+		return nil
 	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return errors.New("ops: missing subcommand")
-	}
-	conn, cc, err := jf.Dial()
-	if err != nil {
-		return fmt.Errorf("ops: %w", err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	err = ops.Run(ctx, pb.NewJournalServiceClient(cc), fs.Args(), stdout)
-	if errors.Is(err, ops.ErrUsage) {
-		fmt.Fprint(stderr, ops.Usage)
-	}
-	if st, ok := status.FromError(err); ok && err != nil {
-		return fmt.Errorf("ops %s: %s: %s", fs.Arg(0), st.Code(), st.Message())
-	}
+	_, err = fmt.Fprintf(stdout, "# the token (give it to the caller; it is not stored anywhere):\n%s\n\n"+
+		"# its entry in the tokens file (--auth-file). A new file starts with the tokens: line;\n"+
+		"# in an existing one, add the entry under its tokens: list (or use --append FILE):\n%s%s",
+		tok, auth.FileHeader, e.YAML())
 	return err
 }
 
 // purgeCmd deletes (or with --dry-run counts) the terminal operations
 // older than their action's retention, and prints what it did. It waits
 // up to --lock-timeout for a server that is purging the same database.
-func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var o options
-	fs := flags("purge", stderr, &o, false)
-	dryRun := fs.Bool("dry-run", false, "count what would be removed; delete nothing")
-	action := fs.String("action", "", "only this action (default: every action of the policy)")
-	lockTimeout := fs.Duration("lock-timeout", time.Minute, "how long to wait while another process purges")
-	if err := cli.Parse(fs, args); err != nil {
-		return err
-	}
+func purgeCmd(ctx context.Context, o *options, p *purgeFlags, stdout, stderr io.Writer) error {
+	dryRun, action, lockTimeout := &p.dryRun, &p.action, &p.lockTimeout
 	if o.purgeBatch < 1 || o.purgePause < 0 {
 		return errors.New("purge: --purge-batch must be at least 1 and --purge-pause not negative")
 	}
@@ -490,12 +421,7 @@ func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 }
 
-func migrateCmd(_ context.Context, args []string, stderr io.Writer) error {
-	var o options
-	fs := flags("migrate", stderr, &o, false)
-	if err := cli.Parse(fs, args); err != nil {
-		return err
-	}
+func migrateCmd(o *options, stderr io.Writer) error {
 	kind, target, err := splitURL(o.databaseURL)
 	if err != nil {
 		return err

@@ -212,7 +212,11 @@ func (j *JournalFlags) Dial() (*grpc.ClientConn, grpc.ClientConnInterface, error
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	conn, err := grpc.NewClient(j.Addr, grpc.WithTransportCredentials(creds))
+	opts := client.WithTLSHint(j.Addr, j.TLSCA != "", client.TLSFix{
+		Give: "give --tls-ca (or OPJOURNAL_TLS_CA)",
+		Drop: "drop --tls-ca (and OPJOURNAL_TLS_CA)",
+	})
+	conn, err := grpc.NewClient(j.Addr, append(opts, grpc.WithTransportCredentials(creds))...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("journal %s: %w", j.Addr, err)
 	}

@@ -9,10 +9,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# python3-venv, python3-setuptools and python3-wheel: the offline install of
+# the Python client (`pip install --no-index --no-build-isolation`, its
+# README; scripts/fresh-clone.sh); without python3-wheel that build fails
+# with "invalid command 'bdist_wheel'".
 # libprotobuf-dev holds the well-known types (google/protobuf/*.proto) that
 # protoc needs for the Python stubs; it is only a recommendation of
 # protobuf-compiler, which --no-install-recommends skips.
-debs="python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc libprotobuf-dev curl jq sqlite3 postgresql-client chromium fonts-dejavu-core"
+debs="python3-grpcio python3-protobuf python3-venv python3-setuptools python3-wheel protobuf-compiler protobuf-compiler-grpc libprotobuf-dev curl jq sqlite3 postgresql-client chromium fonts-dejavu-core"
 if ! dpkg -s $debs >/dev/null 2>&1; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 		echo "deps.sh: missing Debian packages; install them: apt-get install -y $debs" >&2

@@ -21,7 +21,10 @@ The protocol:
    happened) is MarkFailedFinal; every other exception (a timeout, a dropped
    connection, a 5xx, a bug) is MarkUnknown, because the effect may have
    happened. A KeyboardInterrupt/SystemExit is recorded as unknown
-   ("interrupted") and re-raised.
+   ("interrupted") and re-raised. An exception that names no provider
+   observation (recorded as "error": a NameError, a KeyError, any bug in
+   fn) is logged with its traceback on the ``opjournal`` logger (ERROR);
+   every failure of fn is also described in ``Outcome.message``.
 
 If the journal cannot record the outcome, execute raises
 :class:`~opjournal.errors.NotRecorded` and never reports a success the
@@ -36,6 +39,7 @@ import enum
 import functools
 import http.client
 import inspect
+import logging
 import socket
 import ssl
 import threading
@@ -67,6 +71,12 @@ __all__ = [
     "urlopen",
     "idempotent",
 ]
+
+#: Where execute logs what fn did wrong: an exception that names no provider
+#: observation (error_code "error", most likely a bug in fn) at ERROR with
+#: its traceback. Python's last-resort handler prints it on stderr when the
+#: application configured no logging.
+log = logging.getLogger("opjournal")
 
 #: The journal's limit on error_code, in bytes of UTF-8.
 MAX_ERROR_CODE = MAX_ERROR_CODE_LEN
@@ -178,7 +188,11 @@ class Outcome:
     lease ends (IN_PROGRESS_ELSEWHERE, at least 1). ``operation``: the
     journal's record (None for CONFLICT). ``cause``: fn's exception when
     this execute called fn and it failed, or the PayloadMismatch of a
-    CONFLICT; it is not stored in the journal."""
+    CONFLICT; it is not stored in the journal. ``message``: what happened,
+    for people and logs (not stored): for an exception of fn its type and
+    text ("NameError: name 'PROVIDER_URL' is not defined"), when execute
+    gave up at the deadline why, for a CONFLICT the journal's
+    explanation; "" otherwise."""
 
     kind: OutcomeKind
     replayed: bool = False
@@ -189,6 +203,7 @@ class Outcome:
     needs_review: bool = False
     operation: Optional[Operation] = None
     cause: Optional[BaseException] = field(default=None, compare=False)
+    message: str = field(default="", compare=False)
 
     @property
     def ok(self) -> bool:
@@ -224,7 +239,9 @@ class NotSucceeded(Exception):
             msg = "no outcome (%s)" % k
         if outcome.operation is not None:
             msg = "operation %r: %s" % (outcome.operation.operation_key, msg)
-        if outcome.cause is not None:
+        if outcome.message:
+            msg += ": %s" % (outcome.message,)
+        elif outcome.cause is not None:
             msg += ": %s" % (outcome.cause,)
         super().__init__("opjournal: " + msg)
 
@@ -521,7 +538,7 @@ def _outcome_of(answer: Union[pb.RegisterResponse, pb.ClaimResponse, BaseExcepti
     call."""
     if isinstance(answer, BaseException):
         if isinstance(answer, PayloadMismatch):
-            return Outcome(kind=OutcomeKind.CONFLICT, cause=answer)
+            return Outcome(kind=OutcomeKind.CONFLICT, cause=answer, message=str(answer))
         raise answer
     nxt = answer.next
     if nxt == pb.NEXT_STEP_CALL_PROVIDER:
@@ -696,7 +713,9 @@ def _gave_up(journal: Journal, key: str, attempt: int, run: _Run) -> Outcome:
     finally:
         run.settled.set()
     return Outcome(OutcomeKind.VERIFICATION_REQUIRED, error_code=LEASE_EXPIRED,
-                   needs_review=op.needs_review if op is not None else False, operation=op)
+                   needs_review=op.needs_review if op is not None else False, operation=op,
+                   message="fn was still running at the end of the lease less the safety margin; execute gave up "
+                           "waiting and recorded the attempt as unknown (lease_expired)")
 
 
 def _interrupted(journal: Journal, key: str, attempt: int, run: _Run, intr: BaseException) -> None:
@@ -736,9 +755,27 @@ def _as_effect(ret: Any) -> Optional[Effect]:
     return None
 
 
+def _describe(exc: BaseException) -> str:
+    """An exception as "Type: text" (its qualified name outside builtins)."""
+    t = type(exc)
+    mod = "opjournal" if t.__module__.startswith("opjournal.") else t.__module__  # the name it is exported as
+    name = t.__qualname__ if mod == "builtins" else "%s.%s" % (mod, t.__qualname__)
+    text = str(exc)
+    return "%s: %s" % (name, text) if text else name
+
+
 def _record_failure(journal: Journal, key: str, attempt: int, exc: Exception) -> Outcome:
     final, code = _classify(exc)
     kind = OutcomeKind.FAILED_FINAL if final else OutcomeKind.VERIFICATION_REQUIRED
+    message = _describe(exc)
+    if not final and code == "error":
+        # Nothing in the exception says what the provider did: most likely
+        # a bug in fn (a NameError, a KeyError). It is still recorded as
+        # unknown, since fn may have called the provider before it failed,
+        # but it must not pass unseen.
+        log.error("opjournal: fn of operation %r (attempt %d) raised %s; recorded as unknown (error_code \"error\"), "
+                  "since the provider may have been called: the reconciler or an operator settles it before the key "
+                  "is called again", key, attempt, message, exc_info=(type(exc), exc, exc.__traceback__))
     try:
         if final:
             op = journal.mark_failed_final(key, attempt, code)
@@ -746,7 +783,7 @@ def _record_failure(journal: Journal, key: str, attempt: int, exc: Exception) ->
             op = journal.mark_unknown(key, attempt, code)
     except OpjournalError as e:
         raise NotRecorded(key, attempt, kind, e) from e
-    return Outcome(kind, error_code=code, needs_review=op.needs_review, operation=op, cause=exc)
+    return Outcome(kind, error_code=code, needs_review=op.needs_review, operation=op, cause=exc, message=message)
 
 
 def _record_success(journal: Journal, key: str, attempt: int, eff: Effect) -> Outcome:

@@ -160,7 +160,9 @@ def make_token(name: str, tenant: str, roles: str):
     """Runs `opjournal token` and returns (token, tokens-file entry)."""
     out = subprocess.run([opjournal_bin(), "token", "--name", name, "--tenant", tenant, "--roles", roles],
                          check=True, stdout=subprocess.PIPE, text=True).stdout
-    lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("#")]
+    # The entry is the list item after the token, without a "tokens:" line
+    # (newer `opjournal token` prints one for a new file).
+    lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("#") and ln.strip() != "tokens:"]
     token = lines[0].strip()
     entry = "\n".join(ln for ln in lines[1:]) + "\n"
     return token, entry
@@ -172,12 +174,14 @@ class Provider:
     POST /payments answers according to ``mode``: "ok" (201 with
     {"id": "pay_N", "status": "captured"}), "reject" (400), "503", or
     "hang" (waits for ``release`` to be set, then answers 201). ``calls``
-    counts the POSTs; ``keys`` holds their Idempotency-Key headers;
+    counts the POSTs (on any path); ``keys`` holds their Idempotency-Key
+    headers and ``paths`` their paths;
     ``entered`` is set when a request arrives."""
 
     def __init__(self):
         self.calls = 0
         self.keys = []
+        self.paths = []
         self.mode = "ok"
         self.release = threading.Event()
         self.entered = threading.Event()
@@ -192,6 +196,7 @@ class Provider:
                     provider.calls += 1
                     num = provider.calls
                     provider.keys.append(self.headers.get("Idempotency-Key"))
+                    provider.paths.append(self.path)
                     mode = provider.mode
                 provider.entered.set()
                 if mode == "hang":

@@ -137,6 +137,42 @@ class ExecuteTest(unittest.TestCase):
             want = "failed_final" if isinstance(exc, Rejected) else "unknown"
             self.assertEqual(self.j.lookup(key).status, want)
 
+    def test_a_bug_in_fn_is_logged_and_described_not_silent(self):
+        # The regression: a quick start whose fn used an undefined name got
+        # a bare verification_required, the NameError only in out.cause.
+        key = new_key()
+
+        def charge(k, a):
+            return PROVIDER_URL_NOT_DEFINED  # noqa: F821 - the bug under test
+
+        with self.assertLogs("opjournal", "ERROR") as logs:
+            out = opjournal.execute(self.j, key, "create_payment", PAYLOAD, charge)
+        # Still unknown: the journal cannot know whether fn reached the provider first.
+        self.assertIs(out.kind, OutcomeKind.VERIFICATION_REQUIRED)
+        self.assertEqual(out.error_code, "error")
+        self.assertEqual(self.j.lookup(key).status, "unknown")
+        self.assertIsInstance(out.cause, NameError)
+        self.assertEqual(out.message, "NameError: name 'PROVIDER_URL_NOT_DEFINED' is not defined")
+        [rec] = logs.records
+        self.assertIn(key, rec.getMessage())
+        self.assertIn("NameError: name 'PROVIDER_URL_NOT_DEFINED' is not defined", rec.getMessage())
+        self.assertIs(rec.exc_info[1], out.cause)
+        text = logs.output[0]
+        self.assertIn("Traceback (most recent call last)", text)
+        self.assertIn("in charge", text)  # the traceback points at the bug
+        with self.assertRaises(opjournal.NotSucceeded) as cm:
+            out.check()
+        self.assertIn("NameError", str(cm.exception))
+
+    def test_a_provider_observation_is_described_but_not_logged_as_a_bug(self):
+        key = new_key()
+        self.p.mode = "503"
+        with self.assertNoLogs("opjournal", "ERROR"):
+            out = opjournal.execute(self.j, key, "create_payment", PAYLOAD, self.pay)
+        self.assertEqual((out.kind, out.error_code), (OutcomeKind.VERIFICATION_REQUIRED, "http_503"))
+        self.assertEqual(out.message, "opjournal.UnknownOutcome: outcome unknown (http_503): provider answered 503 "
+                         "Service Unavailable")
+
     def test_conflict_calls_nothing(self):
         key = new_key()
         self.assertTrue(opjournal.execute(self.j, key, "create_payment", PAYLOAD, self.pay).ok)

@@ -3,6 +3,7 @@ the real journal and a counting provider (only the addresses are swapped)."""
 
 import contextlib
 import io
+import os
 import re
 import unittest
 
@@ -21,13 +22,22 @@ def snippet(name):
 
 class ReadmeTest(unittest.TestCase):
     def test_snippets(self):
-        server, provider, mail = Server(), Provider(), Provider()
+        server, provider = Server(), Provider()
         self.addCleanup(server.stop)
         self.addCleanup(provider.stop)
-        self.addCleanup(mail.stop)
-        ns = {"PROVIDER_URL": provider.url, "MAIL_URL": mail.url}
+        # The quick start reads where the provider and the journal are from
+        # the environment, as documented (scripts/fresh-clone.sh runs it
+        # the same way against the real test provider).
+        base = provider.url[:-len("/payments")]
+        for name, value in (("PROVIDER_URL", base), ("OPJOURNAL_ADDR", server.grpc_addr)):
+            old = os.environ.get(name)
+            os.environ[name] = value
+            self.addCleanup(lambda n=name, o=old: os.environ.pop(n) if o is None else os.environ.__setitem__(n, o))
+        ns = {}
         for name in ("quickstart", "decorator", "children"):
-            code = snippet(name).replace("127.0.0.1:9090", server.grpc_addr)
+            code = snippet(name)
+            if name != "quickstart":
+                code = code.replace('"127.0.0.1:9090"', repr(server.grpc_addr))
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
                 exec(compile(code, "README.md:" + name, "exec"), ns)
@@ -41,12 +51,21 @@ class ReadmeTest(unittest.TestCase):
         # The quick start charged once; the decorator once, then replayed;
         # the handler with the child email once, then replayed.
         payment_key = ns["payment_key"]
+        email_key = opjournal.child_key(payment_key, "receipt_email")
         self.assertRegex(payment_key, r"^op_[a-z2-7]{26}$")
-        self.assertEqual(provider.calls, 3)
-        self.assertEqual(provider.keys, ["payment:order-817:intent-01", "payment:818:intent-01", payment_key])
-        self.assertEqual(mail.keys, [opjournal.child_key(payment_key, "receipt_email")])
-        self.assertEqual([op.operation_key for op in ns["children"]], mail.keys)
+        self.assertEqual(provider.calls, 4)
+        self.assertEqual(list(zip(provider.paths, provider.keys)), [
+            ("/payments", "payment:order-817:intent-01"), ("/payments", "payment:818:intent-01"),
+            ("/payments", payment_key), ("/emails", email_key)])
+        self.assertEqual([op.operation_key for op in ns["children"]], [email_key])
         self.assertIn(payment_key, [op.operation_key for op in ns["orders"]])
+
+    def test_the_quick_start_says_what_a_bug_in_fn_gives(self):
+        # The regression of a NameError in the quick start: printed, not a bare kind.
+        code = snippet("quickstart")
+        self.assertIn('print(out.kind, out.result if out.ok else out.message)', code)
+        self.assertIn('os.environ.get("PROVIDER_URL", "http://127.0.0.1:8099")', code)
+        self.assertIn("go run ./cmd/opjournal-fakeprovider", (PYROOT / "README.md").read_text())
 
     def test_the_lease_numbers_are_the_generated_limits(self):
         from opjournal import _limits as L
@@ -68,7 +87,7 @@ class ReadmeTest(unittest.TestCase):
 
     def test_the_quick_start_is_short(self):
         lines = [ln for ln in snippet("quickstart").splitlines() if ln.strip()]
-        self.assertLessEqual(len(lines), 11)
+        self.assertLessEqual(len(lines), 13)
 
 
 if __name__ == "__main__":

@@ -125,6 +125,8 @@ export interface InProgressElsewhere {
   retryAfterMs: number;
   needsReview: boolean;
   operation: Operation;
+  /** Never set (fn was not called); here so that `out.message` reads on any outcome but a success. */
+  message?: undefined;
 }
 
 /**
@@ -147,6 +149,12 @@ export interface VerificationRequired {
    * ("lease_expired") it aborted fn's signal with.
    */
   cause?: unknown;
+  /**
+   * What happened, for people and logs (not stored), when this execute
+   * called fn: fn's error as "Name: message" ("ReferenceError: PSP_URL is
+   * not defined"), or why execute gave up at the lease deadline.
+   */
+  message?: string;
 }
 
 /** The key is registered with other parameters; fn was not called, nothing changed. */
@@ -171,6 +179,8 @@ export interface FailedFinal {
   operation: Operation;
   /** fn's error, when this execute called fn. */
   cause?: unknown;
+  /** fn's error as "Name: message", when this execute called fn. */
+  message?: string;
 }
 
 /** What execute established about an operation; switch on `kind`. */
@@ -497,7 +507,8 @@ async function giveUp(journal: Journal, a: Claimed, cause: UnknownOutcomeError):
     }
     op = await journal.lookup(a.key, recordOptions()).catch(() => a.operation);
   }
-  return { kind: "verification_required", key: a.key, errorCode: LEASE_EXPIRED, needsReview: op.needsReview, operation: op, cause };
+  return { kind: "verification_required", key: a.key, errorCode: LEASE_EXPIRED, needsReview: op.needsReview, operation: op, cause,
+    message: cause.message };
 }
 
 /** Checks op on the client and encodes its payload and refs (INVALID_ARGUMENT otherwise). */
@@ -528,9 +539,32 @@ function validate(op: Op, fn: unknown): { payload: JsonObject; refs: Record<stri
 
 const recordOptions = () => ({ timeoutMs: RECORD_TIMEOUT_MS });
 
+/** A thrown value as "Name: message" (an Error), else what it is. */
+function describeError(e: unknown): string {
+  if (e instanceof Error) return e.message ? `${e.name}: ${e.message}` : e.name;
+  if (typeof e === "object" && e !== null) {
+    const { name, message } = e as { name?: unknown; message?: unknown };
+    if (typeof message === "string") return typeof name === "string" && name ? `${name}: ${message}` : message;
+  }
+  try {
+    return `a thrown ${typeof e}: ${typeof e === "string" ? JSON.stringify(e) : String(e)}`;
+  } catch {
+    return `a thrown ${typeof e}`;
+  }
+}
+
 /** Records fn's throw: failed_final for a Rejected, unknown for anything else. */
 async function recordFailure(journal: Journal, ctx: { key: string; attempt: number }, fnError: unknown): Promise<Outcome> {
   const { final, code } = classifyError(fnError);
+  const message = describeError(fnError);
+  if (!final && code === "error") {
+    // Nothing in the error says what the provider did: most likely a bug in
+    // fn. It is still recorded as unknown, since fn may have called the
+    // provider before it failed, but it must not pass unseen.
+    console.warn(`opjournal: fn of operation ${JSON.stringify(ctx.key)} (attempt ${ctx.attempt}) threw ${message}; ` +
+      "recorded as unknown (errorCode \"error\"), since the provider may have been called: the reconciler or an " +
+      "operator settles it before the key is called again", fnError);
+  }
   const params = { key: ctx.key, attempt: ctx.attempt, errorCode: code };
   if (final) {
     let op: Operation;
@@ -539,7 +573,8 @@ async function recordFailure(journal: Journal, ctx: { key: string; attempt: numb
     } catch (e) {
       throw new NotRecordedError(ctx.key, ctx.attempt, "failed_final", asJournalError(e), { fnError });
     }
-    return { kind: "failed_final", key: ctx.key, replayed: false, errorCode: code, needsReview: op.needsReview, operation: op, cause: fnError };
+    return { kind: "failed_final", key: ctx.key, replayed: false, errorCode: code, needsReview: op.needsReview, operation: op, cause: fnError,
+      message };
   }
   let op: Operation;
   try {
@@ -547,7 +582,8 @@ async function recordFailure(journal: Journal, ctx: { key: string; attempt: numb
   } catch (e) {
     throw new NotRecordedError(ctx.key, ctx.attempt, "verification_required", asJournalError(e), { fnError });
   }
-  return { kind: "verification_required", key: ctx.key, errorCode: code, needsReview: op.needsReview, operation: op, cause: fnError };
+  return { kind: "verification_required", key: ctx.key, errorCode: code, needsReview: op.needsReview, operation: op, cause: fnError,
+    message };
 }
 
 /**

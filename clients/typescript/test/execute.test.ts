@@ -158,6 +158,38 @@ describe("execute", () => {
     }
   });
 
+  // The regression: a quick start whose fn read an undefined variable got a
+  // bare verification_required, the ReferenceError only in out.cause.
+  test("a bug in fn is still unknown, but warned about with its stack and described in the outcome", async (t) => {
+    const warn = t.mock.method(console, "warn", () => {});
+    const key = uniqueKey("payment:bug");
+    const out = await execute(journal, { key, action: "create_payment", payload: payment(1) }, async () => {
+      // @ts-expect-error: the bug under test, a name that is not defined
+      return { externalId: PSP_URL_NOT_DEFINED };
+    });
+    // Unknown all the same: the journal cannot know whether fn reached the provider first.
+    assert.ok(out.kind === "verification_required");
+    assert.equal(out.errorCode, "error");
+    assert.equal((await journal.lookup(key)).status, "unknown");
+    assert.ok(out.cause instanceof ReferenceError);
+    assert.equal(out.message, "ReferenceError: PSP_URL_NOT_DEFINED is not defined");
+    assert.equal(warn.mock.callCount(), 1);
+    const [text, err] = warn.mock.calls[0]!.arguments as [string, Error];
+    assert.match(text, /ReferenceError: PSP_URL_NOT_DEFINED is not defined/);
+    assert.ok(text.includes(key));
+    assert.equal(err, out.cause); // console.warn prints it with its stack
+    assert.match(err.stack ?? "", /execute\.test\.js/);
+
+    // A provider's answer is described too, but it is no bug: no warning.
+    provider.mode = "unavailable";
+    const observed = await execute(journal, { key: uniqueKey("payment:503"), action: "create_payment", payload: payment(1) },
+      charge(payment(1)).fn);
+    assert.ok(observed.kind === "verification_required");
+    assert.equal(observed.errorCode, "http_503");
+    assert.match(observed.message ?? "", /^HttpStatusError: /);
+    assert.equal(warn.mock.callCount(), 1);
+  });
+
   test("in progress elsewhere: a second execute while the first holds the lease calls nothing", async () => {
     const key = uniqueKey("payment:concurrent");
     const op = { key, action: "create_payment", payload: payment(100) };

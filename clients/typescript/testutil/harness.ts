@@ -145,10 +145,14 @@ export async function makeToken(name: string, tenant: string, roles: string): Pr
   const { stdout } = await execFileP(bin, ["token", "--name", name, "--tenant", tenant, "--roles", roles]);
   const lines = stdout.split("\n");
   const tokenAt = lines.findIndex((l) => l.startsWith("# the token"));
-  const entryAt = lines.findIndex((l) => l.startsWith("# add to the tokens file"));
   const token = lines[tokenAt + 1]?.trim() ?? "";
-  if (tokenAt < 0 || entryAt < 0 || !token.startsWith("opj_")) throw new Error("unexpected `opjournal token` output:\n" + stdout);
-  const entry = lines.slice(entryAt + 1).filter((l) => l.trim() !== "").join("\n");
+  // The entry: the list item after the token, without comments and without
+  // a "tokens:" line (newer `opjournal token` prints one for a new file).
+  const entryLines = lines.slice(tokenAt + 2).filter((l) => l.trim() !== "" && !l.startsWith("#") && l.trim() !== "tokens:");
+  if (tokenAt < 0 || !token.startsWith("opj_") || !/^\s*- name:/.test(entryLines[0] ?? "")) {
+    throw new Error("unexpected `opjournal token` output:\n" + stdout);
+  }
+  const entry = entryLines.join("\n");
   return { token, entry };
 }
 

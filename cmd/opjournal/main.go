@@ -469,9 +469,38 @@ func storeKind(url string) string {
 	return k
 }
 
+// buildVersion is set by a release build (go build -ldflags "-X
+// main.buildVersion=v1.2.3"); otherwise the module version and the VCS
+// stamp Go records (unless built with -buildvcs=false) are shown.
+var buildVersion = ""
+
 func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
+	if buildVersion != "" {
+		return buildVersion
 	}
-	return "(devel)"
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(devel)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, at, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = ", modified"
+			}
+		}
+	}
+	if rev != "" && v == "(devel)" {
+		v += fmt.Sprintf(" (commit %.12s, %s%s)", rev, at, dirty)
+	}
+	return v
 }

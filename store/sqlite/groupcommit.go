@@ -50,10 +50,15 @@ type txCall struct {
 type committer struct {
 	db *sql.DB
 	q  *groupq.Queue[*txCall]
+	// exec runs a fixed-text statement in a transaction through the
+	// store's prepared statements (the savepoints' names repeat).
+	exec func(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error)
 }
 
 func newCommitter(db *sql.DB) *committer {
-	c := &committer{db: db}
+	c := &committer{db: db, exec: func(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+		return tx.ExecContext(ctx, query, args...)
+	}}
 	c.q = groupq.New(1, maxGroup, c.run)
 	return c
 }
@@ -158,15 +163,15 @@ func (c *committer) run(group []*txCall) {
 // the transaction itself is broken.
 func (c *committer) inSavepoint(ctx context.Context, tx *sql.Tx, i int, call *txCall) error {
 	sp := fmt.Sprintf("call%d", i)
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
+	if _, err := c.exec(ctx, tx, "SAVEPOINT "+sp); err != nil {
 		return err
 	}
 	if call.err = call.fn(ctx, tx); call.err != nil {
-		if _, err := tx.ExecContext(ctx, "ROLLBACK TO "+sp); err != nil {
+		if _, err := c.exec(ctx, tx, "ROLLBACK TO "+sp); err != nil {
 			return err
 		}
 	}
-	_, err := tx.ExecContext(ctx, "RELEASE "+sp)
+	_, err := c.exec(ctx, tx, "RELEASE "+sp)
 	return err
 }
 

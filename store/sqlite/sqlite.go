@@ -38,6 +38,8 @@ type Store struct {
 	// commit runs the write transactions, grouping concurrent ones
 	// (groupcommit.go).
 	commit *committer
+	// stmts are the hot path's statements, prepared once (prepared.go).
+	stmts preparedCache
 }
 
 var _ store.Store = (*Store)(nil)
@@ -83,7 +85,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	return &Store{db: db, path: path, commit: newCommitter(db)}, nil
+	st := &Store{db: db, path: path, commit: newCommitter(db)}
+	st.commit.exec = st.txExec
+	return st, nil
 }
 
 // createPrivate creates the database file, if it does not exist yet, as
@@ -137,6 +141,7 @@ var _ store.Batching = (*Store)(nil)
 // Close closes the database.
 func (s *Store) Close() error {
 	s.commit.close()
+	s.closeStatements()
 	return s.db.Close()
 }
 
@@ -272,7 +277,7 @@ var _ store.Clock = (*Store)(nil)
 
 // get reads one operation (and the clock) through q.
 func (s *Store) get(ctx context.Context, q querier, tenant, key string) (scanned, bool, error) {
-	sc, err := scanOp(q.QueryRowContext(ctx, `SELECT `+fullColumns+` FROM operations WHERE tenant = ?2 AND operation_key = ?3`,
+	sc, err := scanOp(s.queryRow(ctx, q, `SELECT `+fullColumns+` FROM operations WHERE tenant = ?2 AND operation_key = ?3`,
 		s.clockArg(), tenant, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return scanned{}, false, nil
@@ -331,7 +336,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, tenant string, c *opjourn
 			return applied{}, err
 		}
 		if d.Event != nil {
-			if err := insertEvent(ctx, tx, d.Op, d.Event); err != nil {
+			if err := s.insertEvent(ctx, tx, d.Op, d.Event); err != nil {
 				return applied{}, err
 			}
 		}
@@ -350,7 +355,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, tenant string, c *opjourn
 // no row).
 func (s *Store) now(ctx context.Context, q querier) (time.Time, error) {
 	var v int64
-	if err := q.QueryRowContext(ctx, `SELECT `+nowSQL, s.clockArg()).Scan(&v); err != nil {
+	if err := s.queryRow(ctx, q, `SELECT `+nowSQL, s.clockArg()).Scan(&v); err != nil {
 		return time.Time{}, classify("clock", err)
 	}
 	return ms(v), nil
@@ -373,7 +378,7 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, 
 		nullTime(op.UnknownSince), op.CheckCount, nullTime(op.LastCheckedAt), nullTime(op.NextCheckAt),
 		nullTime(op.AttemptStartedAt), string(dups), op.DuplicateReports, op.UpdatedAt.UnixMilli(), nullTime(op.FirstAttemptAt)}
 	if !insert {
-		_, err = tx.ExecContext(ctx, `UPDATE operations SET status = ?4, attempt_count = ?5, lease_owner = ?6,
+		_, err = s.txExec(ctx, tx, `UPDATE operations SET status = ?4, attempt_count = ?5, lease_owner = ?6,
 			lease_until = ?7, external_id = ?8, result = ?9, error_code = ?10, needs_review = ?11, review_reason = ?12,
 			unknown_since = ?13, check_count = ?14, last_checked_at = ?15, next_check_at = ?16, attempt_started_at = ?17,
 			duplicate_external_ids = ?18, duplicate_reports = ?19, updated_at = ?20, first_attempt_at = ?21
@@ -387,7 +392,7 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, 
 	if r := opjournal.RefsJSON(op.Refs); r != nil {
 		refs = string(r)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO operations (tenant, operation_key, status, attempt_count, lease_owner,
+	_, err = s.txExec(ctx, tx, `INSERT INTO operations (tenant, operation_key, status, attempt_count, lease_owner,
 		lease_until, external_id, result, error_code, needs_review, review_reason, unknown_since, check_count,
 		last_checked_at, next_check_at, attempt_started_at, duplicate_external_ids, duplicate_reports, updated_at,
 		first_attempt_at, action_type, request_hash, hash_key_id, payload, created_at, refs, parent_key)
@@ -397,7 +402,7 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, 
 		return classify("write", err)
 	}
 	for name, value := range op.Refs {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO operation_refs (tenant, operation_key, name, value) VALUES (?1, ?2, ?3, ?4)`,
+		if _, err := s.txExec(ctx, tx, `INSERT INTO operation_refs (tenant, operation_key, name, value) VALUES (?1, ?2, ?3, ?4)`,
 			op.Tenant, op.Key, name, value); err != nil {
 			return classify("write refs", err)
 		}
@@ -405,8 +410,8 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, 
 	return nil
 }
 
-func insertEvent(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, ev *opjournal.Event) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO operation_events
+func (s *Store) insertEvent(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, ev *opjournal.Event) error {
+	_, err := s.txExec(ctx, tx, `INSERT INTO operation_events
 		(tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
 		VALUES (?1, ?2, ?3, nullif(?4, ''), ?5, ?6, ?7, ?8, ?9, nullif(?10, ''))`,
 		op.Tenant, op.Key, ev.At.UnixMilli(), string(ev.From), string(ev.To), ev.Attempt, ev.Actor, ev.StatedActor, ev.Reason, ev.ExternalID)

@@ -17,35 +17,46 @@ const clockTick = 10_000 // µs
 type CPU struct{ Client, Server, Postgres int64 }
 
 // ReadCPU samples CPU time from /proc. serverPid 0 means no server.
-// Processes that cannot be read count as zero (Linux only).
+// Processes that cannot be read count as zero (Linux only). PostgreSQL's
+// processes count with their reaped children, so that a backend which
+// exits during a measurement (its time moves to the postmaster's) does
+// not take its CPU out of the sum.
 func ReadCPU(serverPid int) CPU {
-	c := CPU{Client: procCPU("self")}
+	c := CPU{Client: procCPU("self", false)}
 	if serverPid > 0 {
-		c.Server = procCPU(strconv.Itoa(serverPid))
+		c.Server = procCPU(strconv.Itoa(serverPid), false)
 	}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		if comm, err := os.ReadFile(d + "/comm"); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
-			c.Postgres += procCPU(filepath.Base(d))
+			c.Postgres += procCPU(filepath.Base(d), true)
 		}
 	}
 	return c
 }
 
-// procCPU returns utime+stime of /proc/<pid> in µs.
-func procCPU(pid string) int64 {
+// procCPU returns utime+stime of /proc/<pid> in µs, plus cutime+cstime
+// (its waited-for children's) if children is set.
+func procCPU(pid string, children bool) int64 {
 	b, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
 		return 0
 	}
 	// The command name may contain spaces: fields start after its ')'.
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 13 {
+	if len(f) < 15 {
 		return 0
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return (ut + st) * clockTick
+	n := 2
+	if children {
+		n = 4
+	}
+	var ticks int64
+	for _, v := range f[11 : 11+n] {
+		t, _ := strconv.ParseInt(v, 10, 64)
+		ticks += t
+	}
+	return ticks * clockTick
 }
 
 // RunWithCPU is Run, with the CPU each side spent per operation (warm-up

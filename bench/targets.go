@@ -1,0 +1,438 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Issue16 is the table of issue 16 ("How it must be proven"): every
+// figure the issue sets a target for, how it is computed from a run's
+// rows, and the comparison it must pass. CheckTargets evaluates it; the
+// bench prints the result at the end of every run and writes it into
+// summary.json and RESULTS.md.
+//
+// The scenarios are opjournal-bench's: raw-sql full-cycle (the SPEC's three
+// statements), opjournal full-cycle-grpc, fused-grpc, fused-rest and
+// replay-grpc, grpc noop-health-check (the ceiling of any RPC on the
+// connection), the same opjournal scenarios on the SQLite store, the peers
+// (dbos workflow-1-step, river unique-job) and the growth row
+// (opjournal fused-grpc-at-N). Server CPU is the opjournal server
+// process's CPU time from /proc over the point (warm-up included) divided
+// by the operations it completed (RunWithCPU).
+var Issue16 = []Target{
+	{
+		Name: "fused gRPC / raw SQL (3 statements) at c=32", Cmp: AtLeast, Threshold: 1.3,
+		How:     "ops/s of opjournal fused-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",
+		Compute: opsRatio(Ref{"opjournal", "fused-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
+	},
+	{
+		Name: "full cycle gRPC / raw SQL at c=32", Cmp: AtLeast, Threshold: 0.9,
+		How:     "ops/s of opjournal full-cycle-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",
+		Compute: opsRatio(Ref{"opjournal", "full-cycle-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
+	},
+	{
+		Name: "server CPU per fused operation at c=32", Cmp: AtMost, Threshold: 80, Unit: "µs",
+		How:     "cpu_server_us_per_op of opjournal fused-grpc, PostgreSQL, c=32",
+		Compute: serverCPU(Ref{"opjournal", "fused-grpc", "postgres", 32}),
+	},
+	{
+		Name: "REST fused / gRPC fused at c=32", Cmp: AtLeast, Threshold: 0.85,
+		How:     "ops/s of opjournal fused-rest ÷ ops/s of opjournal fused-grpc, PostgreSQL, c=32",
+		Compute: opsRatio(Ref{"opjournal", "fused-rest", "postgres", 32}, Ref{"opjournal", "fused-grpc", "postgres", 32}),
+	},
+	{
+		Name: "replay / no-op gRPC call ceiling at c=32", Cmp: AtLeast, Threshold: 0.5,
+		How:     "ops/s of opjournal replay-grpc ÷ ops/s of grpc noop-health-check (same connection), c=32",
+		Compute: opsRatio(Ref{"opjournal", "replay-grpc", "postgres", 32}, Ref{"grpc", "noop-health-check", "postgres", 32}),
+	},
+	{
+		Name: "SQLite fused: server CPU per operation at c=32", Cmp: AtMost, Threshold: 250, Unit: "µs",
+		How:     "cpu_server_us_per_op of opjournal fused-grpc on the SQLite store (its own server process), c=32",
+		Compute: serverCPU(Ref{"opjournal", "fused-grpc", "sqlite", 32}),
+	},
+	{
+		Name: "one caller: fused p50 / raw SQL p50", Cmp: AtMost, Threshold: 1.3,
+		How:     "p50_ms of opjournal fused-grpc ÷ p50_ms of raw-sql full-cycle, PostgreSQL, c=1",
+		Compute: p50Ratio(Ref{"opjournal", "fused-grpc", "postgres", 1}, Ref{"raw-sql", "full-cycle", "postgres", 1}),
+	},
+	{
+		Name: "one caller: server CPU per fused operation", Cmp: AtMost, Threshold: 250, Unit: "µs",
+		How:     "cpu_server_us_per_op of opjournal fused-grpc, PostgreSQL, c=1",
+		Compute: serverCPU(Ref{"opjournal", "fused-grpc", "postgres", 1}),
+	},
+	{
+		Name: "ahead of DBOS at every c (lowest fused / DBOS)", Cmp: Above, Threshold: 1,
+		How:     "lowest, over the levels opjournal fused-grpc ran at, of its ops/s ÷ ops/s of dbos workflow-1-step",
+		Compute: aheadAtEveryLevel("dbos", "workflow-1-step"),
+	},
+	{
+		Name: "ahead of River at every c (lowest fused / River)", Cmp: Above, Threshold: 1,
+		How:     "lowest, over the levels opjournal fused-grpc ran at, of its ops/s ÷ ops/s of river unique-job",
+		Compute: aheadAtEveryLevel("river", "unique-job"),
+	},
+	{
+		Name: "p99 at the grown journal / empty (fused gRPC)", Cmp: AtMost, Threshold: 1.2,
+		How:     "p99_ms of opjournal fused-grpc-at-N (after bulk-loading N operations; N = --growth-rows) ÷ p99_ms of fused-grpc at the same c",
+		Compute: growthP99,
+	},
+}
+
+// Cmp is the comparison a target's figure must pass against its threshold.
+type Cmp string
+
+// The comparisons of a target.
+const (
+	AtLeast Cmp = "≥"
+	AtMost  Cmp = "≤"
+	Above   Cmp = ">"
+)
+
+func (c Cmp) holds(v, threshold float64) bool {
+	switch c {
+	case AtLeast:
+		return v >= threshold
+	case AtMost:
+		return v <= threshold
+	case Above:
+		return v > threshold
+	}
+	return false
+}
+
+// Target is one figure with its target: Compute derives the figure from a
+// run's rows, and the figure, rounded as it is printed (Decimals), must
+// pass Cmp against Threshold.
+type Target struct {
+	Name      string
+	How       string // how the figure is computed, in words: the scenarios and fields it reads
+	Cmp       Cmp
+	Threshold float64
+	Unit      string // "" for a ratio
+	// Compute returns the figure and a detail (the inputs). An error
+	// wrapping ErrNotRun makes the figure SKIP; any other error is a MISS.
+	Compute func(rows []Row) (value float64, detail string, err error)
+}
+
+// Decimals is the precision the figure is printed and compared at: whole
+// microseconds for CPU, hundredths for ratios.
+func (t Target) Decimals() int {
+	if t.Unit == "µs" {
+		return 0
+	}
+	return 2
+}
+
+// The verdicts of a target.
+const (
+	Met  = "MET"
+	Miss = "MISS"
+	Skip = "SKIP"
+)
+
+// TargetResult is a target evaluated on one run, as summary.json holds it.
+type TargetResult struct {
+	Name       string   `json:"name"`
+	How        string   `json:"how"`
+	Comparison Cmp      `json:"comparison"`
+	Threshold  float64  `json:"threshold"`
+	Unit       string   `json:"unit,omitempty"`
+	Measured   *float64 `json:"measured,omitempty"` // nil when the figure could not be computed
+	Verdict    string   `json:"verdict"`
+	Detail     string   `json:"detail,omitempty"` // the inputs, or why it was skipped or missed
+}
+
+// ErrNotRun marks a figure whose scenario did not run (SKIP).
+var ErrNotRun = errors.New("not run")
+
+// CheckTargets evaluates targets on rows: MET or MISS for each figure
+// computed, on its value rounded to t.Decimals(); MISS, with why, for a
+// figure whose scenario ran without one successful operation; SKIP, with
+// why, for one whose scenario did not run or left no CPU figure.
+func CheckTargets(targets []Target, rows []Row) []TargetResult {
+	out := make([]TargetResult, 0, len(targets))
+	for _, t := range targets {
+		r := TargetResult{Name: t.Name, How: t.How, Comparison: t.Cmp, Threshold: t.Threshold, Unit: t.Unit}
+		v, detail, err := t.Compute(rows)
+		switch {
+		case errors.Is(err, ErrNotRun):
+			r.Verdict, r.Detail = Skip, err.Error()
+		case err != nil:
+			r.Verdict, r.Detail = Miss, err.Error()
+		case math.IsNaN(v) || math.IsInf(v, 0):
+			r.Verdict, r.Detail = Miss, fmt.Sprintf("no finite figure (%v): %s", v, detail)
+		default:
+			p := math.Pow(10, float64(t.Decimals()))
+			v = math.Round(v*p) / p
+			r.Measured, r.Detail = &v, detail
+			r.Verdict = Miss
+			if t.Cmp.holds(v, t.Threshold) {
+				r.Verdict = Met
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Missed returns how many results are MISS.
+func Missed(results []TargetResult) int {
+	n := 0
+	for _, r := range results {
+		if r.Verdict == Miss {
+			n++
+		}
+	}
+	return n
+}
+
+// Value renders the measured figure ("0.84", "209 µs"; "-" if none).
+func (r TargetResult) Value() string {
+	if r.Measured == nil {
+		return "-"
+	}
+	d := 2
+	if r.Unit == "µs" {
+		d = 0
+	}
+	return withUnit(strconv.FormatFloat(*r.Measured, 'f', d, 64), r.Unit)
+}
+
+// Want renders the comparison and threshold ("≥ 1.3", "≤ 80 µs").
+func (r TargetResult) Want() string {
+	return string(r.Comparison) + " " + withUnit(strconv.FormatFloat(r.Threshold, 'g', -1, 64), r.Unit)
+}
+
+func withUnit(v, unit string) string {
+	if unit == "" {
+		return v
+	}
+	return v + " " + unit
+}
+
+// WriteTargets prints results as aligned lines, one per figure, each
+// after prefix:
+//
+//	MET  fused gRPC / raw SQL (3 statements) at c=32  1.34 ≥ 1.3  4000 vs 3000 ops/s
+func WriteTargets(w io.Writer, prefix string, results []TargetResult) {
+	var nameW, valueW, wantW int
+	for _, r := range results {
+		nameW = max(nameW, utf8.RuneCountInString(r.Name))
+		valueW = max(valueW, utf8.RuneCountInString(r.Value()))
+		wantW = max(wantW, utf8.RuneCountInString(r.Want()))
+	}
+	for _, r := range results {
+		line := fmt.Sprintf("%s%-4s %s  %s %s  %s", prefix, r.Verdict, pad(r.Name, nameW, false), pad(r.Value(), valueW, true), pad(r.Want(), wantW, false), r.Detail)
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
+}
+
+// pad pads s with spaces to n runes, on the left if right is set
+// (fmt's widths count bytes, and "≥" and "µ" take more than one).
+func pad(s string, n int, right bool) string {
+	sp := strings.Repeat(" ", max(0, n-utf8.RuneCountInString(s)))
+	if right {
+		return sp + s
+	}
+	return s + sp
+}
+
+// TargetsMarkdown renders results as a Markdown table.
+func TargetsMarkdown(results []TargetResult) string {
+	var b strings.Builder
+	b.WriteString("| verdict | figure | measured | target | how it is computed | detail |\n|---|---|--:|---|---|---|\n")
+	for _, r := range results {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Verdict, mdCell(r.Name), r.Value(), r.Want(), mdCell(r.How), mdCell(r.Detail))
+	}
+	return b.String()
+}
+
+func mdCell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// Ref names one row: a system's scenario on a store at a concurrency.
+type Ref struct {
+	System, Scenario, Store string
+	C                       int
+}
+
+func (r Ref) String() string {
+	return fmt.Sprintf("%s %s (%s) c=%d", r.System, r.Scenario, r.Store, r.C)
+}
+
+// flag is the --scenarios name of opjournal-bench that runs the row.
+func (r Ref) flag() string {
+	switch {
+	case r.Store == "sqlite":
+		return "sqlite"
+	case r.System == "raw-sql" || r.System == "grpc":
+		return r.System
+	case r.System == "dbos" || r.System == "river":
+		return "peers"
+	case strings.HasPrefix(r.Scenario, "fused-grpc-at-"):
+		return "growth"
+	}
+	return r.Scenario
+}
+
+// row returns the row ref names. It fails with ErrNotRun if there is
+// none, and otherwise if the row has no successful operation.
+func row(rows []Row, ref Ref) (Row, error) {
+	i := slices.IndexFunc(rows, func(r Row) bool {
+		return r.System == ref.System && r.Scenario == ref.Scenario && r.Store == ref.Store && r.Concurrency == ref.C
+	})
+	if i < 0 {
+		return Row{}, fmt.Errorf("%s %w (--scenarios %s, --concurrency %d)", ref, ErrNotRun, ref.flag(), ref.C)
+	}
+	r := rows[i]
+	if r.OpsPerSec <= 0 {
+		return r, fmt.Errorf("%s completed no operation (%d errors) %s", ref, r.Errors, r.Note)
+	}
+	return r, nil
+}
+
+// combine joins errs on one line. The result is ErrNotRun (SKIP) only if
+// every error is: a scenario that ran and failed makes the figure a MISS
+// even when another one it needs did not run.
+func combine(errs ...error) error {
+	var msgs []string
+	notRun := true
+	for _, err := range errs {
+		if err != nil {
+			msgs = append(msgs, err.Error())
+			notRun = notRun && errors.Is(err, ErrNotRun)
+		}
+	}
+	switch {
+	case len(msgs) == 0:
+		return nil
+	case notRun:
+		return notRunError(strings.Join(msgs, "; "))
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// notRunError is a message that is ErrNotRun.
+type notRunError string
+
+func (e notRunError) Error() string        { return string(e) }
+func (e notRunError) Is(target error) bool { return target == ErrNotRun }
+
+// errorsNote says how many calls of the rows failed, if any did.
+func errorsNote(rs ...Row) string {
+	var parts []string
+	for _, r := range rs {
+		if r.Errors > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s: %d errors", r.System, r.Scenario, r.Errors))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, ", ")
+}
+
+// opsRatio is the ops/s of a over the ops/s of b.
+func opsRatio(a, b Ref) func([]Row) (float64, string, error) {
+	return func(rows []Row) (float64, string, error) {
+		ra, errA := row(rows, a)
+		rb, errB := row(rows, b)
+		if err := combine(errA, errB); err != nil {
+			return 0, "", err
+		}
+		return ra.OpsPerSec / rb.OpsPerSec, fmt.Sprintf("%.0f vs %.0f ops/s%s", ra.OpsPerSec, rb.OpsPerSec, errorsNote(ra, rb)), nil
+	}
+}
+
+// p50Ratio is the p50 latency of a over that of b.
+func p50Ratio(a, b Ref) func([]Row) (float64, string, error) {
+	return func(rows []Row) (float64, string, error) {
+		ra, errA := row(rows, a)
+		rb, errB := row(rows, b)
+		if err := combine(errA, errB); err != nil {
+			return 0, "", err
+		}
+		return ra.P50ms / rb.P50ms, fmt.Sprintf("p50 %.3f vs %.3f ms%s", ra.P50ms, rb.P50ms, errorsNote(ra, rb)), nil
+	}
+}
+
+// serverCPU is the server's CPU per operation of a row.
+func serverCPU(ref Ref) func([]Row) (float64, string, error) {
+	return func(rows []Row) (float64, string, error) {
+		r, err := row(rows, ref)
+		if err != nil {
+			return 0, "", err
+		}
+		if r.CPUServerUs <= 0 {
+			return 0, "", notRunError(fmt.Sprintf("%s has no server CPU figure (was /proc readable?)", ref))
+		}
+		detail := fmt.Sprintf("%.0f ops/s; bench client %.0f µs/op", r.OpsPerSec, r.CPUClientUs)
+		if ref.Store == "postgres" {
+			detail += fmt.Sprintf(", PostgreSQL %.0f µs/op", r.CPUPostgresUs)
+		}
+		return r.CPUServerUs, detail + errorsNote(r), nil
+	}
+}
+
+// aheadAtEveryLevel is the lowest ratio of opjournal fused-grpc's ops/s to
+// the peer's at each level the fused path ran at on PostgreSQL.
+func aheadAtEveryLevel(system, scenario string) func([]Row) (float64, string, error) {
+	return func(rows []Row) (float64, string, error) {
+		var levels []int
+		for _, r := range rows {
+			if r.System == "opjournal" && r.Scenario == "fused-grpc" && r.Store == "postgres" && !slices.Contains(levels, r.Concurrency) {
+				levels = append(levels, r.Concurrency)
+			}
+		}
+		slices.Sort(levels)
+		if len(levels) == 0 {
+			return 0, "", fmt.Errorf("opjournal fused-grpc (postgres) %w (--scenarios fused-grpc)", ErrNotRun)
+		}
+		lowest := math.Inf(1)
+		var parts []string
+		var errs []error
+		for _, l := range levels {
+			f, errF := row(rows, Ref{"opjournal", "fused-grpc", "postgres", l})
+			p, errP := row(rows, Ref{system, scenario, "postgres", l})
+			if err := combine(errF, errP); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			v := f.OpsPerSec / p.OpsPerSec
+			lowest = min(lowest, v)
+			// Rounded as the figure is (CheckTargets), not as %.2f does (half to even).
+			parts = append(parts, fmt.Sprintf("c=%d %.2f (%.0f vs %.0f ops/s)", l, math.Round(v*100)/100, f.OpsPerSec, p.OpsPerSec))
+		}
+		// Every level must be measured for "at every concurrency": a
+		// level that failed is a MISS, one the peer did not run a SKIP.
+		if err := combine(errs...); err != nil {
+			if len(parts) > 0 {
+				err = fmt.Errorf("%w; measured: %s", err, strings.Join(parts, ", "))
+			}
+			return 0, "", err
+		}
+		return lowest, strings.Join(parts, ", "), nil
+	}
+}
+
+// growthP99 is the p99 of the fused path after the growth bulk load over
+// its p99 on the (nearly) empty journal at the same concurrency.
+func growthP99(rows []Row) (float64, string, error) {
+	i := slices.IndexFunc(rows, func(r Row) bool {
+		return r.System == "opjournal" && strings.HasPrefix(r.Scenario, "fused-grpc-at-") && r.Store == "postgres"
+	})
+	if i < 0 {
+		return 0, "", fmt.Errorf("opjournal fused-grpc-at-N (postgres) %w (--scenarios growth, --growth-rows > 0)", ErrNotRun)
+	}
+	g := rows[i]
+	grown, errG := row(rows, Ref{g.System, g.Scenario, g.Store, g.Concurrency})
+	empty, errE := row(rows, Ref{"opjournal", "fused-grpc", "postgres", g.Concurrency})
+	if err := combine(errG, errE); err != nil {
+		return 0, "", err
+	}
+	return grown.P99ms / empty.P99ms, fmt.Sprintf("%s c=%d: p99 %.3f vs %.3f ms%s", grown.Scenario, grown.Concurrency, grown.P99ms, empty.P99ms, errorsNote(grown, empty)), nil
+}

@@ -143,7 +143,13 @@ type Outcome struct {
 	// Operation.DuplicateExternalId holds the later one.
 	ExternalID string
 	// Result is the stored result as compact JSON (Succeeded; nil if
-	// none), or the stored refusal (FailedFinal, RejectedWith).
+	// none), or the stored refusal (FailedFinal, RejectedWith). When this
+	// Execute recorded the outcome itself, it is the result (or refusal)
+	// fn gave, as sent: the journal's answer leaves it out (the BASIC
+	// view), and what it stores differs only where the policy says so
+	// (redact_fields blanked, null members dropped), which a replay then
+	// returns. After a duplicate effect it is the first effect's stored
+	// result, read with Lookup (nil if that read failed).
 	Result json.RawMessage
 	// ErrorCode is the provider's rejection for FailedFinal, and what was
 	// last observed ("timeout", "http_503", "panic") for VerificationRequired.
@@ -283,6 +289,10 @@ func (c *Client) execute(ctx context.Context, op Op, fn func(ctx context.Context
 		Refs:         op.Refs,
 		ParentKey:    op.ParentKey,
 		Claim:        &opjournalv1.ClaimOptions{WorkerId: c.workerID, LeaseSeconds: c.leaseSeconds},
+		// The lean answer whatever the server's default: no payload (fn
+		// works from op's own), the stored result when there is one to
+		// replay.
+		View: basic,
 	})
 	if err != nil {
 		err = journalError(ctx, "register", op.Key, err)
@@ -329,6 +339,11 @@ func outcomeOf(resp *opjournalv1.RegisterResponse) (out Outcome, call bool, err 
 	}
 	return out, false, nil
 }
+
+// basic is the view the SDK asks for in the agent's calls (AIP-157): their
+// answers leave the payload out (and, for the marks, the result, which is
+// the one sent), whatever the server's default.
+const basic = opjournalv1.OperationView_OPERATION_VIEW_BASIC
 
 // validate checks op on the client and encodes its payload.
 func (op Op) validate() (*structpb.Struct, error) {
@@ -489,7 +504,7 @@ func (c *Client) extend(ctx context.Context, a Attempt, lease *leaseClock) bool 
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(opjournal.HeartbeatInterval(a.Lease), time.Second))
 	defer cancel()
 	sent := time.Now()
-	resp, err := c.rpc.ExtendLease(bctx, &opjournalv1.ExtendLeaseRequest{OperationKey: a.Key, Attempt: int32(a.Number)})
+	resp, err := c.rpc.ExtendLease(bctx, &opjournalv1.ExtendLeaseRequest{OperationKey: a.Key, Attempt: int32(a.Number), View: basic})
 	if err != nil {
 		switch codeOf(journalError(bctx, "extend lease", a.Key, err)) {
 		case opjournal.CodeStaleAttempt, opjournal.CodeInvalidState, opjournal.CodeNotFound, opjournal.CodeInvalidArgument:
@@ -507,7 +522,7 @@ func (c *Client) extend(ctx context.Context, a Attempt, lease *leaseClock) bool 
 func (c *Client) giveUp(ctx context.Context, a Attempt) (Outcome, error) {
 	rctx, cancel := recordContext(ctx)
 	defer cancel()
-	resp, err := c.rpc.MarkUnknown(rctx, &opjournalv1.MarkUnknownRequest{OperationKey: a.Key, Attempt: int32(a.Number), ErrorCode: "lease_expired"})
+	resp, err := c.rpc.MarkUnknown(rctx, &opjournalv1.MarkUnknownRequest{OperationKey: a.Key, Attempt: int32(a.Number), ErrorCode: "lease_expired", View: basic})
 	var op *opjournalv1.Operation
 	if err != nil {
 		jerr := journalError(rctx, "mark unknown", a.Key, err)
@@ -536,7 +551,7 @@ func (c *Client) recordPanic(ctx context.Context, a Attempt) {
 	rctx, cancel := recordContext(ctx)
 	defer cancel()
 	_, _ = c.rpc.MarkUnknown(rctx, &opjournalv1.MarkUnknownRequest{
-		OperationKey: a.Key, Attempt: int32(a.Number), ErrorCode: "panic",
+		OperationKey: a.Key, Attempt: int32(a.Number), ErrorCode: "panic", View: basic,
 	})
 }
 
@@ -556,7 +571,7 @@ func (c *Client) record(ctx context.Context, a Attempt, eff Effect, ferr error) 
 	}
 	final, code := classify(ferr)
 	if final {
-		req := &opjournalv1.MarkFailedFinalRequest{OperationKey: key, Attempt: n, ErrorCode: code}
+		req := &opjournalv1.MarkFailedFinalRequest{OperationKey: key, Attempt: n, ErrorCode: code, View: basic}
 		var re *RejectedError
 		if errors.As(ferr, &re) && re.Refusal != nil {
 			// A refusal that does not encode is left out: the rejection
@@ -575,10 +590,11 @@ func (c *Client) record(ctx context.Context, a Attempt, eff Effect, ferr error) 
 				Err: journalError(rctx, "mark failed_final", key, err)}
 		}
 		op := resp.GetOperation()
+		// The answer (BASIC) leaves the refusal out: it is the one sent.
 		return Outcome{Kind: FailedFinal, ErrorCode: code, NeedsReview: op.GetNeedsReview(), Cause: ferr, Operation: op,
-			Result: decodeObject(op.GetResult())}, nil
+			Result: decodeObject(req.GetResult())}, nil
 	}
-	resp, err := c.rpc.MarkUnknown(rctx, &opjournalv1.MarkUnknownRequest{OperationKey: key, Attempt: n, ErrorCode: code})
+	resp, err := c.rpc.MarkUnknown(rctx, &opjournalv1.MarkUnknownRequest{OperationKey: key, Attempt: n, ErrorCode: code, View: basic})
 	if err != nil {
 		return Outcome{}, &NotRecordedError{Key: key, Attempt: a.Number, Observed: VerificationRequired,
 			Err: journalError(rctx, "mark unknown", key, err)}
@@ -591,7 +607,7 @@ func (c *Client) record(ctx context.Context, a Attempt, eff Effect, ferr error) 
 // store does not lose the effect: it is recorded without the result, and
 // the outcome comes with an error saying so.
 func (c *Client) markSucceeded(ctx context.Context, a Attempt, eff Effect) (Outcome, error) {
-	req := &opjournalv1.MarkSucceededRequest{OperationKey: a.Key, Attempt: int32(a.Number), ExternalId: eff.ExternalID}
+	req := &opjournalv1.MarkSucceededRequest{OperationKey: a.Key, Attempt: int32(a.Number), ExternalId: eff.ExternalID, View: basic}
 	var resultErr error
 	if eff.Result != nil {
 		req.Result, resultErr = encodeObject("result", eff.Result)
@@ -614,9 +630,19 @@ func (c *Client) markSucceeded(ctx context.Context, a Attempt, eff Effect) (Outc
 	out := Outcome{
 		Kind:        Succeeded,
 		ExternalID:  op.GetExternalId(),
-		Result:      decodeObject(op.GetResult()),
 		NeedsReview: op.GetNeedsReview(),
 		Operation:   op,
+	}
+	if op.GetExternalId() == eff.ExternalID {
+		// The answer (BASIC) leaves the result out: it is the one sent.
+		out.Result = decodeObject(req.GetResult())
+	} else {
+		// The journal holds another effect (a duplicate, now under
+		// review): the stored result is that one's. Best effort: the
+		// effect is recorded whether or not it can be read.
+		if rec, lerr := c.rpc.Lookup(ctx, &opjournalv1.LookupRequest{OperationKey: a.Key, View: opjournalv1.OperationView_OPERATION_VIEW_FULL}); lerr == nil {
+			out.Result = decodeObject(rec.GetOperation().GetResult())
+		}
 	}
 	if resultErr != nil {
 		return out, fmt.Errorf("opjournal: operation %q succeeded and is recorded, but its result was not stored: %w", a.Key, resultErr)

@@ -152,8 +152,9 @@ func TestArticleFlow(t *testing.T) {
 			t.Fatalf("Lookup after reconciliation: %v", succeeded.GetStatus())
 		}
 
-		// A repeat now returns the stored result, and a claim is refused.
-		rep, err = c.Register(ctx, &pb.RegisterRequest{OperationKey: key, ActionType: "create_payment", Payload: again})
+		// A repeat now returns the stored result, and a claim is refused
+		// (FULL: the whole stored record, payload included).
+		rep, err = c.Register(ctx, &pb.RegisterRequest{OperationKey: key, ActionType: "create_payment", Payload: again, View: pb.OperationView_OPERATION_VIEW_FULL})
 		if err != nil {
 			t.Fatalf("Register after success: %v", err)
 		}

@@ -30,8 +30,8 @@ func TestRESTWalkthrough(t *testing.T) {
 	const key = "payment:order-900:intent-01"
 	payload := map[string]any{"amount_minor": 125000, "currency": "EUR", "order_id": "order-900"}
 
-	// Register.
-	r := post(t, srv, "register", map[string]any{"operation_key": key, "action_type": "create_payment", "payload": payload})
+	// Register (the FULL view: the stored payload comes back too).
+	r := post(t, srv, "register", map[string]any{"operation_key": key, "action_type": "create_payment", "payload": payload, "view": "OPERATION_VIEW_FULL"})
 	if r.Status != http.StatusOK {
 		t.Fatalf("register: %d %s", r.Status, r.Body)
 	}

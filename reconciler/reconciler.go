@@ -536,9 +536,11 @@ func (r *Reconciler) markSucceeded(ctx context.Context, op *opjournalv1.Operatio
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.RPCTimeout)
 	defer cancel()
+	// The FULL view: whether ours is the stored effect shows in the stored
+	// result (reconciled_by), which the default (BASIC) answer leaves out.
 	resp, err := r.cfg.Journal.MarkSucceeded(cctx, &opjournalv1.MarkSucceededRequest{
 		OperationKey: op.GetOperationKey(), Attempt: op.GetAttemptCount(),
-		ExternalId: externalID, Result: result, Actor: r.cfg.ID,
+		ExternalId: externalID, Result: result, Actor: r.cfg.ID, View: opjournalv1.OperationView_OPERATION_VIEW_FULL,
 	})
 	if err != nil {
 		return r.failed(op, DecisionSucceeded, err)

@@ -18,7 +18,7 @@ func TestCheckBodyTeaches(t *testing.T) {
 		{"Register", `{"operation_key": "k", "action_typ": "send_email", "payload": {}}`, "action_typ", `unknown field "action_typ"; did you mean "action_type"?`},
 		{"Register", `{"OperationKey": "k"}`, "OperationKey", `unknown field "OperationKey"; did you mean "operation_key"?`},
 		{"Register", `{"operation_key": "k", "claim": {"worker": "w"}}`, "claim.worker", `unknown field "worker"; did you mean "worker_id"?`},
-		{"Register", `{"operation_key": "k", "zzz": 1}`, "zzz", `unknown field "zzz" (the fields of RegisterRequest: operation_key, action_type, payload, claim, refs, parent_key)`},
+		{"Register", `{"operation_key": "k", "zzz": 1}`, "zzz", `unknown field "zzz" (the fields of RegisterRequest: operation_key, action_type, payload, claim, refs, parent_key, view)`},
 		{"Register", `{"operation_key": "k", "payload": "x"}`, "payload", `must be a JSON object, not a string`},
 		{"Register", `{"operation_key": 7}`, "operation_key", `must be a string, not a number`},
 		{"Register", `{"operation_key": "k", "refs": {"order_id": 817}}`, "refs.order_id", `must be a string, not a number`},

@@ -29,6 +29,10 @@ type journalServer struct {
 }
 
 func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.RegisterResponse, error) {
+	full, err := fullView(req.GetView(), pb.OperationView_OPERATION_VIEW_BASIC)
+	if err != nil {
+		return nil, err
+	}
 	payload, err := structJSON("payload", req.GetPayload())
 	if err != nil {
 		return nil, err
@@ -47,7 +51,7 @@ func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (
 		}
 		return nil, err
 	}
-	op, err := operationPB(res.Operation)
+	op, err := operationPBView(res.Operation, full, true)
 	if err != nil {
 		return nil, err
 	}
@@ -104,13 +108,17 @@ var nextPB = map[opjournal.NextStep]pb.NextStep{
 }
 
 func (s *journalServer) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
+	full, err := fullView(req.GetView(), pb.OperationView_OPERATION_VIEW_BASIC)
+	if err != nil {
+		return nil, err
+	}
 	res, err := s.svc.Claim(ctx, journal.ClaimRequest{
 		Caller: callerOf(ctx), Key: req.GetOperationKey(), WorkerID: req.GetWorkerId(), LeaseSeconds: int(req.GetLeaseSeconds()),
 	})
 	if err != nil {
 		return nil, err
 	}
-	op, err := operationPB(res.Operation)
+	op, err := operationPBView(res.Operation, full, true)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +129,10 @@ func (s *journalServer) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.Cl
 }
 
 func (s *journalServer) ExtendLease(ctx context.Context, req *pb.ExtendLeaseRequest) (*pb.ExtendLeaseResponse, error) {
+	full, err := fullView(req.GetView(), pb.OperationView_OPERATION_VIEW_BASIC)
+	if err != nil {
+		return nil, err
+	}
 	op, err := s.svc.ExtendLease(ctx, journal.ExtendLeaseRequest{
 		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), LeaseSeconds: int(req.GetLeaseSeconds()),
 	})
@@ -129,7 +141,7 @@ func (s *journalServer) ExtendLease(ctx context.Context, req *pb.ExtendLeaseRequ
 		return nil, err
 	}
 	s.metrics.outcome(op.Action, "lease_extended")
-	pop, err := operationPB(op)
+	pop, err := operationPBView(op, full, full)
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +152,10 @@ func (s *journalServer) ExtendLease(ctx context.Context, req *pb.ExtendLeaseRequ
 }
 
 func (s *journalServer) MarkSucceeded(ctx context.Context, req *pb.MarkSucceededRequest) (*pb.MarkSucceededResponse, error) {
+	full, err := fullView(req.GetView(), pb.OperationView_OPERATION_VIEW_BASIC)
+	if err != nil {
+		return nil, err
+	}
 	var result json.RawMessage
 	if req.GetResult() != nil {
 		r, err := structJSON("result", req.GetResult())
@@ -161,11 +177,15 @@ func (s *journalServer) MarkSucceeded(ctx context.Context, req *pb.MarkSucceeded
 	} else {
 		s.metrics.outcome(op.Action, "succeeded")
 	}
-	pop, err := operationPB(op)
+	pop, err := operationPBView(op, full, full)
 	return &pb.MarkSucceededResponse{Operation: pop}, err
 }
 
 func (s *journalServer) MarkUnknown(ctx context.Context, req *pb.MarkUnknownRequest) (*pb.MarkUnknownResponse, error) {
+	full, err := fullView(req.GetView(), pb.OperationView_OPERATION_VIEW_BASIC)
+	if err != nil {
+		return nil, err
+	}
 	op, err := s.svc.MarkUnknown(ctx, journal.MarkRequest{
 		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ErrorCode: req.GetErrorCode(),
 	})
@@ -174,11 +194,15 @@ func (s *journalServer) MarkUnknown(ctx context.Context, req *pb.MarkUnknownRequ
 		return nil, err
 	}
 	s.metrics.outcome(op.Action, "unknown")
-	pop, err := operationPB(op)
+	pop, err := operationPBView(op, full, full)
 	return &pb.MarkUnknownResponse{Operation: pop}, err
 }
 
 func (s *journalServer) MarkFailedFinal(ctx context.Context, req *pb.MarkFailedFinalRequest) (*pb.MarkFailedFinalResponse, error) {
+	full, err := fullView(req.GetView(), pb.OperationView_OPERATION_VIEW_BASIC)
+	if err != nil {
+		return nil, err
+	}
 	result, err := structJSON("result", req.GetResult())
 	if err != nil {
 		return nil, err
@@ -191,7 +215,7 @@ func (s *journalServer) MarkFailedFinal(ctx context.Context, req *pb.MarkFailedF
 		return nil, err
 	}
 	s.metrics.outcome(op.Action, "failed_final")
-	pop, err := operationPB(op)
+	pop, err := operationPBView(op, full, full)
 	return &pb.MarkFailedFinalResponse{Operation: pop}, err
 }
 
@@ -204,10 +228,7 @@ func (s *journalServer) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.
 	if err != nil {
 		return nil, err
 	}
-	if !full {
-		op.Payload, op.Result = nil, nil
-	}
-	pop, err := operationPB(op)
+	pop, err := operationPBView(op, full, full)
 	return &pb.LookupResponse{Operation: pop}, err
 }
 
@@ -291,8 +312,18 @@ var statusPB = map[opjournal.Status]pb.Status{
 	opjournal.StatusFailedFinal: pb.Status_STATUS_FAILED_FINAL,
 }
 
-// operationPB converts a record for the wire.
+// operationPB converts a record for the wire, every field (the FULL view).
 func operationPB(op *opjournal.Operation) (*pb.Operation, error) {
+	return operationPBView(op, true, true)
+}
+
+// operationPBView converts a record for the wire with its payload only if
+// payload and its result only if result: what an answer's view (AIP-157)
+// leaves out is never decoded into a Struct, which is most of the CPU of
+// converting an operation. The agent's calls answer in BASIC by default
+// (their caller sent the payload and the result itself); Register and
+// Claim keep the stored result in BASIC, as it is what a replay returns.
+func operationPBView(op *opjournal.Operation, payload, result bool) (*pb.Operation, error) {
 	out := &pb.Operation{
 		OperationKey:         op.Key,
 		ActionType:           op.Action,
@@ -323,10 +354,11 @@ func operationPB(op *opjournal.Operation) (*pb.Operation, error) {
 		}
 	}
 	for _, j := range []struct {
-		raw json.RawMessage
-		dst **structpb.Struct
-	}{{op.Payload, &out.Payload}, {op.Result, &out.Result}} {
-		if j.raw == nil {
+		raw  json.RawMessage
+		dst  **structpb.Struct
+		want bool
+	}{{op.Payload, &out.Payload, payload}, {op.Result, &out.Result, result}} {
+		if j.raw == nil || !j.want {
 			continue
 		}
 		// structFromJSON rather than protojson.Unmarshal: the same Struct

@@ -22,9 +22,10 @@ var statusFromPB = map[pb.Status]opjournal.Status{
 	pb.Status_STATUS_FAILED_FINAL: opjournal.StatusFailedFinal,
 }
 
-// fullView reports whether a request asks for payloads and results: the
-// default of lists is BASIC (AIP-157), so that a page stays small whatever
-// the operations carry.
+// fullView reports whether a request asks for payloads and results, def
+// being the method's default (AIP-157): BASIC for lists, so that a page
+// stays small whatever the operations carry, and for the agent's calls,
+// whose caller sent the payload and result itself; FULL for Lookup.
 func fullView(v pb.OperationView, def pb.OperationView) (bool, error) {
 	if v == pb.OperationView_OPERATION_VIEW_UNSPECIFIED {
 		v = def

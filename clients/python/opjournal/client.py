@@ -26,7 +26,10 @@ STATUSES = ("pending", "in_progress", "unknown", "succeeded", "failed_final")
 #: Registration.next / ClaimResult.next values (the journal's NextStep).
 NEXT_STEPS = ("call_provider", "replay", "wait", "verification_required", "failed_final", "claim")
 
-#: The ``view=`` values of lookup() and list_operations().
+#: The ``view=`` values of lookup(), list_operations() and the agent's calls
+#: (register, claim, extend_lease, mark_*): "basic" leaves the payload out
+#: (and the result, but for the stored result of register and claim, which a
+#: replay returns), "full" is every field, None the method's default.
 VIEWS = {None: pb.OPERATION_VIEW_UNSPECIFIED, "": pb.OPERATION_VIEW_UNSPECIFIED,
          "basic": pb.OPERATION_VIEW_BASIC, "full": pb.OPERATION_VIEW_FULL}
 
@@ -41,7 +44,9 @@ class Operation:
     "failed_final" (an in_progress operation whose lease expired reads as
     "unknown"). Strings that are not set are "", timestamps (aware UTC
     datetimes) and ``payload``/``result`` (dicts) are None (``payload`` and
-    ``result`` are also None in the "basic" view).
+    ``result`` are also None in the "basic" view, the default of
+    list_operations() and of the agent's calls, but for the stored result in
+    the answers of register() and claim(), which a replay returns).
 
     ``duplicate_external_ids`` are the distinct other external_ids later
     MarkSucceeded calls reported (detected duplicate effects, oldest first,
@@ -380,7 +385,8 @@ class Journal:
 
     def register(self, key: str, action: str, payload: Mapping[str, Any], *, claim: bool = False,
                  worker_id: Optional[str] = None, lease_seconds: Optional[int] = None,
-                 refs: Optional[Mapping[str, str]] = None, parent_key: Optional[str] = None) -> Registration:
+                 refs: Optional[Mapping[str, str]] = None, parent_key: Optional[str] = None,
+                 view: Optional[str] = "basic") -> Registration:
         """Registers an operation before its external call. A new key is
         inserted as pending (created=True); the same key and payload return
         the existing record (with the stored result when terminal); the same
@@ -395,17 +401,22 @@ class Journal:
         this one is a side effect of (see child_key()). Neither is part of
         the request hash, and both are fixed at registration: the same key
         and payload with other refs (or another parent) raise
-        PayloadMismatch (field "refs" or "parent_key")."""
+        PayloadMismatch (field "refs" or "parent_key").
+
+        ``view`` is how much of the operation the answer carries: "basic"
+        (the default) leaves the payload out (the caller has it) but keeps
+        the stored result, which a replay returns; "full" adds the payload."""
         return self._registration(self._call("Register", self._register_request(
             key, action, payload, claim=claim, worker_id=worker_id, lease_seconds=lease_seconds,
-            refs=refs, parent_key=parent_key)))
+            refs=refs, parent_key=parent_key, view=view)))
 
     def _register_request(self, key: str, action: str, payload: Mapping[str, Any], *, claim: bool = False,
                           worker_id: Optional[str] = None, lease_seconds: Optional[int] = None,
                           refs: Optional[Mapping[str, str]] = None,
-                          parent_key: Optional[str] = None) -> pb.RegisterRequest:
+                          parent_key: Optional[str] = None, view: Optional[str] = "basic") -> pb.RegisterRequest:
         req = pb.RegisterRequest(operation_key=key, action_type=action, payload=_convert.to_struct("payload", payload),
-                                 refs=_convert.to_refs(refs), parent_key=_convert.to_key("parent_key", parent_key))
+                                 refs=_convert.to_refs(refs), parent_key=_convert.to_key("parent_key", parent_key),
+                                 view=_view_value(view))
         if claim:
             req.claim.worker_id = worker_id or self.worker_id
             req.claim.lease_seconds = self.lease_seconds if lease_seconds is None else int(lease_seconds)
@@ -423,12 +434,15 @@ class Journal:
             lease_seconds=resp.lease_seconds,
         )
 
-    def claim(self, key: str, *, worker_id: Optional[str] = None, lease_seconds: Optional[int] = None) -> ClaimResult:
-        """Asks for a lease so the caller may call the provider."""
+    def claim(self, key: str, *, worker_id: Optional[str] = None, lease_seconds: Optional[int] = None,
+              view: Optional[str] = "basic") -> ClaimResult:
+        """Asks for a lease so the caller may call the provider. ``view`` as
+        for register() ("basic": no payload, the stored result if any)."""
         resp = self._call("Claim", pb.ClaimRequest(
             operation_key=key,
             worker_id=worker_id or self.worker_id,
             lease_seconds=self.lease_seconds if lease_seconds is None else int(lease_seconds),
+            view=_view_value(view),
         ))
         return ClaimResult(
             operation=Operation.from_pb(resp.operation),
@@ -440,20 +454,23 @@ class Journal:
             lease_seconds=resp.lease_seconds,
         )
 
-    def extend_lease(self, key: str, attempt: int, lease_seconds: int = 0) -> LeaseExtension:
+    def extend_lease(self, key: str, attempt: int, lease_seconds: int = 0, *,
+                     view: Optional[str] = "basic") -> LeaseExtension:
         """A heartbeat: extends the live lease of ``attempt`` to
         ``lease_seconds`` from now (0: the policy's lease_seconds), never
         beyond the policy's max_attempt_seconds after the claim. Raises
         StaleAttempt when the attempt no longer holds a live lease (an
         expired lease is never revived: its outcome is already unknown) and
         InvalidState once max_attempt_seconds is reached. execute() sends
-        these itself while fn runs."""
-        return self._extend_lease(key, attempt, lease_seconds)
+        these itself while fn runs. ``view``: "basic" (the default: without
+        payload and result) or "full"."""
+        return self._extend_lease(key, attempt, lease_seconds, view=view)
 
     def _extend_lease(self, key: str, attempt: int, lease_seconds: int = 0,
-                      timeout: Optional[float] = _UNSET) -> LeaseExtension:
+                      timeout: Optional[float] = _UNSET, view: Optional[str] = "basic") -> LeaseExtension:
         resp = self._call("ExtendLease", pb.ExtendLeaseRequest(
-            operation_key=key, attempt=attempt, lease_seconds=int(lease_seconds)), timeout=timeout)
+            operation_key=key, attempt=attempt, lease_seconds=int(lease_seconds), view=_view_value(view)),
+            timeout=timeout)
         return LeaseExtension(
             operation=Operation.from_pb(resp.operation),
             lease_seconds=resp.lease_seconds,
@@ -461,11 +478,16 @@ class Journal:
         )
 
     def mark_succeeded(self, key: str, attempt: int, external_id: str = "",
-                       result: Optional[Mapping[str, Any]] = None, *, actor: str = "") -> Operation:
+                       result: Optional[Mapping[str, Any]] = None, *, actor: str = "",
+                       view: Optional[str] = "basic") -> Operation:
         """Records a confirmed effect (accepted from a stale attempt too). The
         same external_id again is a no-op; another one keeps the first and
-        sets needs_review."""
-        req = pb.MarkSucceededRequest(operation_key=key, attempt=attempt, external_id=external_id, actor=actor)
+        sets needs_review. ``view``: "basic" (the default) answers without
+        payload and result (the caller sent the result); "full" returns the
+        stored result (redacted by the policy; after a duplicate effect, the
+        first one's) and the payload."""
+        req = pb.MarkSucceededRequest(operation_key=key, attempt=attempt, external_id=external_id, actor=actor,
+                                      view=_view_value(view))
         if result is not None:
             req.result.CopyFrom(_convert.to_struct("result", result))
         return self._mark_succeeded(req)
@@ -473,16 +495,19 @@ class Journal:
     def _mark_succeeded(self, req: pb.MarkSucceededRequest) -> Operation:
         return Operation.from_pb(self._call("MarkSucceeded", req).operation)
 
-    def mark_unknown(self, key: str, attempt: int, error_code: str) -> Operation:
+    def mark_unknown(self, key: str, attempt: int, error_code: str, *, view: Optional[str] = "basic") -> Operation:
         """Records an attempt without a definite answer ("timeout",
-        "http_503"); only the current lease holder may (else StaleAttempt)."""
-        req = pb.MarkUnknownRequest(operation_key=key, attempt=attempt, error_code=error_code)
+        "http_503"); only the current lease holder may (else StaleAttempt).
+        ``view``: "basic" (the default: without payload and result) or "full"."""
+        req = pb.MarkUnknownRequest(operation_key=key, attempt=attempt, error_code=error_code, view=_view_value(view))
         return Operation.from_pb(self._call("MarkUnknown", req).operation)
 
-    def mark_failed_final(self, key: str, attempt: int, error_code: str) -> Operation:
+    def mark_failed_final(self, key: str, attempt: int, error_code: str, *, view: Optional[str] = "basic") -> Operation:
         """Records a confirmed rejection ("card_declined"); only the current
-        lease holder may (else StaleAttempt)."""
-        req = pb.MarkFailedFinalRequest(operation_key=key, attempt=attempt, error_code=error_code)
+        lease holder may (else StaleAttempt). ``view``: "basic" (the
+        default: without payload and result) or "full"."""
+        req = pb.MarkFailedFinalRequest(operation_key=key, attempt=attempt, error_code=error_code,
+                                        view=_view_value(view))
         return Operation.from_pb(self._call("MarkFailedFinal", req).operation)
 
     def lookup(self, key: str, *, view: Optional[str] = None) -> Operation:

@@ -182,7 +182,11 @@ class Outcome:
     ``replayed``: the answer is the journal's stored terminal state and fn
     was not called by this execute. ``external_id``/``result``: the stored
     effect (SUCCEEDED; after a duplicate effect, the first one's, with
-    ``needs_review`` set). ``error_code``: the provider's rejection
+    ``needs_review`` set, read with a lookup). When this execute recorded
+    the effect, ``result`` is the one fn returned, as sent: the journal's
+    answer (the "basic" view) leaves it out, and what the journal stores
+    differs only where the policy says so (redact_fields blanked, null
+    members dropped), which a replay returns. ``error_code``: the provider's rejection
     (FAILED_FINAL) or what was last observed ("timeout", "http_503") for
     VERIFICATION_REQUIRED. ``retry_after``: seconds until the other worker's
     lease ends (IN_PROGRESS_ELSEWHERE, at least 1). ``operation``: the
@@ -791,7 +795,8 @@ def _record_success(journal: Journal, key: str, attempt: int, eff: Effect) -> Ou
     lose the effect: it is recorded without the result, then
     ResultNotStored says so."""
     external_id = "" if eff.external_id is None else str(eff.external_id)
-    req = pb.MarkSucceededRequest(operation_key=key, attempt=attempt, external_id=external_id)
+    req = pb.MarkSucceededRequest(operation_key=key, attempt=attempt, external_id=external_id,
+                                  view=pb.OPERATION_VIEW_BASIC)
     result_err: Optional[OpjournalError] = None
     if eff.result is not None:
         try:
@@ -809,7 +814,18 @@ def _record_success(journal: Journal, key: str, attempt: int, eff: Effect) -> Ou
             op = journal._mark_succeeded(req)
     except OpjournalError as e:
         raise NotRecorded(key, attempt, OutcomeKind.SUCCEEDED, e, external_id) from e
-    out = Outcome(OutcomeKind.SUCCEEDED, external_id=op.external_id, result=op.result,
+    if op.external_id == external_id:
+        # The answer ("basic") leaves the result out: it is the one sent.
+        result = _convert.struct_or_none(req, "result")
+    else:
+        # The journal holds another effect (a duplicate, now under review):
+        # the stored result is that one's. Best effort: the effect is
+        # recorded whether or not it can be read.
+        try:
+            result = journal.lookup(key, view="full").result
+        except OpjournalError:
+            result = None
+    out = Outcome(OutcomeKind.SUCCEEDED, external_id=op.external_id, result=result,
                   needs_review=op.needs_review, operation=op)
     if result_err is not None:
         raise ResultNotStored(key, out, result_err) from result_err

@@ -27,7 +27,7 @@ class JournalCallsTest(unittest.TestCase):
 
     def test_register_claim_mark_lookup(self):
         key = new_key()
-        reg = self.j.register(key, "create_payment", PAYLOAD)
+        reg = self.j.register(key, "create_payment", PAYLOAD, view="full")
         self.assertTrue(reg.created)
         self.assertFalse(reg.claimed)
         op = reg.operation
@@ -58,12 +58,38 @@ class JournalCallsTest(unittest.TestCase):
         op = self.j.mark_succeeded(key, 1, "pay_5f2c", {"payment_id": "pay_5f2c", "status": "captured"})
         self.assertEqual(op.status, "succeeded")
         self.assertEqual(op.external_id, "pay_5f2c")
-        self.assertEqual(op.result, {"payment_id": "pay_5f2c", "status": "captured"})
+        # The lean answer ("basic", the default): the caller sent the result.
+        self.assertIsNone(op.result)
+        self.assertIsNone(op.payload)
 
         looked = self.j.lookup(key)
         self.assertEqual(looked.status, "succeeded")
-        self.assertEqual(looked.result, op.result)
+        self.assertEqual(looked.result, {"payment_id": "pay_5f2c", "status": "captured"})
         self.assertEqual(looked.attempt_count, 1)
+
+    def test_views_of_the_agents_calls(self):
+        key = new_key()
+        # "basic" (the default) leaves the payload out; "full" carries it.
+        reg = self.j.register(key, "create_payment", PAYLOAD, claim=True)
+        self.assertIsNone(reg.operation.payload)
+        ext = self.j.extend_lease(key, reg.attempt)
+        self.assertIsNone(ext.operation.payload)
+        self.assertEqual(self.j.extend_lease(key, reg.attempt, view="full").operation.payload, PAYLOAD)
+        op = self.j.mark_succeeded(key, reg.attempt, "pay_v", {"payment_id": "pay_v"}, view="full")
+        self.assertEqual((op.payload, op.result), (PAYLOAD, {"payment_id": "pay_v"}))
+        # A replay carries the stored result in "basic" too, still without the payload.
+        again = self.j.register(key, "create_payment", PAYLOAD, claim=True)
+        self.assertEqual((again.next, again.operation.result, again.operation.payload), ("replay", {"payment_id": "pay_v"}, None))
+        self.assertEqual(self.j.register(key, "create_payment", PAYLOAD, view="full").operation.payload, PAYLOAD)
+        c = self.j.claim(key)
+        self.assertEqual((c.operation.result, c.operation.payload), ({"payment_id": "pay_v"}, None))
+        # A mark's "basic" answer carries neither.
+        key2 = new_key()
+        reg2 = self.j.register(key2, "create_payment", PAYLOAD, claim=True)
+        failed = self.j.mark_failed_final(key2, reg2.attempt, "card_declined")
+        self.assertEqual((failed.status, failed.payload, failed.result), ("failed_final", None, None))
+        with self.assertRaises(opjournal.InvalidArgument):
+            self.j.register(key, "create_payment", PAYLOAD, view="everything")
 
     def test_replay_returns_the_stored_result(self):
         key = new_key()

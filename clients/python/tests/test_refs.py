@@ -239,7 +239,7 @@ class ChildOperationTest(unittest.TestCase):
             paid = create_payment(payment_key, "817", customer, 490000)
             self.assertIs(paid.kind, OutcomeKind.SUCCEEDED)
             self.assertEqual(paid.operation.refs, {"order_id": "817", "customer": customer})
-            self.assertEqual(paid.operation.payload, PAYLOAD)
+            self.assertEqual(self.j.lookup(payment_key).payload, PAYLOAD)
             sent = send_receipt(payment_key, customer, "customer-93@example.com")
             self.assertIs(sent.kind, OutcomeKind.SUCCEEDED)
             self.assertEqual(sent.operation.parent_key, payment_key)

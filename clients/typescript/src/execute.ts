@@ -105,7 +105,14 @@ export interface Succeeded {
   replayed: boolean;
   /** The provider's identifier (with needsReview after a duplicate effect: the first one's). */
   externalId: string;
-  /** The stored result (null if none). */
+  /**
+   * The stored result (null if none). When this execute recorded the
+   * effect, the one fn returned, as sent: the journal's answer (the "basic"
+   * view) leaves it out, and what the journal stores differs only where the
+   * policy says so (redact_fields blanked, null members dropped), which a
+   * replay returns. After a duplicate effect, the first one's (read with
+   * lookup; null if that read failed).
+   */
   result: JsonObject | null;
   /** A person must look at the operation (e.g. a duplicate effect; see operation.reviewReason). */
   needsReview: boolean;
@@ -607,19 +614,32 @@ async function recordSuccess(journal: Journal, ctx: { key: string; attempt: numb
   const mark = (r: JsonObject | undefined) =>
     journal.markSucceeded({ key: ctx.key, attempt: ctx.attempt, externalId, ...(r ? { result: r } : {}) }, recordOptions());
   let op: Operation;
+  let sent = result;
   try {
     try {
       op = await mark(result);
     } catch (e) {
       if (result === undefined || !refusedResult(e)) throw e;
       resultError = e as OpjournalError;
+      sent = undefined;
       op = await mark(undefined);
     }
   } catch (e) {
     throw new NotRecordedError(ctx.key, ctx.attempt, "succeeded", asJournalError(e), { externalId });
   }
+  let stored: JsonObject | null = sent ?? null; // the answer ("basic") leaves the result out: it is the one sent
+  if (op.externalId !== externalId) {
+    // The journal holds another effect (a duplicate, now under review): the
+    // stored result is that one's. Best effort: the effect is recorded
+    // whether or not it can be read.
+    try {
+      stored = (await journal.lookup(ctx.key, { view: "full", ...recordOptions() })).result;
+    } catch {
+      stored = null;
+    }
+  }
   const out: Succeeded = {
-    kind: "succeeded", key: ctx.key, replayed: false, externalId: op.externalId, result: op.result,
+    kind: "succeeded", key: ctx.key, replayed: false, externalId: op.externalId, result: stored,
     needsReview: op.needsReview, operation: op,
   };
   if (resultError) out.resultError = resultError;

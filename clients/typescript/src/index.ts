@@ -7,6 +7,7 @@
 export {
   Journal,
   defaultWorkerId,
+  type AnswerOptions,
   type CallOptions,
   type ClaimParams,
   type ClaimResult,

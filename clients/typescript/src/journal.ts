@@ -81,7 +81,11 @@ export interface Operation {
 /**
  * How much of an operation an answer carries: "basic" is every field but
  * payload and result (they read as null), "full" is every field. Lookup
- * defaults to "full", listOperations to "basic".
+ * defaults to "full", listOperations to "basic", and so do the agent's
+ * calls (register, claim, extendLease, markSucceeded, markUnknown,
+ * markFailedFinal), whose caller sent the payload and result itself; but
+ * the answers of register and claim keep the stored result in "basic", as
+ * it is what a replay returns.
  */
 export type OperationView = "basic" | "full";
 
@@ -165,6 +169,16 @@ export interface CallOptions {
 /** Options of lookup: per-call options and the view. */
 export interface LookupOptions extends CallOptions {
   /** How much of the operation to return (default "full"). */
+  view?: OperationView | undefined;
+}
+
+/** Options of the agent's calls (register, claim, extendLease, the marks): per-call options and the answer's view. */
+export interface AnswerOptions extends CallOptions {
+  /**
+   * How much of the operation the answer carries (default "basic": no
+   * payload; no result either, but for the stored result in the answers
+   * of register and claim, which a replay returns). "full" is every field.
+   */
   view?: OperationView | undefined;
 }
 
@@ -393,7 +407,7 @@ export class Journal {
    * refs and parentKey are fixed at registration: other ones for the same
    * key fail with PAYLOAD_MISMATCH (field "refs" or "parent_key").
    */
-  async register(params: RegisterParams, options?: CallOptions): Promise<RegisterResult> {
+  async register(params: RegisterParams, options?: AnswerOptions): Promise<RegisterResult> {
     const payload = encodeObject("payload", params.payload);
     const refs = checkRefs(params.refs);
     const parentKey = checkParentKey(params.parentKey);
@@ -411,6 +425,7 @@ export class Journal {
             leaseSeconds: claim.leaseSeconds ?? this.leaseSeconds,
           },
         } : {}),
+        view: answerViewOf(options),
       }, callOptions(options));
       return registerResultOf(resp);
     } catch (e) {
@@ -423,12 +438,13 @@ export class Journal {
    * from unknown or an expired lease only for retry_same_key actions. A lost
    * race is not an error: claimed is false, with the current state.
    */
-  async claim(key: string, params: ClaimParams = {}, options?: CallOptions): Promise<ClaimResult> {
+  async claim(key: string, params: ClaimParams = {}, options?: AnswerOptions): Promise<ClaimResult> {
     try {
       const resp = await this.rpc.claim({
         operationKey: key,
         workerId: params.workerId ?? this.workerId,
         leaseSeconds: params.leaseSeconds ?? this.leaseSeconds,
+        view: answerViewOf(options),
       }, callOptions(options));
       return claimResultOf(resp);
     } catch (e) {
@@ -446,9 +462,9 @@ export class Journal {
    * is INVALID_ARGUMENT), never later than max_attempt_seconds after the
    * claim. execute calls it for you.
    */
-  async extendLease(key: string, attempt: number, leaseSeconds = 0, options?: CallOptions): Promise<ExtendLeaseResult> {
+  async extendLease(key: string, attempt: number, leaseSeconds = 0, options?: AnswerOptions): Promise<ExtendLeaseResult> {
     try {
-      const resp = await this.rpc.extendLease({ operationKey: key, attempt, leaseSeconds }, callOptions(options));
+      const resp = await this.rpc.extendLease({ operationKey: key, attempt, leaseSeconds, view: answerViewOf(options) }, callOptions(options));
       return {
         operation: operationOf(resp.operation),
         leaseSeconds: resp.leaseSeconds,
@@ -462,9 +478,12 @@ export class Journal {
   /**
    * Records a confirmed effect; accepted from a stale attempt too. The same
    * externalId again is a no-op; a different one is kept as
-   * duplicateExternalId and sets needsReview.
+   * duplicateExternalId and sets needsReview. The answer ("basic" by
+   * default) carries neither payload nor result; "full" returns the stored
+   * result (redacted by the policy; after a duplicate effect, the first
+   * one's) and the payload.
    */
-  async markSucceeded(params: MarkSucceededParams, options?: CallOptions): Promise<Operation> {
+  async markSucceeded(params: MarkSucceededParams, options?: AnswerOptions): Promise<Operation> {
     const result = params.result === undefined || params.result === null
       ? undefined : encodeObject("result", params.result);
     try {
@@ -474,6 +493,7 @@ export class Journal {
         externalId: params.externalId,
         ...(result ? { result } : {}),
         actor: params.actor ?? "",
+        view: answerViewOf(options),
       }, callOptions(options));
       return operationOf(resp.operation);
     } catch (e) {
@@ -485,10 +505,10 @@ export class Journal {
    * Records that the attempt ended without a definite answer. Only the
    * current lease holder may: anyone else gets STALE_ATTEMPT.
    */
-  async markUnknown(params: MarkParams, options?: CallOptions): Promise<Operation> {
+  async markUnknown(params: MarkParams, options?: AnswerOptions): Promise<Operation> {
     try {
       const resp = await this.rpc.markUnknown({
-        operationKey: params.key, attempt: params.attempt, errorCode: params.errorCode,
+        operationKey: params.key, attempt: params.attempt, errorCode: params.errorCode, view: answerViewOf(options),
       }, callOptions(options));
       return operationOf(resp.operation);
     } catch (e) {
@@ -500,10 +520,10 @@ export class Journal {
    * Records a confirmed rejection (no effect, no automatic retry). Only the
    * current lease holder may: anyone else gets STALE_ATTEMPT.
    */
-  async markFailedFinal(params: MarkParams, options?: CallOptions): Promise<Operation> {
+  async markFailedFinal(params: MarkParams, options?: AnswerOptions): Promise<Operation> {
     try {
       const resp = await this.rpc.markFailedFinal({
-        operationKey: params.key, attempt: params.attempt, errorCode: params.errorCode,
+        operationKey: params.key, attempt: params.attempt, errorCode: params.errorCode, view: answerViewOf(options),
       }, callOptions(options));
       return operationOf(resp.operation);
     } catch (e) {
@@ -697,6 +717,11 @@ function pbStatusOf(s: Status): PbStatus {
     default:
       throw invalidArgument("statuses", `${JSON.stringify(s)} is not a status (pending, in_progress, unknown, succeeded, failed_final)`);
   }
+}
+
+/** The view of an agent's call: "basic" unless asked otherwise, whatever the server's default. */
+function answerViewOf(options: AnswerOptions | undefined): PbOperationView {
+  return viewOf(options?.view ?? "basic");
 }
 
 function viewOf(v: OperationView | undefined): PbOperationView {

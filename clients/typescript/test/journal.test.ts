@@ -41,7 +41,7 @@ describe("Journal over gRPC", () => {
 
   test("register, claim, markSucceeded, lookup; a repeat replays the stored result", async () => {
     const key = uniqueKey("payment:order-817");
-    const reg = await journal.register({ key, action: "create_payment", payload: payment(490000) });
+    const reg = await journal.register({ key, action: "create_payment", payload: payment(490000) }, { view: "full" });
     assert.equal(reg.created, true);
     assert.equal(reg.claimed, false);
     assert.equal(reg.operation.status, "pending");
@@ -68,6 +68,7 @@ describe("Journal over gRPC", () => {
     });
     assert.equal(done.status, "succeeded");
     assert.equal(done.externalId, "pay_5f2c");
+    assert.deepEqual([done.payload, done.result], [null, null], "a mark's answer is basic by default");
 
     const seen = await journal.lookup(key);
     assert.equal(seen.status, "succeeded");
@@ -83,6 +84,27 @@ describe("Journal over gRPC", () => {
     assert.equal(again.operation.status, "succeeded");
     assert.deepEqual(again.operation.result, { payment_id: "pay_5f2c", status: "captured" });
     assert.equal(again.operation.requestHash, reg.operation.requestHash);
+  });
+
+  test("the agent's calls answer in the basic view unless asked for full; a replay keeps the stored result", async () => {
+    const key = uniqueKey("payment:views");
+    const reg = await journal.register({ key, action: "create_payment", payload: payment(100), claim: true });
+    assert.equal(reg.operation.payload, null);
+    const ext = await journal.extendLease(key, reg.attempt);
+    assert.equal(ext.operation.payload, null);
+    assert.deepEqual((await journal.extendLease(key, reg.attempt, 0, { view: "full" })).operation.payload, payment(100));
+    const done = await journal.markSucceeded({ key, attempt: reg.attempt, externalId: "pay_v", result: { payment_id: "pay_v" } }, { view: "full" });
+    assert.deepEqual([done.payload, done.result], [payment(100), { payment_id: "pay_v" }]);
+    const again = await journal.register({ key, action: "create_payment", payload: payment(100), claim: true });
+    assert.deepEqual([again.operation.payload, again.operation.result], [null, { payment_id: "pay_v" }]);
+    const claim = await journal.claim(key);
+    assert.deepEqual([claim.operation.payload, claim.operation.result], [null, { payment_id: "pay_v" }]);
+    assert.deepEqual((await journal.register({ key, action: "create_payment", payload: payment(100) }, { view: "full" })).operation.payload, payment(100));
+
+    const key2 = uniqueKey("payment:views-failed");
+    const reg2 = await journal.register({ key: key2, action: "create_payment", payload: payment(100), claim: true });
+    const failed = await journal.markFailedFinal({ key: key2, attempt: reg2.attempt, errorCode: "card_declined" });
+    assert.deepEqual([failed.status, failed.payload, failed.result], ["failed_final", null, null]);
   });
 
   test("register with claim takes the lease in one round trip", async () => {

@@ -374,6 +374,12 @@ export interface components {
             lease_seconds?: number;
             /** @description The operation to claim. */
             operation_key?: string;
+            /**
+             * @description How much of the operation the answer carries (default BASIC: no
+             *     payload; the stored result whenever the operation has one). FULL adds
+             *     the payload.
+             */
+            view?: components["schemas"]["OperationView"];
             /** @description Identifies the worker (1–200 visible ASCII characters). */
             worker_id?: string;
         };
@@ -398,7 +404,7 @@ export interface components {
             lease_until: string | null;
             /** @description What the caller does next; see NextStep. */
             next: components["schemas"]["NextStep"];
-            /** @description The record after the call. */
+            /** @description The record after the call, in the request's view (default BASIC). */
             operation: components["schemas"]["Operation"] | null;
             /**
              * Format: int32
@@ -505,6 +511,11 @@ export interface components {
             lease_seconds?: number;
             /** @description The operation. */
             operation_key?: string;
+            /**
+             * @description How much of the operation the answer carries (default BASIC: no
+             *     payload, no result).
+             */
+            view?: components["schemas"]["OperationView"];
         };
         /** @description ExtendLeaseResponse answers ExtendLease. */
         ExtendLeaseResponse: {
@@ -519,7 +530,7 @@ export interface components {
              * @description When the lease now ends (database clock).
              */
             lease_until: string | null;
-            /** @description The record after the call. */
+            /** @description The record after the call, in the request's view (default BASIC). */
             operation: components["schemas"]["Operation"] | null;
         };
         /** @description GetPolicyResponse is the policy the server enforces. */
@@ -574,10 +585,16 @@ export interface components {
             result?: {
                 [key: string]: unknown;
             } | null;
+            /**
+             * @description How much of the operation the answer carries (default BASIC: no
+             *     payload, no result; the caller sent them). FULL returns the stored
+             *     refusal (redacted like a result) and the payload.
+             */
+            view?: components["schemas"]["OperationView"];
         };
         /** @description MarkFailedFinalResponse answers MarkFailedFinal. */
         MarkFailedFinalResponse: {
-            /** @description The record after the call. */
+            /** @description The record after the call, in the request's view (default BASIC). */
             operation: components["schemas"]["Operation"] | null;
         };
         /** @description MarkSucceededRequest records a confirmed effect. */
@@ -601,10 +618,17 @@ export interface components {
             result?: {
                 [key: string]: unknown;
             } | null;
+            /**
+             * @description How much of the operation the answer carries (default BASIC: no
+             *     payload, no result; the caller sent them). FULL returns the stored
+             *     result (redacted by the policy's redact_fields; after a duplicate
+             *     effect, the first effect's) and the payload.
+             */
+            view?: components["schemas"]["OperationView"];
         };
         /** @description MarkSucceededResponse answers MarkSucceeded. */
         MarkSucceededResponse: {
-            /** @description The record after the call. */
+            /** @description The record after the call, in the request's view (default BASIC). */
             operation: components["schemas"]["Operation"] | null;
         };
         /** @description MarkUnknownRequest records an attempt without a definite answer. */
@@ -618,10 +642,15 @@ export interface components {
             error_code?: string;
             /** @description The operation. */
             operation_key?: string;
+            /**
+             * @description How much of the operation the answer carries (default BASIC: no
+             *     payload, no result).
+             */
+            view?: components["schemas"]["OperationView"];
         };
         /** @description MarkUnknownResponse answers MarkUnknown. */
         MarkUnknownResponse: {
-            /** @description The record after the call. */
+            /** @description The record after the call, in the request's view (default BASIC). */
             operation: components["schemas"]["Operation"] | null;
         };
         /**
@@ -757,6 +786,29 @@ export interface components {
              */
             updated_at: string | null;
         };
+        /**
+         * @description OperationView selects how much of an operation an answer carries (AIP-157).
+         *
+         *     The per-method defaults (OPERATION_VIEW_UNSPECIFIED): FULL for Lookup;
+         *     BASIC for ListOperations and for the agent's calls (Register, Claim,
+         *     ExtendLease, MarkSucceeded, MarkUnknown, MarkFailedFinal), whose caller
+         *     sent the payload and the result itself. The other methods' answers
+         *     carry every field.
+         *
+         *     BASIC in the answers of Register and Claim still includes the stored
+         *     result whenever the operation has one: that is the answer a replay
+         *     returns (NEXT_STEP_REPLAY, or the refusal of NEXT_STEP_FAILED_FINAL).
+         *     BASIC in the answers of ExtendLease and the marks leaves out both payload
+         *     and result.
+         *
+         *      - OPERATION_VIEW_UNSPECIFIED: OPERATION_VIEW_UNSPECIFIED takes the method's default (see above).
+         *      - OPERATION_VIEW_BASIC: OPERATION_VIEW_BASIC: every field but payload and result (but see
+         *     above for the result in the answers of Register and Claim).
+         *      - OPERATION_VIEW_FULL: OPERATION_VIEW_FULL: every field.
+         * @default OPERATION_VIEW_UNSPECIFIED
+         * @enum {string}
+         */
+        OperationView: "OPERATION_VIEW_UNSPECIFIED" | "OPERATION_VIEW_BASIC" | "OPERATION_VIEW_FULL";
         /** @description RecordCheckRequest records an inconclusive check. */
         RecordCheckRequest: {
             /**
@@ -813,6 +865,12 @@ export interface components {
             refs?: {
                 [key: string]: string;
             };
+            /**
+             * @description How much of the operation the answer carries (default BASIC: no
+             *     payload; the stored result whenever the operation has one, so that a
+             *     replay carries it). FULL adds the payload.
+             */
+            view?: components["schemas"]["OperationView"];
         };
         /** @description RegisterResponse answers Register. */
         RegisterResponse: {
@@ -840,7 +898,7 @@ export interface components {
             lease_until: string | null;
             /** @description What the caller does next; see NextStep. */
             next: components["schemas"]["NextStep"];
-            /** @description The record after the call. */
+            /** @description The record after the call, in the request's view (default BASIC). */
             operation: components["schemas"]["Operation"] | null;
             /**
              * Format: int32
@@ -1067,9 +1125,9 @@ export interface operations {
                  * @description How much of each operation to return (default BASIC: no payload, no
                  *     result).
                  *
-                 *      - OPERATION_VIEW_UNSPECIFIED: OPERATION_VIEW_UNSPECIFIED takes the method's default: BASIC for
-                 *     ListOperations, FULL for Lookup.
-                 *      - OPERATION_VIEW_BASIC: OPERATION_VIEW_BASIC: every field but payload and result.
+                 *      - OPERATION_VIEW_UNSPECIFIED: OPERATION_VIEW_UNSPECIFIED takes the method's default (see above).
+                 *      - OPERATION_VIEW_BASIC: OPERATION_VIEW_BASIC: every field but payload and result (but see
+                 *     above for the result in the answers of Register and Claim).
                  *      - OPERATION_VIEW_FULL: OPERATION_VIEW_FULL: every field.
                  */
                 view?: "OPERATION_VIEW_UNSPECIFIED" | "OPERATION_VIEW_BASIC" | "OPERATION_VIEW_FULL";
@@ -1304,9 +1362,9 @@ export interface operations {
                 /**
                  * @description How much to return (default FULL).
                  *
-                 *      - OPERATION_VIEW_UNSPECIFIED: OPERATION_VIEW_UNSPECIFIED takes the method's default: BASIC for
-                 *     ListOperations, FULL for Lookup.
-                 *      - OPERATION_VIEW_BASIC: OPERATION_VIEW_BASIC: every field but payload and result.
+                 *      - OPERATION_VIEW_UNSPECIFIED: OPERATION_VIEW_UNSPECIFIED takes the method's default (see above).
+                 *      - OPERATION_VIEW_BASIC: OPERATION_VIEW_BASIC: every field but payload and result (but see
+                 *     above for the result in the answers of Register and Claim).
                  *      - OPERATION_VIEW_FULL: OPERATION_VIEW_FULL: every field.
                  */
                 view?: "OPERATION_VIEW_UNSPECIFIED" | "OPERATION_VIEW_BASIC" | "OPERATION_VIEW_FULL";

@@ -99,13 +99,25 @@ func (Status) EnumDescriptor() ([]byte, []int) {
 }
 
 // OperationView selects how much of an operation an answer carries (AIP-157).
+//
+// The per-method defaults (OPERATION_VIEW_UNSPECIFIED): FULL for Lookup;
+// BASIC for ListOperations and for the agent's calls (Register, Claim,
+// ExtendLease, MarkSucceeded, MarkUnknown, MarkFailedFinal), whose caller
+// sent the payload and the result itself. The other methods' answers
+// carry every field.
+//
+// BASIC in the answers of Register and Claim still includes the stored
+// result whenever the operation has one: that is the answer a replay
+// returns (NEXT_STEP_REPLAY, or the refusal of NEXT_STEP_FAILED_FINAL).
+// BASIC in the answers of ExtendLease and the marks leaves out both payload
+// and result.
 type OperationView int32
 
 const (
-	// OPERATION_VIEW_UNSPECIFIED takes the method's default: BASIC for
-	// ListOperations, FULL for Lookup.
+	// OPERATION_VIEW_UNSPECIFIED takes the method's default (see above).
 	OperationView_OPERATION_VIEW_UNSPECIFIED OperationView = 0
-	// OPERATION_VIEW_BASIC: every field but payload and result.
+	// OPERATION_VIEW_BASIC: every field but payload and result (but see
+	// above for the result in the answers of Register and Claim).
 	OperationView_OPERATION_VIEW_BASIC OperationView = 1
 	// OPERATION_VIEW_FULL: every field.
 	OperationView_OPERATION_VIEW_FULL OperationView = 2
@@ -759,7 +771,11 @@ type RegisterRequest struct {
 	// The key of the operation this one is a side effect of (a receipt
 	// email of a payment). The SDKs derive a child's key from its parent's
 	// (ChildKey); immutable like refs.
-	ParentKey     string `protobuf:"bytes,6,opt,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
+	ParentKey string `protobuf:"bytes,6,opt,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
+	// How much of the operation the answer carries (default BASIC: no
+	// payload; the stored result whenever the operation has one, so that a
+	// replay carries it). FULL adds the payload.
+	View          OperationView `protobuf:"varint,7,opt,name=view,proto3,enum=opjournal.v1.OperationView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -836,10 +852,17 @@ func (x *RegisterRequest) GetParentKey() string {
 	return ""
 }
 
+func (x *RegisterRequest) GetView() OperationView {
+	if x != nil {
+		return x.View
+	}
+	return OperationView_OPERATION_VIEW_UNSPECIFIED
+}
+
 // RegisterResponse answers Register.
 type RegisterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The record after the call.
+	// The record after the call, in the request's view (default BASIC).
 	Operation *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	// True when this call inserted the operation.
 	Created bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
@@ -956,7 +979,11 @@ type ClaimRequest struct {
 	// Identifies the worker (1–200 visible ASCII characters).
 	WorkerId string `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// Requested lease; 0 means the policy's lease_seconds, more than it is an error.
-	LeaseSeconds  int32 `protobuf:"varint,3,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	LeaseSeconds int32 `protobuf:"varint,3,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	// How much of the operation the answer carries (default BASIC: no
+	// payload; the stored result whenever the operation has one). FULL adds
+	// the payload.
+	View          OperationView `protobuf:"varint,4,opt,name=view,proto3,enum=opjournal.v1.OperationView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1012,10 +1039,17 @@ func (x *ClaimRequest) GetLeaseSeconds() int32 {
 	return 0
 }
 
+func (x *ClaimRequest) GetView() OperationView {
+	if x != nil {
+		return x.View
+	}
+	return OperationView_OPERATION_VIEW_UNSPECIFIED
+}
+
 // ClaimResponse answers Claim.
 type ClaimResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The record after the call.
+	// The record after the call, in the request's view (default BASIC).
 	Operation *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	// True when this caller now holds the lease.
 	Claimed bool `protobuf:"varint,2,opt,name=claimed,proto3" json:"claimed,omitempty"`
@@ -1121,7 +1155,10 @@ type ExtendLeaseRequest struct {
 	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// The lease wanted from now; 0 means the policy's lease_seconds, more
 	// than it is an error.
-	LeaseSeconds  int32 `protobuf:"varint,3,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	LeaseSeconds int32 `protobuf:"varint,3,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	// How much of the operation the answer carries (default BASIC: no
+	// payload, no result).
+	View          OperationView `protobuf:"varint,4,opt,name=view,proto3,enum=opjournal.v1.OperationView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1177,10 +1214,17 @@ func (x *ExtendLeaseRequest) GetLeaseSeconds() int32 {
 	return 0
 }
 
+func (x *ExtendLeaseRequest) GetView() OperationView {
+	if x != nil {
+		return x.View
+	}
+	return OperationView_OPERATION_VIEW_UNSPECIFIED
+}
+
 // ExtendLeaseResponse answers ExtendLease.
 type ExtendLeaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The record after the call.
+	// The record after the call, in the request's view (default BASIC).
 	Operation *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	// When the lease now ends (database clock).
 	LeaseUntil *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
@@ -1256,7 +1300,12 @@ type MarkSucceededRequest struct {
 	// Who the caller says reports the effect (optional; the lease owner by
 	// default). Recorded as the event's stated_actor; under authentication
 	// the event's actor is the authenticated principal.
-	Actor         string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
+	Actor string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
+	// How much of the operation the answer carries (default BASIC: no
+	// payload, no result; the caller sent them). FULL returns the stored
+	// result (redacted by the policy's redact_fields; after a duplicate
+	// effect, the first effect's) and the payload.
+	View          OperationView `protobuf:"varint,6,opt,name=view,proto3,enum=opjournal.v1.OperationView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1326,10 +1375,17 @@ func (x *MarkSucceededRequest) GetActor() string {
 	return ""
 }
 
+func (x *MarkSucceededRequest) GetView() OperationView {
+	if x != nil {
+		return x.View
+	}
+	return OperationView_OPERATION_VIEW_UNSPECIFIED
+}
+
 // MarkSucceededResponse answers MarkSucceeded.
 type MarkSucceededResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The record after the call.
+	// The record after the call, in the request's view (default BASIC).
 	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1380,7 +1436,10 @@ type MarkUnknownRequest struct {
 	// The current attempt (fencing token).
 	Attempt int32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// What was observed, e.g. "timeout" (≤ 100 characters, no secrets).
-	ErrorCode     string `protobuf:"bytes,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorCode string `protobuf:"bytes,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// How much of the operation the answer carries (default BASIC: no
+	// payload, no result).
+	View          OperationView `protobuf:"varint,4,opt,name=view,proto3,enum=opjournal.v1.OperationView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1436,10 +1495,17 @@ func (x *MarkUnknownRequest) GetErrorCode() string {
 	return ""
 }
 
+func (x *MarkUnknownRequest) GetView() OperationView {
+	if x != nil {
+		return x.View
+	}
+	return OperationView_OPERATION_VIEW_UNSPECIFIED
+}
+
 // MarkUnknownResponse answers MarkUnknown.
 type MarkUnknownResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The record after the call.
+	// The record after the call, in the request's view (default BASIC).
 	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1494,7 +1560,11 @@ type MarkFailedFinalRequest struct {
 	// Optional: the refusal as the provider gave it, stored (redacted like a
 	// result) and returned on every replay, so that a retry sees the same
 	// answer (the gateway stores an HTTP 4xx response here).
-	Result        *structpb.Struct `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	Result *structpb.Struct `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	// How much of the operation the answer carries (default BASIC: no
+	// payload, no result; the caller sent them). FULL returns the stored
+	// refusal (redacted like a result) and the payload.
+	View          OperationView `protobuf:"varint,5,opt,name=view,proto3,enum=opjournal.v1.OperationView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1557,10 +1627,17 @@ func (x *MarkFailedFinalRequest) GetResult() *structpb.Struct {
 	return nil
 }
 
+func (x *MarkFailedFinalRequest) GetView() OperationView {
+	if x != nil {
+		return x.View
+	}
+	return OperationView_OPERATION_VIEW_UNSPECIFIED
+}
+
 // MarkFailedFinalResponse answers MarkFailedFinal.
 type MarkFailedFinalResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The record after the call.
+	// The record after the call, in the request's view (default BASIC).
 	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2774,7 +2851,7 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\fstated_actor\x18\t \x01(\tR\vstatedActor\"P\n" +
 	"\fClaimOptions\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12#\n" +
-	"\rlease_seconds\x18\x02 \x01(\x05R\fleaseSeconds\"\xd1\x02\n" +
+	"\rlease_seconds\x18\x02 \x01(\x05R\fleaseSeconds\"\x82\x03\n" +
 	"\x0fRegisterRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x1f\n" +
 	"\vaction_type\x18\x02 \x01(\tR\n" +
@@ -2783,7 +2860,8 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x05claim\x18\x04 \x01(\v2\x1a.opjournal.v1.ClaimOptionsR\x05claim\x12;\n" +
 	"\x04refs\x18\x05 \x03(\v2'.opjournal.v1.RegisterRequest.RefsEntryR\x04refs\x12\x1d\n" +
 	"\n" +
-	"parent_key\x18\x06 \x01(\tR\tparentKey\x1a7\n" +
+	"parent_key\x18\x06 \x01(\tR\tparentKey\x12/\n" +
+	"\x04view\x18\a \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04view\x1a7\n" +
 	"\tRefsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x02\n" +
@@ -2796,11 +2874,12 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"leaseUntil\x12.\n" +
 	"\x13retry_after_seconds\x18\x06 \x01(\x05R\x11retryAfterSeconds\x12*\n" +
 	"\x04next\x18\a \x01(\x0e2\x16.opjournal.v1.NextStepR\x04next\x12#\n" +
-	"\rlease_seconds\x18\b \x01(\x05R\fleaseSeconds\"u\n" +
+	"\rlease_seconds\x18\b \x01(\x05R\fleaseSeconds\"\xa6\x01\n" +
 	"\fClaimRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12#\n" +
-	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\"\xb8\x02\n" +
+	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\x12/\n" +
+	"\x04view\x18\x04 \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04view\"\xb8\x02\n" +
 	"\rClaimResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\x12\x18\n" +
 	"\aclaimed\x18\x02 \x01(\bR\aclaimed\x12\x18\n" +
@@ -2809,38 +2888,42 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"leaseUntil\x12.\n" +
 	"\x13retry_after_seconds\x18\x05 \x01(\x05R\x11retryAfterSeconds\x12*\n" +
 	"\x04next\x18\x06 \x01(\x0e2\x16.opjournal.v1.NextStepR\x04next\x12#\n" +
-	"\rlease_seconds\x18\a \x01(\x05R\fleaseSeconds\"x\n" +
+	"\rlease_seconds\x18\a \x01(\x05R\fleaseSeconds\"\xa9\x01\n" +
 	"\x12ExtendLeaseRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12#\n" +
-	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\"\xae\x01\n" +
+	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\x12/\n" +
+	"\x04view\x18\x04 \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04view\"\xae\x01\n" +
 	"\x13ExtendLeaseResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\x12;\n" +
 	"\vlease_until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"leaseUntil\x12#\n" +
-	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\"\xbd\x01\n" +
+	"\rlease_seconds\x18\x03 \x01(\x05R\fleaseSeconds\"\xee\x01\n" +
 	"\x14MarkSucceededRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1f\n" +
 	"\vexternal_id\x18\x03 \x01(\tR\n" +
 	"externalId\x12/\n" +
 	"\x06result\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06result\x12\x14\n" +
-	"\x05actor\x18\x05 \x01(\tR\x05actor\"N\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor\x12/\n" +
+	"\x04view\x18\x06 \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04view\"N\n" +
 	"\x15MarkSucceededResponse\x125\n" +
-	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"r\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\xa3\x01\n" +
 	"\x12MarkUnknownRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x03 \x01(\tR\terrorCode\"L\n" +
+	"error_code\x18\x03 \x01(\tR\terrorCode\x12/\n" +
+	"\x04view\x18\x04 \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04view\"L\n" +
 	"\x13MarkUnknownResponse\x125\n" +
-	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\xa7\x01\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\xd8\x01\n" +
 	"\x16MarkFailedFinalRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x03 \x01(\tR\terrorCode\x12/\n" +
-	"\x06result\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06result\"P\n" +
+	"\x06result\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06result\x12/\n" +
+	"\x04view\x18\x05 \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04view\"P\n" +
 	"\x17MarkFailedFinalResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"e\n" +
 	"\rLookupRequest\x12#\n" +
@@ -3042,68 +3125,74 @@ var file_opjournal_v1_journal_proto_depIdxs = []int32{
 	40, // 15: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
 	6,  // 16: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
 	38, // 17: opjournal.v1.RegisterRequest.refs:type_name -> opjournal.v1.RegisterRequest.RefsEntry
-	4,  // 18: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
-	41, // 19: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
-	2,  // 20: opjournal.v1.RegisterResponse.next:type_name -> opjournal.v1.NextStep
-	4,  // 21: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
-	41, // 22: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
-	2,  // 23: opjournal.v1.ClaimResponse.next:type_name -> opjournal.v1.NextStep
-	4,  // 24: opjournal.v1.ExtendLeaseResponse.operation:type_name -> opjournal.v1.Operation
-	41, // 25: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
-	40, // 26: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
-	4,  // 27: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 28: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
-	40, // 29: opjournal.v1.MarkFailedFinalRequest.result:type_name -> google.protobuf.Struct
-	4,  // 30: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
-	1,  // 31: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 32: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
-	0,  // 33: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
-	1,  // 34: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
-	39, // 35: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
-	4,  // 36: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
-	4,  // 37: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 38: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 39: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
-	3,  // 40: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
-	40, // 41: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
-	4,  // 42: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 43: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
-	5,  // 44: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
-	7,  // 45: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
-	9,  // 46: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
-	11, // 47: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
-	13, // 48: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
-	15, // 49: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
-	17, // 50: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
-	19, // 51: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
-	21, // 52: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
-	23, // 53: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
-	25, // 54: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
-	27, // 55: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
-	29, // 56: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
-	31, // 57: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
-	33, // 58: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
-	35, // 59: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
-	8,  // 60: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
-	10, // 61: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
-	12, // 62: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
-	14, // 63: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
-	16, // 64: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
-	18, // 65: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
-	20, // 66: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
-	22, // 67: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
-	24, // 68: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
-	26, // 69: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
-	28, // 70: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
-	30, // 71: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
-	32, // 72: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
-	34, // 73: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
-	36, // 74: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
-	60, // [60:75] is the sub-list for method output_type
-	45, // [45:60] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	1,  // 18: opjournal.v1.RegisterRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 19: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
+	41, // 20: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
+	2,  // 21: opjournal.v1.RegisterResponse.next:type_name -> opjournal.v1.NextStep
+	1,  // 22: opjournal.v1.ClaimRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 23: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
+	41, // 24: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
+	2,  // 25: opjournal.v1.ClaimResponse.next:type_name -> opjournal.v1.NextStep
+	1,  // 26: opjournal.v1.ExtendLeaseRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 27: opjournal.v1.ExtendLeaseResponse.operation:type_name -> opjournal.v1.Operation
+	41, // 28: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
+	40, // 29: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
+	1,  // 30: opjournal.v1.MarkSucceededRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 31: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
+	1,  // 32: opjournal.v1.MarkUnknownRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 33: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
+	40, // 34: opjournal.v1.MarkFailedFinalRequest.result:type_name -> google.protobuf.Struct
+	1,  // 35: opjournal.v1.MarkFailedFinalRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 36: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
+	1,  // 37: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 38: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
+	0,  // 39: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
+	1,  // 40: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
+	39, // 41: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
+	4,  // 42: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
+	4,  // 43: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 44: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 45: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
+	3,  // 46: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
+	40, // 47: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
+	4,  // 48: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 49: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
+	5,  // 50: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
+	7,  // 51: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
+	9,  // 52: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
+	11, // 53: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
+	13, // 54: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
+	15, // 55: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
+	17, // 56: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
+	19, // 57: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
+	21, // 58: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
+	23, // 59: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
+	25, // 60: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
+	27, // 61: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
+	29, // 62: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
+	31, // 63: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
+	33, // 64: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
+	35, // 65: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
+	8,  // 66: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
+	10, // 67: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
+	12, // 68: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
+	14, // 69: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
+	16, // 70: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
+	18, // 71: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
+	20, // 72: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
+	22, // 73: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
+	24, // 74: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
+	26, // 75: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
+	28, // 76: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
+	30, // 77: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
+	32, // 78: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
+	34, // 79: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
+	36, // 80: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
+	66, // [66:81] is the sub-list for method output_type
+	51, // [51:66] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_opjournal_v1_journal_proto_init() }

@@ -52,14 +52,16 @@ class ClaimOptions(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
 
 class ClaimRequest(_message.Message):
-    __slots__ = ["lease_seconds", "operation_key", "worker_id"]
+    __slots__ = ["lease_seconds", "operation_key", "view", "worker_id"]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     lease_seconds: int
     operation_key: str
+    view: OperationView
     worker_id: str
-    def __init__(self, operation_key: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
+    def __init__(self, operation_key: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_seconds: _Optional[int] = ..., view: _Optional[_Union[OperationView, str]] = ...) -> None: ...
 
 class ClaimResponse(_message.Message):
     __slots__ = ["attempt", "claimed", "lease_seconds", "lease_until", "next", "operation", "retry_after_seconds"]
@@ -118,14 +120,16 @@ class Event(_message.Message):
     def __init__(self, id: _Optional[int] = ..., at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., from_status: _Optional[_Union[Status, str]] = ..., to_status: _Optional[_Union[Status, str]] = ..., attempt: _Optional[int] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ..., external_id: _Optional[str] = ..., stated_actor: _Optional[str] = ...) -> None: ...
 
 class ExtendLeaseRequest(_message.Message):
-    __slots__ = ["attempt", "lease_seconds", "operation_key"]
+    __slots__ = ["attempt", "lease_seconds", "operation_key", "view"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     lease_seconds: int
     operation_key: str
-    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
+    view: OperationView
+    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_seconds: _Optional[int] = ..., view: _Optional[_Union[OperationView, str]] = ...) -> None: ...
 
 class ExtendLeaseResponse(_message.Message):
     __slots__ = ["lease_seconds", "lease_until", "operation"]
@@ -219,16 +223,18 @@ class LookupResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class MarkFailedFinalRequest(_message.Message):
-    __slots__ = ["attempt", "error_code", "operation_key", "result"]
+    __slots__ = ["attempt", "error_code", "operation_key", "result", "view"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     error_code: str
     operation_key: str
     result: _struct_pb2.Struct
-    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., error_code: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    view: OperationView
+    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., error_code: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., view: _Optional[_Union[OperationView, str]] = ...) -> None: ...
 
 class MarkFailedFinalResponse(_message.Message):
     __slots__ = ["operation"]
@@ -237,18 +243,20 @@ class MarkFailedFinalResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class MarkSucceededRequest(_message.Message):
-    __slots__ = ["actor", "attempt", "external_id", "operation_key", "result"]
+    __slots__ = ["actor", "attempt", "external_id", "operation_key", "result", "view"]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     EXTERNAL_ID_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     actor: str
     attempt: int
     external_id: str
     operation_key: str
     result: _struct_pb2.Struct
-    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., actor: _Optional[str] = ...) -> None: ...
+    view: OperationView
+    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., actor: _Optional[str] = ..., view: _Optional[_Union[OperationView, str]] = ...) -> None: ...
 
 class MarkSucceededResponse(_message.Message):
     __slots__ = ["operation"]
@@ -257,14 +265,16 @@ class MarkSucceededResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class MarkUnknownRequest(_message.Message):
-    __slots__ = ["attempt", "error_code", "operation_key"]
+    __slots__ = ["attempt", "error_code", "operation_key", "view"]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     error_code: str
     operation_key: str
-    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., error_code: _Optional[str] = ...) -> None: ...
+    view: OperationView
+    def __init__(self, operation_key: _Optional[str] = ..., attempt: _Optional[int] = ..., error_code: _Optional[str] = ..., view: _Optional[_Union[OperationView, str]] = ...) -> None: ...
 
 class MarkUnknownResponse(_message.Message):
     __slots__ = ["operation"]
@@ -356,7 +366,7 @@ class RecordCheckResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ["action_type", "claim", "operation_key", "parent_key", "payload", "refs"]
+    __slots__ = ["action_type", "claim", "operation_key", "parent_key", "payload", "refs", "view"]
     class RefsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -370,13 +380,15 @@ class RegisterRequest(_message.Message):
     PARENT_KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     REFS_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     action_type: str
     claim: ClaimOptions
     operation_key: str
     parent_key: str
     payload: _struct_pb2.Struct
     refs: _containers.ScalarMap[str, str]
-    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., claim: _Optional[_Union[ClaimOptions, _Mapping]] = ..., refs: _Optional[_Mapping[str, str]] = ..., parent_key: _Optional[str] = ...) -> None: ...
+    view: OperationView
+    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., claim: _Optional[_Union[ClaimOptions, _Mapping]] = ..., refs: _Optional[_Mapping[str, str]] = ..., parent_key: _Optional[str] = ..., view: _Optional[_Union[OperationView, str]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ["attempt", "claimed", "created", "lease_seconds", "lease_until", "next", "operation", "retry_after_seconds"]

@@ -54,6 +54,16 @@ func checkBody(method string, body []byte) error {
 	return checkMessage(md, obj, "")
 }
 
+// checkMembers is checkBody on a body's members already parsed (the REST
+// guard parses a body once).
+func checkMembers(method string, members map[string]json.RawMessage) error {
+	md := requestMessage(method)
+	if md == nil {
+		return nil
+	}
+	return checkMessage(md, members, "")
+}
+
 func checkMessage(md protoreflect.MessageDescriptor, obj map[string]json.RawMessage, prefix string) error {
 	fds := md.Fields()
 	for _, name := range sortedKeys(obj) {

@@ -162,18 +162,20 @@ func (s *Server) restGuard(next http.Handler) http.Handler {
 			writeError(w, http.StatusBadRequest, opjournal.CodeInvalidArgument, "body", "request body could not be read")
 			return
 		}
-		if msg := checkJSONObject(body); msg != "" {
+		// One parse of the body serves every check below.
+		members, msg := bodyMembers(body)
+		if msg != "" {
 			writeError(w, http.StatusBadRequest, opjournal.CodeInvalidArgument, "body", msg)
 			return
 		}
 		// Misspelt fields and values of the wrong JSON type, named with a
 		// suggestion (fieldhint.go), before protojson's terser words.
-		if err := checkBody(method, body); err != nil {
+		if err := checkMembers(method, members); err != nil {
 			writeErr(w, err)
 			return
 		}
 		if method == "Register" {
-			if err := s.checkPayloadText(body); err != nil {
+			if err := s.checkPayloadText(members); err != nil {
 				writeErr(w, err)
 				return
 			}
@@ -304,8 +306,8 @@ func (r *restServer) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*
 // decoding; this check only makes sure nothing was rounded on the way. The
 // gateway accepts each field under its proto name and its JSON name
 // (action_type, actionType), so both are looked at, exactly as it does.
-func (s *Server) checkPayloadText(body []byte) error {
-	fields, err := requestFields(registerFields, body)
+func (s *Server) checkPayloadText(members map[string]json.RawMessage) error {
+	fields, err := fieldsOf(registerFields, members)
 	if err != nil {
 		return err
 	}
@@ -323,14 +325,10 @@ func (s *Server) checkPayloadText(body []byte) error {
 // registerFields describes RegisterRequest's fields.
 var registerFields = (&pb.RegisterRequest{}).ProtoReflect().Descriptor().Fields()
 
-// requestFields returns a JSON object's members by proto field name,
-// accepting each field under either of its names as protojson does. A
-// field given under both names is refused, as protojson refuses it.
-func requestFields(fds protoreflect.FieldDescriptors, body []byte) (map[string]json.RawMessage, error) {
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(body, &members); err != nil {
-		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "body", "request body is not a JSON object")
-	}
+// fieldsOf returns a JSON object's members by proto field name, accepting
+// each field under either of its names as protojson does. A field given
+// under both names is refused, as protojson refuses it.
+func fieldsOf(fds protoreflect.FieldDescriptors, members map[string]json.RawMessage) (map[string]json.RawMessage, error) {
 	out := map[string]json.RawMessage{}
 	for i := 0; i < fds.Len(); i++ {
 		fd := fds.Get(i)
@@ -352,6 +350,25 @@ func requestFields(fds protoreflect.FieldDescriptors, body []byte) (map[string]j
 // maxBodyDepth bounds the nesting of a REST body: the payload may nest
 // canonjson.MaxDepth levels, inside a few levels of request.
 const maxBodyDepth = canonjson.MaxDepth + 4
+
+// bodyMembers parses a REST body once, into its top-level members, or
+// says what is wrong with it in checkJSONObject's words. Decoding into raw
+// members validates the whole text (syntax, trailing data) without
+// building a tree of values; only a body that fails it is decoded again,
+// by checkJSONObject, to name the problem.
+func bodyMembers(body []byte) (map[string]json.RawMessage, string) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(body, &members); err != nil || members == nil {
+		if msg := checkJSONObject(body); msg != "" {
+			return nil, msg
+		}
+		return nil, "request body must be a JSON object"
+	}
+	if depth(body) > maxBodyDepth {
+		return nil, fmt.Sprintf("request body nests deeper than %d levels", maxBodyDepth)
+	}
+	return members, ""
+}
 
 // checkJSONObject returns "" if body is one JSON object, else what is wrong.
 func checkJSONObject(body []byte) string {

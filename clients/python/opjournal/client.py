@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -281,6 +282,64 @@ def default_worker_id() -> str:
     return wid[-200:]
 
 
+# -- trace context --------------------------------------------------------------
+
+#: The W3C trace-context headers the journal reads from the call metadata
+#: (the root README's "Tracing"); nothing else is ever sent from a trace
+#: context.
+TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
+
+#: The longest trace-context value sent (W3C baggage's own limit, in bytes);
+#: a longer one is dropped.
+MAX_TRACE_VALUE_LEN = 8192
+
+_log = logging.getLogger("opjournal")
+
+#: opentelemetry.propagate once imported, None when it is not importable,
+#: _UNSET before the first call looked.
+_otel_propagate: Any = _UNSET
+
+
+def _otel() -> Any:
+    """opentelemetry.propagate, or None; the import is tried once."""
+    global _otel_propagate
+    mod = _otel_propagate
+    if mod is _UNSET:
+        try:
+            from opentelemetry import propagate as mod  # type: ignore[import-not-found,no-redef]
+            if not callable(getattr(mod, "inject", None)):
+                mod = None
+        except Exception:  # not installed (ImportError), or a broken install
+            mod = None
+        _otel_propagate = mod
+    return mod
+
+
+def _trace_value_ok(value: Any) -> bool:
+    return (isinstance(value, str) and 0 < len(value) <= MAX_TRACE_VALUE_LEN
+            and all(0x20 <= ord(c) <= 0x7E for c in value))
+
+
+def trace_metadata(headers: Optional[Mapping[str, Any]]) -> Tuple[Tuple[str, str], ...]:
+    """The gRPC metadata of a trace-context carrier: its traceparent,
+    tracestate and baggage entries (names matched case-insensitively, sent
+    lower-case, the first of a name kept), each value a non-empty str of
+    printable ASCII (no newline, no control character) of at most
+    MAX_TRACE_VALUE_LEN characters. Everything else is dropped."""
+    if not headers:
+        return ()
+    out = []
+    seen = set()
+    for name, value in headers.items():
+        if not isinstance(name, str):
+            continue
+        name = name.strip().lower()
+        if name in TRACE_HEADERS and name not in seen and _trace_value_ok(value):
+            seen.add(name)
+            out.append((name, value))
+    return tuple(out)
+
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -297,6 +356,15 @@ class Journal:
     ``lease_seconds`` is the lease asked for on each claim (0: the action
     policy's). ``channel`` uses an existing grpc.Channel instead of dialing
     (close() then leaves it open).
+
+    Every call also carries the caller's current W3C trace context as
+    ``traceparent``/``tracestate``/``baggage`` metadata: by default what
+    ``opentelemetry.propagate.inject`` writes, when the ``opentelemetry``
+    package is importable (nothing otherwise); with ``trace_context`` (a
+    callable returning a mapping of header name to value, called on each
+    call) what it returns instead. Only those three names, with printable
+    ASCII values, are sent (see trace_metadata()); a failing trace_context
+    or propagator sends none and the call goes on.
 
     A Journal is safe to share between threads. Use it as a context manager,
     or call close().
@@ -317,7 +385,12 @@ class Journal:
         tls: bool = False,
         channel: Optional[grpc.Channel] = None,
         options: Sequence[Tuple[str, Any]] = (),
+        trace_context: Optional[Callable[[], Optional[Mapping[str, str]]]] = None,
     ):
+        if trace_context is not None and not callable(trace_context):
+            raise TypeError("opjournal: trace_context must be a callable returning a mapping of header "
+                            "name to value, or None")
+        self._trace_context = trace_context
         self.target = target
         self.timeout = timeout
         self.worker_id = worker_id or default_worker_id()
@@ -368,16 +441,43 @@ class Journal:
 
     @property
     def metadata(self) -> Tuple[Tuple[str, str], ...]:
-        """The call metadata (the bearer token, if any)."""
-        return self._metadata
+        """The call metadata: the bearer token, if any, and the caller's
+        current trace context (read on each access)."""
+        return self._metadata + self._trace_metadata()
+
+    #: Class defaults, for subclasses that do not run __init__.
+    _trace_context: Optional[Callable[[], Optional[Mapping[str, str]]]] = None
+    _trace_warned = False
+
+    def _trace_metadata(self) -> Tuple[Tuple[str, str], ...]:
+        """The trace-context metadata of this call: the trace_context hook's,
+        else OpenTelemetry's (when importable), else none. Never raises."""
+        hook = self._trace_context
+        try:
+            if hook is not None:
+                headers = hook()
+            else:
+                otel = _otel()
+                if otel is None:
+                    return ()
+                headers = {}
+                otel.inject(headers)
+            return trace_metadata(headers if isinstance(headers, Mapping) else None)
+        except Exception:
+            if not self._trace_warned:
+                self._trace_warned = True
+                _log.warning("opjournal: reading the trace context failed; calls go on without it",
+                             exc_info=True)
+            return ()
 
     def _call(self, method: str, request, timeout: Optional[float] = _UNSET):
         """Every RPC goes through here. ``timeout`` overrides self.timeout
         for this call."""
         if timeout is _UNSET:
             timeout = self.timeout
+        md = self._metadata + self._trace_metadata()
         try:
-            return getattr(self._stub, method)(request, timeout=timeout, metadata=self._metadata or None)
+            return getattr(self._stub, method)(request, timeout=timeout, metadata=md or None)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
 

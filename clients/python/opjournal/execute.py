@@ -606,6 +606,11 @@ def _attempt(journal: Journal, key: str, call: _Call, t0: float, fn, wants_deadl
     run = _Run(dl)
     kwargs = {"deadline": dl} if wants_deadline else {}
     ctx = contextvars.copy_context()
+    # The journal calls made off the caller's thread (the heartbeats, a late
+    # MarkSucceeded) run in copies of its context too, so they carry its
+    # trace context (Journal's trace_context / OpenTelemetry). A context is
+    # entered by one thread at a time: each gets its own copy.
+    late_ctx, beat_ctx = contextvars.copy_context(), contextvars.copy_context()
 
     def work():
         try:
@@ -623,13 +628,13 @@ def _attempt(journal: Journal, key: str, call: _Call, t0: float, fn, wants_deadl
         if eff is not None:
             run.settled.wait()
             try:
-                _record_success(journal, key, attempt, eff)
+                late_ctx.run(_record_success, journal, key, attempt, eff)
             except Exception:
                 pass
 
     threading.Thread(target=work, name="opjournal-fn-%s-%d" % (key, attempt), daemon=True).start()
     if heartbeat:
-        threading.Thread(target=_heartbeat, args=(journal, key, attempt, lease, t0, run),
+        threading.Thread(target=beat_ctx.run, args=(_heartbeat, journal, key, attempt, lease, t0, run),
                          name="opjournal-heartbeat-%s-%d" % (key, attempt), daemon=True).start()
     try:
         with run.cond:

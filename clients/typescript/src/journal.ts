@@ -156,6 +156,15 @@ export interface JournalOptions {
    * can be read by anyone on the path.
    */
   insecure?: boolean | undefined;
+  /**
+   * The trace context to send with every call, by hand: returns W3C trace
+   * context headers ({ traceparent, tracestate?, baggage? }), called once
+   * per call. Only those three names are sent, and only values of
+   * printable ASCII (no newlines); anything else is dropped. When unset and
+   * @opentelemetry/api is installed, the active OpenTelemetry context is
+   * sent (propagation.inject); without it nothing is sent.
+   */
+  traceContext?: (() => Record<string, string>) | undefined;
 }
 
 /** Per-call options. */
@@ -359,7 +368,7 @@ export class Journal {
   /** The lease asked for on claims (0: the policy's). */
   readonly leaseSeconds: number;
   /**
-   * The generated Connect client (with the token interceptor), for the
+   * The generated Connect client (with the token and trace context interceptors), for the
    * RPCs this class does not wrap (ReleaseForRetry, RecordCheck, Escalate, Resolve).
    */
   readonly rpc: Client<typeof JournalService>;
@@ -388,6 +397,7 @@ export class Journal {
     this.sessions = new Http2SessionManager(url, { idleConnectionTimeoutMs: 60_000 }, nodeOptions);
     const interceptors: Interceptor[] = [];
     if (options.token !== undefined) interceptors.push(bearer(options.token));
+    interceptors.push(traceHeaders(options.traceContext));
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const transport = createGrpcTransport({
       baseUrl: url.origin + url.pathname.replace(/\/+$/, ""),
@@ -648,6 +658,67 @@ function bearer(token: string): Interceptor {
     req.header.set("authorization", value);
     return next(req);
   };
+}
+
+/** The W3C trace context headers the journal reads (the only ones sent). */
+const TRACE_HEADERS: ReadonlySet<string> = new Set(["traceparent", "tracestate", "baggage"]);
+
+/** What the trace interceptor uses of @opentelemetry/api (kept out of the declarations: it is optional). */
+interface OtelApi {
+  context: { active(): unknown };
+  propagation: { inject(context: unknown, carrier: Record<string, string>): void };
+}
+
+/** @opentelemetry/api once loaded: undefined before, null when it is not installed. */
+let otelApi: OtelApi | null | undefined;
+let otelLoading: Promise<OtelApi | null> | undefined;
+
+/** Loads @opentelemetry/api once (a missing or broken one is null: no tracing, no error). */
+function loadOtel(): Promise<OtelApi | null> {
+  otelLoading ??= import("@opentelemetry/api").then(
+    (m) => (otelApi = (m.propagation && m.context ? m : null) as OtelApi | null),
+    () => (otelApi = null),
+  );
+  return otelLoading;
+}
+
+/**
+ * Sets the caller's trace context on each request: the traceContext hook's
+ * headers when given, else the active OpenTelemetry context if
+ * @opentelemetry/api is installed. A failing hook or propagator sends no
+ * trace headers; it never fails the journal call.
+ */
+function traceHeaders(hook: (() => Record<string, string>) | undefined): Interceptor {
+  return (next) => async (req) => {
+    let carrier: Record<string, string> | undefined;
+    try {
+      if (hook) {
+        carrier = hook();
+      } else {
+        // The caller's async context is kept across the await (AsyncLocalStorage).
+        const api = otelApi === undefined ? await loadOtel() : otelApi;
+        if (api) {
+          carrier = {};
+          api.propagation.inject(api.context.active(), carrier);
+        }
+      }
+    } catch {
+      carrier = undefined;
+    }
+    for (const [name, value] of traceEntries(carrier)) req.header.set(name, value);
+    return next(req);
+  };
+}
+
+/** The entries of a carrier that may be sent: the three W3C names (any case), printable ASCII values. */
+export function traceEntries(carrier: unknown): Array<[string, string]> {
+  if (carrier === null || typeof carrier !== "object") return [];
+  const out: Array<[string, string]> = [];
+  for (const [k, v] of Object.entries(carrier)) {
+    const name = k.toLowerCase();
+    if (TRACE_HEADERS.has(name) && typeof v === "string" && v !== "" && /^[\x20-\x7e]+$/.test(v)) out.push([name, v]);
+  }
+  return out;
 }
 
 function baseUrlOf(options: JournalOptions): URL {

@@ -78,8 +78,8 @@ type Config struct {
 	// Audit logs one successful decision as the API's audit log does
 	// (method, key, principal, tenant, status after); nil logs nothing.
 	Audit func(ctx context.Context, method string, c journal.Caller, key, status string)
-	// HTTPStatus maps an error code to its HTTP status (the server's one
-	// table); nil uses 400 for input, 409 for state, 500 otherwise.
+	// HTTPStatus maps an error code to its HTTP status: the server's one
+	// table (server.HTTPStatus), so a page answers as the API does.
 	HTTPStatus func(opjournal.Code) int
 	// Purges returns the server's recent purge passes, newest first (nil:
 	// none). Shown to admins only: they count every tenant's rows.
@@ -106,8 +106,8 @@ type Console struct {
 
 // New returns a Console.
 func New(cfg Config) (*Console, error) {
-	if cfg.Service == nil {
-		return nil, errors.New("console: no journal service")
+	if cfg.Service == nil || cfg.HTTPStatus == nil {
+		return nil, errors.New("console: a journal service and its HTTP status table are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -375,18 +375,10 @@ func (c *Console) signOut(w http.ResponseWriter, r *http.Request, s *session) {
 // status returns the HTTP status of an error from the journal.
 func (c *Console) status(err error) int {
 	code := opjournal.ErrorCode(err)
-	if c.cfg.HTTPStatus != nil && code != "" {
-		return c.cfg.HTTPStatus(code)
-	}
-	switch code {
-	case opjournal.CodeInvalidArgument:
-		return http.StatusBadRequest
-	case opjournal.CodeNotFound:
-		return http.StatusNotFound
-	case "":
+	if code == "" {
 		return http.StatusInternalServerError
 	}
-	return http.StatusConflict
+	return c.cfg.HTTPStatus(code)
 }
 
 // message returns what to tell the operator about err: the journal's own

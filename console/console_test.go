@@ -24,6 +24,7 @@ import (
 	"github.com/opjournal/opjournal/console"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/server"
 	"github.com/opjournal/opjournal/store/sqlite"
 )
 
@@ -66,7 +67,7 @@ func newEnv(t testing.TB, withAuth bool) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, svc: journal.New(st, pol, journal.Limits{})}
-	cfg := console.Config{Service: e.svc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	cfg := console.Config{Service: e.svc, HTTPStatus: server.HTTPStatus, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Audit: func(_ context.Context, method string, c journal.Caller, key, status string) {
 			e.mu.Lock()
 			defer e.mu.Unlock()

@@ -25,11 +25,11 @@ const MaxActivityBuckets = 1000
 
 // Activity counts the caller's history events since since, per bucket of
 // the given width and event kind (opjournal.KindOf). It returns
-// CodeInvalidArgument for a bucket under a second or a span of more than
-// MaxActivityBuckets buckets.
+// CodeInvalidArgument for a bucket the stores refuse (store.CheckBucket)
+// or a span of more than MaxActivityBuckets buckets.
 func (s *Service) Activity(ctx context.Context, c Caller, since time.Time, bucket time.Duration, now time.Time) ([]store.ActivityRow, error) {
-	if bucket < time.Second {
-		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "bucket", "must be at least 1s")
+	if err := store.CheckBucket(bucket); err != nil {
+		return nil, err
 	}
 	if span := now.Sub(since); span < 0 || span/bucket > MaxActivityBuckets {
 		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "since", "must be in the past and at most %d buckets ago", MaxActivityBuckets)

@@ -45,24 +45,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stderr)
 	stop()
-	var ue usageError
-	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case errors.As(err, &ue):
-		fmt.Fprintln(os.Stderr, "opjournal-gateway:", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "opjournal-gateway:", err)
-		os.Exit(1)
-	}
+	cli.Exit("opjournal-gateway", err)
 }
-
-// usageError is a problem with the flags or the policy: exit status 2.
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error { return e.error }
 
 // list is a repeatable string flag.
 type list []string
@@ -92,13 +76,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	if *httpAddr == "" && *mcpAddr == "" && !*mcpStdio {
-		return usageError{errors.New("nothing to serve: give --http-addr, --mcp-addr or --mcp-stdio")}
+		return cli.Usage(errors.New("nothing to serve: give --http-addr, --mcp-addr or --mcp-stdio"))
 	}
 	if (*mcpAddr != "" || *mcpStdio) && len(upstreams) == 0 {
-		return usageError{errors.New("the MCP front door needs at least one --mcp-upstream")}
+		return cli.Usage(errors.New("the MCP front door needs at least one --mcp-upstream"))
 	}
 	// As `opjournal serve`: the live heap is small (calls in flight), so
 	// Go's default GOGC=100 collects very often; 400 with a soft memory
@@ -112,22 +96,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log, err := cli.NewLogger(*logLevel, *logFormat, stderr)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	// OpenTelemetry traces, when OTEL_* configures an exporter (off otherwise).
-	shutdownTracing, err := tracing.Setup(ctx, "opjournal-gateway")
+	stopTracing, err := tracing.SetupMain(ctx, "opjournal-gateway")
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = shutdownTracing(sctx)
-	}()
+	defer stopTracing()
 	pol := policy.Default()
 	if *policyPath != "" {
 		if pol, err = policy.Load(*policyPath); err != nil {
-			return usageError{err}
+			return cli.Usage(err)
 		}
 	}
 	if *workerID == "" {
@@ -136,7 +116,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	conn, cc, err := jf.Dial()
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	defer conn.Close()
 	g, err := gateway.New(gateway.Config{
@@ -144,7 +124,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		DefaultUpstream: *httpUpstream, ScopeHeaders: scopeHeaders, StdioScope: *stdioScope,
 	})
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 
 	errc := make(chan error, 4)
@@ -155,7 +135,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		if !ln.Addr().(*net.TCPAddr).IP.IsLoopback() {
 			ln.Close()
-			return usageError{fmt.Errorf("--pprof-addr %s: only a loopback address is accepted", *pprofAddr)}
+			return cli.Usage(fmt.Errorf("--pprof-addr %s: only a loopback address is accepted", *pprofAddr))
 		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -186,7 +166,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		if ms, err = g.MCPServer(ctx, sessions...); err != nil {
-			return usageError{err}
+			return cli.Usage(err)
 		}
 	}
 	if *mcpAddr != "" {
@@ -243,11 +223,11 @@ func connectUpstreams(ctx context.Context, upstreams []string) ([]*mcp.ClientSes
 		case strings.HasPrefix(u, "cmd:"):
 			argv := strings.Fields(strings.TrimPrefix(u, "cmd:"))
 			if len(argv) == 0 {
-				return sessions, usageError{errors.New("--mcp-upstream cmd: needs a command")}
+				return sessions, cli.Usage(errors.New("--mcp-upstream cmd: needs a command"))
 			}
 			t = &mcp.CommandTransport{Command: exec.Command(argv[0], argv[1:]...)}
 		default:
-			return sessions, usageError{fmt.Errorf("--mcp-upstream %q: give an http(s):// URL or cmd:COMMAND", u)}
+			return sessions, cli.Usage(fmt.Errorf("--mcp-upstream %q: give an http(s):// URL or cmd:COMMAND", u))
 		}
 		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		cs, err := c.Connect(cctx, t, nil)

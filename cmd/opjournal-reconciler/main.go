@@ -45,24 +45,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	var ue usageError
-	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case errors.As(err, &ue):
-		fmt.Fprintln(os.Stderr, "opjournal-reconciler:", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "opjournal-reconciler:", err)
-		os.Exit(1)
-	}
+	cli.Exit("opjournal-reconciler", err)
 }
-
-// usageError is a problem with the flags or the policy: exit status 2.
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error { return e.error }
 
 type options struct {
 	journal      cli.JournalFlags
@@ -98,38 +82,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	log, err := cli.NewLogger(o.logLevel, o.logFormat, stderr)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	// OpenTelemetry traces, when OTEL_* configures an exporter (off otherwise).
-	shutdownTracing, err := tracing.Setup(ctx, "opjournal-reconciler")
+	stopTracing, err := tracing.SetupMain(ctx, "opjournal-reconciler")
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = shutdownTracing(sctx)
-	}()
+	defer stopTracing()
 	if o.pollInterval <= 0 {
-		return usageError{errors.New("--poll-interval must be positive")}
+		return cli.Usage(errors.New("--poll-interval must be positive"))
 	}
 	if o.concurrency <= 0 {
-		return usageError{errors.New("--concurrency must be positive")}
+		return cli.Usage(errors.New("--concurrency must be positive"))
 	}
 	pol := policy.Default()
 	if o.policyPath != "" {
 		if pol, err = policy.Load(o.policyPath); err != nil {
-			return usageError{err}
+			return cli.Usage(err)
 		}
 	}
 
 	conn, cc, err := o.journal.Dial()
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	defer conn.Close()
 
@@ -140,7 +120,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		PollInterval: o.pollInterval, Concurrency: o.concurrency, Logger: log, Registerer: reg,
 	})
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 
 	metricsAddr := ""

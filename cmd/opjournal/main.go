@@ -177,15 +177,11 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// OpenTelemetry traces, when OTEL_* configures an exporter (off otherwise).
-	shutdownTracing, err := tracing.Setup(ctx, "opjournal")
+	stopTracing, err := tracing.SetupMain(ctx, "opjournal")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = shutdownTracing(sctx)
-	}()
+	defer stopTracing()
 	if o.pprofAddr != "" {
 		if err := servePprof(ctx, o.pprofAddr, log); err != nil {
 			return err

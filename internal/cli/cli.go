@@ -226,3 +226,29 @@ func (j *JournalFlags) Dial() (*grpc.ClientConn, grpc.ClientConnInterface, error
 	}
 	return conn, cc, nil
 }
+
+// usageError is a problem with a command's flags or configuration.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// Usage marks err as a usage error: Exit ends the command with status 2.
+func Usage(err error) error { return usageError{err} }
+
+// Exit ends a command's main with err: status 0 for none or for --help,
+// 2 for a usage error (Usage), 1 for anything else, which is printed
+// after the command's name.
+func Exit(name string, err error) {
+	var ue usageError
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.As(err, &ue):
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -139,4 +140,22 @@ func propagators(spec string) (propagation.TextMapPropagator, error) {
 		}
 	}
 	return propagation.NewCompositeTextMapPropagator(ps...), nil
+}
+
+// shutdownTimeout bounds the flush of the spans still queued on the way out.
+const shutdownTimeout = 5 * time.Second
+
+// SetupMain is Setup for a binary's main: stop flushes and stops tracing,
+// waiting at most shutdownTimeout, so that an unreachable collector never
+// holds up an exit.
+func SetupMain(ctx context.Context, serviceName string) (stop func(), err error) {
+	shutdown, err := Setup(ctx, serviceName)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		_ = shutdown(sctx)
+	}, nil
 }

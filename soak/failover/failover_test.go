@@ -1,0 +1,83 @@
+package failover
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+)
+
+// TestShortSyncFailover is one failover with synchronous replication
+// against the real binaries and a throwaway PostgreSQL pair: every
+// acknowledged operation survives, calls during the failover answer
+// UNAVAILABLE and nothing else, no duplicate, the journal replicas
+// recover without a restart. About 40 s; -short skips it (make
+// soak-failover runs both modes with more failovers).
+func TestShortSyncFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the failover harness takes about 40 s (make soak-failover runs it in full)")
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
+		"github.com/opjournal/opjournal/cmd/opjournal",
+		"github.com/opjournal/opjournal/cmd/opjournal-fakeprovider",
+		"github.com/opjournal/opjournal/cmd/opjournal-reconciler")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the binaries: %v\n%s", err, out)
+	}
+	cfg := DefaultConfig(Sync)
+	cfg.BinDir, cfg.Duration, cfg.Failovers, cfg.Agents, cfg.Settle = bin, 20*time.Second, 1, 4, 45*time.Second
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sum, err := Run(ctx, cfg, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatalf("the run could not be carried out: %v", err)
+	}
+	if !sum.Passed() {
+		t.Fatalf("FAIL: %v", sum.Violations)
+	}
+	switch f := sum.Failovers; {
+	case len(f) != 1:
+		t.Fatalf("%d failovers, want 1", len(f))
+	case f[0].Acked == 0 || f[0].Found != f[0].Acked:
+		t.Fatalf("ledger after the failover: %d acknowledged, %d found", f[0].Acked, f[0].Found)
+	case f[0].Recovered <= 0 || f[0].Recovered > 30*time.Second:
+		t.Fatalf("recovered after %s", f[0].Recovered)
+	case f[0].Unavailable == 0:
+		t.Fatalf("no agent call answered UNAVAILABLE during the failover: the failover was not exercised")
+	case sum.Acknowledged < f[0].Acked || sum.Effects == 0:
+		t.Fatalf("acknowledged %d, effects %d", sum.Acknowledged, sum.Effects)
+	}
+}
+
+// TestStateOrder pins the ledger's order of states to the protocol's
+// transitions.
+func TestStateOrder(t *testing.T) {
+	t.Parallel()
+	st := func(s pb.Status, attempt int32, review bool) state {
+		return state{status: s, attempt: attempt, review: review}
+	}
+	pending, inProg1 := st(pb.Status_STATUS_PENDING, 0, false), st(pb.Status_STATUS_IN_PROGRESS, 1, false)
+	unknown1, released1 := st(pb.Status_STATUS_UNKNOWN, 1, false), st(pb.Status_STATUS_PENDING, 1, false)
+	inProg2, succ1 := st(pb.Status_STATUS_IN_PROGRESS, 2, false), st(pb.Status_STATUS_SUCCEEDED, 1, false)
+	failed1, review1 := st(pb.Status_STATUS_FAILED_FINAL, 1, false), st(pb.Status_STATUS_UNKNOWN, 1, true)
+	for _, c := range []struct {
+		found, acked state
+		want         bool
+	}{
+		{pending, pending, true}, {inProg1, pending, true}, {unknown1, inProg1, true}, {released1, unknown1, true},
+		{inProg2, released1, true}, {succ1, inProg1, true}, {succ1, unknown1, true}, {succ1, review1, true},
+		{pending, inProg1, false}, {inProg1, unknown1, false}, {inProg1, succ1, false}, {failed1, succ1, false},
+		{unknown1, review1, false}, {pending, succ1, false}, {inProg1, inProg2, false}, {review1, unknown1, true},
+	} {
+		if got := c.found.atOrAfter(c.acked); got != c.want {
+			t.Errorf("%s at or after %s = %v, want %v", c.found, c.acked, got, c.want)
+		}
+	}
+}

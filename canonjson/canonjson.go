@@ -161,10 +161,10 @@ func (c *canonicalizer) copyValue(depth int, intField bool) error {
 		}
 		kind := tok.Kind()
 		if intField {
-			return c.errorf("must be an integer, got %s", kindName(kind))
+			return c.errorf("%s", notAnInteger(kind))
 		}
 		if depth > MaxDepth {
-			return c.errorf("nesting exceeds the maximum depth of %d", MaxDepth)
+			return c.errorf("%s", tooDeep)
 		}
 		if err := c.enc.WriteToken(tok); err != nil {
 			return c.errorf("internal error: %v", err)
@@ -186,7 +186,7 @@ func (c *canonicalizer) copyValue(depth int, intField bool) error {
 			}
 		case intField:
 			// A null never gets here: copyMembers drops null members first.
-			return c.errorf("must be an integer, got %s", kindName(kind))
+			return c.errorf("%s", notAnInteger(kind))
 		}
 		if err := c.enc.WriteValue(val); err != nil {
 			return c.errorf("internal error: %v", err)
@@ -280,6 +280,15 @@ func withoutQuotes(msg string) string {
 // and print integers beyond 2^53 rounded, so both are caught here first.
 func checkNumber(num []byte, intField bool) string {
 	f, _ := strconv.ParseFloat(string(num), 64) // the decoder already checked the grammar
+	return numberProblem(f, intField && !isIntegerText(num))
+}
+
+// numberProblem returns why a number whose double is f cannot be accepted,
+// or "". notInteger says the number belongs to a member of
+// Options.IntegerFields and is not an exact integer. checkNumber (JSON
+// text) and the Struct path (doubles) share it, so both refuse the same
+// numbers with the same words.
+func numberProblem(f float64, notInteger bool) string {
 	switch {
 	// The messages never quote the number: it is a payload value, which may
 	// be a secret (a card number), and errors reach logs.
@@ -289,7 +298,7 @@ func checkNumber(num []byte, intField bool) string {
 		// Covers every integer beyond the safe range, and non-integers that
 		// a double would round to such an integer (9007199254740992.5).
 		return fmt.Sprintf("is a number outside ±%d (2^53-1), beyond what JSON carries exactly; send it as a string", MaxSafeInteger)
-	case intField && !isIntegerText(num):
+	case notInteger:
 		return "is not an integer: the policy makes this member an exact integer (money in minor units), and a fraction is never rounded"
 	}
 	return ""
@@ -324,6 +333,13 @@ func isIntegerText(num []byte) bool {
 	}
 	return strings.Trim(digits[point:], "0") == ""
 }
+
+// tooDeep is the message for a container nested deeper than MaxDepth.
+var tooDeep = fmt.Sprintf("nesting exceeds the maximum depth of %d", MaxDepth)
+
+// notAnInteger is the message for a value of kind k in a member of
+// Options.IntegerFields that is not a number.
+func notAnInteger(k jsontext.Kind) string { return "must be an integer, got " + kindName(k) }
 
 // kindName names a JSON kind for error messages.
 func kindName(k jsontext.Kind) string {

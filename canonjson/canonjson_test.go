@@ -97,10 +97,8 @@ func TestRFC8785Structure(t *testing.T) {
 	}
 }
 
-func TestRFC8785Sorting(t *testing.T) {
-	// RFC 8785 §3.2.3: members are sorted by UTF-16 code units, so U+1F600
-	// (a surrogate pair, 0xD83D...) sorts before U+FB33.
-	in := `{
+// rfcSortingInput is the input example of RFC 8785 §3.2.3.
+const rfcSortingInput = `{
   "\u20ac": "Euro Sign",
   "\r": "Carriage Return",
   "\ufb33": "Hebrew Letter Dalet With Dagesh",
@@ -109,6 +107,11 @@ func TestRFC8785Sorting(t *testing.T) {
   "\u0080": "Control",
   "\u00f6": "Latin Small Letter O With Diaeresis"
 }`
+
+func TestRFC8785Sorting(t *testing.T) {
+	// RFC 8785 §3.2.3: members are sorted by UTF-16 code units, so U+1F600
+	// (a surrogate pair, 0xD83D...) sorts before U+FB33.
+	in := rfcSortingInput
 	want := "{" +
 		`"\r":"Carriage Return",` +
 		`"1":"One",` +
@@ -123,36 +126,38 @@ func TestRFC8785Sorting(t *testing.T) {
 	}
 }
 
+// rfcNumberSamples are RFC 8785 Appendix B: IEEE 754 bit patterns and
+// their JCS serialisation. want "" marks samples beyond ±(2^53-1), which
+// this package rejects.
+var rfcNumberSamples = []struct {
+	bits uint64
+	want string
+}{
+	{0x0000000000000000, "0"},
+	{0x8000000000000000, "0"}, // minus zero
+	{0x0000000000000001, "5e-324"},
+	{0x8000000000000001, "-5e-324"},
+	{0x7fefffffffffffff, ""}, // 1.7976931348623157e+308
+	{0xffefffffffffffff, ""}, // -1.7976931348623157e+308
+	{0x4340000000000000, ""}, // 9007199254740992
+	{0xc340000000000000, ""}, // -9007199254740992
+	{0x4430000000000000, ""}, // 295147905179352830000
+	{0x44b52d02c7e14af5, ""}, // 9.999999999999997e+22
+	{0x44b52d02c7e14af6, ""}, // 1e+23
+	{0x444b1ae4d6e2ef50, ""}, // 1e+21
+	{0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"},
+	{0x3eb0c6f7a0b5ed8d, "0.000001"},
+	{0x41b3de4355555553, "333333333.3333332"},
+	{0x41b3de4355555554, "333333333.33333325"},
+	{0x41b3de4355555555, "333333333.3333333"},
+	{0x41b3de4355555556, "333333333.3333334"},
+	{0x41b3de4355555557, "333333333.33333343"},
+	{0xbecbf647612f3696, "-0.0000033333333333333333"},
+	{0x43143ff3c1cb0959, "1424953923781206.2"}, // round to even
+}
+
 func TestRFC8785NumberSamples(t *testing.T) {
-	// RFC 8785 Appendix B: IEEE 754 bit patterns and their JCS serialisation.
-	// want "" marks samples beyond ±(2^53-1), which this package rejects.
-	samples := []struct {
-		bits uint64
-		want string
-	}{
-		{0x0000000000000000, "0"},
-		{0x8000000000000000, "0"}, // minus zero
-		{0x0000000000000001, "5e-324"},
-		{0x8000000000000001, "-5e-324"},
-		{0x7fefffffffffffff, ""}, // 1.7976931348623157e+308
-		{0xffefffffffffffff, ""}, // -1.7976931348623157e+308
-		{0x4340000000000000, ""}, // 9007199254740992
-		{0xc340000000000000, ""}, // -9007199254740992
-		{0x4430000000000000, ""}, // 295147905179352830000
-		{0x44b52d02c7e14af5, ""}, // 9.999999999999997e+22
-		{0x44b52d02c7e14af6, ""}, // 1e+23
-		{0x444b1ae4d6e2ef50, ""}, // 1e+21
-		{0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"},
-		{0x3eb0c6f7a0b5ed8d, "0.000001"},
-		{0x41b3de4355555553, "333333333.3333332"},
-		{0x41b3de4355555554, "333333333.33333325"},
-		{0x41b3de4355555555, "333333333.3333333"},
-		{0x41b3de4355555556, "333333333.3333334"},
-		{0x41b3de4355555557, "333333333.33333343"},
-		{0xbecbf647612f3696, "-0.0000033333333333333333"},
-		{0x43143ff3c1cb0959, "1424953923781206.2"}, // round to even
-	}
-	for _, s := range samples {
+	for _, s := range rfcNumberSamples {
 		f := math.Float64frombits(s.bits)
 		for _, text := range []string{strconv.FormatFloat(f, 'g', -1, 64), strconv.FormatFloat(f, 'e', 20, 64)} {
 			in := "[" + text + "]"
@@ -186,17 +191,19 @@ func TestKeyOrderAndWhitespaceIndependence(t *testing.T) {
 	}
 }
 
+// nullRemovalCases are documents with null members and their canonical forms.
+var nullRemovalCases = []struct{ in, want string }{
+	{`{"a":{"b":null,"c":1},"d":[null,1]}`, `{"a":{"c":1},"d":[null,1]}`},
+	{`{"memo":null}`, `{}`},
+	{`{"a":{"b":null}}`, `{"a":{}}`},
+	{`{"a":[{"b":null,"c":[null]}],"e":""}`, `{"a":[{"c":[null]}],"e":""}`},
+	{`{"s":"","l":[],"o":{}}`, `{"l":[],"o":{},"s":""}`},
+	{`[null,{"x":null},null]`, `[null,{},null]`},
+	{`null`, `null`},
+}
+
 func TestNullRemoval(t *testing.T) {
-	cases := []struct{ in, want string }{
-		{`{"a":{"b":null,"c":1},"d":[null,1]}`, `{"a":{"c":1},"d":[null,1]}`},
-		{`{"memo":null}`, `{}`},
-		{`{"a":{"b":null}}`, `{"a":{}}`},
-		{`{"a":[{"b":null,"c":[null]}],"e":""}`, `{"a":[{"c":[null]}],"e":""}`},
-		{`{"s":"","l":[],"o":{}}`, `{"l":[],"o":{},"s":""}`},
-		{`[null,{"x":null},null]`, `[null,{},null]`},
-		{`null`, `null`},
-	}
-	for _, c := range cases {
+	for _, c := range nullRemovalCases {
 		if got := canon(t, c.in, canonjson.Options{}); got != c.want {
 			t.Errorf("Canonicalize(%s) = %s, want %s", c.in, got, c.want)
 		}
@@ -225,24 +232,40 @@ func TestUnicodeIsNotNormalised(t *testing.T) {
 	}
 }
 
+// numbersAccepted are numbers Canonicalize accepts and their canonical forms.
+var numbersAccepted = []struct{ in, want string }{
+	{`9007199254740991`, `9007199254740991`},
+	{`-9007199254740991`, `-9007199254740991`},
+	{`9.007199254740991e15`, `9007199254740991`},
+	{`-0`, `0`},
+	{`-0.0e10`, `0`},
+	{`5e-324`, `5e-324`},
+	{`1e-400`, `0`}, // underflows to 0 in every client alike
+	{`4.9e5`, `490000`},
+	{`490000.0`, `490000`},
+	{`1.0`, `1`},
+	{`4900.5`, `4900.5`},
+	{`0.1`, `0.1`},
+	{`1E2`, `100`},
+	{`1e-7`, `1e-7`},
+}
+
+// numbersRejected are numbers Canonicalize refuses and what the refusal says.
+var numbersRejected = []struct{ in, msg string }{
+	{`9007199254740992`, "is a number outside ±9007199254740991"},
+	{`-9007199254740992`, "is a number outside"},
+	{`9007199254740993`, "outside"},
+	{`1e16`, "is a number outside"},
+	{`1e+20`, "outside"},
+	{`9007199254740992.5`, "outside"}, // would round to 2^53
+	{`1.7976931348623157e308`, "outside"},
+	{`1e309`, "is a number that overflows a 64-bit float"},
+	{`-1e309`, "overflows"},
+	{`1e99999999999999999999`, "overflows"},
+}
+
 func TestNumbers(t *testing.T) {
-	accepted := []struct{ in, want string }{
-		{`9007199254740991`, `9007199254740991`},
-		{`-9007199254740991`, `-9007199254740991`},
-		{`9.007199254740991e15`, `9007199254740991`},
-		{`-0`, `0`},
-		{`-0.0e10`, `0`},
-		{`5e-324`, `5e-324`},
-		{`1e-400`, `0`}, // underflows to 0 in every client alike
-		{`4.9e5`, `490000`},
-		{`490000.0`, `490000`},
-		{`1.0`, `1`},
-		{`4900.5`, `4900.5`},
-		{`0.1`, `0.1`},
-		{`1E2`, `100`},
-		{`1e-7`, `1e-7`},
-	}
-	for _, c := range accepted {
+	for _, c := range numbersAccepted {
 		if got := canon(t, "["+c.in+"]", canonjson.Options{}); got != "["+c.want+"]" {
 			t.Errorf("Canonicalize([%s]) = %s, want [%s]", c.in, got, c.want)
 		}
@@ -251,19 +274,7 @@ func TestNumbers(t *testing.T) {
 		t.Error("4.9e5 and 490000 hash differently")
 	}
 
-	rejected := []struct{ in, msg string }{
-		{`9007199254740992`, "is a number outside ±9007199254740991"},
-		{`-9007199254740992`, "is a number outside"},
-		{`9007199254740993`, "outside"},
-		{`1e16`, "is a number outside"},
-		{`1e+20`, "outside"},
-		{`9007199254740992.5`, "outside"}, // would round to 2^53
-		{`1.7976931348623157e308`, "outside"},
-		{`1e309`, "is a number that overflows a 64-bit float"},
-		{`-1e309`, "overflows"},
-		{`1e99999999999999999999`, "overflows"},
-	}
-	for _, c := range rejected {
+	for _, c := range numbersRejected {
 		rejects(t, `{"x":[0,`+c.in+`]}`, canonjson.Options{}, "/x/1", c.msg)
 	}
 
@@ -275,41 +286,48 @@ func TestNumbers(t *testing.T) {
 	}
 }
 
+// integerFieldsOpts are the options of the integer-field vectors.
+var integerFieldsOpts = canonjson.Options{IntegerFields: []string{"amount_minor", "qty"}}
+
+// integerFieldsAccepted are documents that pass integerFieldsOpts, with their canonical forms.
+var integerFieldsAccepted = []struct{ in, want string }{
+	{`{"amount_minor":490000}`, `{"amount_minor":490000}`},
+	{`{"amount_minor":4.9e5}`, `{"amount_minor":490000}`},
+	{`{"amount_minor":490000.0}`, `{"amount_minor":490000}`},
+	{`{"amount_minor":4900e-2}`, `{"amount_minor":49}`},
+	{`{"amount_minor":-0}`, `{"amount_minor":0}`},
+	{`{"amount_minor":0.0e-99999999999999999999}`, `{"amount_minor":0}`},
+	{`{"amount_minor":-9007199254740991}`, `{"amount_minor":-9007199254740991}`},
+	{`{"amount_minor":null,"a":1}`, `{"a":1}`},
+	{`{"items":[{"qty":2,"amount_minor":100}]}`, `{"items":[{"amount_minor":100,"qty":2}]}`},
+	{`{"amount\u005fminor":7}`, `{"amount_minor":7}`}, // names compare after unescaping
+	{`{"other":4900.5,"list":["4900"]}`, `{"list":["4900"],"other":4900.5}`},
+}
+
+// integerFieldsRejected are documents integerFieldsOpts refuses, with where and why.
+var integerFieldsRejected = []struct{ in, path, msg string }{
+	{`{"amount_minor":4900.5}`, "/amount_minor", "is not an integer"},
+	{`{"amount_minor":4900.0000000000000001}`, "/amount_minor", "is not an integer"}, // a double would say 4900
+	{`{"amount_minor":49e-1}`, "/amount_minor", "is not an integer"},
+	{`{"amount_minor":1e-99999999999999999999}`, "/amount_minor", "is not an integer"},
+	{`{"amount_minor":"4900"}`, "/amount_minor", "must be an integer, got a string"},
+	{`{"amount_minor":true}`, "/amount_minor", "must be an integer, got a boolean"},
+	{`{"amount_minor":{"v":1}}`, "/amount_minor", "must be an integer, got an object"},
+	{`{"amount_minor":[1]}`, "/amount_minor", "must be an integer, got an array"},
+	{`{"amount_minor":9007199254740992}`, "/amount_minor", "outside"},
+	{`{"items":[{"qty":1},{"qty":"2"}]}`, "/items/1/qty", "got a string"},
+	{`{"items":[{"a":{"amount_minor":1.5}}]}`, "/items/0/a/amount_minor", "is not an integer"},
+}
+
 func TestIntegerFields(t *testing.T) {
-	opts := canonjson.Options{IntegerFields: []string{"amount_minor", "qty"}}
-	accepted := []struct{ in, want string }{
-		{`{"amount_minor":490000}`, `{"amount_minor":490000}`},
-		{`{"amount_minor":4.9e5}`, `{"amount_minor":490000}`},
-		{`{"amount_minor":490000.0}`, `{"amount_minor":490000}`},
-		{`{"amount_minor":4900e-2}`, `{"amount_minor":49}`},
-		{`{"amount_minor":-0}`, `{"amount_minor":0}`},
-		{`{"amount_minor":0.0e-99999999999999999999}`, `{"amount_minor":0}`},
-		{`{"amount_minor":-9007199254740991}`, `{"amount_minor":-9007199254740991}`},
-		{`{"amount_minor":null,"a":1}`, `{"a":1}`},
-		{`{"items":[{"qty":2,"amount_minor":100}]}`, `{"items":[{"amount_minor":100,"qty":2}]}`},
-		{`{"amount\u005fminor":7}`, `{"amount_minor":7}`}, // names compare after unescaping
-		{`{"other":4900.5,"list":["4900"]}`, `{"list":["4900"],"other":4900.5}`},
-	}
-	for _, c := range accepted {
+	opts := integerFieldsOpts
+	for _, c := range integerFieldsAccepted {
 		if got := canon(t, c.in, opts); got != c.want {
 			t.Errorf("Canonicalize(%s) = %s, want %s", c.in, got, c.want)
 		}
 	}
 
-	rejected := []struct{ in, path, msg string }{
-		{`{"amount_minor":4900.5}`, "/amount_minor", "is not an integer"},
-		{`{"amount_minor":4900.0000000000000001}`, "/amount_minor", "is not an integer"}, // a double would say 4900
-		{`{"amount_minor":49e-1}`, "/amount_minor", "is not an integer"},
-		{`{"amount_minor":1e-99999999999999999999}`, "/amount_minor", "is not an integer"},
-		{`{"amount_minor":"4900"}`, "/amount_minor", "must be an integer, got a string"},
-		{`{"amount_minor":true}`, "/amount_minor", "must be an integer, got a boolean"},
-		{`{"amount_minor":{"v":1}}`, "/amount_minor", "must be an integer, got an object"},
-		{`{"amount_minor":[1]}`, "/amount_minor", "must be an integer, got an array"},
-		{`{"amount_minor":9007199254740992}`, "/amount_minor", "outside"},
-		{`{"items":[{"qty":1},{"qty":"2"}]}`, "/items/1/qty", "got a string"},
-		{`{"items":[{"a":{"amount_minor":1.5}}]}`, "/items/0/a/amount_minor", "is not an integer"},
-	}
-	for _, c := range rejected {
+	for _, c := range integerFieldsRejected {
 		rejects(t, c.in, opts, c.path, c.msg)
 	}
 

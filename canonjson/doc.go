@@ -58,4 +58,15 @@
 // a number that is an exact integer. Integer-ness is decided from the decimal
 // text, not from the rounded double, so 4.9e5 and 490000.0 are integers while
 // 4900.5 and 4900.0000000000000001 are not.
+//
+// # Structs
+//
+// [CanonicalizeStruct], [CanonicalizeValue] and [StructRequest] take a
+// google.protobuf.Struct (how the gRPC API carries payloads and results)
+// instead of text and return byte for byte what [Canonicalize] and
+// [Request] return for its JSON text, refusing what they refuse with the
+// same [*Error], without rendering the text and parsing it again. A Struct
+// holds numbers as doubles, so the integer check is made on the double
+// (exact for every number within ±MaxSafeInteger); a NaN, an infinity or a
+// Value with no kind, which no JSON text can hold, is refused.
 package canonjson

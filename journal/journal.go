@@ -49,6 +49,10 @@ type Service struct {
 	redacts  map[string]bool // every member name some action redacts
 	actions  *actionCache    // (tenant, key) → action, for Claim
 	hashKeys *hashkey.Ring   // keys of the keyed request hash (actions with redact_fields)
+	// payloadOpts holds each action's canonjson options, made once: the
+	// policy is immutable, and PayloadOptions is on every gRPC Register's
+	// path, where Policy.Action's defensive copy would cost allocations.
+	payloadOpts map[string]canonjson.Options
 }
 
 // Option configures a Service.
@@ -69,7 +73,13 @@ func New(st store.Store, pol *policy.Policy, limits Limits, opts ...Option) *Ser
 	if limits.MaxResultBytes <= 0 {
 		limits.MaxResultBytes = DefaultLimits.MaxResultBytes
 	}
-	s := &Service{store: st, policy: pol, limits: limits, redacts: redactNames(pol), actions: newActionCache(actionCacheSize)}
+	s := &Service{store: st, policy: pol, limits: limits, redacts: redactNames(pol), actions: newActionCache(actionCacheSize),
+		payloadOpts: map[string]canonjson.Options{}}
+	for _, name := range pol.Names() {
+		if a, ok := pol.Action(name); ok {
+			s.payloadOpts[name] = canonjson.Options{IntegerFields: a.IntegerFields}
+		}
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -129,6 +139,13 @@ type RegisterRequest struct {
 	Key     string
 	Action  string
 	Payload json.RawMessage // a JSON object; nil is "missing"
+	// Envelope, if not nil, is the request already in canonical form, and
+	// Payload is ignored: the envelope canonjson.StructRequest returned for
+	// Action with the options PayloadOptions(Action) gives. Register then
+	// takes the payload from it instead of parsing JSON text again; that
+	// is how the gRPC transport, which holds the payload as a Struct, hands
+	// it over. An envelope that names another action is CodeInternal.
+	Envelope json.RawMessage
 	// Refs are business references (order_id → 817): stored, searchable,
 	// immutable, and part of neither the key nor the request hash.
 	Refs map[string]string
@@ -149,7 +166,7 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.Regi
 	if err != nil {
 		return store.RegisterResult{}, err
 	}
-	if req.Payload == nil {
+	if req.Payload == nil && req.Envelope == nil {
 		return store.RegisterResult{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "payload", "is required (a JSON object; {} for none)")
 	}
 	var cp *store.ClaimPolicy
@@ -163,7 +180,12 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.Regi
 	if err := checkLinks(act, req.Key, req.Refs, req.ParentKey); err != nil {
 		return store.RegisterResult{}, err
 	}
-	envelope, canonical, err := s.checkPayload(act, req.Payload)
+	var envelope, canonical json.RawMessage
+	if req.Envelope != nil {
+		envelope, canonical, err = s.checkEnvelope(act, req.Envelope)
+	} else {
+		envelope, canonical, err = s.checkPayload(act, req.Payload)
+	}
 	if err != nil {
 		return store.RegisterResult{}, err
 	}
@@ -216,11 +238,44 @@ func (s *Service) checkPayload(act *policy.Action, payload json.RawMessage) (env
 	if err != nil {
 		return nil, nil, jsonError("payload", err)
 	}
-	if len(canonical) > s.limits.MaxPayloadBytes {
-		return nil, nil, opjournal.Errorf(opjournal.CodeTooLarge, "payload",
-			"is %d bytes as canonical JSON; the limit is %d", len(canonical), s.limits.MaxPayloadBytes)
+	if err := s.checkPayloadSize(canonical); err != nil {
+		return nil, nil, err
 	}
 	return envelope, canonical, nil
+}
+
+// checkEnvelope is checkPayload for a request a transport has already
+// canonicalised (RegisterRequest.Envelope): the validation is done, so it
+// confirms that the envelope names act, whose hash it becomes, and checks
+// the payload's size, without parsing the payload.
+func (s *Service) checkEnvelope(act *policy.Action, envelope json.RawMessage) (json.RawMessage, json.RawMessage, error) {
+	canonical, ok := canonjson.EnvelopePayload(envelope, act.Name)
+	if !ok {
+		return nil, nil, opjournal.Errorf(opjournal.CodeInternal, "payload", "the transport's canonical request is not one for the action %q", act.Name)
+	}
+	if err := s.checkPayloadSize(canonical); err != nil {
+		return nil, nil, err
+	}
+	return envelope, canonical, nil
+}
+
+// checkPayloadSize bounds a canonical payload by Limits.MaxPayloadBytes.
+func (s *Service) checkPayloadSize(canonical json.RawMessage) error {
+	if len(canonical) > s.limits.MaxPayloadBytes {
+		return opjournal.Errorf(opjournal.CodeTooLarge, "payload",
+			"is %d bytes as canonical JSON; the limit is %d", len(canonical), s.limits.MaxPayloadBytes)
+	}
+	return nil
+}
+
+// PayloadOptions returns the canonjson options Register validates
+// action's payload with (its IntegerFields), for a transport that
+// canonicalises the payload itself (RegisterRequest.Envelope); for an
+// action the policy does not define, the zero Options, Register then
+// refusing the action whatever the payload. The options are shared: the
+// caller must not modify them.
+func (s *Service) PayloadOptions(action string) canonjson.Options {
+	return s.payloadOpts[action]
 }
 
 // checkSchema validates a canonical payload against its action's
@@ -409,6 +464,10 @@ type MarkSucceededRequest struct {
 	Attempt    int
 	ExternalID string
 	Result     json.RawMessage // a JSON object, or nil for none
+	// ResultCanonical says Result is already canonical JSON (from
+	// canonjson.CanonicalizeStruct): it is then checked only for its
+	// shape and size, not parsed again.
+	ResultCanonical bool
 	// Actor is who the caller says reports the effect (optional); it is
 	// the history's actor only without authentication (default: the lease
 	// owner).
@@ -431,7 +490,7 @@ func (s *Service) MarkSucceeded(ctx context.Context, req MarkSucceededRequest) (
 			return nil, err
 		}
 	}
-	result, err := s.canonicalResult(req.Result)
+	result, err := s.checkedResult(req.Result, req.ResultCanonical)
 	if err != nil {
 		return nil, err
 	}
@@ -456,6 +515,9 @@ type MarkRequest struct {
 	// Result (MarkFailedFinal only) is the refusal as the provider gave it,
 	// a JSON object or nil; stored redacted, like a result.
 	Result json.RawMessage
+	// ResultCanonical says Result is already canonical JSON, as in
+	// MarkSucceededRequest.
+	ResultCanonical bool
 }
 
 // MarkUnknown records an attempt without a definite answer. Only the
@@ -485,7 +547,7 @@ func (s *Service) mark(ctx context.Context, what string, fn func(context.Context
 		if what != "mark failed_final" {
 			return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "result", "only a confirmed refusal (MarkFailedFinal) or effect (MarkSucceeded) stores a result")
 		}
-		result, err := s.canonicalResult(req.Result)
+		result, err := s.checkedResult(req.Result, req.ResultCanonical)
 		if err != nil {
 			return nil, err
 		}
@@ -594,6 +656,23 @@ func checkAttempt(a int) error {
 		return opjournal.Errorf(opjournal.CodeInvalidArgument, "attempt", "must be ≥ 1 (the attempt number Claim returned)")
 	}
 	return nil
+}
+
+// checkedResult is canonicalResult for a result that a transport may
+// have canonicalised already (canonical true: from
+// canonjson.CanonicalizeStruct), which is only checked to be an object
+// within Limits.MaxResultBytes, with canonicalResult's errors.
+func (s *Service) checkedResult(raw json.RawMessage, canonical bool) (json.RawMessage, error) {
+	if !canonical || raw == nil {
+		return s.canonicalResult(raw)
+	}
+	if raw[0] != '{' {
+		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "result", "must be a JSON object")
+	}
+	if len(raw) > s.limits.MaxResultBytes {
+		return nil, opjournal.Errorf(opjournal.CodeTooLarge, "result", "is %d bytes as canonical JSON; the limit is %d", len(raw), s.limits.MaxResultBytes)
+	}
+	return raw, nil
 }
 
 // jsonError names the offending JSON value in the field ("payload/amount_minor").

@@ -273,6 +273,9 @@ type ResolveRequest struct {
 	ErrorCode  string           // optional, with StatusFailedFinal
 	Actor      string           // stated; required without authentication
 	Reason     string           // required
+	// ResultCanonical says Result is already canonical JSON, as in
+	// MarkSucceededRequest.
+	ResultCanonical bool
 }
 
 // Resolve applies an operator's verdict to a non-terminal operation that
@@ -311,7 +314,7 @@ func (s *Service) Resolve(ctx context.Context, req ResolveRequest) (*opjournal.O
 	if err := checkText("error_code", req.ErrorCode, MaxErrorCodeLen); err != nil {
 		return nil, err
 	}
-	result, err := s.canonicalResult(req.Result)
+	result, err := s.checkedResult(req.Result, req.ResultCanonical)
 	if err != nil {
 		return nil, err
 	}

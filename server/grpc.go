@@ -33,12 +33,12 @@ func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (
 	if err != nil {
 		return nil, err
 	}
-	payload, err := structJSON("payload", req.GetPayload())
+	payload, envelope, err := s.payloadJSON(ctx, req.GetActionType(), req.GetPayload())
 	if err != nil {
 		return nil, err
 	}
 	jr := journal.RegisterRequest{
-		Caller: callerOf(ctx), Key: req.GetOperationKey(), Action: req.GetActionType(), Payload: payload,
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Action: req.GetActionType(), Payload: payload, Envelope: envelope,
 		Refs: req.GetRefs(), ParentKey: req.GetParentKey(),
 	}
 	if c := req.GetClaim(); c != nil {
@@ -156,17 +156,13 @@ func (s *journalServer) MarkSucceeded(ctx context.Context, req *pb.MarkSucceeded
 	if err != nil {
 		return nil, err
 	}
-	var result json.RawMessage
-	if req.GetResult() != nil {
-		r, err := structJSON("result", req.GetResult())
-		if err != nil {
-			return nil, err
-		}
-		result = r
+	result, canonical, err := resultJSON(ctx, req.GetResult())
+	if err != nil {
+		return nil, err
 	}
 	op, err := s.svc.MarkSucceeded(ctx, journal.MarkSucceededRequest{
 		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ExternalID: req.GetExternalId(), Result: result,
-		Actor: req.GetActor(),
+		ResultCanonical: canonical, Actor: req.GetActor(),
 	})
 	if err != nil {
 		s.countStale(ctx, req.GetOperationKey(), err)
@@ -203,12 +199,13 @@ func (s *journalServer) MarkFailedFinal(ctx context.Context, req *pb.MarkFailedF
 	if err != nil {
 		return nil, err
 	}
-	result, err := structJSON("result", req.GetResult())
+	result, canonical, err := resultJSON(ctx, req.GetResult())
 	if err != nil {
 		return nil, err
 	}
 	op, err := s.svc.MarkFailedFinal(ctx, journal.MarkRequest{
 		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ErrorCode: req.GetErrorCode(), Result: result,
+		ResultCanonical: canonical,
 	})
 	if err != nil {
 		s.countStale(ctx, req.GetOperationKey(), err)
@@ -243,6 +240,40 @@ func (s *journalServer) countStale(ctx context.Context, key string, err error) {
 		action = op.Action
 	}
 	s.metrics.outcome(action, "stale_attempt")
+}
+
+// payloadJSON is a Register's payload for the journal: on the gRPC path,
+// the canonical request envelope written straight from the Struct
+// (canonjson.StructRequest, with the action's options), which the journal
+// takes without parsing it again; else the JSON text requestJSON gives
+// (the REST body's own text, or the Struct rendered by structJSON), which
+// the journal canonicalises. A Struct the direct path refuses goes the
+// text way too: structJSON and the journal then refuse it exactly as they
+// always have, with the same field and words, and after the same checks
+// of the request's other fields, which a refusal here would overtake.
+// Refusals are rare, so the second walk costs nothing that matters.
+func (s *journalServer) payloadJSON(ctx context.Context, action string, st *structpb.Struct) (payload, envelope json.RawMessage, err error) {
+	if st != nil {
+		if env, _, err := canonjson.StructRequest(action, st, s.svc.PayloadOptions(action)); err == nil {
+			return nil, env, nil
+		}
+	}
+	payload, err = requestJSON(ctx, "payload", st)
+	return payload, nil, err
+}
+
+// resultJSON is payloadJSON for a result (MarkSucceeded, MarkFailedFinal,
+// Resolve): canonical JSON straight from the Struct (canonical true), or,
+// when there is no Struct or it is refused, requestJSON's text for the
+// journal to canonicalise or refuse as before.
+func resultJSON(ctx context.Context, st *structpb.Struct) (result json.RawMessage, canonical bool, err error) {
+	if st != nil {
+		if c, err := canonjson.CanonicalizeStruct(st, canonjson.Options{}); err == nil {
+			return c, true, nil
+		}
+	}
+	result, err = requestJSON(ctx, "result", st)
+	return result, false, err
 }
 
 // structJSON renders a Struct as JSON for canonicalisation. Struct numbers

@@ -37,10 +37,10 @@ func (s *Server) httpHandler(ctx context.Context) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		// Responses use the proto field names (snake_case) and show every
 		// field, so `"claimed": false` is visible rather than absent.
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, restMarshaler{&runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}),
+		}}),
 		runtime.WithErrorHandler(writeGatewayError),
 		// A POST with a form content type must not be treated as another
 		// method (the gateway's default "path length fallback").
@@ -162,11 +162,18 @@ func (s *Server) restGuard(next http.Handler) http.Handler {
 			writeError(w, http.StatusBadRequest, opjournal.CodeInvalidArgument, "body", "request body could not be read")
 			return
 		}
-		// One parse of the body serves every check below.
-		members, msg := bodyMembers(body)
-		if msg != "" {
-			writeError(w, http.StatusBadRequest, opjournal.CodeInvalidArgument, "body", msg)
-			return
+		// One parse of the body serves every check below and, on the fast
+		// path (restdecode.go), the request itself.
+		members, fast := parseMembers(body)
+		if fast && depth(body) > maxBodyDepth {
+			fast = false
+		}
+		if !fast {
+			var msg string
+			if members, msg = bodyMembers(body); msg != "" {
+				writeError(w, http.StatusBadRequest, opjournal.CodeInvalidArgument, "body", msg)
+				return
+			}
 		}
 		// Misspelt fields and values of the wrong JSON type, named with a
 		// suggestion (fieldhint.go), before protojson's terser words.
@@ -174,6 +181,18 @@ func (s *Server) restGuard(next http.Handler) http.Handler {
 			writeErr(w, err)
 			return
 		}
+		if fast {
+			if rb, ok := decodeREST(method, body, members); ok {
+				r = r.WithContext(context.WithValue(r.Context(), restBodyKey{}, rb))
+				r.Body = rb
+				r.ContentLength = int64(len(body))
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		// The old path: protojson decodes the body, and a register's
+		// payload becomes a Struct of doubles, so its numbers are checked
+		// on their text first.
 		if method == "Register" {
 			if err := s.checkPayloadText(members); err != nil {
 				writeErr(w, err)

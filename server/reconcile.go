@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -116,16 +115,12 @@ func (s *journalServer) Resolve(ctx context.Context, req *pb.ResolveRequest) (*p
 	case pb.Resolution_RESOLUTION_FAILED_FINAL:
 		to = opjournal.StatusFailedFinal
 	}
-	var result json.RawMessage
-	if req.GetResult() != nil {
-		r, err := structJSON("result", req.GetResult())
-		if err != nil {
-			return nil, err
-		}
-		result = r
+	result, canonical, err := resultJSON(ctx, req.GetResult())
+	if err != nil {
+		return nil, err
 	}
 	op, err := s.svc.Resolve(ctx, journal.ResolveRequest{
-		Caller: callerOf(ctx), Key: req.GetOperationKey(), To: to, ExternalID: req.GetExternalId(), Result: result,
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), To: to, ExternalID: req.GetExternalId(), Result: result, ResultCanonical: canonical,
 		ErrorCode: req.GetErrorCode(), Actor: req.GetActor(), Reason: req.GetReason(),
 	})
 	if err != nil {

@@ -3,6 +3,12 @@ package server
 import (
 	"encoding/json"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/opjournal/opjournal/canonjson"
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 )
 
 // BenchmarkRESTBodyChecks compares the REST guard's checks of a register
@@ -42,6 +48,71 @@ func BenchmarkRESTBodyChecks(b *testing.B) {
 				b.Fatal(err)
 			}
 			if _, err := fieldsOf(registerFields, members); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkRESTDecode compares what a REST register body costs from the
+// guard to the canonical payload the journal hashes: the old path (the
+// guard's parse and checks, the payload's text check, protojson's decode
+// into a Struct, the Struct rendered to JSON, canonicalised) against the
+// fast path (one jsontext pass, the same field checks, the message filled
+// from the members, the payload's text canonicalised once):
+//
+//	go test -run '^$' -bench RESTDecode -benchmem ./server/
+func BenchmarkRESTDecode(b *testing.B) {
+	body := []byte(`{"operation_key":"payment:order-817:intent-01","action_type":"create_payment","payload":` + typicalPayload +
+		`,"refs":{"order_id":"817"},"claim":{"worker_id":"agent-1"}}`)
+	opts := canonjson.Options{IntegerFields: []string{"amount_minor"}}
+	b.Run("gateway", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			members, msg := bodyMembers(body)
+			if msg != "" {
+				b.Fatal(msg)
+			}
+			if err := checkMembers("Register", members); err != nil {
+				b.Fatal(err)
+			}
+			fields, err := fieldsOf(registerFields, members)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := canonjson.Request("create_payment", fields["payload"], opts); err != nil {
+				b.Fatal(err)
+			}
+			var req pb.RegisterRequest
+			if err := protojson.Unmarshal(body, &req); err != nil {
+				b.Fatal(err)
+			}
+			text, err := structJSON("payload", req.GetPayload())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := canonjson.Request("create_payment", text, opts); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			members, ok := parseMembers(body)
+			if !ok || depth(body) > maxBodyDepth {
+				b.Fatal("not on the fast path")
+			}
+			if err := checkMembers("Register", members); err != nil {
+				b.Fatal(err)
+			}
+			rb, ok := decodeREST("Register", body, members)
+			if !ok {
+				b.Fatal("not on the fast path")
+			}
+			var req pb.RegisterRequest
+			proto.Merge(&req, rb.msg)
+			if _, _, err := canonjson.Request("create_payment", rb.structs["payload"], opts); err != nil {
 				b.Fatal(err)
 			}
 		}

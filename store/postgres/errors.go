@@ -95,6 +95,8 @@ func notNow(sqlstate string) bool {
 		return true
 	case "25006": // read-only transaction: a standby, e.g. after a failover until the pool reaches the new primary
 		return true
+	case "40001", "40P01": // serialization failure, deadlock: the transaction was rolled back, so trying again is safe
+		return true
 	}
 	return false
 }

@@ -42,6 +42,8 @@ func TestClassifyCausesOfADatabaseGone(t *testing.T) {
 		"connection failure":        &pgconn.PgError{Severity: "FATAL", Code: "08006"},
 		"statement_timeout":         &pgconn.PgError{Severity: "ERROR", Code: "57014"},
 		"read-only standby":         &pgconn.PgError{Severity: "ERROR", Code: "25006"},
+		"deadlock detected":         &pgconn.PgError{Severity: "ERROR", Code: "40P01"},
+		"serialization failure":     &pgconn.PgError{Severity: "ERROR", Code: "40001"},
 		"migrate lock, conn closed": &database.Error{OrigErr: pgconn.ErrConnClosed, Err: "try lock failed"},
 		"migrate step, EOF":         fmt.Errorf("up: %w", database.Error{OrigErr: io.ErrUnexpectedEOF, Err: "migration failed"}),
 	} {

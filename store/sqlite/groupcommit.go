@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
@@ -33,7 +32,7 @@ const maxGroup = 64
 // txFunc is one call's work inside a write transaction. ctx is the
 // transaction's, not the caller's: a caller that gives up must not
 // interrupt the others' statements on the shared connection.
-type txFunc func(ctx context.Context, tx *sql.Tx) error
+type txFunc func(ctx context.Context, tx *wtx) error
 
 // txCall is one caller's transaction waiting in the committer.
 type txCall struct {
@@ -48,17 +47,12 @@ type txCall struct {
 // (internal/groupq, one transaction at a time) decides which calls share
 // one.
 type committer struct {
-	db *sql.DB
-	q  *groupq.Queue[*txCall]
-	// exec runs a fixed-text statement in a transaction through the
-	// store's prepared statements (the savepoints' names repeat).
-	exec func(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error)
+	w *writer // the write connection (writer.go)
+	q *groupq.Queue[*txCall]
 }
 
-func newCommitter(db *sql.DB) *committer {
-	c := &committer{db: db, exec: func(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
-		return tx.ExecContext(ctx, query, args...)
-	}}
+func newCommitter(w *writer) *committer {
+	c := &committer{w: w}
 	c.q = groupq.New(1, maxGroup, c.run)
 	return c
 }
@@ -114,7 +108,7 @@ func (c *committer) run(group []*txCall) {
 		ctx, span = tracing.StartBatch(ctx, "sqlite", groupWhat(group), callContexts(group))
 		defer func() { tracing.EndStore(span, txErr, string(opjournal.CodeUnavailable)) }()
 	}
-	tx, err := c.db.BeginTx(ctx, nil)
+	tx, err := c.w.begin()
 	if err != nil {
 		txErr = err
 		for _, call := range group {
@@ -161,19 +155,29 @@ func (c *committer) run(group []*txCall) {
 // inSavepoint runs one call of a group inside its own savepoint, undoing
 // the call's changes if it fails (call.err). It returns an error only when
 // the transaction itself is broken.
-func (c *committer) inSavepoint(ctx context.Context, tx *sql.Tx, i int, call *txCall) error {
-	sp := fmt.Sprintf("call%d", i)
-	if _, err := c.exec(ctx, tx, "SAVEPOINT "+sp); err != nil {
+func (c *committer) inSavepoint(ctx context.Context, tx *wtx, i int, call *txCall) error {
+	sp := savepoints[i]
+	if _, err := tx.ExecContext(ctx, sp.begin); err != nil {
 		return err
 	}
 	if call.err = call.fn(ctx, tx); call.err != nil {
-		if _, err := c.exec(ctx, tx, "ROLLBACK TO "+sp); err != nil {
+		if _, err := tx.ExecContext(ctx, sp.undo); err != nil {
 			return err
 		}
 	}
-	_, err := c.exec(ctx, tx, "RELEASE "+sp)
+	_, err := tx.ExecContext(ctx, sp.release)
 	return err
 }
+
+// savepoints are the statements of each position in a group, built once
+// (their texts are fixed, so the writer prepares each once).
+var savepoints = func() (sp [maxGroup]struct{ begin, undo, release string }) {
+	for i := range sp {
+		name := fmt.Sprintf("call%d", i)
+		sp[i].begin, sp[i].undo, sp[i].release = "SAVEPOINT "+name, "ROLLBACK TO "+name, "RELEASE "+name
+	}
+	return sp
+}()
 
 // close refuses new calls, lets the worker finish the queue, and answers
 // anything left UNAVAILABLE. A transaction already running finishes.

@@ -9,14 +9,13 @@ import (
 // SQLite parses a statement's text every time it is prepared, and
 // database/sql prepares a text statement on every call: profiling the
 // fused path (BenchmarkFused) showed sqlite3_prepare_v2 at 42% of the
-// store's CPU. The hot path's statements are therefore prepared once per
+// store's CPU. The reads' fixed statements are therefore prepared once per
 // connection and reused: a statement prepared on the pool (*sql.Stmt)
-// remembers the connections it was prepared on, and a transaction's
-// Tx.StmtContext reuses the one of its connection.
+// remembers the connections it was prepared on. (The write path runs on
+// its own connection, which caches its statements itself: writer.go.)
 //
 // Only statements whose text is fixed go through here (the texts are
-// constants, or built from a bounded set such as the savepoint names):
-// the cache never grows with the data.
+// constants): the cache never grows with the data.
 type preparedCache struct {
 	mu sync.Mutex
 	by map[string]*sql.Stmt
@@ -52,27 +51,14 @@ func (s *Store) closeStatements() {
 	c.by = nil
 }
 
-// txExec runs a fixed-text statement in tx through the cache.
-func (s *Store) txExec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
-	st, err := s.prepared(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
-}
-
-// queryRow runs a fixed-text query on q (a transaction or the pool)
-// through the cache. A statement that does not prepare is run as text,
+// queryRow runs a fixed-text query on the pool q through the cache. A statement that does not prepare is run as text,
 // so that its error reaches the caller through the row as usual.
 func (s *Store) queryRow(ctx context.Context, q querier, query string, args ...any) *sql.Row {
 	st, err := s.prepared(ctx, query)
 	if err != nil {
 		return q.QueryRowContext(ctx, query, args...)
 	}
-	switch q := q.(type) {
-	case *sql.Tx:
-		return q.StmtContext(ctx, st).QueryRowContext(ctx, args...)
-	case *sql.DB:
+	if _, ok := q.(*sql.DB); ok {
 		return st.QueryRowContext(ctx, args...)
 	}
 	return q.QueryRowContext(ctx, query, args...)

@@ -1,7 +1,9 @@
-// Package sqlite is the embedded store: one SQLite file through the pure-Go
-// modernc.org/sqlite driver, so `opjournal serve` needs no setup. It is for
-// one server process; several processes on one PostgreSQL is the way to
-// scale out.
+// Package sqlite is the embedded store: one SQLite file through pure Go
+// (modernc.org/sqlite's SQLite: reads through its database/sql driver,
+// writes on one connection through zombiezen.com/go/sqlite, see writer.go),
+// so `opjournal serve` needs no setup and builds with CGO_ENABLED=0. It is
+// for one server process; several processes on one PostgreSQL is the way
+// to scale out.
 package sqlite
 
 import (
@@ -24,6 +26,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	sqlitedrv "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+	zsqlite "zombiezen.com/go/sqlite"
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/migrations"
@@ -36,9 +39,11 @@ type Store struct {
 	path  string                           // the file, naming TryLock's locks
 	clock atomic.Pointer[func() time.Time] // test clock (SetClock); nil: SQLite's
 	// commit runs the write transactions, grouping concurrent ones
-	// (groupcommit.go).
+	// (groupcommit.go), on the write connection w (writer.go); db is the
+	// pool the reads use.
 	commit *committer
-	// stmts are the hot path's statements, prepared once (prepared.go).
+	w      *writer
+	// stmts are the reads' statements, prepared once (prepared.go).
 	stmts preparedCache
 }
 
@@ -85,9 +90,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	st := &Store{db: db, path: path, commit: newCommitter(db)}
-	st.commit.exec = st.txExec
-	return st, nil
+	w, err := openWriter(path)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Store{db: db, path: path, commit: newCommitter(w), w: w}, nil
 }
 
 // createPrivate creates the database file, if it does not exist yet, as
@@ -141,8 +149,9 @@ var _ store.Batching = (*Store)(nil)
 // Close closes the database.
 func (s *Store) Close() error {
 	s.commit.close()
+	werr := s.w.close() // waits for a transaction still running
 	s.closeStatements()
-	return s.db.Close()
+	return errors.Join(werr, s.db.Close())
 }
 
 // Ping checks that the database answers.
@@ -188,6 +197,36 @@ const (
 	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= ` + nowSQL + ` THEN lease_until END,
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs, coalesce(parent_key, ''), first_attempt_at, ` + nowSQL
+)
+
+// The write path's statements, by name: bench/sqlitedrivers runs the same
+// texts on other drivers and checks that they still match these.
+const (
+	// getSQL reads one operation and the clock (?1 the test clock, ?2
+	// the tenant, ?3 the key).
+	getSQL = `SELECT ` + fullColumns + ` FROM operations WHERE tenant = ?2 AND operation_key = ?3`
+	// clockSQL reads the clock alone, for a Register of a new key.
+	clockSQL = `SELECT ` + nowSQL
+	// updateSQL writes every field a rule may change; ?1 is unused, so
+	// that it shares its arguments with insertSQL.
+	updateSQL = `UPDATE operations SET status = ?4, attempt_count = ?5, lease_owner = ?6,
+			lease_until = ?7, external_id = ?8, result = ?9, error_code = ?10, needs_review = ?11, review_reason = ?12,
+			unknown_since = ?13, check_count = ?14, last_checked_at = ?15, next_check_at = ?16, attempt_started_at = ?17,
+			duplicate_external_ids = ?18, duplicate_reports = ?19, updated_at = ?20, first_attempt_at = ?21
+			WHERE tenant = ?2 AND operation_key = ?3`
+	// insertSQL writes a new row: updateSQL's arguments, then the fields
+	// fixed at registration.
+	insertSQL = `INSERT INTO operations (tenant, operation_key, status, attempt_count, lease_owner,
+		lease_until, external_id, result, error_code, needs_review, review_reason, unknown_since, check_count,
+		last_checked_at, next_check_at, attempt_started_at, duplicate_external_ids, duplicate_reports, updated_at,
+		first_attempt_at, action_type, request_hash, hash_key_id, payload, created_at, refs, parent_key)
+		VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)`
+	// insertRefSQL writes one business reference of a new row.
+	insertRefSQL = `INSERT INTO operation_refs (tenant, operation_key, name, value) VALUES (?1, ?2, ?3, ?4)`
+	// insertEventSQL writes one history row.
+	insertEventSQL = `INSERT INTO operation_events
+		(tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
+		VALUES (?1, ?2, ?3, nullif(?4, ''), ?5, ?6, ?7, ?8, ?9, nullif(?10, ''))`
 )
 
 type scanned struct {
@@ -277,8 +316,16 @@ var _ store.Clock = (*Store)(nil)
 
 // get reads one operation (and the clock) through q.
 func (s *Store) get(ctx context.Context, q querier, tenant, key string) (scanned, bool, error) {
-	sc, err := scanOp(s.queryRow(ctx, q, `SELECT `+fullColumns+` FROM operations WHERE tenant = ?2 AND operation_key = ?3`,
-		s.clockArg(), tenant, key))
+	return found(scanOp(s.queryRow(ctx, q, getSQL, s.clockArg(), tenant, key)))
+}
+
+// getTx is get in a write transaction.
+func (s *Store) getTx(ctx context.Context, tx *wtx, tenant, key string) (scanned, bool, error) {
+	return found(scanOp(tx.QueryRowContext(ctx, getSQL, s.clockArg(), tenant, key)))
+}
+
+// found is get's answer from scanOp's: no row is not an error.
+func found(sc scanned, err error) (scanned, bool, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return scanned{}, false, nil
 	}
@@ -313,8 +360,8 @@ type applied struct {
 // apply reads the operation inside tx, applies c with opjournal.Apply on
 // the database clock, and writes the change and its event. It is the
 // whole store: SQLite runs the protocol table itself.
-func (s *Store) apply(ctx context.Context, tx *sql.Tx, tenant string, c *opjournal.Command) (applied, error) {
-	cur, found, err := s.get(ctx, tx, tenant, c.Key)
+func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *opjournal.Command) (applied, error) {
+	cur, found, err := s.getTx(ctx, tx, tenant, c.Key)
 	if err != nil {
 		return applied{}, err
 	}
@@ -353,9 +400,9 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, tenant string, c *opjourn
 
 // now reads the statement clock (for a Register of a new key, which reads
 // no row).
-func (s *Store) now(ctx context.Context, q querier) (time.Time, error) {
+func (s *Store) now(ctx context.Context, tx *wtx) (time.Time, error) {
 	var v int64
-	if err := s.queryRow(ctx, q, `SELECT `+nowSQL, s.clockArg()).Scan(&v); err != nil {
+	if err := tx.QueryRowContext(ctx, clockSQL, s.clockArg()).Scan(&v); err != nil {
 		return time.Time{}, classify("clock", err)
 	}
 	return ms(v), nil
@@ -364,7 +411,7 @@ func (s *Store) now(ctx context.Context, q querier) (time.Time, error) {
 // write stores op's row as Apply left it: a new row (insert) or every
 // field a rule may change (update). The stored status is the raw one: an
 // expired lease stays in_progress, as in PostgreSQL.
-func (s *Store) write(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, insert bool) error {
+func (s *Store) write(ctx context.Context, tx *wtx, op *opjournal.Operation, insert bool) error {
 	dups, err := json.Marshal(nonNil(op.DuplicateExternalIDs))
 	if err != nil {
 		return classify("write", err)
@@ -378,11 +425,7 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, 
 		nullTime(op.UnknownSince), op.CheckCount, nullTime(op.LastCheckedAt), nullTime(op.NextCheckAt),
 		nullTime(op.AttemptStartedAt), string(dups), op.DuplicateReports, op.UpdatedAt.UnixMilli(), nullTime(op.FirstAttemptAt)}
 	if !insert {
-		_, err = s.txExec(ctx, tx, `UPDATE operations SET status = ?4, attempt_count = ?5, lease_owner = ?6,
-			lease_until = ?7, external_id = ?8, result = ?9, error_code = ?10, needs_review = ?11, review_reason = ?12,
-			unknown_since = ?13, check_count = ?14, last_checked_at = ?15, next_check_at = ?16, attempt_started_at = ?17,
-			duplicate_external_ids = ?18, duplicate_reports = ?19, updated_at = ?20, first_attempt_at = ?21
-			WHERE tenant = ?2 AND operation_key = ?3`, args...)
+		_, err = tx.ExecContext(ctx, updateSQL, args...)
 		if err != nil {
 			return classify("write", err)
 		}
@@ -392,29 +435,20 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, 
 	if r := opjournal.RefsJSON(op.Refs); r != nil {
 		refs = string(r)
 	}
-	_, err = s.txExec(ctx, tx, `INSERT INTO operations (tenant, operation_key, status, attempt_count, lease_owner,
-		lease_until, external_id, result, error_code, needs_review, review_reason, unknown_since, check_count,
-		last_checked_at, next_check_at, attempt_started_at, duplicate_external_ids, duplicate_reports, updated_at,
-		first_attempt_at, action_type, request_hash, hash_key_id, payload, created_at, refs, parent_key)
-		VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)`,
-		append(args, op.Action, op.RequestHash, op.HashKeyID, string(op.Payload), op.CreatedAt.UnixMilli(), refs, nullText(op.ParentKey))...)
+	_, err = tx.ExecContext(ctx, insertSQL, append(args, op.Action, op.RequestHash, op.HashKeyID, string(op.Payload), op.CreatedAt.UnixMilli(), refs, nullText(op.ParentKey))...)
 	if err != nil {
 		return classify("write", err)
 	}
 	for name, value := range op.Refs {
-		if _, err := s.txExec(ctx, tx, `INSERT INTO operation_refs (tenant, operation_key, name, value) VALUES (?1, ?2, ?3, ?4)`,
-			op.Tenant, op.Key, name, value); err != nil {
+		if _, err := tx.ExecContext(ctx, insertRefSQL, op.Tenant, op.Key, name, value); err != nil {
 			return classify("write refs", err)
 		}
 	}
 	return nil
 }
 
-func (s *Store) insertEvent(ctx context.Context, tx *sql.Tx, op *opjournal.Operation, ev *opjournal.Event) error {
-	_, err := s.txExec(ctx, tx, `INSERT INTO operation_events
-		(tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		VALUES (?1, ?2, ?3, nullif(?4, ''), ?5, ?6, ?7, ?8, ?9, nullif(?10, ''))`,
-		op.Tenant, op.Key, ev.At.UnixMilli(), string(ev.From), string(ev.To), ev.Attempt, ev.Actor, ev.StatedActor, ev.Reason, ev.ExternalID)
+func (s *Store) insertEvent(ctx context.Context, tx *wtx, op *opjournal.Operation, ev *opjournal.Event) error {
+	_, err := tx.ExecContext(ctx, insertEventSQL, op.Tenant, op.Key, ev.At.UnixMilli(), string(ev.From), string(ev.To), ev.Attempt, ev.Actor, ev.StatedActor, ev.Reason, ev.ExternalID)
 	if err != nil {
 		return classify("write history", err)
 	}
@@ -445,7 +479,7 @@ func nonNil(ids []string) []string {
 // exec applies one command in a write transaction (shared with concurrent
 // ones, groupcommit.go).
 func (s *Store) exec(ctx context.Context, what, tenant string, c *opjournal.Command) (res applied, err error) {
-	err = s.commit.do(ctx, what, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.commit.do(ctx, what, func(ctx context.Context, tx *wtx) error {
 		res, err = s.apply(ctx, tx, tenant, c)
 		return err
 	})
@@ -464,7 +498,7 @@ func (s *Store) execOp(ctx context.Context, what, tenant string, c *opjournal.Co
 // Register inserts the operation, or returns the existing one with the same
 // hash (and claims it if asked), in one transaction.
 func (s *Store) Register(ctx context.Context, p store.RegisterParams) (res store.RegisterResult, err error) {
-	err = s.commit.do(ctx, "register", func(ctx context.Context, tx *sql.Tx) error {
+	err = s.commit.do(ctx, "register", func(ctx context.Context, tx *wtx) error {
 		a, err := s.apply(ctx, tx, p.Tenant, p.Command())
 		if err != nil {
 			return err
@@ -757,9 +791,16 @@ func boolInt(b bool) int {
 // database after the busy timeout is CodeUnavailable (retrying is safe);
 // anything else is CodeInternal.
 func classify(what string, err error) error {
+	code := -1 // the SQLite result code, from the pool's driver or the writer's
 	var se *sqlitedrv.Error
 	if errors.As(err, &se) {
-		switch se.Code() & 0xff {
+		code = se.Code()
+	} else if zc := zsqlite.ErrCode(err); zc != zsqlite.ResultOK && zc != zsqlite.ResultError {
+		// ErrCode answers SQLITE_ERROR for an error that is not SQLite's.
+		code = int(zc)
+	}
+	if code >= 0 {
+		switch code & 0xff {
 		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL:
 			return &opjournal.Error{Code: opjournal.CodeUnavailable, Message: "database unavailable during " + what, Err: err}
 		}
@@ -788,30 +829,25 @@ func (s *Store) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeResu
 		return s.purgeCount(ctx, args)
 	}
 	var res store.PurgeResult
-	err := s.commit.do(ctx, "purge", func(ctx context.Context, tx *sql.Tx) error {
+	err := s.commit.do(ctx, "purge", func(ctx context.Context, tx *wtx) error {
 		res = store.PurgeResult{}
-		rows, err := tx.QueryContext(ctx, `SELECT tenant, operation_key, updated_at FROM operations WHERE `+purgeable+`
-			ORDER BY updated_at LIMIT ?4`, append(args, p.Limit)...)
-		if err != nil {
-			return classify("purge", err)
-		}
 		type victim struct{ tenant, key string }
 		var victims []victim
-		for rows.Next() {
+		err := tx.QueryContext(`SELECT tenant, operation_key, updated_at FROM operations WHERE `+purgeable+`
+			ORDER BY updated_at LIMIT ?4`, append(args, p.Limit), func(r rowScanner) (bool, error) {
 			var v victim
 			var at int64
-			if err := rows.Scan(&v.tenant, &v.key, &at); err != nil {
-				rows.Close()
-				return classify("purge", err)
+			if err := r.Scan(&v.tenant, &v.key, &at); err != nil {
+				return false, err
 			}
 			victims = append(victims, v)
 			res.Newest = ms(at)
 			if res.Oldest.IsZero() {
 				res.Oldest = ms(at)
 			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+			return true, nil
+		})
+		if err != nil {
 			return classify("purge", err)
 		}
 		for _, v := range victims {

@@ -2,13 +2,14 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	zsqlite "zombiezen.com/go/sqlite"
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/await"
@@ -153,7 +154,7 @@ func TestGroupCommitAnswersEachCallAsAlone(t *testing.T) {
 func TestGroupCommitUndoesAFailedCallOnly(t *testing.T) {
 	s := openTemp(t)
 	insert := func(key string, fail bool) txFunc {
-		return func(ctx context.Context, tx *sql.Tx) error {
+		return func(ctx context.Context, tx *wtx) error {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO operations (tenant, operation_key, action_type, request_hash, payload, status, created_at, updated_at)
 				VALUES ('', ?1, 'a', 'h', '{}', 'pending', 0, 0)`, key); err != nil {
 				return err
@@ -180,6 +181,28 @@ func TestGroupCommitUndoesAFailedCallOnly(t *testing.T) {
 		_, err := s.Get(context.Background(), "", key)
 		if got := err == nil; got != want {
 			t.Errorf("%s present: %v, want %v (%v)", key, got, want, err)
+		}
+	}
+}
+
+// TestWriterSettings: the write connection, where every commit happens,
+// has the store's settings: WAL, every commit fsynced (synchronous=FULL,
+// 2), foreign keys on.
+func TestWriterSettings(t *testing.T) {
+	s := openTemp(t)
+	tx, err := s.w.begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read only
+	for pragma, want := range map[string]string{"journal_mode": "wal", "synchronous": "2", "foreign_keys": "1"} {
+		var got string
+		err := tx.w.run("PRAGMA "+pragma, nil, func(st *zsqlite.Stmt) (bool, error) {
+			got = st.ColumnText(0)
+			return false, nil
+		})
+		if err != nil || got != want {
+			t.Errorf("PRAGMA %s on the writer: %q (%v), want %q", pragma, got, err, want)
 		}
 	}
 }

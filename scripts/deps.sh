@@ -16,7 +16,9 @@ cd "$(dirname "$0")/.."
 # libprotobuf-dev holds the well-known types (google/protobuf/*.proto) that
 # protoc needs for the Python stubs; it is only a recommendation of
 # protobuf-compiler, which --no-install-recommends skips.
-debs="python3-grpcio python3-protobuf python3-venv python3-setuptools python3-wheel protobuf-compiler protobuf-compiler-grpc libprotobuf-dev curl jq sqlite3 postgresql-client chromium fonts-dejavu-core"
+# pgbouncer: the conformance suite, the model test and a short soak run
+# through a real PgBouncer in transaction pooling mode (internal/pgbouncer).
+debs="python3-grpcio python3-protobuf python3-venv python3-setuptools python3-wheel protobuf-compiler protobuf-compiler-grpc libprotobuf-dev curl jq sqlite3 postgresql-client chromium fonts-dejavu-core pgbouncer"
 if ! dpkg -s $debs >/dev/null 2>&1; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 		echo "deps.sh: missing Debian packages; install them: apt-get install -y $debs" >&2

@@ -125,7 +125,10 @@ func migrateCommand(stderr io.Writer) *cobra.Command {
 		Use:   "migrate [flags]",
 		Short: "apply the database migrations and exit",
 		Long: `Apply the schema migrations to the database and exit. serve applies them too
-when it starts; on PostgreSQL an advisory lock makes concurrent runs safe.`,
+when it starts; on PostgreSQL an advisory lock makes concurrent runs safe.
+Behind PgBouncer in transaction mode (a URL with
+default_query_exec_mode=cache_describe) serve does not migrate: run this
+first, on a direct URL to PostgreSQL (the lock is a session's).`,
 		Example: `  opjournal migrate --database-url postgres://opjournal@db:5432/opjournal`,
 		RunE:    func(*cobra.Command, []string) error { return migrateCmd(&o, stderr) },
 	}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,9 @@ type Store struct {
 	pool        *pgxpool.Pool
 	clock       atomic.Pointer[func() time.Time] // test clock (SetClock); nil: now()
 	stmtTimeout time.Duration                    // bounds each statement; 0: only the caller's context
+	closed      chan struct{}                    // closed by Close: lease renewals stop (lock.go)
+	closeOnce   sync.Once
+	parts       partitionState // the history's partitions' upkeep (partitions.go)
 	// The hot path's batchers (batch.go); nil when batching is off.
 	registers *batcher[store.RegisterParams, batched]
 	claims    *batcher[store.ClaimParams, batched]
@@ -183,18 +187,22 @@ func parseSettings(raw string) (connSettings, error) {
 // opjournal_statement_timeout) and returns a Store. It returns an
 // *opjournal.Error with CodeUnavailable when the database cannot be
 // reached.
+//
+// Behind a transaction pooler (PgBouncer in transaction mode) the URL must
+// set default_query_exec_mode=cache_describe (pooler.go says why); Open
+// then does not migrate, and fails with CodeUnavailable unless the schema
+// is at this build's last migration (run `opjournal migrate` on a direct
+// URL first).
 func Open(ctx context.Context, url string) (*Store, error) {
 	cs, err := parseSettings(url)
 	if err != nil {
-		return nil, err
-	}
-	if err := Migrate(url); err != nil {
 		return nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(cs.poolURL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse database url: %w", redact(err))
 	}
+	behindPooler := pooled(cfg.ConnConfig)
 	if !cs.explicitConnect && cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout // keyword/value form
 	}
@@ -207,10 +215,21 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	// unknown length, joins by hashing or sorting the whole table, and
 	// keeps doing so as the table grows. So these connections never choose
 	// a scan or join that ignores the key index (unless the URL says
-	// otherwise).
-	for name, value := range map[string]string{"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off"} {
-		if _, set := cfg.ConnConfig.RuntimeParams[name]; !set {
-			cfg.ConnConfig.RuntimeParams[name] = value
+	// otherwise). Without cached prepared statements (a URL for a
+	// transaction pooler, pooler.go) every execution is planned for its
+	// own values, so nothing is set: PgBouncer would refuse the settings.
+	// On a URL not marked as pooled, that refusal is how a PgBouncer is
+	// recognised before anything is migrated through it (poolerHint).
+	//
+	// jit is off too: the settings above cost any plan that must scan far
+	// above jit_above_cost, and compiling such a statement took seconds
+	// (seen in the partitions' upkeep at 10M operations); the journal's
+	// statements touch a few rows each, where JIT never pays.
+	if !behindPooler {
+		for name, value := range map[string]string{"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off", "jit": "off"} {
+			if _, set := cfg.ConnConfig.RuntimeParams[name]; !set {
+				cfg.ConnConfig.RuntimeParams[name] = value
+			}
 		}
 	}
 	cfg.ConnConfig.Tracer = queryTracer{} // spans, when tracing is on (trace.go)
@@ -218,12 +237,28 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, classify("connect", err)
 	}
-	s := &Store{pool: pool, stmtTimeout: cs.stmtTimeout}
+	s := &Store{pool: pool, stmtTimeout: cs.stmtTimeout, closed: make(chan struct{})}
 	pctx, cancel := s.bound(ctx)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, classify("connect", err)
+		return nil, poolerHint(classify("connect", err))
+	}
+	if behindPooler {
+		err = checkMigrated(pctx, pool)
+	} else {
+		err = Migrate(url)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	// The coming weeks' partitions of the history (partitions.go); the
+	// purge keeps them coming. Until they exist the default partition
+	// takes the rows, so a busy lock (another replica at it) is no failure.
+	if _, err := s.EnsurePartitions(pctx); err != nil {
+		pool.Close()
+		return nil, err
 	}
 	if w := cs.batchWorkers; w > 0 {
 		s.registers = newBatcher("register", w, cs.batchSize, s.bound, s.execRegister)
@@ -235,7 +270,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 
 // Migrate applies the embedded migrations (migrations/postgres) to the
 // database at url. golang-migrate holds an advisory lock meanwhile, so
-// several servers starting at once are safe.
+// several servers starting at once are safe. That lock is a session's, so
+// Migrate returns ErrMigrateThroughPooler for a URL marked as going
+// through a transaction pooler (default_query_exec_mode; pooler.go).
 func Migrate(url string) error {
 	src, err := iofs.New(migrations.Postgres, "postgres")
 	if err != nil {
@@ -244,6 +281,9 @@ func Migrate(url string) error {
 	cs, err := parseSettings(url)
 	if err != nil {
 		return err
+	}
+	if cfg, err := pgx.ParseConfig(cs.poolURL); err == nil && pooled(cfg) {
+		return ErrMigrateThroughPooler
 	}
 	m, err := migrate.NewWithSourceInstance("iofs", src, cs.migrateURL)
 	if err != nil {
@@ -274,6 +314,7 @@ func (s *Store) Close() error {
 		s.claims.close()
 		s.marks.close()
 	}
+	s.closeOnce.Do(func() { close(s.closed) })
 	s.pool.Close()
 	return nil
 }
@@ -900,7 +941,8 @@ func (s *Store) Events(ctx context.Context, p store.EventsParams) ([]opjournal.E
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT id, at, coalesce(from_status, ''), to_status, attempt, actor, stated_actor, reason, coalesce(external_id, '')
-		FROM operation_events WHERE tenant = $1 AND operation_key = $2 AND id > $3 ORDER BY id LIMIT $4`, p.Tenant, p.Key, p.After, limit+1)
+		FROM operation_events e WHERE tenant = $1 AND operation_key = $2 AND id > $3
+		  AND `+sinceRegistered("e", "$1", "$2")+` ORDER BY id LIMIT $4`, p.Tenant, p.Key, p.After, limit+1)
 	if err != nil {
 		return nil, 0, classify("events", err)
 	}

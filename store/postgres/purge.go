@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/opjournal/opjournal"
@@ -13,14 +14,12 @@ import (
 const purgeable = `action_type = $2 AND status IN ('succeeded', 'failed_final') AND NOT needs_review
 	  AND updated_at <= ` + clock + ` - make_interval(secs => $3::float8)`
 
-// purgeBatch deletes one batch in one statement: it locks the oldest
-// purgeable rows, SKIPPING rows another transaction holds (a purger
-// beside this one, or a transition: FOR UPDATE re-checks the guard on the
-// row's latest version, so a row that a duplicate report has just put
-// under review is not deleted), then deletes them and their history.
-// Every row is deleted by exactly one purger, and no row is locked for
-// longer than the statement.
-const purgeBatch = `WITH victims AS (
+// purgeVictims locks the oldest purgeable rows of one batch ($4), SKIPPING
+// rows another transaction holds (a purger beside this one, or a
+// transition: FOR UPDATE re-checks the guard on the row's latest version,
+// so a row that a duplicate report has just put under review is not
+// deleted), and deletes them.
+const purgeVictims = `victims AS (
 	SELECT tenant, operation_key FROM operations
 	WHERE ` + purgeable + `
 	ORDER BY updated_at LIMIT $4
@@ -29,23 +28,67 @@ const purgeBatch = `WITH victims AS (
 	DELETE FROM operations o USING victims v
 	WHERE o.tenant = v.tenant AND o.operation_key = v.operation_key
 	RETURNING o.tenant, o.operation_key, o.updated_at
-), evs AS (
+)`
+
+// purgeBatch deletes one batch in one statement: the victims and their
+// history. Every row is deleted by exactly one purger, and no row is
+// locked for longer than the statement.
+const purgeBatch = `WITH ` + purgeVictims + `, evs AS (
 	DELETE FROM operation_events e USING ops
 	WHERE e.tenant = ops.tenant AND e.operation_key = ops.operation_key
 	RETURNING 1
 )
 SELECT (SELECT count(*) FROM ops), (SELECT count(*) FROM evs), (SELECT min(updated_at) FROM ops), (SELECT max(updated_at) FROM ops)`
 
-// purgeCount counts what purgeBatch would delete, with no limit.
-const purgeCount = `WITH v AS (
+// drainingFor selects the partitions whose rows a purge of this action
+// ($3: its retention) leaves for the partition's drop (partitions.go):
+// draining, and ended at least the retention ago. FOR SHARE: a
+// maintenance that stops a partition draining (stopDraining) waits for
+// this statement, so that it deletes what this one left there.
+const drainingFor = `SELECT to_regclass(quote_ident(partition_name))::oid AS part, upto FROM operation_events_draining
+	WHERE upto <= ` + clock + ` - make_interval(secs => $3::float8)
+	FOR SHARE`
+
+// purgeBatchDraining is purgeBatch when some partitions drain: the
+// victims' history there stays for the drop, unreachable (the operation is
+// gone; a new one under its key reads from its own registration on), and
+// is counted as purged with the rest: that is the history these
+// operations had. (Counted without the sinceRegistered bound, which would
+// look up every victim's registration in every partition: a key purged,
+// registered again and purged again before the first history's partition
+// is dropped counts that first history twice.)
+const purgeBatchDraining = `WITH drain AS (` + drainingFor + `), ` + purgeVictims + `, evs AS (
+	DELETE FROM operation_events e USING ops
+	WHERE e.tenant = ops.tenant AND e.operation_key = ops.operation_key
+	  AND e.tableoid <> ALL (ARRAY(SELECT part FROM drain WHERE part IS NOT NULL))
+	RETURNING 1
+), kept AS (
+	SELECT count(*) AS n FROM ops JOIN operation_events e ON e.tenant = ops.tenant AND e.operation_key = ops.operation_key
+	WHERE e.at < (SELECT max(upto) FROM drain) AND e.tableoid = ANY (ARRAY(SELECT part FROM drain))
+)
+SELECT (SELECT count(*) FROM ops), (SELECT count(*) FROM evs) + (SELECT n FROM kept), (SELECT min(updated_at) FROM ops), (SELECT max(updated_at) FROM ops)`
+
+// anyDraining is whether purgeBatchDraining is needed ($2: the retention).
+// A partition that starts draining just after this answer is harmless:
+// purgeBatch deletes its rows, as it always did.
+const anyDraining = `SELECT EXISTS (SELECT 1 FROM operation_events_draining
+	WHERE upto <= ` + clock + ` - make_interval(secs => $2::float8))`
+
+// purgeCount counts what purgeBatch would delete, with no limit: of the
+// history, the current incarnation's (an earlier one's rows may wait in a
+// draining partition, already counted when their operation went).
+var purgeCount = `WITH v AS (
 	SELECT tenant, operation_key, updated_at FROM operations WHERE ` + purgeable + `
 )
 SELECT (SELECT count(*) FROM v),
-       (SELECT count(*) FROM operation_events e JOIN v ON e.tenant = v.tenant AND e.operation_key = v.operation_key),
+       (SELECT count(*) FROM operation_events e JOIN v ON e.tenant = v.tenant AND e.operation_key = v.operation_key
+        WHERE ` + sinceRegistered("e", "v.tenant", "v.operation_key") + `),
        (SELECT min(updated_at) FROM v), (SELECT max(updated_at) FROM v)`
 
 // Purge deletes one batch of purgeable operations of an action, oldest
-// first, with their history (refs live in the row). With DryRun it counts
+// first, with their history (refs live in the row); in partitions that
+// drain, the history is left for the partition's drop (partitions.go),
+// which the purge's maintenance does when due. With DryRun it counts
 // every purgeable operation instead.
 func (s *Store) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeResult, error) {
 	if p.Retention <= 0 || (!p.DryRun && p.Limit <= 0) {
@@ -55,10 +98,20 @@ func (s *Store) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeResu
 	if p.DryRun {
 		q, args = purgeCount, args[:3]
 	} else {
+		if err := s.maintainIfDue(ctx); err != nil {
+			return store.PurgeResult{}, fmt.Errorf("purge: %w", err)
+		}
 		// A batch is a bounded statement; a dry run counts everything.
 		var cancel context.CancelFunc
 		ctx, cancel = s.bound(ctx)
 		defer cancel()
+		var drain bool
+		if err := s.pool.QueryRow(ctx, anyDraining, args[0], args[2]).Scan(&drain); err != nil {
+			return store.PurgeResult{}, classify("purge", err)
+		}
+		if drain {
+			q = purgeBatchDraining
+		}
 	}
 	var res store.PurgeResult
 	var oldest, newest *time.Time
@@ -89,33 +142,4 @@ func (s *Store) OldestTerminal(ctx context.Context, action string) (oldest, now 
 	return oldest, now, nil
 }
 
-// TryLock takes a session advisory lock on its own pooled connection and
-// keeps both until unlock: several servers on one database then purge one
-// at a time, and a server that dies releases the lock with its
-// connection. The lock's number is a hash of the schema and the name, so
-// journals in different schemas of one database do not share it.
-func (s *Store) TryLock(ctx context.Context, name string) (func(), bool, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, false, classify("lock", err)
-	}
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended(current_schema() || ':opjournal:' || $1, 0))`, name).Scan(&ok); err != nil {
-		conn.Release()
-		return nil, false, classify("lock", err)
-	}
-	if !ok {
-		conn.Release()
-		return nil, false, nil
-	}
-	unlock := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), defaultStatementTimeout)
-		defer cancel()
-		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended(current_schema() || ':opjournal:' || $1, 0))`, name); err != nil {
-			// The lock goes with the session: close the connection.
-			_ = conn.Conn().Close(ctx)
-		}
-		conn.Release()
-	}
-	return unlock, true, nil
-}
+// TryLock is in lock.go.

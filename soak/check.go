@@ -134,6 +134,11 @@ type Summary struct {
 	JournalErrors map[string]int
 	// Duplicates and Lost are the counts behind invariants 1 and 2.
 	Duplicates, Lost int
+	// PgBouncer is set when the replicas went through PgBouncer
+	// (Config.PgBouncer); PgBouncerXacts is the transactions it carried
+	// for them (SHOW STATS).
+	PgBouncer      bool
+	PgBouncerXacts int64
 	// Review lists the operations still in the review queue with their
 	// reason (not violations).
 	Review []string
@@ -176,6 +181,9 @@ func (s Summary) Write(w io.Writer) {
 		s.GaveUp, s.GaveUpNoHeartbeat, s.GaveUpOps, s.GaveUpReconciled, s.GaveUpReleased))
 	row("kills (journal, reconciler)", fmt.Sprintf("%d, %d", s.JournalKills, s.ReconcilerKills))
 	row("pool drops (connections ended)", fmt.Sprintf("%d (%d)", s.PoolDrops, s.Terminated))
+	if s.PgBouncer {
+		row("pgbouncer transactions", s.PgBouncerXacts)
+	}
 	row("agent crashes mid-call", s.AgentRestarts)
 	row("unknowns observed (calls, ops)", fmt.Sprintf("%d, %d", s.UnknownOutcomes, s.UnknownOps))
 	row("reconciled (succeeded by reconciler)", s.Reconciled)

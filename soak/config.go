@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opjournal/opjournal/internal/pgbouncer"
 	"github.com/opjournal/opjournal/internal/pgtest"
 )
 
@@ -185,6 +186,10 @@ type Config struct {
 	// Operator resolves escalated operations during the load, from the
 	// provider's records, as a person would.
 	Operator bool
+	// PgBouncer puts a real PgBouncer in transaction pooling mode between
+	// the journal replicas and PostgreSQL (soak/pgbouncer.go); the schema
+	// is then migrated with `opjournal migrate` on a direct connection.
+	PgBouncer bool
 }
 
 // DefaultConfig returns the configuration of `opjournal-soak` without
@@ -290,6 +295,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.PoolDrop, "pool-drop", c.PoolDrop, "terminate the journal's database connections once")
 	fs.DurationVar(&c.SearchOutage, "search-outage", c.SearchOutage, "one action's search fails this long, once (0: none)")
 	fs.BoolVar(&c.Operator, "operator", c.Operator, "resolve escalated operations during the load, as a person would")
+	fs.BoolVar(&c.PgBouncer, "pgbouncer", c.PgBouncer,
+		"start PgBouncer (pool_mode=transaction) and connect the journal replicas only through it; the schema is migrated directly first")
 }
 
 // Validate reports the first field of c that cannot work.
@@ -361,6 +368,11 @@ func (c Config) Validate() error {
 		return errors.New("search-outage: must not be negative")
 	case c.Progress <= 0:
 		return errors.New("progress: must be positive")
+	}
+	if c.PgBouncer {
+		if _, err := pgbouncer.Binary(""); err != nil {
+			return fmt.Errorf("pgbouncer: %w", err)
+		}
 	}
 	return c.checkPolicy()
 }

@@ -149,4 +149,11 @@
 // slow calls of both kinds, calls kept by heartbeats, calls given up at the
 // lease by agents without heartbeats, large payloads through unknown and
 // releases all happened, with no duplicate.
+//
+// With --pgbouncer (Config.PgBouncer) the replicas reach PostgreSQL only
+// through a real PgBouncer in transaction pooling mode that the harness
+// starts (pgbouncer.go): the schema is migrated first on the direct URL
+// with `opjournal migrate`, and the pool drop then ends PgBouncer's
+// server connections. TestShortSoakThroughPgBouncer runs the short soak
+// so and checks that PgBouncer carried the replicas' transactions.
 package soak

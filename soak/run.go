@@ -23,6 +23,7 @@ import (
 
 	"github.com/opjournal/opjournal/fakeprovider"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/pgbouncer"
 )
 
 // harness is one soak run.
@@ -36,6 +37,7 @@ type harness struct {
 	created bool   // the harness created the schema (and drops it)
 	baseURL string // the server, without search_path
 	cluster *cluster
+	bouncer *pgbouncer.Bouncer // with Config.PgBouncer (pgbouncer.go)
 	control *fakeprovider.ControlClient
 	faults  *faultSet
 
@@ -159,7 +161,14 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 	q := u.Query()
 	q.Set("search_path", h.schema)
 	u.RawQuery = q.Encode()
-	h.cluster = &cluster{cfg: h.cfg, dbURL: u.String(), appPrefix: "opjournal-soak-" + h.runID, policyPath: policyPath,
+	dbURL := u.String()
+	if h.cfg.PgBouncer {
+		defer h.stopPgBouncer() // after the replicas (deferred later, stopped first)
+		if dbURL, err = h.startPgBouncer(ctx, dir); err != nil {
+			return sum, err
+		}
+	}
+	h.cluster = &cluster{cfg: h.cfg, dbURL: dbURL, appPrefix: "opjournal-soak-" + h.runID, policyPath: policyPath,
 		hashKeys: hashkey.EnvFor(hashkey.Random("soak"))}
 	defer h.cluster.stop()
 	defer func() {
@@ -263,7 +272,14 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 	stopProgress()
 	progress.Wait()
 	h.say("checking the invariants")
-	return h.check(cleanCtx)
+	sum, err = h.check(cleanCtx)
+	if h.bouncer != nil && err == nil {
+		sum.PgBouncer = true
+		if sum.PgBouncerXacts, err = h.pgbouncerTraffic(cleanCtx); err != nil {
+			err = fmt.Errorf("soak: pgbouncer's stats: %w", err)
+		}
+	}
+	return sum, err
 }
 
 func (h *harness) replicaAddrs() string {

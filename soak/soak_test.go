@@ -78,6 +78,63 @@ func TestShortSoak(t *testing.T) {
 	}
 }
 
+// TestShortSoakThroughPgBouncer is the short soak with every journal
+// replica connected only through a real PgBouncer in transaction pooling
+// mode (Config.PgBouncer): the invariants must hold as they do directly,
+// with the kills and the pool drop (which now ends PgBouncer's server
+// connections); PgBouncer must have carried the replicas' traffic.
+func TestShortSoakThroughPgBouncer(t *testing.T) {
+	cfg := shortConfig()
+	cfg.PgBouncer = true
+	sum := runShort(t, cfg)
+	switch {
+	case sum.Intents == 0 || sum.Operations == 0:
+		t.Fatalf("no intent went through")
+	case sum.JournalKills == 0 || sum.ReconcilerKills == 0:
+		t.Fatalf("kills: journal %d, reconciler %d; want both", sum.JournalKills, sum.ReconcilerKills)
+	case sum.PoolDrops != 1:
+		t.Fatalf("pool drops: %d, want 1", sum.PoolDrops)
+	case !sum.PgBouncer || sum.PgBouncerXacts < int64(sum.Operations):
+		// Each operation took several journal statements through it.
+		t.Fatalf("pgbouncer carried %d transactions for %d operations: the replicas bypassed it", sum.PgBouncerXacts, sum.Operations)
+	case sum.Duplicates != 0:
+		t.Fatalf("%d duplicates", sum.Duplicates)
+	}
+	t.Logf("pgbouncer carried %d transactions for %d operations", sum.PgBouncerXacts, sum.Operations)
+}
+
+// runShort builds the binaries and runs cfg against a schema of its own,
+// failing the test if the run could not be carried out or an invariant
+// was violated.
+func runShort(t *testing.T, cfg Config) Summary {
+	t.Helper()
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
+		"github.com/opjournal/opjournal/cmd/opjournal",
+		"github.com/opjournal/opjournal/cmd/opjournal-fakeprovider",
+		"github.com/opjournal/opjournal/cmd/opjournal-reconciler")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the binaries: %v\n%s", err, out)
+	}
+	cfg.BinDir = bin
+	cfg.DatabaseURL = pgtest.NewSchema(t)
+	if os.Getenv("SOAK_TEST_LOGS") != "" {
+		cfg.LogDir = os.Getenv("SOAK_TEST_LOGS")
+	}
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sum, err := Run(ctx, cfg, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatalf("the soak could not run: %v", err)
+	}
+	if !sum.Passed() {
+		t.Fatalf("%d invariant violation(s); replay with: %s", len(sum.Violations), sum.Command)
+	}
+	return sum
+}
+
 // shortConfig is the short soak: 15 s of load, a kill every 2–4 s, a 7 s
 // search outage, escalation after 7 s, and more slow-lease faults and
 // large payloads than the default, so that each shows within 15 s. The

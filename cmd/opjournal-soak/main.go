@@ -17,7 +17,10 @@
 // shipped policy as it is, with the holds scaled to its leases and a
 // settle phase long enough for its releases. Flags the run's policy could
 // not survive (an --in-flight-window shorter than the slowest hold plus
-// --index-lag) are refused with exit status 2.
+// --index-lag) are refused with exit status 2. --pgbouncer starts a real
+// PgBouncer (Debian's pgbouncer, pool_mode=transaction) and connects every
+// journal replica only through it; the schema is migrated first with
+// `opjournal migrate` on the direct URL (`make soak-pgbouncer`).
 // Exit status: 0 on PASS, 1 on FAIL (an invariant was violated) or when the
 // run could not be carried out, 2 for bad flags.
 package main

@@ -139,3 +139,27 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzRESTBody -fuzztime=$(FUZZTIME) ./server/
 
 ci: vet fmt-check lint generate-check test
+
+## test-pgbouncer: the runs through a real PgBouncer in transaction pooling mode alone (they are
+## part of `make test` too): the conformance suite, the model test, migrations and the purge lock,
+## and a short soak (Debian's pgbouncer; scripts/deps.sh installs it)
+.PHONY: test-pgbouncer soak-pgbouncer
+test-pgbouncer:
+	$(GO) test -count=1 -run 'ThroughPgBouncer' ./internal/pgbouncer/ ./store/postgres/ ./soak/
+
+## soak-pgbouncer: `make soak` with every journal replica behind PgBouncer (transaction mode)
+soak-pgbouncer:
+	$(MAKE) soak SOAK_FLAGS="--pgbouncer $(SOAK_FLAGS)"
+
+## soak-failover: the failover harness (soak/failover): throwaway PostgreSQL 15 primary + streaming
+## standby, two journal replicas on one multi-host URL, the reconciler and agents under load; kill -9
+## of the primary and promotion of the standby FAILOVERS times per mode. MODE=sync|async|both;
+## DURATION is the load per mode (75s unless given); e.g. make soak-failover MODE=async DURATION=5m
+MODE ?= both
+FAILOVERS ?= 2
+FAILOVER_FLAGS ?=
+FAILOVER_DURATION = $(if $(filter command line environment,$(origin DURATION)),$(DURATION),75s)
+.PHONY: soak-failover
+soak-failover: binaries
+	$(GO) build -o bin/ ./cmd/opjournal-soak-failover
+	./bin/opjournal-soak-failover --bin-dir bin --mode $(MODE) --duration $(FAILOVER_DURATION) --failovers $(FAILOVERS) $(FAILOVER_FLAGS)

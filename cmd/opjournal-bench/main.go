@@ -419,8 +419,12 @@ func sqliteRows(ctx context.Context, c config, k keyer) ([]bench.Row, error) {
 // it stands after the runs, and after VACUUM FULL (live rows only), with
 // each table's heap, index and TOAST sizes.
 func footprint(ctx context.Context, pool *pgxpool.Pool, sum *summary) error {
+	// The history is partitioned (migration 000006), and a partitioned
+	// table's own size is 0: sizes are summed over its partition tree
+	// (which is the table itself for one that is not partitioned).
 	total := `SELECT (SELECT count(*) FROM operations), (SELECT count(*) FROM operation_events),
-		pg_total_relation_size('operations') + pg_total_relation_size('operation_events')`
+		(SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('operations'))
+		+ (SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('operation_events'))`
 	var events int64
 	if err := pool.QueryRow(ctx, total).Scan(&sum.Operations, &events, &sum.JournalBytes); err != nil {
 		return err
@@ -439,8 +443,9 @@ func footprint(ctx context.Context, pool *pgxpool.Pool, sum *summary) error {
 	sum.Relations = nil
 	for _, t := range []string{"operations", "operation_events"} {
 		r := relSize{Table: t}
-		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+t+`), pg_relation_size($1), pg_indexes_size($1),
-			pg_total_relation_size($1) - pg_relation_size($1) - pg_indexes_size($1)`, t).Scan(&r.Rows, &r.Heap, &r.Indexes, &r.Toast); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+t+`), sum(pg_relation_size(relid)), sum(pg_indexes_size(relid)),
+			sum(pg_total_relation_size(relid) - pg_relation_size(relid) - pg_indexes_size(relid))
+			FROM pg_partition_tree($1)`, t).Scan(&r.Rows, &r.Heap, &r.Indexes, &r.Toast); err != nil {
 			return err
 		}
 		sum.Relations = append(sum.Relations, r)

@@ -421,10 +421,10 @@ func sqliteRows(ctx context.Context, c config, k keyer) ([]bench.Row, error) {
 func footprint(ctx context.Context, pool *pgxpool.Pool, sum *summary) error {
 	// The history is partitioned (migration 000006), and a partitioned
 	// table's own size is 0: sizes are summed over its partition tree
-	// (which is the table itself for one that is not partitioned).
+	// (empty for a table that is not partitioned, hence the coalesce).
 	total := `SELECT (SELECT count(*) FROM operations), (SELECT count(*) FROM operation_events),
-		(SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('operations'))
-		+ (SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('operation_events'))`
+		(SELECT coalesce(sum(pg_total_relation_size(relid)), pg_total_relation_size('operations')) FROM pg_partition_tree('operations'))
+		+ (SELECT coalesce(sum(pg_total_relation_size(relid)), pg_total_relation_size('operation_events')) FROM pg_partition_tree('operation_events'))`
 	var events int64
 	if err := pool.QueryRow(ctx, total).Scan(&sum.Operations, &events, &sum.JournalBytes); err != nil {
 		return err
@@ -443,9 +443,10 @@ func footprint(ctx context.Context, pool *pgxpool.Pool, sum *summary) error {
 	sum.Relations = nil
 	for _, t := range []string{"operations", "operation_events"} {
 		r := relSize{Table: t}
-		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+t+`), sum(pg_relation_size(relid)), sum(pg_indexes_size(relid)),
-			sum(pg_total_relation_size(relid) - pg_relation_size(relid) - pg_indexes_size(relid))
-			FROM pg_partition_tree($1)`, t).Scan(&r.Rows, &r.Heap, &r.Indexes, &r.Toast); err != nil {
+		if err := pool.QueryRow(ctx, `WITH rels AS (SELECT relid FROM pg_partition_tree($1)
+			UNION ALL SELECT $1::regclass WHERE NOT EXISTS (SELECT FROM pg_partition_tree($1)))
+			SELECT (SELECT count(*) FROM `+t+`), sum(pg_relation_size(relid))::bigint, sum(pg_indexes_size(relid))::bigint,
+			sum(pg_total_relation_size(relid) - pg_relation_size(relid) - pg_indexes_size(relid))::bigint FROM rels`, t).Scan(&r.Rows, &r.Heap, &r.Indexes, &r.Toast); err != nil {
 			return err
 		}
 		sum.Relations = append(sum.Relations, r)

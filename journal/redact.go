@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -98,6 +99,11 @@ func redactNames(pol *policy.Policy) map[string]bool {
 // hasMember reports whether canonical JSON holds an object member (at any
 // depth) with one of names.
 func hasMember(canonical json.RawMessage, names map[string]bool) bool {
+	// The byte scan first: most results name no redacted member at all,
+	// and then nothing needs decoding.
+	if !mayName(canonical, slices.Collect(maps.Keys(names))) {
+		return false
+	}
 	dec := json.NewDecoder(bytes.NewReader(canonical))
 	for {
 		tok, err := dec.Token()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -33,7 +32,7 @@ var errDecline = errors.New("server: not written by the REST encoder")
 // protojson (and anything else to the gateway's marshaler).
 func (m restMarshaler) Marshal(v any) ([]byte, error) {
 	if msg, ok := v.(proto.Message); ok {
-		if b, err := appendMessage(make([]byte, 0, 512), msg.ProtoReflect()); err == nil {
+		if b, err := appendMessage(make([]byte, 0, 1024), msg.ProtoReflect()); err == nil {
 			return b, nil
 		}
 	}
@@ -178,13 +177,17 @@ func appendTimestamp(b []byte, m protoreflect.Message) ([]byte, error) {
 	if secs < minSecs || secs > maxSecs || nanos < 0 || nanos > 999999999 {
 		return nil, errDecline
 	}
-	s := time.Unix(secs, nanos).UTC().Format("2006-01-02T15:04:05.000000000")
-	s = strings.TrimSuffix(s, "000")
-	s = strings.TrimSuffix(s, "000")
-	s = strings.TrimSuffix(s, "000")
-	s = strings.TrimSuffix(s, ".")
 	b = append(b, '"')
-	b = append(b, s...)
+	b = time.Unix(secs, nanos).UTC().AppendFormat(b, "2006-01-02T15:04:05.000000000")
+	// Drop zero groups of three digits, and the point if none is left.
+	for range 3 {
+		if n := len(b); string(b[n-3:]) == "000" {
+			b = b[:n-3]
+		}
+	}
+	if b[len(b)-1] == '.' {
+		b = b[:len(b)-1]
+	}
 	return append(b, 'Z', '"'), nil
 }
 

@@ -139,6 +139,11 @@ func TestMigrationsThroughPgBouncer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "unsupported startup parameter") || !strings.Contains(err.Error(), "default_query_exec_mode=cache_describe") {
 		t.Fatalf("Open through pgbouncer without the statement mode: %v; want PgBouncer's refusal and the hint", err)
 	}
+	// Migrate (opjournal migrate) on a URL to PgBouncer that does not say
+	// so: refused before golang-migrate's session lock is taken through it.
+	if err := postgres.Migrate(unmarked); !errors.Is(err, postgres.ErrMigrateThroughPooler) || !strings.Contains(err.Error(), "unsupported startup parameter") {
+		t.Fatalf("Migrate through pgbouncer without the statement mode: %v, want ErrMigrateThroughPooler with PgBouncer's refusal", err)
+	}
 	if migrated() {
 		t.Fatal("something was created through pgbouncer: no migration may run through a transaction pooler")
 	}

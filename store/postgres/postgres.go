@@ -247,7 +247,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if behindPooler {
 		err = checkMigrated(pctx, pool)
 	} else {
-		err = Migrate(url)
+		err = migrateUp(cs.migrateURL) // the ping above proved a direct connection
 	}
 	if err != nil {
 		pool.Close()
@@ -274,18 +274,53 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // Migrate returns ErrMigrateThroughPooler for a URL marked as going
 // through a transaction pooler (default_query_exec_mode; pooler.go).
 func Migrate(url string) error {
-	src, err := iofs.New(migrations.Postgres, "postgres")
-	if err != nil {
-		return fmt.Errorf("postgres: migrations: %w", err)
-	}
 	cs, err := parseSettings(url)
 	if err != nil {
 		return err
 	}
-	if cfg, err := pgx.ParseConfig(cs.poolURL); err == nil && pooled(cfg) {
+	cfg, err := pgx.ParseConfig(cs.poolURL)
+	if err == nil && pooled(cfg) {
 		return ErrMigrateThroughPooler
 	}
-	m, err := migrate.NewWithSourceInstance("iofs", src, cs.migrateURL)
+	if err == nil {
+		if err := refusePooler(cfg); err != nil {
+			return err
+		}
+	}
+	return migrateUp(cs.migrateURL)
+}
+
+// refusePooler connects once as the store's direct connections do, with
+// the planner settings as startup parameters: PgBouncer refuses those, so
+// a URL to it that does not say so (no default_query_exec_mode) is found
+// before golang-migrate takes its session lock through it. Any other
+// failure is left to the migration, which reports it in its own words.
+func refusePooler(cfg *pgx.ConnConfig) error {
+	if _, set := cfg.RuntimeParams["enable_seqscan"]; !set {
+		cfg.RuntimeParams["enable_seqscan"] = "off"
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = defaultConnectTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		if hinted := poolerHint(err); hinted != err {
+			return fmt.Errorf("%w: %w", ErrMigrateThroughPooler, redact(hinted))
+		}
+		return nil
+	}
+	return conn.Close(ctx)
+}
+
+// migrateUp applies the embedded migrations at a golang-migrate URL.
+func migrateUp(migrateURL string) error {
+	src, err := iofs.New(migrations.Postgres, "postgres")
+	if err != nil {
+		return fmt.Errorf("postgres: migrations: %w", err)
+	}
+	m, err := migrate.NewWithSourceInstance("iofs", src, migrateURL)
 	if err != nil {
 		return classify("migrate", err)
 	}

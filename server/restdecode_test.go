@@ -93,6 +93,9 @@ func checkRESTDecode(t *testing.T, method string, body []byte) bool {
 	if !ok {
 		return false
 	}
+	if err := checkMembers(method, members); err != nil {
+		t.Fatalf("%s %s: the fast path took a body the field hints refuse: %v", method, body, err)
+	}
 	want := requestTypes[method].New().Interface()
 	if err := protojson.Unmarshal(body, want); err != nil {
 		t.Fatalf("%s %s: the fast path took a body protojson refuses: %v", method, body, err)

@@ -46,9 +46,9 @@ type Service struct {
 	store    store.Store
 	policy   *policy.Policy
 	limits   Limits
-	redacts  map[string]bool // every member name some action redacts
-	actions  *actionCache    // (tenant, key) → action, for Claim
-	hashKeys *hashkey.Ring   // keys of the keyed request hash (actions with redact_fields)
+	redacts  []string      // every member name some action redacts
+	actions  *actionCache  // (tenant, key) → action, for Claim
+	hashKeys *hashkey.Ring // keys of the keyed request hash (actions with redact_fields)
 	// payloadOpts holds each action's canonjson options, made once: the
 	// policy is immutable, and PayloadOptions is on every gRPC Register's
 	// path, where Policy.Action's defensive copy would cost allocations.

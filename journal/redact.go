@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -83,13 +82,16 @@ func mayName(canonical json.RawMessage, names []string) bool {
 	return false
 }
 
-// redactNames returns every member name some action of pol redacts.
-func redactNames(pol *policy.Policy) map[string]bool {
-	names := map[string]bool{}
+// redactNames returns every member name some action of pol redacts, once
+// each.
+func redactNames(pol *policy.Policy) []string {
+	var names []string
 	for _, name := range pol.Names() {
 		if a, ok := pol.Action(name); ok {
 			for _, f := range a.RedactFields {
-				names[f] = true
+				if !slices.Contains(names, f) {
+					names = append(names, f)
+				}
 			}
 		}
 	}
@@ -98,10 +100,10 @@ func redactNames(pol *policy.Policy) map[string]bool {
 
 // hasMember reports whether canonical JSON holds an object member (at any
 // depth) with one of names.
-func hasMember(canonical json.RawMessage, names map[string]bool) bool {
+func hasMember(canonical json.RawMessage, names []string) bool {
 	// The byte scan first: most results name no redacted member at all,
 	// and then nothing needs decoding.
-	if !mayName(canonical, slices.Collect(maps.Keys(names))) {
+	if !mayName(canonical, names) {
 		return false
 	}
 	dec := json.NewDecoder(bytes.NewReader(canonical))
@@ -113,7 +115,7 @@ func hasMember(canonical json.RawMessage, names map[string]bool) bool {
 		// In an object, keys and values alternate; a string token that is a
 		// key comes right after '{' or a value. Checking every string is
 		// simpler and only errs towards looking the action up.
-		if str, ok := tok.(string); ok && names[str] {
+		if str, ok := tok.(string); ok && slices.Contains(names, str) {
 			return true
 		}
 	}

@@ -238,16 +238,23 @@ func (s *Store) EnsurePartitions(ctx context.Context) (PartitionReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, partitionMaintainTimeout)
 	defer cancel()
 	var rep PartitionReport
+	_, err := s.ensureAhead(ctx, &rep)
+	return rep, err
+}
+
+// ensureAhead is EnsurePartitions into rep; it returns the store's clock,
+// read once for the whole maintenance.
+func (s *Store) ensureAhead(ctx context.Context, rep *PartitionReport) (time.Time, error) {
 	now, err := s.now(ctx)
 	if err != nil {
-		return rep, classify("partitions", err)
+		return now, classify("partitions", err)
 	}
-	if err := s.ensurePartitions(ctx, now, &rep); lockBusy(err) {
+	if err := s.ensurePartitions(ctx, now, rep); lockBusy(err) {
 		rep.Busy = true // a lock wait timed out: the next maintenance tries again
 	} else if err != nil {
-		return rep, classify("create partitions", err)
+		return now, classify("create partitions", err)
 	}
-	return rep, nil
+	return now, nil
 }
 
 func (s *Store) ensurePartitions(ctx context.Context, now time.Time, rep *PartitionReport) error {
@@ -355,14 +362,9 @@ func (s *Store) MaintainPartitions(ctx context.Context) (PartitionReport, error)
 	s.parts.mu.Lock()
 	s.parts.next = started.Add(partitionMaintainEvery)
 	s.parts.mu.Unlock()
-	now, err := s.now(ctx)
+	now, err := s.ensureAhead(ctx, &rep)
 	if err != nil {
-		return rep, classify("partitions", err)
-	}
-	if err := s.ensurePartitions(ctx, now, &rep); lockBusy(err) {
-		rep.Busy = true // a lock wait timed out: the next maintenance tries again
-	} else if err != nil {
-		return rep, classify("create partitions", err)
+		return rep, err
 	}
 	parts, err := readPartitions(ctx, s.pool)
 	if err != nil {

@@ -8,6 +8,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v4"
 )
@@ -91,16 +93,27 @@ func (p Principal) MaySeeMetrics() bool {
 
 // Principal is an authenticated caller.
 type Principal struct {
+	// ID is the caller's stable identity: the same for every credential
+	// it holds (the tokens file's principal, shared by rotated tokens; a
+	// JWT's "jwt:" + issuer + "#" + subject, whatever token carries it).
+	// Front doors scope keys by it, never by a credential's bytes.
+	ID string
 	// Name identifies the token in logs and in the history; never the token.
 	Name string
 	// Tenant scopes every operation key the caller sees.
 	Tenant string
 	Roles  []Role
+	// Expires is when the credential stops being valid (a JWT's exp);
+	// zero for a tokens file's tokens.
+	Expires time.Time
 }
 
 // Allowed reports whether p may call the JournalService method (its short
 // name, "Register"). Unknown methods are allowed to admins only.
 func (p Principal) Allowed(method string) bool {
+	if method == "WhoAmI" {
+		return len(p.Roles) > 0 // every authenticated caller may ask who it is
+	}
 	if slices.Contains(p.Roles, RoleAdmin) {
 		return true
 	}
@@ -118,16 +131,30 @@ var (
 	ErrBadToken = errors.New("unknown token")
 )
 
-// Authenticator maps token digests to principals.
+// Authenticator maps token digests to principals, and verifies the
+// bearer JWTs of the issuers the file configures.
 type Authenticator struct {
 	byDigest map[[sha256.Size]byte]Principal
+	issuers  map[string]*issuer // by iss
+	stop     context.CancelFunc // ends the JWKS refresh
+}
+
+// Close stops refreshing the issuers' key sets (a no-op without them).
+func (a *Authenticator) Close() {
+	if a != nil && a.stop != nil {
+		a.stop()
+	}
 }
 
 // Authenticate returns the principal of a token, ErrNoToken for an empty
-// one, ErrBadToken for one the file does not list.
+// one, ErrBadToken for one the file does not list (or a JWT that does not
+// verify: its reason is logged by the caller, never the token).
 func (a *Authenticator) Authenticate(token string) (Principal, error) {
 	if token == "" {
 		return Principal{}, ErrNoToken
+	}
+	if len(a.issuers) > 0 && looksLikeJWT(token) {
+		return a.verifyJWT(token)
 	}
 	// A map lookup by the digest: the token itself is never compared, so
 	// nothing about it leaks through timing.
@@ -155,14 +182,16 @@ func Digest(token string) string {
 }
 
 type fileToken struct {
-	Name   string   `yaml:"name"`
-	SHA256 string   `yaml:"sha256"`
-	Tenant string   `yaml:"tenant"`
-	Roles  []string `yaml:"roles"`
+	Name      string   `yaml:"name"`
+	Principal string   `yaml:"principal"`
+	SHA256    string   `yaml:"sha256"`
+	Tenant    string   `yaml:"tenant"`
+	Roles     []string `yaml:"roles"`
 }
 
 type file struct {
-	Tokens []fileToken `yaml:"tokens"`
+	Tokens  []fileToken  `yaml:"tokens"`
+	Issuers []fileIssuer `yaml:"issuers"`
 }
 
 var (
@@ -196,8 +225,8 @@ func Parse(data []byte, source string) (*Authenticator, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(f.Tokens) == 0 {
-		return nil, fmt.Errorf("%s: no tokens: list at least one under `tokens:` (see opjournal token --help)", source)
+	if len(f.Tokens) == 0 && len(f.Issuers) == 0 {
+		return nil, fmt.Errorf("%s: no tokens: list at least one under `tokens:` (see opjournal token --help), or a JWT issuer under `issuers:`", source)
 	}
 	return build(f, source)
 }
@@ -214,7 +243,8 @@ func decodeFile(data []byte, source string) (file, error) {
 	if err := yaml.Unmarshal(data, &shape); err == nil {
 		switch v := shape.(type) {
 		case map[string]any:
-			if _, ok := v["tokens"]; !ok {
+			_, tok := v["tokens"]
+			if _, iss := v["issuers"]; !tok && !iss {
 				return f, fmt.Errorf("%s: %s", source, errNoTokensKey)
 			}
 		case nil:
@@ -235,6 +265,7 @@ func decodeFile(data []byte, source string) (file, error) {
 func build(f file, source string) (*Authenticator, error) {
 	a := &Authenticator{byDigest: map[[sha256.Size]byte]Principal{}}
 	names := map[string]bool{}
+	principals := map[string]string{} // principal → its tenant
 	var errs []error
 	for i, t := range f.Tokens {
 		where := fmt.Sprintf("%s: tokens[%d]", source, i)
@@ -261,15 +292,26 @@ func build(f file, source string) (*Authenticator, error) {
 			errs = append(errs, fmt.Errorf("%s: roles: give at least one of agent, reconciler, operator, admin, metrics", where))
 			continue
 		}
-		p := Principal{Name: t.Name, Tenant: t.Tenant}
-		for _, r := range t.Roles {
-			switch Role(r) {
-			case RoleAgent, RoleReconciler, RoleOperator, RoleAdmin, RoleMetrics:
-				p.Roles = append(p.Roles, Role(r))
-			default:
-				errs = append(errs, fmt.Errorf("%s: unknown role %q (agent, reconciler, operator, admin, metrics)", where, r))
-			}
+		id := t.Principal
+		if id == "" {
+			id = t.Name
+		} else if !nameRE.MatchString(id) {
+			errs = append(errs, fmt.Errorf("%s: principal must be 1–100 characters of [A-Za-z0-9_.:@-]", where))
+			continue
 		}
+		// Tokens of one principal are one caller (its rotated tokens), so
+		// they must reach the same tenant.
+		if tenant, seen := principals[id]; seen && tenant != t.Tenant {
+			errs = append(errs, fmt.Errorf("%s: principal %q has tokens in two tenants (%q and %q); a principal's tokens must share its tenant", where, id, tenant, t.Tenant))
+			continue
+		}
+		principals[id] = t.Tenant
+		p := Principal{ID: id, Name: t.Name, Tenant: t.Tenant}
+		roles, err := checkRoles(t.Roles)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+		}
+		p.Roles = roles
 		var d [sha256.Size]byte
 		_, _ = hex.Decode(d[:], []byte(t.SHA256))
 		if _, dup := a.byDigest[d]; dup {
@@ -278,8 +320,26 @@ func build(f file, source string) (*Authenticator, error) {
 		}
 		a.byDigest[d] = p
 	}
+	if err := a.addIssuers(f.Issuers, source); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
+		a.Close()
 		return nil, errors.Join(errs...)
 	}
 	return a, nil
+}
+
+// checkRoles converts a file's role names, refusing an unknown one.
+func checkRoles(names []string) ([]Role, error) {
+	var roles []Role
+	for _, r := range names {
+		switch Role(r) {
+		case RoleAgent, RoleReconciler, RoleOperator, RoleAdmin, RoleMetrics:
+			roles = append(roles, Role(r))
+		default:
+			return nil, fmt.Errorf("unknown role %q (agent, reconciler, operator, admin, metrics)", r)
+		}
+	}
+	return roles, nil
 }

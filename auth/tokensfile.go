@@ -32,6 +32,9 @@ const FileExample = `tokens:
 type Entry struct {
 	// Name identifies the token in logs and in the history.
 	Name string
+	// Principal is the caller the token belongs to ("": Name). Several
+	// tokens of one principal (while one is rotated out) are one caller.
+	Principal string
 	// SHA256 is the hex SHA-256 of the token (Digest).
 	SHA256 string
 	// Tenant is the tenant whose operations the token reaches.
@@ -54,8 +57,12 @@ func (e Entry) yaml(indent string) string {
 	for i, r := range e.Roles {
 		roles[i] = string(r)
 	}
-	return fmt.Sprintf("%s- name: %s\n%s  sha256: %s\n%s  tenant: %s\n%s  roles: [%s]\n",
-		indent, strconv.Quote(e.Name), indent, e.SHA256, indent, strconv.Quote(e.Tenant), indent, strings.Join(roles, ", "))
+	principal := ""
+	if e.Principal != "" {
+		principal = fmt.Sprintf("%s  principal: %s\n", indent, strconv.Quote(e.Principal))
+	}
+	return fmt.Sprintf("%s- name: %s\n%s%s  sha256: %s\n%s  tenant: %s\n%s  roles: [%s]\n",
+		indent, strconv.Quote(e.Name), principal, indent, e.SHA256, indent, strconv.Quote(e.Tenant), indent, strings.Join(roles, ", "))
 }
 
 // Validate checks the entry as Parse checks the entries of a file.

@@ -94,8 +94,11 @@ func (s *Server) authorizeToken(ctx context.Context, method, token, peer string)
 		if err != nil {
 			s.log.WarnContext(ctx, "authentication failed", "method", method, "peer", peer, "reason", err.Error())
 			msg := "a valid bearer token is required (Authorization: Bearer <token>)"
-			if errors.Is(err, auth.ErrBadToken) {
+			switch {
+			case errors.Is(err, auth.ErrBadToken):
 				msg = "the bearer token is not valid"
+			case errors.Is(err, auth.ErrBadJWT):
+				msg = "the bearer JWT is not valid (its signature, issuer, audience, subject or expiry)"
 			}
 			return ctx, opjournal.Errorf(opjournal.CodeUnauthenticated, "", "%s", msg)
 		}

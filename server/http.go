@@ -322,6 +322,10 @@ func (r *restServer) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*
 	return call(r, ctx, "GetPolicy", req, r.inner.GetPolicy)
 }
 
+func (r *restServer) WhoAmI(ctx context.Context, req *pb.WhoAmIRequest) (*pb.WhoAmIResponse, error) {
+	return call(r, ctx, "WhoAmI", req, r.inner.WhoAmI)
+}
+
 // checkPayloadText validates a register body's payload on its JSON TEXT,
 // before the gateway decodes it into google.protobuf.Struct (doubles): only
 // the text still says that 4900.0000000000000001 is not the integer 4900

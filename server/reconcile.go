@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/auth"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/journal"
 )
@@ -163,4 +164,21 @@ func (s *journalServer) ListEvents(ctx context.Context, req *pb.ListEventsReques
 func (s *journalServer) GetPolicy(context.Context, *pb.GetPolicyRequest) (*pb.GetPolicyResponse, error) {
 	pol := s.svc.Policy()
 	return &pb.GetPolicyResponse{Fingerprint: pol.Fingerprint(), Source: string(pol.Source())}, nil
+}
+
+// WhoAmI answers who the caller is: the principal its credential
+// authenticated, or the local administrator without authentication.
+func (s *journalServer) WhoAmI(ctx context.Context, _ *pb.WhoAmIRequest) (*pb.WhoAmIResponse, error) {
+	p, ok := ctx.Value(principalKey{}).(auth.Principal)
+	if !ok {
+		return &pb.WhoAmIResponse{PrincipalId: "local-admin", Name: "local-admin", Roles: []string{string(auth.RoleAdmin)}}, nil
+	}
+	out := &pb.WhoAmIResponse{Authenticated: true, PrincipalId: p.ID, Name: p.Name, Tenant: p.Tenant}
+	for _, r := range p.Roles {
+		out.Roles = append(out.Roles, string(r))
+	}
+	if !p.Expires.IsZero() {
+		out.ExpiresAt = timestamppb.New(p.Expires)
+	}
+	return out, nil
 }

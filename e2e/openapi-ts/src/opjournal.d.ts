@@ -328,6 +328,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/whoami": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * WhoAmI says who the server takes the caller to be: the principal its
+         *     credential authenticates (a token of the tokens file, or a JWT of a
+         *     configured issuer). Every authenticated caller may call it. A front
+         *     door such as opjournal-gateway uses it to scope keys by the stable
+         *     principal id instead of the bytes of a credential.
+         */
+        get: operations["JournalService_WhoAmI"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -981,6 +1004,37 @@ export interface components {
          * @enum {string}
          */
         Status: "STATUS_UNSPECIFIED" | "STATUS_PENDING" | "STATUS_IN_PROGRESS" | "STATUS_UNKNOWN" | "STATUS_SUCCEEDED" | "STATUS_FAILED_FINAL";
+        /** @description WhoAmIResponse is the caller's principal. */
+        WhoAmIResponse: {
+            /**
+             * @description False when the server runs without authentication (every caller is
+             *     the same local administrator): then principal_id is "local-admin" and
+             *     callers cannot be told apart.
+             */
+            authenticated: boolean;
+            /**
+             * Format: date-time
+             * @description When the credential stops being valid (a JWT's exp); unset for tokens
+             *     of the tokens file, which are valid until the file no longer lists them.
+             */
+            expires_at: string | null;
+            /**
+             * @description The name shown in logs and the history (the token's name, or the
+             *     JWT's subject).
+             */
+            name: string;
+            /**
+             * @description The stable id of the caller: the same for every credential of one
+             *     principal (a tokens file's principal, shared by its rotated tokens;
+             *     for a JWT, "jwt:" + issuer + "#" + subject), never derived from the
+             *     credential's bytes.
+             */
+            principal_id: string;
+            /** @description The caller's roles (agent, reconciler, operator, admin, metrics). */
+            roles: string[];
+            /** @description The tenant whose operations the caller reaches. */
+            tenant: string;
+        };
     };
     responses: {
         /** @description Bad Request: error.code is INVALID_ARGUMENT or UNKNOWN_ACTION. */
@@ -1665,6 +1719,37 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["GetPolicyResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["RequestEntityTooLarge"];
+            422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+            default: components["responses"]["UnexpectedError"];
+        };
+    };
+    JournalService_WhoAmI: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WhoAmIResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -2733,6 +2733,141 @@ func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
 	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{31}
 }
 
+// WhoAmIRequest asks who the caller is.
+type WhoAmIRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIRequest) Reset() {
+	*x = WhoAmIRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIRequest) ProtoMessage() {}
+
+func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
+func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{32}
+}
+
+// WhoAmIResponse is the caller's principal.
+type WhoAmIResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the server runs without authentication (every caller is
+	// the same local administrator): then principal_id is "local-admin" and
+	// callers cannot be told apart.
+	Authenticated bool `protobuf:"varint,1,opt,name=authenticated,proto3" json:"authenticated,omitempty"`
+	// The stable id of the caller: the same for every credential of one
+	// principal (a tokens file's principal, shared by its rotated tokens;
+	// for a JWT, "jwt:" + issuer + "#" + subject), never derived from the
+	// credential's bytes.
+	PrincipalId string `protobuf:"bytes,2,opt,name=principal_id,json=principalId,proto3" json:"principal_id,omitempty"`
+	// The name shown in logs and the history (the token's name, or the
+	// JWT's subject).
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The tenant whose operations the caller reaches.
+	Tenant string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The caller's roles (agent, reconciler, operator, admin, metrics).
+	Roles []string `protobuf:"bytes,5,rep,name=roles,proto3" json:"roles,omitempty"`
+	// When the credential stops being valid (a JWT's exp); unset for tokens
+	// of the tokens file, which are valid until the file no longer lists them.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIResponse) Reset() {
+	*x = WhoAmIResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIResponse) ProtoMessage() {}
+
+func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
+func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *WhoAmIResponse) GetAuthenticated() bool {
+	if x != nil {
+		return x.Authenticated
+	}
+	return false
+}
+
+func (x *WhoAmIResponse) GetPrincipalId() string {
+	if x != nil {
+		return x.PrincipalId
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetRoles() []string {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *WhoAmIResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 // GetPolicyResponse is the policy the server enforces.
 type GetPolicyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2749,7 +2884,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2761,7 +2896,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2774,7 +2909,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{32}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetPolicyResponse) GetFingerprint() string {
@@ -3002,7 +3137,16 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x12ListEventsResponse\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.opjournal.v1.EventR\x06events\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x12\n" +
-	"\x10GetPolicyRequest\"M\n" +
+	"\x10GetPolicyRequest\"\x0f\n" +
+	"\rWhoAmIRequest\"\xd6\x01\n" +
+	"\x0eWhoAmIResponse\x12$\n" +
+	"\rauthenticated\x18\x01 \x01(\bR\rauthenticated\x12!\n" +
+	"\fprincipal_id\x18\x02 \x01(\tR\vprincipalId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x16\n" +
+	"\x06tenant\x18\x04 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05roles\x18\x05 \x03(\tR\x05roles\x129\n" +
+	"\n" +
+	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"M\n" +
 	"\x11GetPolicyResponse\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source*\x8f\x01\n" +
@@ -3029,7 +3173,8 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"Resolution\x12\x1a\n" +
 	"\x16RESOLUTION_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14RESOLUTION_SUCCEEDED\x10\x01\x12\x1b\n" +
-	"\x17RESOLUTION_FAILED_FINAL\x10\x022\xdb\t\n" +
+	"\x17RESOLUTION_FAILED_FINAL\x10\x022\xa0\n" +
+	"\n" +
 	"\x0eJournalService\x12I\n" +
 	"\bRegister\x12\x1d.opjournal.v1.RegisterRequest\x1a\x1e.opjournal.v1.RegisterResponse\x12@\n" +
 	"\x05Claim\x12\x1a.opjournal.v1.ClaimRequest\x1a\x1b.opjournal.v1.ClaimResponse\x12R\n" +
@@ -3046,7 +3191,8 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\vAcknowledge\x12 .opjournal.v1.AcknowledgeRequest\x1a!.opjournal.v1.AcknowledgeResponse\x12O\n" +
 	"\n" +
 	"ListEvents\x12\x1f.opjournal.v1.ListEventsRequest\x1a .opjournal.v1.ListEventsResponse\x12L\n" +
-	"\tGetPolicy\x12\x1e.opjournal.v1.GetPolicyRequest\x1a\x1f.opjournal.v1.GetPolicyResponseB=Z;github.com/opjournal/opjournal/gen/opjournal/v1;opjournalv1b\x06proto3"
+	"\tGetPolicy\x12\x1e.opjournal.v1.GetPolicyRequest\x1a\x1f.opjournal.v1.GetPolicyResponse\x12C\n" +
+	"\x06WhoAmI\x12\x1b.opjournal.v1.WhoAmIRequest\x1a\x1c.opjournal.v1.WhoAmIResponseB=Z;github.com/opjournal/opjournal/gen/opjournal/v1;opjournalv1b\x06proto3"
 
 var (
 	file_opjournal_v1_journal_proto_rawDescOnce sync.Once
@@ -3061,7 +3207,7 @@ func file_opjournal_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_opjournal_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_opjournal_v1_journal_proto_goTypes = []any{
 	(Status)(0),                     // 0: opjournal.v1.Status
 	(OperationView)(0),              // 1: opjournal.v1.OperationView
@@ -3099,100 +3245,105 @@ var file_opjournal_v1_journal_proto_goTypes = []any{
 	(*ListEventsRequest)(nil),       // 33: opjournal.v1.ListEventsRequest
 	(*ListEventsResponse)(nil),      // 34: opjournal.v1.ListEventsResponse
 	(*GetPolicyRequest)(nil),        // 35: opjournal.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),       // 36: opjournal.v1.GetPolicyResponse
-	nil,                             // 37: opjournal.v1.Operation.RefsEntry
-	nil,                             // 38: opjournal.v1.RegisterRequest.RefsEntry
-	nil,                             // 39: opjournal.v1.ListOperationsRequest.RefsEntry
-	(*structpb.Struct)(nil),         // 40: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),   // 41: google.protobuf.Timestamp
+	(*WhoAmIRequest)(nil),           // 36: opjournal.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),          // 37: opjournal.v1.WhoAmIResponse
+	(*GetPolicyResponse)(nil),       // 38: opjournal.v1.GetPolicyResponse
+	nil,                             // 39: opjournal.v1.Operation.RefsEntry
+	nil,                             // 40: opjournal.v1.RegisterRequest.RefsEntry
+	nil,                             // 41: opjournal.v1.ListOperationsRequest.RefsEntry
+	(*structpb.Struct)(nil),         // 42: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 43: google.protobuf.Timestamp
 }
 var file_opjournal_v1_journal_proto_depIdxs = []int32{
 	0,  // 0: opjournal.v1.Operation.status:type_name -> opjournal.v1.Status
-	40, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
-	41, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
-	41, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	41, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
-	40, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
-	41, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
-	41, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
-	41, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
-	41, // 9: opjournal.v1.Operation.attempt_started_at:type_name -> google.protobuf.Timestamp
-	37, // 10: opjournal.v1.Operation.refs:type_name -> opjournal.v1.Operation.RefsEntry
-	41, // 11: opjournal.v1.Operation.first_attempt_at:type_name -> google.protobuf.Timestamp
-	41, // 12: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
+	42, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
+	43, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
+	43, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	43, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
+	43, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
+	43, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
+	43, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
+	43, // 9: opjournal.v1.Operation.attempt_started_at:type_name -> google.protobuf.Timestamp
+	39, // 10: opjournal.v1.Operation.refs:type_name -> opjournal.v1.Operation.RefsEntry
+	43, // 11: opjournal.v1.Operation.first_attempt_at:type_name -> google.protobuf.Timestamp
+	43, // 12: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
 	0,  // 13: opjournal.v1.Event.from_status:type_name -> opjournal.v1.Status
 	0,  // 14: opjournal.v1.Event.to_status:type_name -> opjournal.v1.Status
-	40, // 15: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
+	42, // 15: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
 	6,  // 16: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
-	38, // 17: opjournal.v1.RegisterRequest.refs:type_name -> opjournal.v1.RegisterRequest.RefsEntry
+	40, // 17: opjournal.v1.RegisterRequest.refs:type_name -> opjournal.v1.RegisterRequest.RefsEntry
 	1,  // 18: opjournal.v1.RegisterRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 19: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
-	41, // 20: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
+	43, // 20: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
 	2,  // 21: opjournal.v1.RegisterResponse.next:type_name -> opjournal.v1.NextStep
 	1,  // 22: opjournal.v1.ClaimRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 23: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
-	41, // 24: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
+	43, // 24: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
 	2,  // 25: opjournal.v1.ClaimResponse.next:type_name -> opjournal.v1.NextStep
 	1,  // 26: opjournal.v1.ExtendLeaseRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 27: opjournal.v1.ExtendLeaseResponse.operation:type_name -> opjournal.v1.Operation
-	41, // 28: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
-	40, // 29: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
+	43, // 28: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
+	42, // 29: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
 	1,  // 30: opjournal.v1.MarkSucceededRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 31: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
 	1,  // 32: opjournal.v1.MarkUnknownRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 33: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
-	40, // 34: opjournal.v1.MarkFailedFinalRequest.result:type_name -> google.protobuf.Struct
+	42, // 34: opjournal.v1.MarkFailedFinalRequest.result:type_name -> google.protobuf.Struct
 	1,  // 35: opjournal.v1.MarkFailedFinalRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 36: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
 	1,  // 37: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 38: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
 	0,  // 39: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
 	1,  // 40: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
-	39, // 41: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
+	41, // 41: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
 	4,  // 42: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
 	4,  // 43: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
 	4,  // 44: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
 	4,  // 45: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
 	3,  // 46: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
-	40, // 47: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
+	42, // 47: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
 	4,  // 48: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
 	4,  // 49: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
 	5,  // 50: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
-	7,  // 51: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
-	9,  // 52: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
-	11, // 53: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
-	13, // 54: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
-	15, // 55: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
-	17, // 56: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
-	19, // 57: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
-	21, // 58: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
-	23, // 59: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
-	25, // 60: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
-	27, // 61: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
-	29, // 62: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
-	31, // 63: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
-	33, // 64: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
-	35, // 65: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
-	8,  // 66: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
-	10, // 67: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
-	12, // 68: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
-	14, // 69: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
-	16, // 70: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
-	18, // 71: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
-	20, // 72: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
-	22, // 73: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
-	24, // 74: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
-	26, // 75: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
-	28, // 76: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
-	30, // 77: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
-	32, // 78: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
-	34, // 79: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
-	36, // 80: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
-	66, // [66:81] is the sub-list for method output_type
-	51, // [51:66] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	43, // 51: opjournal.v1.WhoAmIResponse.expires_at:type_name -> google.protobuf.Timestamp
+	7,  // 52: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
+	9,  // 53: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
+	11, // 54: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
+	13, // 55: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
+	15, // 56: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
+	17, // 57: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
+	19, // 58: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
+	21, // 59: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
+	23, // 60: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
+	25, // 61: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
+	27, // 62: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
+	29, // 63: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
+	31, // 64: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
+	33, // 65: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
+	35, // 66: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
+	36, // 67: opjournal.v1.JournalService.WhoAmI:input_type -> opjournal.v1.WhoAmIRequest
+	8,  // 68: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
+	10, // 69: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
+	12, // 70: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
+	14, // 71: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
+	16, // 72: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
+	18, // 73: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
+	20, // 74: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
+	22, // 75: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
+	24, // 76: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
+	26, // 77: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
+	28, // 78: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
+	30, // 79: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
+	32, // 80: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
+	34, // 81: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
+	38, // 82: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
+	37, // 83: opjournal.v1.JournalService.WhoAmI:output_type -> opjournal.v1.WhoAmIResponse
+	68, // [68:84] is the sub-list for method output_type
+	52, // [52:68] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_opjournal_v1_journal_proto_init() }
@@ -3207,7 +3358,7 @@ func file_opjournal_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_opjournal_v1_journal_proto_rawDesc), len(file_opjournal_v1_journal_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

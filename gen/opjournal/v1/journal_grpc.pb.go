@@ -42,6 +42,7 @@ const (
 	JournalService_Acknowledge_FullMethodName     = "/opjournal.v1.JournalService/Acknowledge"
 	JournalService_ListEvents_FullMethodName      = "/opjournal.v1.JournalService/ListEvents"
 	JournalService_GetPolicy_FullMethodName       = "/opjournal.v1.JournalService/GetPolicy"
+	JournalService_WhoAmI_FullMethodName          = "/opjournal.v1.JournalService/WhoAmI"
 )
 
 // JournalServiceClient is the client API for JournalService service.
@@ -127,6 +128,12 @@ type JournalServiceClient interface {
 	// GetPolicy returns the policy this server enforces, so that a
 	// reconciler (or an operator) can check that it works from the same one.
 	GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*GetPolicyResponse, error)
+	// WhoAmI says who the server takes the caller to be: the principal its
+	// credential authenticates (a token of the tokens file, or a JWT of a
+	// configured issuer). Every authenticated caller may call it. A front
+	// door such as opjournal-gateway uses it to scope keys by the stable
+	// principal id instead of the bytes of a credential.
+	WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error)
 }
 
 type journalServiceClient struct {
@@ -287,6 +294,16 @@ func (c *journalServiceClient) GetPolicy(ctx context.Context, in *GetPolicyReque
 	return out, nil
 }
 
+func (c *journalServiceClient) WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WhoAmIResponse)
+	err := c.cc.Invoke(ctx, JournalService_WhoAmI_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JournalServiceServer is the server API for JournalService service.
 // All implementations must embed UnimplementedJournalServiceServer
 // for forward compatibility.
@@ -370,6 +387,12 @@ type JournalServiceServer interface {
 	// GetPolicy returns the policy this server enforces, so that a
 	// reconciler (or an operator) can check that it works from the same one.
 	GetPolicy(context.Context, *GetPolicyRequest) (*GetPolicyResponse, error)
+	// WhoAmI says who the server takes the caller to be: the principal its
+	// credential authenticates (a token of the tokens file, or a JWT of a
+	// configured issuer). Every authenticated caller may call it. A front
+	// door such as opjournal-gateway uses it to scope keys by the stable
+	// principal id instead of the bytes of a credential.
+	WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error)
 	mustEmbedUnimplementedJournalServiceServer()
 }
 
@@ -424,6 +447,9 @@ func (UnimplementedJournalServiceServer) ListEvents(context.Context, *ListEvents
 }
 func (UnimplementedJournalServiceServer) GetPolicy(context.Context, *GetPolicyRequest) (*GetPolicyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPolicy not implemented")
+}
+func (UnimplementedJournalServiceServer) WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WhoAmI not implemented")
 }
 func (UnimplementedJournalServiceServer) mustEmbedUnimplementedJournalServiceServer() {}
 func (UnimplementedJournalServiceServer) testEmbeddedByValue()                        {}
@@ -716,6 +742,24 @@ func _JournalService_GetPolicy_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JournalService_WhoAmI_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WhoAmIRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).WhoAmI(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_WhoAmI_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).WhoAmI(ctx, req.(*WhoAmIRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JournalService_ServiceDesc is the grpc.ServiceDesc for JournalService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -782,6 +826,10 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPolicy",
 			Handler:    _JournalService_GetPolicy_Handler,
+		},
+		{
+			MethodName: "WhoAmI",
+			Handler:    _JournalService_WhoAmI_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -452,6 +452,26 @@ class ResolveResponse(_message.Message):
     operation: Operation
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
+class WhoAmIRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ["authenticated", "expires_at", "name", "principal_id", "roles", "tenant"]
+    AUTHENTICATED_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    authenticated: bool
+    expires_at: _timestamp_pb2.Timestamp
+    name: str
+    principal_id: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    tenant: str
+    def __init__(self, authenticated: bool = ..., principal_id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 

@@ -96,6 +96,11 @@ class JournalServiceStub(object):
                 request_serializer=opjournal_dot_v1_dot_journal__pb2.GetPolicyRequest.SerializeToString,
                 response_deserializer=opjournal_dot_v1_dot_journal__pb2.GetPolicyResponse.FromString,
                 )
+        self.WhoAmI = channel.unary_unary(
+                '/opjournal.v1.JournalService/WhoAmI',
+                request_serializer=opjournal_dot_v1_dot_journal__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=opjournal_dot_v1_dot_journal__pb2.WhoAmIResponse.FromString,
+                )
 
 
 class JournalServiceServicer(object):
@@ -254,6 +259,17 @@ class JournalServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WhoAmI(self, request, context):
+        """WhoAmI says who the server takes the caller to be: the principal its
+        credential authenticates (a token of the tokens file, or a JWT of a
+        configured issuer). Every authenticated caller may call it. A front
+        door such as opjournal-gateway uses it to scope keys by the stable
+        principal id instead of the bytes of a credential.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JournalServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -331,6 +347,11 @@ def add_JournalServiceServicer_to_server(servicer, server):
                     servicer.GetPolicy,
                     request_deserializer=opjournal_dot_v1_dot_journal__pb2.GetPolicyRequest.FromString,
                     response_serializer=opjournal_dot_v1_dot_journal__pb2.GetPolicyResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=opjournal_dot_v1_dot_journal__pb2.WhoAmIRequest.FromString,
+                    response_serializer=opjournal_dot_v1_dot_journal__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -601,5 +622,22 @@ class JournalService(object):
         return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/GetPolicy',
             opjournal_dot_v1_dot_journal__pb2.GetPolicyRequest.SerializeToString,
             opjournal_dot_v1_dot_journal__pb2.GetPolicyResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/WhoAmI',
+            opjournal_dot_v1_dot_journal__pb2.WhoAmIRequest.SerializeToString,
+            opjournal_dot_v1_dot_journal__pb2.WhoAmIResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

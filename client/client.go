@@ -123,6 +123,17 @@ func (c *Client) Lookup(ctx context.Context, key string) (*opjournalv1.Operation
 	return resp.GetOperation(), nil
 }
 
+// WhoAmI returns who the journal takes the caller to be: the principal
+// its credential authenticates (Authenticated is false when the journal
+// runs without authentication).
+func (c *Client) WhoAmI(ctx context.Context) (*opjournalv1.WhoAmIResponse, error) {
+	resp, err := c.rpc.WhoAmI(ctx, &opjournalv1.WhoAmIRequest{})
+	if err != nil {
+		return nil, journalError(ctx, "whoami", "", err)
+	}
+	return resp, nil
+}
+
 // Events returns an operation's whole history, oldest first, reading it
 // page by page (ListEvents). The sequence ends after the last event or
 // after yielding an error.

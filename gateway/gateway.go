@@ -48,11 +48,23 @@ type Config struct {
 	// DefaultUpstream receives the HTTP requests no protected route
 	// matches, unchanged ("" answers them 404).
 	DefaultUpstream string
-	// ScopeHeaders are the request headers whose values (hashed, never
-	// stored) scope keys to a caller: the same Idempotency-Key from two
-	// API keys is two intents (default: Authorization). For MCP over HTTP
-	// too.
-	ScopeHeaders []string
+	// Identity says how callers are told apart (IdentityJournal: by
+	// their own journal credential, the default).
+	Identity Identity
+	// OwnToken is the gateway's own journal token: the credential of
+	// anonymous callers and of the MCP door over stdio ("" when the
+	// journal needs none). With IdentityJournal the Journal's connection
+	// must carry no token of its own: each call carries its caller's.
+	OwnToken string
+	// RateLimit is each caller's rate at the gateway, in requests a
+	// second (0: none; the journal limits each tenant as well), with
+	// bursts of RateBurst (default: the rate).
+	RateLimit float64
+	RateBurst int
+	// UpstreamHeaders are set on every request to an HTTP upstream (the
+	// provider's own credential, say: the caller's Authorization is for
+	// the gateway and is never forwarded under IdentityJournal).
+	UpstreamHeaders http.Header
 	// StdioScope is the caller's scope of the MCP front door over stdio
 	// (one local agent): default "stdio".
 	StdioScope string
@@ -62,6 +74,7 @@ type Config struct {
 type Gateway struct {
 	cfg      Config
 	log      *slog.Logger
+	ids      *identities
 	routes   map[string]*httpRoute // "POST /payments"
 	tools    map[string]*toolRoute // tool name
 	fallback *upstream
@@ -158,13 +171,13 @@ func New(cfg Config) (*Gateway, error) {
 	hc := *cfg.HTTPClient
 	hc.Transport = tracing.Transport(hc.Transport)
 	cfg.HTTPClient = &hc
-	if len(cfg.ScopeHeaders) == 0 {
-		cfg.ScopeHeaders = []string{"Authorization"}
-	}
 	if cfg.StdioScope == "" {
 		cfg.StdioScope = "stdio"
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, routes: map[string]*httpRoute{}, tools: map[string]*toolRoute{}}
+	if cfg.RateLimit < 0 || cfg.RateBurst < 0 {
+		return nil, errors.New("gateway: the rate limit and burst must not be negative")
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, routes: map[string]*httpRoute{}, tools: map[string]*toolRoute{}, ids: newIdentities(cfg)}
 	for _, name := range cfg.Policy.Names() {
 		act, _ := cfg.Policy.Action(name)
 		if act.Gateway == nil {

@@ -3,20 +3,30 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/client"
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/fakeprovider"
 	"github.com/opjournal/opjournal/gateway"
 	"github.com/opjournal/opjournal/internal/await"
@@ -87,6 +97,62 @@ const testPolicy = `actions:
         external_id: /id
 `
 
+// The callers: agent A holds two tokens (a rotation: one principal), agent
+// B one, in the same tenant; the reconciler and an admin (the fixture's
+// own reads) have theirs.
+const (
+	tokenA      = "agent-a-token-2026-11-0123456789"
+	tokenA2     = "agent-a-token-2026-12-0123456789"
+	tokenB      = "agent-b-token-0123456789abcdef"
+	tokenRec    = "reconciler-token-0123456789abc"
+	tokenAdmin  = "admin-token-0123456789abcdefgh"
+	tokenOpOnly = "operator-token-0123456789abcde"
+)
+
+// testIssuer is the OAuth issuer the fixture's journal trusts for agents
+// of its tenant; jwtFor mints its access tokens.
+const testIssuer = "https://auth.example.test/"
+
+func testAuth(t *testing.T) (*auth.Authenticator, func(sub string, exp time.Time) string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := func(x []byte) string { return base64.RawURLEncoding.EncodeToString(x) }
+	set, _ := json.Marshal(map[string]any{"keys": []map[string]string{{"kty": "EC", "crv": "P-256", "alg": "ES256", "kid": "k1",
+		"x": b64(key.PublicKey.X.FillBytes(make([]byte, 32))), "y": b64(key.PublicKey.Y.FillBytes(make([]byte, 32)))}}})
+	jwksPath := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(jwksPath, set, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mint := func(sub string, exp time.Time) string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"iss": testIssuer, "aud": "opjournal-gateway", "sub": sub,
+			"iat": time.Now().Unix(), "exp": exp.Unix(), "jti": fmt.Sprint(time.Now().UnixNano())})
+		tok.Header["kid"] = "k1"
+		s, err := tok.SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	src := "issuers:\n  - issuer: " + testIssuer + "\n    audience: opjournal-gateway\n    jwks_file: " + jwksPath + "\n    tenant: acme\n    roles: [agent]\n" + auth.FileHeader +
+		auth.Entry{Name: "agent-a-2026-11", Principal: "agent-a", SHA256: auth.Digest(tokenA), Tenant: "acme", Roles: []auth.Role{auth.RoleAgent}}.YAML() +
+		auth.Entry{Name: "agent-a-2026-12", Principal: "agent-a", SHA256: auth.Digest(tokenA2), Tenant: "acme", Roles: []auth.Role{auth.RoleAgent}}.YAML() +
+		auth.NewEntry("agent-b", tokenB, "acme", []auth.Role{auth.RoleAgent}).YAML() +
+		auth.NewEntry("rec", tokenRec, "acme", []auth.Role{auth.RoleReconciler}).YAML() +
+		auth.NewEntry("admin", tokenAdmin, "acme", []auth.Role{auth.RoleAdmin}).YAML() +
+		auth.NewEntry("alice", tokenOpOnly, "acme", []auth.Role{auth.RoleOperator}).YAML()
+	a, err := auth.Parse([]byte(src), "tokens.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, mint
+}
+
+// scopeOf is the key scope of a principal of the fixture's tenant.
+func scopeOf(principal string) string { return gateway.ScopeOfPrincipal("acme", principal) }
+
 // env is the fixture's environment.
 type env struct {
 	t        *testing.T
@@ -97,6 +163,8 @@ type env struct {
 	gw       *gateway.Gateway
 	front    *httptest.Server // the gateway's HTTP front door
 	rec      *reconciler.Reconciler
+	// jwt mints an access token of testIssuer for a subject.
+	jwt func(sub string, exp time.Time) string
 }
 
 func newEnv(t *testing.T, doc string) *env {
@@ -114,13 +182,15 @@ func newEnv(t *testing.T, doc string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := testserver.Start(t, pol)
-	e := &env{t: t, journal: j, provider: p, provURL: ps.URL, pol: pol}
+	a, mint := testAuth(t)
+	j := testserver.Start(t, pol, testserver.WithAuth(a, tokenAdmin))
+	e := &env{t: t, journal: j, provider: p, provURL: ps.URL, pol: pol, jwt: mint}
 	e.gw = e.newGateway(lookup)
 	e.front = httptest.NewServer(e.gw)
 	t.Cleanup(e.front.Close)
-	e.rec, err = reconciler.New(reconciler.Config{Journal: j.Client, Policy: pol, ID: "rec", LookupEnv: lookup,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(), Rand: rand.New(rand.NewPCG(1, 2))})
+	recClient := pb.NewJournalServiceClient(client.BearerConn(j.Conn, tokenRec))
+	e.rec, err = reconciler.New(reconciler.Config{Journal: recClient, Policy: pol, ID: "rec", LookupEnv: lookup,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry(), Rand: mrand.New(mrand.NewPCG(1, 2))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,12 +199,16 @@ func newEnv(t *testing.T, doc string) *env {
 
 // newGateway makes a gateway on the same journal (another process would
 // be no different: all it shares is the journal).
-func (e *env) newGateway(lookup func(string) (string, bool)) *gateway.Gateway {
+func (e *env) newGateway(lookup func(string) (string, bool), edits ...func(*gateway.Config)) *gateway.Gateway {
 	e.t.Helper()
-	g, err := gateway.New(gateway.Config{
+	cfg := gateway.Config{
 		Journal: client.New(e.journal.Conn, client.WithWorkerID("gateway-test")), Policy: e.pol, LookupEnv: lookup,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	g, err := gateway.New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -179,6 +253,7 @@ func postTo(t *testing.T, base, path, key string, body any, headers ...string) r
 	}
 	req, _ := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tokenA) // agent A, unless headers say otherwise
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
@@ -238,9 +313,10 @@ func (e *env) reconcile(cond func() bool) {
 
 // --- MCP ---
 
-// mcpEnv starts the provider's MCP server as the upstream, the gateway's
-// MCP server in front of it, and a client session to the gateway.
-func (e *env) mcpClient(scopeHeader string) *mcp.ClientSession {
+// mcpClient starts the provider's MCP server as the upstream, the
+// gateway's MCP server in front of it, and a client session to the
+// gateway with the Authorization value (agent A's token when "").
+func (e *env) mcpClient(authorization string) *mcp.ClientSession {
 	e.t.Helper()
 	ctx := context.Background()
 	up := fakeprovider.NewMCPServer(e.provURL, nil)
@@ -255,14 +331,14 @@ func (e *env) mcpClient(scopeHeader string) *mcp.ClientSession {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	gws := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	gws := httptest.NewServer(e.gw.MCPHandler(srv, gateway.MCPHTTPOptions{}))
 	e.t.Cleanup(gws.Close)
-	hc := &http.Client{}
-	if scopeHeader != "" {
-		hc.Transport = headerTransport{"Authorization", scopeHeader}
+	if authorization == "" {
+		authorization = "Bearer " + tokenA
 	}
+	hc := &http.Client{Transport: headerTransport{"Authorization", authorization}}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx,
-		&mcp.StreamableClientTransport{Endpoint: gws.URL, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+		&mcp.StreamableClientTransport{Endpoint: gws.URL + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}

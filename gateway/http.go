@@ -69,6 +69,14 @@ type storedResponse struct {
 
 // ServeHTTP is the HTTP front door.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Who calls, before anything of the request is read: every request,
+	// passed through or not, since the gateway holds the upstream's own
+	// credentials.
+	c := g.identifyHTTP(w, r)
+	if c == nil {
+		return
+	}
+	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
 	route := g.routes[r.Method+" "+r.URL.Path]
 	if tracing.Enabled() {
 		g.traceHTTP(w, r, route, func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, route) })
@@ -100,6 +108,7 @@ func (g *Gateway) passThrough(w http.ResponseWriter, r *http.Request, up *upstre
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = target.Host
+			g.upstreamHeaders(pr.Out.Header)
 		},
 		Transport: g.cfg.HTTPClient.Transport,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -123,7 +132,8 @@ func (g *Gateway) serveProtected(w http.ResponseWriter, r *http.Request, route *
 			"a protected route takes a JSON object body: the journal binds its hash to the key", "", 0)
 		return
 	}
-	scope := scopeOf(r.Header, g.cfg.ScopeHeaders)
+	c := callerOf(r.Context())
+	scope := c.scope
 	var key string
 	var refs map[string]string
 	if ck := r.Header.Get(cfg.KeyHeader); ck != "" {
@@ -157,7 +167,7 @@ func (g *Gateway) serveProtected(w http.ResponseWriter, r *http.Request, route *
 	var fresh *upstreamAnswer // the upstream's answer to this request, when it was sent
 	early := make(chan *upstreamAnswer, 1)
 	op := client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refs}
-	out, answered, err := execute(r.Context(), g, op, early, func(ctx context.Context, a client.Attempt) (client.Effect, error) {
+	out, answered, err := execute(withCaller(r.Context(), c), g, op, early, func(ctx context.Context, a client.Attempt) (client.Effect, error) {
 		res, rbody, err := g.forward(ctx, r, route, body, obj, a.Key)
 		if err != nil {
 			return client.Effect{}, client.ClassifyHTTP(nil, err)
@@ -217,6 +227,7 @@ func (g *Gateway) forward(ctx context.Context, r *http.Request, route *httpRoute
 		req.Header[name] = vs
 	}
 	req.Header.Set("Content-Type", "application/json")
+	g.upstreamHeaders(req.Header)
 	if cfg.ForwardKeyHeader != "" {
 		req.Header.Set(cfg.ForwardKeyHeader, key)
 	}

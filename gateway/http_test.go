@@ -25,7 +25,7 @@ func TestHTTPOncePerKey(t *testing.T) {
 		t.Fatalf("first: %d %v %s", first.status, first.header, first.body)
 	}
 	key := first.header.Get("Opjournal-Operation-Key")
-	if !strings.HasPrefix(key, "http:create_payment:anon:intent-817") {
+	if !strings.HasPrefix(key, "http:create_payment:"+scopeOf("agent-a")+":intent-817") {
 		t.Fatalf("operation key %q", key)
 	}
 	again := e.post("/payments", "intent-817", payment)
@@ -36,13 +36,13 @@ func TestHTTPOncePerKey(t *testing.T) {
 	if n := e.effects(key); n != 1 || e.allEffects() != 1 {
 		t.Fatalf("effects under %s: %d (total %d), want 1", key, n, e.allEffects())
 	}
-	// The same key from another caller (another API key) is another intent.
-	other := e.post("/payments", "intent-817", payment, "Authorization", "Bearer sk_other")
+	// The same key from another caller (another principal) is another intent.
+	other := e.post("/payments", "intent-817", payment, "Authorization", "Bearer "+tokenB)
 	if other.status != http.StatusCreated || other.header.Get("Idempotent-Replayed") != "" || other.header.Get("Opjournal-Operation-Key") == key {
 		t.Fatalf("other caller: %d %v", other.status, other.header)
 	}
-	if strings.Contains(other.header.Get("Opjournal-Operation-Key"), "sk_other") {
-		t.Fatal("the scope header's value reached the key")
+	if !strings.HasPrefix(other.header.Get("Opjournal-Operation-Key"), "http:create_payment:"+scopeOf("agent-b")+":") {
+		t.Fatalf("agent B's key %q", other.header.Get("Opjournal-Operation-Key"))
 	}
 }
 
@@ -82,7 +82,7 @@ func TestHTTPKeyFromBody(t *testing.T) {
 	mail := map[string]any{"to": "c-93@example.com", "subject": "Receipt for order 817"}
 	first := e.post("/emails", "", mail)
 	key := first.header.Get("Opjournal-Operation-Key")
-	if first.status != http.StatusAccepted || !strings.HasPrefix(key, "http:send_email:anon:f:") || first.json(t)["reference"] != key {
+	if first.status != http.StatusAccepted || !strings.HasPrefix(key, "http:send_email:"+scopeOf("agent-a")+":f:") || first.json(t)["reference"] != key {
 		t.Fatalf("first: %d key %q %s", first.status, key, first.body)
 	}
 	again := e.post("/emails", "", mail)

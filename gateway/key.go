@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"strings"
 
 	"github.com/opjournal/opjournal"
 )
@@ -18,10 +16,9 @@ import (
 //	http:ACTION:SCOPE:f:HASH              derived from the route's key_fields
 //	mcp:ACTION:SCOPE:f:HASH               derived from the tool's key_fields
 //
-// SCOPE says whose key it is: "s" and 16 hex digits of SHA-256 over the
-// values of the scope headers (the caller's API key, say), "anon" without
-// them, or the stdio scope. So two callers' "1" are two intents, and a
-// header value never reaches the journal. HASH is 32 hex digits of SHA-256
+// SCOPE says whose key it is: the caller's principal (identity.go), never
+// a credential. So two callers' "1" are two intents, and one caller's
+// rotated or refreshed credential is the same caller. HASH is 32 hex digits of SHA-256
 // over the key fields and their values as canonical JSON: the same intent
 // gives the same key whatever else the call says (never the model's
 // wording or the JSON-RPC id, which change when a model retries). A key
@@ -30,22 +27,6 @@ import (
 
 // maxClientKeyLen bounds the client's Idempotency-Key (as Stripe).
 const maxClientKeyLen = 255
-
-// scopeOf returns the caller's scope from the scope headers.
-func scopeOf(h http.Header, names []string) string {
-	sum := sha256.New()
-	any := false
-	for _, n := range names {
-		for _, v := range h.Values(n) {
-			any = true
-			fmt.Fprintf(sum, "%s\x00%s\x00", strings.ToLower(n), v)
-		}
-	}
-	if !any {
-		return "anon"
-	}
-	return "s" + hex.EncodeToString(sum.Sum(nil))[:16]
-}
 
 // clientKey makes the operation key of a client's idempotency key, or
 // says what is wrong with it (never quoting it).

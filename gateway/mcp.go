@@ -92,10 +92,11 @@ func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.Too
 				return toolError("The arguments of %s must be a JSON object. Nothing was sent.", req.Params.Name), nil
 			}
 		}
-		scope := g.cfg.StdioScope
-		if req.Extra != nil && req.Extra.Header != nil {
-			scope = scopeOf(req.Extra.Header, g.cfg.ScopeHeaders)
+		c, refusal := g.mcpCaller(req)
+		if refusal != nil {
+			return refusal, nil
 		}
+		scope := c.scope
 		key, missing := fieldsKey("mcp", route.action, scope, cfg.KeyFields, args)
 		if missing != "" {
 			return toolError("The call of %s needs the argument %q: together with %s it names this action, so that a retry is recognised. Nothing was sent.",
@@ -109,7 +110,7 @@ func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.Too
 		g.awaitRecord(ctx, key)
 		var fresh *mcp.CallToolResult
 		early := make(chan *mcp.CallToolResult, 1)
-		out, answered, err := execute(ctx, g, client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refsOf(cfg.KeyFields, args)}, early,
+		out, answered, err := execute(withCaller(ctx, c), g, client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refsOf(cfg.KeyFields, args)}, early,
 			func(ctx context.Context, a client.Attempt) (client.Effect, error) {
 				callArgs := args
 				if cfg.ForwardKeyArgument != "" {

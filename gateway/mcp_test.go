@@ -39,7 +39,7 @@ func TestMCPToolsPassThroughAndReplay(t *testing.T) {
 	}
 	first := call(t, cs, "create_payment", paymentArgs)
 	key, replayed := meta(t, first)
-	if first.IsError || replayed || !strings.HasPrefix(key, "mcp:create_payment:anon:f:") {
+	if first.IsError || replayed || !strings.HasPrefix(key, "mcp:create_payment:"+scopeOf("agent-a")+":f:") {
 		t.Fatalf("first: %s %+v", text(first), first.Meta)
 	}
 	again := call(t, cs, "create_payment", paymentArgs)
@@ -77,14 +77,14 @@ func TestMCPToolsPassThroughAndReplay(t *testing.T) {
 func TestMCPUnknownThenSettled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, testPolicy)
-	cs := e.mcpClient("Bearer agent-a")
+	cs := e.mcpClient("Bearer " + tokenB)
 	e.fault(fakeprovider.Fault{Path: "/payments", Kind: fakeprovider.CommitThenTimeout, Count: 1, Delay: 10 * time.Second})
 	first := call(t, cs, "create_payment", paymentArgs)
 	key, _ := meta(t, first)
 	if !first.IsError || !strings.Contains(text(first), "UNKNOWN") || !strings.Contains(text(first), "Do not call it again with changed or rephrased arguments") {
 		t.Fatalf("first: %q", text(first))
 	}
-	if !strings.HasPrefix(key, "mcp:create_payment:s") {
+	if !strings.HasPrefix(key, "mcp:create_payment:"+scopeOf("agent-b")+":") {
 		t.Fatalf("the caller's scope is not in the key: %q", key)
 	}
 	if r := call(t, cs, "create_payment", paymentArgs); !r.IsError || !strings.Contains(text(r), "UNKNOWN") {

@@ -14,18 +14,21 @@ const problemBase = "urn:opjournal:problem:"
 
 // The problems, by type name.
 const (
-	probKeyMissing     = "idempotency-key-missing"
-	probKeyInvalid     = "idempotency-key-invalid"
-	probBadBody        = "body-not-json-object"
-	probTooLarge       = "too-large"
-	probInvalid        = "invalid-request"
-	probInProgress     = "request-in-progress"
-	probOutcomeUnknown = "outcome-unknown"
-	probKeyReused      = "idempotency-key-reused"
-	probRejected       = "rejected-earlier"
-	probUnavailable    = "journal-unavailable"
-	probNoRoute        = "no-route"
-	probInternal       = "internal"
+	probKeyMissing      = "idempotency-key-missing"
+	probKeyInvalid      = "idempotency-key-invalid"
+	probBadBody         = "body-not-json-object"
+	probTooLarge        = "too-large"
+	probInvalid         = "invalid-request"
+	probInProgress      = "request-in-progress"
+	probOutcomeUnknown  = "outcome-unknown"
+	probKeyReused       = "idempotency-key-reused"
+	probRejected        = "rejected-earlier"
+	probUnavailable     = "journal-unavailable"
+	probNoRoute         = "no-route"
+	probInternal        = "internal"
+	probUnauthenticated = "unauthenticated"
+	probForbidden       = "forbidden"
+	probRateLimited     = "rate-limited"
 )
 
 // problem is an RFC 9457 problem document.

@@ -6,7 +6,11 @@
 //
 //	opjournal-gateway --http-addr 127.0.0.1:8081 [--http-upstream URL]
 //	                  [--mcp-addr 127.0.0.1:8082 | --mcp-stdio] --mcp-upstream URL ...
-//	                  [--journal-addr 127.0.0.1:9090] [--policy FILE]
+//	                  [--journal-addr 127.0.0.1:9090] [--policy FILE] [--anonymous]
+//
+// Every caller presents its own journal credential (Authorization: Bearer
+// <token or access token>) and is scoped by its principal; --anonymous
+// makes every caller one ("anon"), on loopback listeners only.
 //
 // Every flag can also be set by an environment variable (--http-addr is
 // OPJOURNAL_HTTP_ADDR); a flag on the command line wins. Once listening it
@@ -64,9 +68,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	httpUpstream := fs.String("http-upstream", "", "where the HTTP requests of no protected route go, unchanged (\"\": 404)")
 	mcpAddr := fs.String("mcp-addr", "", "serve the MCP front door (streamable HTTP, at /mcp) on this address (\"\": off)")
 	mcpStdio := fs.Bool("mcp-stdio", false, "serve the MCP front door on stdin and stdout (one local agent); logs go to stderr")
-	var upstreams, scopeHeaders list
+	var upstreams, upstreamHeaders, authServers list
 	fs.Var(&upstreams, "mcp-upstream", "an upstream MCP server: an http(s):// URL (streamable HTTP) or cmd:COMMAND ARGS (stdio); repeat for several")
-	fs.Var(&scopeHeaders, "scope-header", "a request header whose value (hashed, never stored) scopes keys to a caller; repeat (default: Authorization)")
+	anonymous := fs.Bool("anonymous", false, "treat every caller as one (\"anon\": one shared key space, the gateway's own token); for local development, loopback listeners only")
+	rateLimit := fs.Float64("rate-limit", 0, "each caller's requests a second at the gateway (0: no limit here; the journal limits each tenant)")
+	rateBurst := fs.Int("rate-burst", 0, "each caller's burst (default: the rate)")
+	fs.Var(&upstreamHeaders, "upstream-header", "a header set on every request to an HTTP upstream, 'Name: value' with ${VAR} expanded from the environment (the provider's credential: the caller's Authorization is never forwarded); repeat")
+	mcpPublicURL := fs.String("mcp-public-url", "", "the MCP door's public URL, its OAuth resource identifier (default http://MCP-ADDR/mcp)")
+	fs.Var(&authServers, "authorization-server", "an OAuth issuer whose access tokens the journal accepts, advertised in the MCP door's protected-resource metadata; repeat")
 	stdioScope := fs.String("stdio-scope", "stdio", "the caller's scope over --mcp-stdio")
 	workerID := fs.String("worker-id", "", "this gateway's worker id in the journal (default: gateway-HOST-PID)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -114,17 +123,36 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		host, _ := os.Hostname()
 		*workerID = fmt.Sprintf("gateway-%s-%d", host, os.Getpid())
 	}
-	conn, cc, err := jf.Dial()
+	// Each journal call carries its caller's credential (or, for anonymous
+	// and stdio callers, the gateway's own token), so the connection has none.
+	conn, ownToken, err := jf.DialWithoutToken()
 	if err != nil {
 		return cli.Usage(err)
 	}
 	defer conn.Close()
+	upHeaders, err := parseUpstreamHeaders(upstreamHeaders)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	identity := gateway.IdentityJournal
+	if *anonymous {
+		identity = gateway.IdentityAnonymous
+	}
 	g, err := gateway.New(gateway.Config{
-		Journal: client.New(cc, client.WithWorkerID(*workerID)), Policy: pol, Logger: log,
-		DefaultUpstream: *httpUpstream, ScopeHeaders: scopeHeaders, StdioScope: *stdioScope,
+		Journal: client.New(conn, client.WithWorkerID(*workerID)), Policy: pol, Logger: log,
+		DefaultUpstream: *httpUpstream, StdioScope: *stdioScope,
+		Identity: identity, OwnToken: ownToken, RateLimit: *rateLimit, RateBurst: *rateBurst, UpstreamHeaders: upHeaders,
 	})
 	if err != nil {
 		return cli.Usage(err)
+	}
+	if !*anonymous && (*httpAddr != "" || *mcpAddr != "") {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := g.CheckJournalAuthenticates(cctx)
+		cancel()
+		if err != nil {
+			return cli.Usage(err)
+		}
 	}
 
 	errc := make(chan error, 4)
@@ -147,7 +175,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	var servers []*http.Server
 	serving := []any{"routes", g.Routes(), "tools", g.Tools(), "worker_id", *workerID}
 	if *httpAddr != "" {
-		ln, err := net.Listen("tcp", *httpAddr)
+		ln, err := listen(*httpAddr, *anonymous, "--http-addr")
 		if err != nil {
 			return err
 		}
@@ -170,13 +198,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	if *mcpAddr != "" {
-		ln, err := net.Listen("tcp", *mcpAddr)
+		ln, err := listen(*mcpAddr, *anonymous, "--mcp-addr")
 		if err != nil {
 			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ms }, nil))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		resource := *mcpPublicURL
+		if resource == "" {
+			resource = "http://" + ln.Addr().String() + "/mcp"
+		}
+		srv := &http.Server{Handler: g.MCPHandler(ms, gateway.MCPHTTPOptions{Resource: resource, AuthorizationServers: authServers}), ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
 		go func() { errc <- serveHTTP(srv, ln) }()
 		serving = append(serving, "mcp_addr", ln.Addr().String())
@@ -202,6 +232,42 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// listen listens on addr; anonymous callers are accepted on a loopback
+// address only (anyone who reaches the listener shares their key space).
+func listen(addr string, anonymous bool, flagName string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if anonymous && !ln.Addr().(*net.TCPAddr).IP.IsLoopback() {
+		ln.Close()
+		return nil, cli.Usage(fmt.Errorf("%s %s: --anonymous serves loopback addresses only (every caller shares one key space); drop --anonymous to identify callers by their journal credentials", flagName, addr))
+	}
+	return ln, nil
+}
+
+// parseUpstreamHeaders reads the --upstream-header values ('Name: value',
+// ${VAR} expanded from the environment).
+func parseUpstreamHeaders(vals []string) (http.Header, error) {
+	h := http.Header{}
+	for _, v := range vals {
+		name, value, ok := strings.Cut(v, ":")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") {
+			return nil, fmt.Errorf("--upstream-header: give 'Name: value' (the value may be ${VAR})")
+		}
+		expanded, err := policy.ExpandEnv(value, os.LookupEnv)
+		if err != nil {
+			return nil, fmt.Errorf("--upstream-header %s: %w", name, err)
+		}
+		if strings.ContainsAny(expanded, "\r\n") {
+			return nil, fmt.Errorf("--upstream-header %s: the value has a line break", name)
+		}
+		h.Add(name, expanded)
+	}
+	return h, nil
 }
 
 func serveHTTP(srv *http.Server, ln net.Listener) error {

@@ -192,15 +192,31 @@ func (j *JournalFlags) Register(fs *flag.FlagSet) {
 // (to close) and the connection to call through, which adds the bearer
 // token (from --token-file, else $OPJOURNAL_TOKEN) to every call.
 func (j *JournalFlags) Dial() (*grpc.ClientConn, grpc.ClientConnInterface, error) {
+	conn, token, err := j.DialWithoutToken()
+	if err != nil {
+		return nil, nil, err
+	}
+	var cc grpc.ClientConnInterface = conn
+	if token != "" {
+		cc = client.BearerConn(conn, token)
+	}
+	return conn, cc, nil
+}
+
+// DialWithoutToken connects to the journal as the flags say, and returns
+// the connection without a token of its own, and the token (from
+// --token-file, else $OPJOURNAL_TOKEN; "" for none): for a front door
+// whose calls carry each caller's credential.
+func (j *JournalFlags) DialWithoutToken() (*grpc.ClientConn, string, error) {
 	creds := insecure.NewCredentials()
 	if j.TLSCA != "" {
 		pem, err := os.ReadFile(j.TLSCA)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--tls-ca: %w", err)
+			return nil, "", fmt.Errorf("--tls-ca: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", j.TLSCA)
+			return nil, "", fmt.Errorf("--tls-ca %s: no PEM certificate in it", j.TLSCA)
 		}
 		creds = credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	}
@@ -208,7 +224,7 @@ func (j *JournalFlags) Dial() (*grpc.ClientConn, grpc.ClientConnInterface, error
 	if j.TokenFile != "" {
 		b, err := os.ReadFile(j.TokenFile)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--token-file: %w", err)
+			return nil, "", fmt.Errorf("--token-file: %w", err)
 		}
 		token = strings.TrimSpace(string(b))
 	}
@@ -218,13 +234,9 @@ func (j *JournalFlags) Dial() (*grpc.ClientConn, grpc.ClientConnInterface, error
 	})
 	conn, err := grpc.NewClient(j.Addr, append(opts, grpc.WithTransportCredentials(creds))...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("journal %s: %w", j.Addr, err)
+		return nil, "", fmt.Errorf("journal %s: %w", j.Addr, err)
 	}
-	var cc grpc.ClientConnInterface = conn
-	if token != "" {
-		cc = client.BearerConn(conn, token)
-	}
-	return conn, cc, nil
+	return conn, token, nil
 }
 
 // usageError is a problem with a command's flags or configuration.

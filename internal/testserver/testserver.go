@@ -14,7 +14,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
+	"github.com/opjournal/opjournal/auth"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/policy"
@@ -35,7 +37,18 @@ type Journal struct {
 // Option configures Start.
 type Option func(*options)
 
-type options struct{ clock func() time.Time }
+type options struct {
+	clock      func() time.Time
+	auth       *auth.Authenticator
+	adminToken string
+}
+
+// WithAuth makes the journal authenticate callers with a (as --auth-file
+// does); the Journal's Client then calls with adminToken, an admin's token
+// of a, while Conn carries no token, for callers that bring their own.
+func WithAuth(a *auth.Authenticator, adminToken string) Option {
+	return func(o *options) { o.auth, o.adminToken = a, adminToken }
+}
 
 // WithClock makes the journal's database read the time from now instead of
 // its own clock (store.Clock): the test moves time by hand.
@@ -62,7 +75,7 @@ func Start(t testing.TB, pol *policy.Policy, opts ...Option) *Journal {
 		st.SetClock(o.clock)
 	}
 	srv := server.New(journal.New(st, pol, journal.Limits{}), server.Config{
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: o.auth,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	ready := make(chan server.Addrs, 1)
@@ -90,5 +103,20 @@ func Start(t testing.TB, pol *policy.Policy, opts ...Option) *Journal {
 		<-done
 		st.Close()
 	})
-	return &Journal{GRPCAddr: addrs.GRPC.String(), HTTPURL: "http://" + addrs.HTTP.String(), Client: pb.NewJournalServiceClient(conn), Conn: conn}
+	var cc grpc.ClientConnInterface = conn
+	if o.adminToken != "" {
+		cc = bearer{conn, "Bearer " + o.adminToken}
+	}
+	return &Journal{GRPCAddr: addrs.GRPC.String(), HTTPURL: "http://" + addrs.HTTP.String(), Client: pb.NewJournalServiceClient(cc), Conn: conn}
+}
+
+// bearer adds a token to every unary call (the client package's BearerConn,
+// which this package cannot import without a cycle in its tests).
+type bearer struct {
+	*grpc.ClientConn
+	header string
+}
+
+func (b bearer) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return b.ClientConn.Invoke(metadata.AppendToOutgoingContext(ctx, "authorization", b.header), method, args, reply, opts...)
 }

@@ -22,6 +22,8 @@ import (
 type GatewayEnv struct {
 	// HTTPURL is the gateway's HTTP front door; MCPURL its MCP endpoint.
 	HTTPURL, MCPURL string
+	// Callers are the agents' credentials (the gateway knows who calls).
+	Callers GatewayCallers
 	// RPC reads the journal (Lookup) to show what it recorded.
 	RPC pb.JournalServiceClient
 	// Provider controls and counts the test provider.
@@ -41,6 +43,7 @@ var GatewayScenarios = []struct {
 }{
 	{"HTTP door: the article's seven steps through the gateway (no SDK in the agent)", GatewayHTTP},
 	{"MCP door: the same payment as a tool call (no SDK in the agent)", GatewayMCP},
+	{"identity: two callers with one client key are two intents; a rotated token is the same intent", GatewayIdentity},
 }
 
 // RunGateway runs every gateway scenario, stopping at the first failure.
@@ -86,6 +89,11 @@ func (r *gwRun) saw(format string, args ...any) {
 // post is the agent's plain HTTP call through the gateway; err is the
 // agent's own timeout or a lost connection.
 func (r *gwRun) post(ctx context.Context, path, key string, body any) (status int, hdr http.Header, resp []byte, err error) {
+	return r.postAs(ctx, r.env.Callers.AgentA, path, key, body)
+}
+
+// postAs is post with another caller's token.
+func (r *gwRun) postAs(ctx context.Context, token, path, key string, body any) (status int, hdr http.Header, resp []byte, err error) {
 	b, _ := json.Marshal(body)
 	ctx, cancel := context.WithTimeout(ctx, r.env.agentTimeout())
 	defer cancel()
@@ -95,6 +103,7 @@ func (r *gwRun) post(ctx context.Context, path, key string, body any) (status in
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, nil, nil, err
@@ -163,8 +172,8 @@ func GatewayHTTP(ctx context.Context, env GatewayEnv) error {
 		return fmt.Errorf("unexpected: the agent got an answer (%v), want its own timeout", err)
 	}
 	// The gateway names the operation on every answer; the key is derived
-	// from the client's key and its (here: anonymous) scope.
-	key := "http:create_payment:anon:" + clientKey
+	// from the client's key and the caller's principal (agent A).
+	key := "http:create_payment:" + env.Callers.ScopeA() + ":" + clientKey
 	if err := r.settleAny(ctx, key, pb.Status_STATUS_UNKNOWN, pb.Status_STATUS_SUCCEEDED); err != nil {
 		return err
 	}
@@ -242,7 +251,7 @@ func (r *gwRun) settleAny(ctx context.Context, key string, want ...pb.Status) er
 func GatewayMCP(ctx context.Context, env GatewayEnv) error {
 	r := &gwRun{env: env}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "demo-agent", Version: "1"}, nil).Connect(ctx,
-		&mcp.StreamableClientTransport{Endpoint: env.MCPURL, DisableStandaloneSSE: true}, nil)
+		&mcp.StreamableClientTransport{Endpoint: env.MCPURL, HTTPClient: bearerClient(env.Callers.AgentA), DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		return fmt.Errorf("connect to the gateway's MCP endpoint: %w", err)
 	}
@@ -309,6 +318,60 @@ func GatewayMCP(ctx context.Context, env GatewayEnv) error {
 		return fmt.Errorf("unexpected: %d payments, want exactly 1", n)
 	}
 	return nil
+}
+
+// GatewayIdentity shows that the gateway scopes keys by who calls: agent
+// B's "1" is not agent A's "1", and agent A's rotated token is still A.
+func GatewayIdentity(ctx context.Context, env GatewayEnv) error {
+	r := &gwRun{env: env}
+	const clientKey = "1"
+	body := map[string]any{"order_id": "820", "amount_minor": 5000, "currency": "RUB"}
+	r.say("agent A POSTs /payments with Idempotency-Key: %s (its token is agent-a-2026-11)", clientKey)
+	code, hdr, _, err := r.postAs(ctx, env.Callers.AgentA, "/payments", clientKey, body)
+	if err != nil || code != http.StatusCreated {
+		return fmt.Errorf("unexpected: agent A got %d (%v), want 201", code, err)
+	}
+	keyA := hdr.Get("Opjournal-Operation-Key")
+	r.saw("201, operation %s", keyA)
+	r.say("agent B POSTs /payments with the same Idempotency-Key: %s and another body", clientKey)
+	code, hdr, _, err = r.postAs(ctx, env.Callers.AgentB, "/payments", clientKey, map[string]any{"order_id": "821", "amount_minor": 7000, "currency": "RUB"})
+	if err != nil || code != http.StatusCreated || hdr.Get("Idempotent-Replayed") != "" {
+		return fmt.Errorf("unexpected: agent B got %d %v (%v), want its own 201", code, hdr, err)
+	}
+	keyB := hdr.Get("Opjournal-Operation-Key")
+	r.saw("201, its own operation %s: never agent A's stored answer", keyB)
+	r.say("agent A's token is rotated (agent-a-2026-12, the same principal); it repeats its request")
+	code, hdr, _, err = r.postAs(ctx, env.Callers.AgentARotated, "/payments", clientKey, body)
+	if err != nil || hdr.Get("Idempotent-Replayed") != "true" || hdr.Get("Opjournal-Operation-Key") != keyA {
+		return fmt.Errorf("unexpected: agent A's rotated token got %d %v (%v), want the replay of %s", code, hdr, err, keyA)
+	}
+	r.saw("%d with Idempotent-Replayed: true: the same intent", code)
+	nA, err := env.Provider.Count(ctx, keyA)
+	if err != nil {
+		return err
+	}
+	nB, err := env.Provider.Count(ctx, keyB)
+	if err != nil {
+		return err
+	}
+	r.say("the provider's store holds %d payment for A's key and %d for B's", nA, nB)
+	if nA != 1 || nB != 1 {
+		return fmt.Errorf("unexpected: %d and %d payments, want 1 and 1", nA, nB)
+	}
+	return nil
+}
+
+// bearerClient is an HTTP client that sends the token with every request.
+func bearerClient(token string) *http.Client {
+	return &http.Client{Transport: bearerTransport{"Bearer " + token}}
+}
+
+type bearerTransport struct{ value string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", b.value)
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 func shorten(s string, n int) string {

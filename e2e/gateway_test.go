@@ -39,11 +39,11 @@ func (s *stack) startGateway(t *testing.T, name string) (httpURL, mcpURL string)
 func TestGatewayDemo(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, dbURL string) {
-		s := startStack(t, stackOpts{dbURL: dbURL})
+		s := startStack(t, stackOpts{dbURL: dbURL, callers: true})
 		h1, _ := s.startGateway(t, "gateway-1")
 		_, m2 := s.startGateway(t, "gateway-2")
 		var out strings.Builder
-		err := demo.RunGateway(ctxFor(t), demo.GatewayEnv{HTTPURL: h1, MCPURL: m2, RPC: s.rpc, Provider: s.provider, Out: &out})
+		err := demo.RunGateway(ctxFor(t), demo.GatewayEnv{HTTPURL: h1, MCPURL: m2, Callers: s.callers, RPC: s.rpc, Provider: s.provider, Out: &out})
 		t.Log("\n" + out.String())
 		if err != nil {
 			t.Fatal(err)
@@ -55,7 +55,7 @@ func TestGatewayDemo(t *testing.T) {
 // gateway processes on one journal: exactly one effect at the provider.
 func TestTwoGatewaysOneKey(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, stackOpts{})
+	s := startStack(t, stackOpts{callers: true})
 	h1, _ := s.startGateway(t, "gateway-1")
 	h2, _ := s.startGateway(t, "gateway-2")
 	s.fault(t, fakeprovider.Fault{Path: "/payments", Kind: fakeprovider.Slow, Count: 1, Delay: 500 * time.Millisecond})
@@ -71,6 +71,9 @@ func TestTwoGatewaysOneKey(t *testing.T) {
 			base := []string{h1, h2}[i%2]
 			req, _ := http.NewRequest(http.MethodPost, base+"/payments", bytes.NewReader(body))
 			req.Header.Set("Idempotency-Key", "k-two-gateways")
+			req.Header.Set("Content-Type", "application/json")
+			// Half with agent A's token, half with its rotated one: one caller.
+			req.Header.Set("Authorization", "Bearer "+[]string{s.callers.AgentA, s.callers.AgentARotated}[i/2%2])
 			res, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Error(err)
@@ -92,7 +95,7 @@ func TestTwoGatewaysOneKey(t *testing.T) {
 			t.Fatalf("codes %v", codes)
 		}
 	}
-	key := "http:create_payment:anon:k-two-gateways"
+	key := "http:create_payment:" + s.callers.ScopeA() + ":k-two-gateways"
 	if n := s.effects(t, key); n != 1 || created < 1 {
 		t.Fatalf("%d payments, %d answered 201 (codes %v)", n, created, codes)
 	}
@@ -116,6 +119,9 @@ func TestGatewayCommandLine(t *testing.T) {
 		{[]string{"--http-addr", "127.0.0.1:0", "--policy", bad}, "bad.yaml:3: actions.a.gateway.http.route"},
 		{[]string{"--http-addr", "127.0.0.1:0", "--http-upstream", "ftp://x"}, "the default upstream"},
 		{[]string{"--mcp-stdio", "--mcp-upstream", "gopher://x"}, "give an http(s):// URL or cmd:COMMAND"},
+		{[]string{"--http-addr", "0.0.0.0:0", "--anonymous"}, "--anonymous serves loopback addresses only"},
+		{[]string{"--http-addr", "127.0.0.1:0", "--upstream-header", "no colon"}, "--upstream-header: give 'Name: value'"},
+		{[]string{"--http-addr", "127.0.0.1:0", "--rate-limit", "-1"}, "must not be negative"},
 	} {
 		cmd := exec.Command(filepath.Join(binDir, "opjournal-gateway"), tc.args...)
 		cmd.Env = childEnv(nil)
@@ -124,6 +130,37 @@ func TestGatewayCommandLine(t *testing.T) {
 		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), tc.words) {
 			t.Errorf("%v: %v\n%s\nwant exit 2 and %q", tc.args, err, out, tc.words)
 		}
+	}
+}
+
+// TestGatewayRefusesAJournalWithoutAuthentication: a gateway that would
+// identify callers by their journal credentials refuses to start in
+// front of a journal that authenticates nobody (every caller would share
+// one key space); --anonymous on loopback is the explicit choice.
+func TestGatewayRefusesAJournalWithoutAuthentication(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, stackOpts{})
+	cmd := exec.Command(filepath.Join(binDir, "opjournal-gateway"), append([]string{"--journal-addr", s.grpcAddr, "--http-addr", "127.0.0.1:0"}, s.policyArgs...)...)
+	cmd.Env = childEnv([]string{"PROVIDER_URL=" + s.providerURL})
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), "does not authenticate callers") {
+		t.Fatalf("%v\n%s\nwant exit 2: the journal does not authenticate callers", err, out)
+	}
+	g := s.start(procs.Spec{Name: "anon-gateway", Path: filepath.Join(binDir, "opjournal-gateway"), Ready: "serving",
+		Env:  []string{"PROVIDER_URL=" + s.providerURL},
+		Args: append([]string{"--journal-addr", s.grpcAddr, "--http-addr", "127.0.0.1:0", "--anonymous"}, s.policyArgs...)})
+	body, _ := json.Marshal(map[string]any{"order_id": "930", "amount_minor": 100, "currency": "RUB"})
+	req, _ := http.NewRequest(http.MethodPost, "http://"+g.Field("http_addr")+"/payments", bytes.NewReader(body))
+	req.Header.Set("Idempotency-Key", "anon-1")
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated || res.Header.Get("Opjournal-Operation-Key") != "http:create_payment:anon:anon-1" {
+		t.Fatalf("anonymous: %d %v", res.StatusCode, res.Header)
 	}
 }
 

@@ -38,6 +38,7 @@ type stack struct {
 	procs       []*procs.Proc
 	policyArgs  []string                          // the --policy flag the processes got
 	start       func(spec procs.Spec) *procs.Proc // starts one more process of the stack
+	callers     demo.GatewayCallers               // with stackOpts.callers
 }
 
 type stackOpts struct {
@@ -45,6 +46,10 @@ type stackOpts struct {
 	policy      string // YAML; default: the shipped policy with the short windows of testPolicy
 	indexLag    string // the provider's search lag
 	reconcilers int    // default 1
+	// callers runs the journal with the gateway scenarios' tokens file
+	// (demo.GatewayCallers): the stack's rpc reads as their admin, the
+	// reconcilers and sdk call with their tokens.
+	callers bool
 }
 
 // testPolicy is the shipped policy with an in_flight_window of 3 s
@@ -96,13 +101,23 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	prov := start(procs.Spec{Name: "provider", Path: filepath.Join(binDir, "opjournal-fakeprovider"), Ready: "serving",
 		Args: []string{"--addr", "127.0.0.1:0", "--index-lag", o.indexLag, "--mcp"}})
 	s.providerURL = "http://" + prov.Field("addr")
-	j := start(procs.Spec{Name: "journal", Path: binary, Ready: "serving", Env: []string{testHashKeys},
-		Args: append([]string{"serve", "--database-url", o.dbURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, policyArgs...)})
+	serveArgs := append([]string{"serve", "--database-url", o.dbURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, policyArgs...)
+	var recEnv []string
+	if o.callers {
+		c, err := demo.WriteGatewayCallers(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.callers = c
+		serveArgs = append(serveArgs, "--auth-file", c.TokensFile)
+		recEnv = []string{"OPJOURNAL_TOKEN=" + c.Reconciler}
+	}
+	j := start(procs.Spec{Name: "journal", Path: binary, Ready: "serving", Env: []string{testHashKeys}, Args: serveArgs})
 	s.grpcAddr = j.Field("grpc_addr")
 	s.policyArgs, s.start = policyArgs, start
 	for i := range o.reconcilers {
 		start(procs.Spec{Name: fmt.Sprintf("reconciler-%d", i+1), Path: filepath.Join(binDir, "opjournal-reconciler"), Ready: "reconciling",
-			Env:  []string{"PROVIDER_URL=" + s.providerURL},
+			Env:  append([]string{"PROVIDER_URL=" + s.providerURL}, recEnv...),
 			Args: append([]string{"--journal-addr", s.grpcAddr, "--poll-interval", "200ms", "--id", fmt.Sprintf("rec-%d", i+1)}, policyArgs...)})
 	}
 	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -112,6 +127,10 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	t.Cleanup(func() { conn.Close() })
 	s.rpc = pb.NewJournalServiceClient(conn)
 	s.sdk = client.New(conn, client.WithWorkerID("e2e-agent"))
+	if o.callers {
+		s.rpc = pb.NewJournalServiceClient(client.BearerConn(conn, s.callers.Admin))
+		s.sdk = client.New(conn, client.WithWorkerID("e2e-agent"), client.WithToken(s.callers.AgentA))
+	}
 	s.provider = fakeprovider.NewControlClient(s.providerURL, &http.Client{Timeout: callTimeout})
 	return s
 }

@@ -70,8 +70,20 @@ func run(ctx context.Context, binDir string, verbose, withGateway bool) error {
 	defer provider.Stop(10 * time.Second)
 	providerURL := "http://" + provider.Field("addr")
 
-	journal, err := start(procs.Spec{Name: "journal", Path: bin("opjournal"), Ready: "serving", Args: []string{"serve",
-		"--database-url", "sqlite://" + filepath.Join(dir, "journal.db"), "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}})
+	// The gateway knows who calls: the journal authenticates the demo's
+	// callers (two agents, one of them with a rotated token), so it runs
+	// with a tokens file; the SDK scenarios run without, as the quick start.
+	journalArgs := []string{"serve", "--database-url", "sqlite://" + filepath.Join(dir, "journal.db"), "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}
+	var callers demo.GatewayCallers
+	var recEnv []string
+	if withGateway {
+		if callers, err = demo.WriteGatewayCallers(dir); err != nil {
+			return err
+		}
+		journalArgs = append(journalArgs, "--auth-file", callers.TokensFile)
+		recEnv = []string{"OPJOURNAL_TOKEN=" + callers.Reconciler}
+	}
+	journal, err := start(procs.Spec{Name: "journal", Path: bin("opjournal"), Ready: "serving", Args: journalArgs})
 	if err != nil {
 		return err
 	}
@@ -80,7 +92,7 @@ func run(ctx context.Context, binDir string, verbose, withGateway bool) error {
 
 	rec, err := start(procs.Spec{Name: "reconciler", Path: bin("opjournal-reconciler"), Ready: "reconciling",
 		Args: []string{"--journal-addr", grpcAddr, "--poll-interval", "200ms", "--id", "demo-reconciler"},
-		Env:  []string{"PROVIDER_URL=" + providerURL}})
+		Env:  append([]string{"PROVIDER_URL=" + providerURL}, recEnv...)})
 	if err != nil {
 		return err
 	}
@@ -104,8 +116,8 @@ func run(ctx context.Context, binDir string, verbose, withGateway bool) error {
 		defer gw.Stop(10 * time.Second)
 		fmt.Printf("gateway HTTP %s, MCP %s\n", gw.Field("http_addr"), gw.Field("mcp_addr"))
 		return demo.RunGateway(ctx, demo.GatewayEnv{
-			HTTPURL: "http://" + gw.Field("http_addr"), MCPURL: "http://" + gw.Field("mcp_addr") + "/mcp",
-			RPC: pb.NewJournalServiceClient(conn), Provider: control, Out: os.Stdout,
+			HTTPURL: "http://" + gw.Field("http_addr"), MCPURL: "http://" + gw.Field("mcp_addr") + "/mcp", Callers: callers,
+			RPC: pb.NewJournalServiceClient(client.BearerConn(conn, callers.Admin)), Provider: control, Out: os.Stdout,
 		})
 	}
 	return demo.RunAll(ctx, demo.Env{

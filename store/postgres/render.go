@@ -212,18 +212,56 @@ func (r *renderer) cond(c opjournal.Cond) string {
 	panic(fmt.Sprintf("postgres: condition kind %d cannot be rendered", c.Kind))
 }
 
-// guard renders the AND of a rule's renderable requirements.
+// guard renders a rule's whole first-match predicate: its own
+// requirements, and that no earlier rule of its command holds. Apply
+// picks the first rule that holds on the row it read; a concurrent commit
+// may change the row before the UPDATE runs, so the UPDATE must not rely
+// on an earlier rule having failed on that read: a rule that has no
+// condition of its own on what an earlier rule tests (a repeated report
+// after an acknowledged review, say) would otherwise still match. Each
+// part is coalesced to false, so a NULL column decides "does not hold" in
+// the rule's own guard and in its negation alike (TestGuardIsFirstMatch
+// compares both with Apply on real rows).
 func (r *renderer) guard(rule *opjournal.Rule) string {
 	parts := []string{}
-	for _, req := range rule.Requires {
-		if renderable(req.Cond) {
-			parts = append(parts, r.cond(req.Cond))
+	if own := r.holds(rule); own != "" {
+		parts = append(parts, own)
+	}
+	for _, e := range opjournal.Rules(rule.Command) {
+		if e == rule {
+			break
 		}
+		holds := r.holds(e)
+		if holds == "" {
+			panic(fmt.Sprintf("postgres: %s rule %q holds always, so %q after it never applies", e.Command, e.Case, rule.Case))
+		}
+		parts = append(parts, "NOT "+holds)
 	}
 	if len(parts) == 0 {
 		return "true"
 	}
 	return strings.Join(parts, "\n\t\t  AND ")
+}
+
+// holds renders "every requirement of rule holds" (NULL: false), or ""
+// for a rule without requirements. A rule whose requirements cannot all
+// be rendered is decided in Go (Register's, on the row read back) and
+// never guards an UPDATE.
+func (r *renderer) holds(rule *opjournal.Rule) string {
+	var conds []string
+	for _, req := range rule.Requires {
+		if !renderable(req.Cond) {
+			if rule.Command != opjournal.CmdRegister {
+				panic(fmt.Sprintf("postgres: %s rule %q has a condition SQL cannot render", rule.Command, rule.Case))
+			}
+			continue
+		}
+		conds = append(conds, r.cond(req.Cond))
+	}
+	if len(conds) == 0 {
+		return ""
+	}
+	return "coalesce(" + strings.Join(conds, " AND ") + ", false)"
 }
 
 // expr renders the value e assigns to field f.

@@ -106,7 +106,12 @@ func (m *model) advance(rt *rapid.T) {
 }
 
 // command draws a command on key.
-func (m *model) command(rt *rapid.T, key string) *opjournal.Command {
+func (m *model) command(rt *rapid.T, key string) *opjournal.Command { return DrawCommand(rt, key) }
+
+// DrawCommand draws a command of any kind on key, with the parameters
+// (attempts, workers, external ids, policy flags) drawn from small sets so
+// that sequences meet every rule of the table.
+func DrawCommand(rt *rapid.T, key string) *opjournal.Command {
 	kinds := []opjournal.CommandKind{opjournal.CmdRegister, opjournal.CmdRegister, opjournal.CmdClaim, opjournal.CmdClaim,
 		opjournal.CmdExtendLease, opjournal.CmdMarkSucceeded, opjournal.CmdMarkSucceeded, opjournal.CmdMarkUnknown,
 		opjournal.CmdMarkFailedFinal, opjournal.CmdReleaseForRetry, opjournal.CmdRecordCheck, opjournal.CmdEscalate,
@@ -287,6 +292,53 @@ func call(s store.Store, tenant string, c *opjournal.Command) answer {
 		err error
 		a   answer
 	)
+	switch p := Params(tenant, c).(type) {
+	case store.RegisterParams:
+		var res store.RegisterResult
+		res, err = s.Register(ctx, p)
+		op, a.created = res.Operation, res.Created
+		if res.Claim != nil {
+			a.claimed, a.retryAfter = res.Claim.Claimed, res.Claim.RetryAfter
+		}
+	case store.ClaimParams:
+		var res store.ClaimResult
+		res, err = s.Claim(ctx, p)
+		op, a.claimed, a.retryAfter = res.Operation, res.Claimed, res.RetryAfter
+	case store.ExtendLeaseParams:
+		op, err = s.ExtendLease(ctx, p)
+	case store.MarkSucceededParams:
+		op, err = s.MarkSucceeded(ctx, p)
+	case store.MarkParams:
+		if c.Kind == opjournal.CmdMarkUnknown {
+			op, err = s.MarkUnknown(ctx, p)
+		} else {
+			op, err = s.MarkFailedFinal(ctx, p)
+		}
+	case store.ReleaseParams:
+		op, err = s.ReleaseForRetry(ctx, p)
+	case store.RecordCheckParams:
+		op, err = s.RecordCheck(ctx, p)
+	case store.EscalateParams:
+		op, err = s.Escalate(ctx, p)
+	case store.ResolveParams:
+		op, err = s.Resolve(ctx, p)
+	case store.AcknowledgeParams:
+		op, err = s.Acknowledge(ctx, p)
+	}
+	if err != nil {
+		return answer{err: err}
+	}
+	a.op = op
+	return a
+}
+
+// Call runs c on s in tenant (through the store's method for c.Kind) and
+// returns the store's error.
+func Call(s store.Store, tenant string, c *opjournal.Command) error { return call(s, tenant, c).err }
+
+// Params returns the store's parameters of c in tenant: a
+// store.RegisterParams, ClaimParams, ... by c.Kind.
+func Params(tenant string, c *opjournal.Command) any {
 	claim := store.ClaimPolicy{WorkerID: c.WorkerID, LeaseSeconds: c.LeaseSeconds, AllowRetryAfterUnknown: c.Policy.RetryAfterUnknown,
 		ProviderWindow: c.Policy.ProviderWindow}
 	switch c.Kind {
@@ -296,48 +348,61 @@ func call(s store.Store, tenant string, c *opjournal.Command) answer {
 		if c.Claim {
 			p.Claim = &claim
 		}
-		var res store.RegisterResult
-		res, err = s.Register(ctx, p)
-		op, a.created = res.Operation, res.Created
-		if res.Claim != nil {
-			a.claimed, a.retryAfter = res.Claim.Claimed, res.Claim.RetryAfter
-		}
+		return p
 	case opjournal.CmdClaim:
-		var res store.ClaimResult
-		res, err = s.Claim(ctx, store.ClaimParams{Tenant: tenant, Key: c.Key, ClaimPolicy: claim, Actor: c.Actor, StatedActor: c.StatedActor})
-		op, a.claimed, a.retryAfter = res.Operation, res.Claimed, res.RetryAfter
+		return store.ClaimParams{Tenant: tenant, Key: c.Key, ClaimPolicy: claim, Actor: c.Actor, StatedActor: c.StatedActor}
 	case opjournal.CmdExtendLease:
-		op, err = s.ExtendLease(ctx, store.ExtendLeaseParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, LeaseSeconds: c.LeaseSeconds,
-			MaxAttempt: c.Policy.MaxAttempt, Actor: c.Actor, StatedActor: c.StatedActor})
+		return store.ExtendLeaseParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, LeaseSeconds: c.LeaseSeconds,
+			MaxAttempt: c.Policy.MaxAttempt, Actor: c.Actor, StatedActor: c.StatedActor}
 	case opjournal.CmdMarkSucceeded:
-		op, err = s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, ExternalID: c.ExternalID,
-			Result: c.Result, Actor: c.Actor, StatedActor: c.StatedActor})
+		return store.MarkSucceededParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, ExternalID: c.ExternalID,
+			Result: c.Result, Actor: c.Actor, StatedActor: c.StatedActor}
 	case opjournal.CmdMarkUnknown, opjournal.CmdMarkFailedFinal:
-		p := store.MarkParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, ErrorCode: c.ErrorCode, Result: c.Result, Actor: c.Actor, StatedActor: c.StatedActor}
-		if c.Kind == opjournal.CmdMarkUnknown {
-			op, err = s.MarkUnknown(ctx, p)
-		} else {
-			op, err = s.MarkFailedFinal(ctx, p)
-		}
+		return store.MarkParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, ErrorCode: c.ErrorCode, Result: c.Result, Actor: c.Actor, StatedActor: c.StatedActor}
 	case opjournal.CmdReleaseForRetry:
-		op, err = s.ReleaseForRetry(ctx, store.ReleaseParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, Reason: c.Reason,
-			DefinitiveAbsence: c.Policy.DefinitiveAbsence, ReleaseAfter: c.Policy.ReleaseAfter, Actor: c.Actor, StatedActor: c.StatedActor})
+		return store.ReleaseParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, Reason: c.Reason,
+			DefinitiveAbsence: c.Policy.DefinitiveAbsence, ReleaseAfter: c.Policy.ReleaseAfter, Actor: c.Actor, StatedActor: c.StatedActor}
 	case opjournal.CmdRecordCheck:
-		op, err = s.RecordCheck(ctx, store.RecordCheckParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, Note: c.Reason,
-			NextCheckAfter: c.NextCheckAfter, Actor: c.Actor, StatedActor: c.StatedActor})
+		return store.RecordCheckParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, Note: c.Reason,
+			NextCheckAfter: c.NextCheckAfter, Actor: c.Actor, StatedActor: c.StatedActor}
 	case opjournal.CmdEscalate:
-		op, err = s.Escalate(ctx, store.EscalateParams{Tenant: tenant, Key: c.Key, Reason: c.Reason, Actor: c.Actor, StatedActor: c.StatedActor})
+		return store.EscalateParams{Tenant: tenant, Key: c.Key, Reason: c.Reason, Actor: c.Actor, StatedActor: c.StatedActor}
 	case opjournal.CmdResolve:
-		op, err = s.Resolve(ctx, store.ResolveParams{Tenant: tenant, Key: c.Key, To: c.Resolution, ExternalID: c.ExternalID, Result: c.Result,
-			ErrorCode: c.ErrorCode, Reason: c.Reason, Actor: c.Actor, StatedActor: c.StatedActor})
+		return store.ResolveParams{Tenant: tenant, Key: c.Key, To: c.Resolution, ExternalID: c.ExternalID, Result: c.Result,
+			ErrorCode: c.ErrorCode, Reason: c.Reason, Actor: c.Actor, StatedActor: c.StatedActor}
 	case opjournal.CmdAcknowledge:
-		op, err = s.Acknowledge(ctx, store.AcknowledgeParams{Tenant: tenant, Key: c.Key, Reason: c.Reason, Actor: c.Actor, StatedActor: c.StatedActor})
+		return store.AcknowledgeParams{Tenant: tenant, Key: c.Key, Reason: c.Reason, Actor: c.Actor, StatedActor: c.StatedActor}
 	}
-	if err != nil {
-		return answer{err: err}
+	panic("storetest: no command kind " + string(c.Kind))
+}
+
+// StoreCommand is c as the store applies it: built from its Params, so
+// that the parameters the store derives (review reasons, policy flags)
+// are set as they are in the store.
+func StoreCommand(tenant string, c *opjournal.Command) *opjournal.Command {
+	switch p := Params(tenant, c).(type) {
+	case store.RegisterParams:
+		return p.Command()
+	case store.ClaimParams:
+		return p.Command()
+	case store.ExtendLeaseParams:
+		return p.Command()
+	case store.MarkSucceededParams:
+		return p.Command()
+	case store.MarkParams:
+		return p.Command(c.Kind)
+	case store.ReleaseParams:
+		return p.Command()
+	case store.RecordCheckParams:
+		return p.Command()
+	case store.EscalateParams:
+		return p.Command()
+	case store.ResolveParams:
+		return p.Command()
+	case store.AcknowledgeParams:
+		return p.Command()
 	}
-	a.op = op
-	return a
+	return nil
 }
 
 // concurrently fires cmds on key at once, with the clock standing still,

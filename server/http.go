@@ -65,7 +65,8 @@ func (s *Server) httpHandler(ctx context.Context) (http.Handler, error) {
 	mux.Handle("/v1/", s.restGuard(gw))
 	if !s.cfg.NoConsole {
 		con, err := console.New(console.Config{Service: s.svc, Auth: s.cfg.Auth, Allow: s.limits.allow,
-			Audit: s.auditDecision, HTTPStatus: HTTPStatus, Purges: s.purgeHistory.list, Logger: s.log})
+			Audit: s.auditDecision, HTTPStatus: HTTPStatus, Purges: s.purgeHistory.list, Logger: s.log,
+			PublicURL: s.cfg.PublicURL, TrustProxyHeaders: s.cfg.TrustProxyHeaders})
 		if err != nil {
 			return nil, err
 		}

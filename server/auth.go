@@ -107,12 +107,22 @@ func (s *Server) authorizeToken(ctx context.Context, method, token, peer string)
 		}
 		ctx = context.WithValue(ctx, principalKey{}, p)
 	}
-	if !s.limits.allow(p.Tenant) {
+	if !rateExempt[method] && !s.limits.allow(p.Tenant) {
 		s.log.WarnContext(ctx, "rate limited", "method", method, "principal", p.Name, "tenant", p.Tenant)
 		return ctx, opjournal.Errorf(opjournal.CodeRateLimited, "", "tenant %q is over its rate limit of %g requests/s; retry after a second", p.Tenant, float64(s.limits.rps))
 	}
 	return ctx, nil
 }
+
+// rateExempt are the methods the tenant's rate limit never refuses, nor
+// counts: each records an effect that already happened at a provider
+// (MarkSucceeded, MarkFailedFinal, MarkUnknown) or keeps the lease of a
+// call in flight (ExtendLease). Refusing one starts no less work; it
+// only leaves the operation in_progress with its outcome unrecorded, so
+// that a burst of other traffic (anonymous visitors of the gateway, say)
+// would turn a payment that happened into one that needs a person. The
+// limit holds for the calls that start work: Register, Claim, the reads.
+var rateExempt = map[string]bool{"MarkSucceeded": true, "MarkFailedFinal": true, "MarkUnknown": true, "ExtendLease": true}
 
 func peerAddr(ctx context.Context) string {
 	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -142,8 +143,19 @@ func (s *Server) restGuard(next http.Handler) http.Handler {
 			return
 		}
 		r = r.WithContext(context.WithValue(ctx, authorizedKey{}, true))
-		// Every body-carrying route is a POST.
+		// Every body-carrying route is a POST; the others take a query,
+		// checked here because the gateway skips what it does not know.
 		if r.Method != http.MethodPost {
+			q, err := url.ParseQuery(r.URL.RawQuery)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, opjournal.CodeInvalidArgument, "", "the query string is malformed: give NAME=VALUE pairs separated by &, percent-encoded")
+				return
+			}
+			if q, err = checkQuery(method, r.Method+" "+r.URL.Path, q); err != nil {
+				writeErr(w, err)
+				return
+			}
+			r.URL.RawQuery = q.Encode()
 			next.ServeHTTP(w, r)
 			return
 		}

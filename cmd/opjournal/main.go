@@ -96,6 +96,9 @@ type hostList []string
 
 func (h *hostList) String() string { return strings.Join(*h, ",") }
 
+// Type names the value in --help ("--allowed-hosts host").
+func (h *hostList) Type() string { return "host" }
+
 // Set adds the names of v, refusing what is not a host name or host:port.
 func (h *hostList) Set(v string) error {
 	for _, name := range strings.Split(v, ",") {

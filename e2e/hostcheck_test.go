@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"encoding/base64"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -194,8 +196,23 @@ func TestConsoleCookieIsNoAPIToken(t *testing.T) {
 	if cookie == "" || strings.Contains(cookie, operA) {
 		t.Fatalf("session cookie %q", cookie)
 	}
-	// Neither the cookie value nor any part of it is a bearer token.
-	for _, tok := range append([]string{cookie}, strings.Split(cookie, ":")...) {
+	// Neither the cookie value nor any part of it, nor any part decoded, is
+	// a bearer token.
+	candidates := append([]string{cookie}, strings.FieldsFunc(cookie, func(r rune) bool { return r == ':' || r == '.' })...)
+	for _, part := range candidates[1:] {
+		for _, enc := range []*base64.Encoding{base64.RawURLEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.StdEncoding} {
+			if d, err := enc.DecodeString(part); err == nil {
+				candidates = append(candidates, string(d))
+			}
+		}
+		if d, err := hex.DecodeString(part); err == nil {
+			candidates = append(candidates, string(d))
+		}
+	}
+	for _, tok := range candidates {
+		if tok == "" || strings.IndexFunc(tok, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 {
+			continue // random bytes: no token, and no valid header
+		}
 		if code, _, body := doAs(t, tok, "GET", srv.BaseURL+"/v1/operations", ""); code != http.StatusUnauthorized {
 			t.Fatalf("the console cookie (%q) as a bearer token: %d %.200s", tok, code, body)
 		}

@@ -165,6 +165,24 @@ func (a *Authenticator) Authenticate(token string) (Principal, error) {
 	return p, nil
 }
 
+// TokenDigest is the SHA-256 of a token: what a holder of a session (the
+// console's) keeps instead of the token, to check on every request that
+// the tokens file still lists it (AuthenticateDigest).
+type TokenDigest [sha256.Size]byte
+
+// DigestOf returns the TokenDigest of a token.
+func DigestOf(token string) TokenDigest { return sha256.Sum256([]byte(token)) }
+
+// AuthenticateDigest is Authenticate for a token known only by its digest:
+// ErrBadToken once the tokens file no longer lists it.
+func (a *Authenticator) AuthenticateDigest(d TokenDigest) (Principal, error) {
+	p, ok := a.byDigest[d]
+	if !ok {
+		return Principal{}, ErrBadToken
+	}
+	return p, nil
+}
+
 // BearerToken extracts the token from an "authorization" value ("Bearer
 // <token>", scheme case-insensitive), or "" if there is none.
 func BearerToken(header string) string {

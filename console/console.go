@@ -12,10 +12,13 @@
 // charts are server-rendered SVG, and auto-refresh is a meta refresh.
 //
 // Identity comes from the journal's tokens (auth.Authenticator): an
-// operator signs in with its bearer token, which the console keeps in an
-// HttpOnly, SameSite=Strict cookie scoped to /console/ and authenticates
-// again on every request. Every form carries a CSRF token bound to that
-// cookie. The principal's tenant scopes every read and write; its roles
+// operator signs in with its bearer token, and the console keeps a
+// server-side session (session.go) whose random id is the HttpOnly,
+// SameSite=Strict cookie scoped to /console/ (Secure when the console is
+// served over https). The cookie holds nothing of the token and is no
+// bearer token; sign-out, expiry, a restart or the token's removal from
+// the tokens file ends the session. Every form carries a CSRF token bound
+// to that cookie. The principal's tenant scopes every read and write; its roles
 // decide what it may do (auth.Principal.MayUseConsole, MayDecide). Without
 // an authenticator (a journal on loopback without --auth-file) every
 // visitor is the local admin of the default tenant, and each page says so.
@@ -27,7 +30,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"embed"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -35,6 +37,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -87,8 +90,24 @@ type Config struct {
 	// Logger receives warnings (failed sign-ins, refusals); never a token,
 	// payload or result.
 	Logger *slog.Logger
-	// Now is the clock of ages and charts (default time.Now).
+	// Now is the clock of ages and charts, and of session expiry (default
+	// time.Now).
 	Now func() time.Time
+	// PublicURL is the console's external URL (scheme and host) when a
+	// proxy in front serves it: an https one marks the session cookie
+	// Secure, and a form's Origin may be it.
+	PublicURL string
+	// TrustProxyHeaders lets X-Forwarded-Proto: https mark the cookie
+	// Secure. Only for a console behind a proxy that sets the header
+	// itself: otherwise any client could.
+	TrustProxyHeaders bool
+	// SessionIdle ends a session unused this long (default
+	// DefaultSessionIdle); SessionLifetime ends any session this long
+	// after its sign-in (default DefaultSessionLifetime); MaxSessions
+	// bounds how many are held (default DefaultMaxSessions).
+	SessionIdle     time.Duration
+	SessionLifetime time.Duration
+	MaxSessions     int
 }
 
 // Console is the console's http.Handler. Mount it at Prefix.
@@ -102,6 +121,12 @@ type Console struct {
 	// before a restart is refused and must be reloaded.
 	secret []byte
 	mux    *http.ServeMux
+	// sessions are the signed-in sessions (with Auth).
+	sessions *sessions
+	// publicOrigin is PublicURL's scheme://host ("" without one), and
+	// publicHTTPS whether it is https.
+	publicOrigin string
+	publicHTTPS  bool
 }
 
 // New returns a Console.
@@ -115,7 +140,24 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Console{cfg: cfg, svc: cfg.Service, log: cfg.Logger, secret: make([]byte, 32)}
+	if cfg.SessionIdle <= 0 {
+		cfg.SessionIdle = DefaultSessionIdle
+	}
+	if cfg.SessionLifetime <= 0 {
+		cfg.SessionLifetime = DefaultSessionLifetime
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	c := &Console{cfg: cfg, svc: cfg.Service, log: cfg.Logger, secret: make([]byte, 32),
+		sessions: &sessions{by: map[string]*heldSession{}, idle: cfg.SessionIdle, lifetime: cfg.SessionLifetime, max: cfg.MaxSessions, now: cfg.Now}}
+	if cfg.PublicURL != "" {
+		u, err := url.Parse(cfg.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("console: the public URL %q is not an http:// or https:// URL with a host", cfg.PublicURL)
+		}
+		c.publicOrigin, c.publicHTTPS = u.Scheme+"://"+u.Host, u.Scheme == "https"
+	}
 	if _, err := rand.Read(c.secret); err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
@@ -176,6 +218,8 @@ type session struct {
 	Local bool
 	// CSRF is the token every form of this session carries.
 	CSRF string
+	// id is the server-side session's (none in local mode).
+	id string
 }
 
 // caller is the journal caller the session acts as.
@@ -204,7 +248,22 @@ func (c *Console) csrfFor(purpose, cookie string) string {
 
 func (c *Console) setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: Prefix, MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.https(r)})
+}
+
+// https reports whether the browser reaches the console over https: this
+// listener's TLS, an https PublicURL, or (only when the proxy is trusted)
+// the proxy's X-Forwarded-Proto. A client's own header counts for nothing
+// by default: it could otherwise make the cookie travel over plain http.
+func (c *Console) https(r *http.Request) bool {
+	if r.TLS != nil || c.publicHTTPS {
+		return true
+	}
+	if c.cfg.TrustProxyHeaders {
+		proto, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ",")
+		return strings.EqualFold(strings.TrimSpace(proto), "https")
+	}
+	return false
 }
 
 // sessionOf returns the request's session, or why there is none.
@@ -224,22 +283,23 @@ func (c *Console) sessionOf(w http.ResponseWriter, r *http.Request) (*session, e
 	if err != nil || ck.Value == "" {
 		return nil, errNotSignedIn
 	}
-	// The cookie is "nonce:token" (the token base64url-encoded, so any
-	// token is a valid cookie value): the nonce makes each sign-in its own
-	// session with its own CSRF token, even with the same token.
-	_, enc, ok := strings.Cut(ck.Value, ":")
-	token, derr := base64.RawURLEncoding.DecodeString(enc)
-	if !ok || derr != nil {
-		return nil, errNotSignedIn
-	}
-	p, err := c.cfg.Auth.Authenticate(string(token))
-	if err != nil || !p.MayUseConsole() {
-		// A token removed from the auth file, or one that never should
-		// have been accepted: sign in again.
+	// The cookie is the id of a session this server holds; each sign-in
+	// makes a new one, with its own CSRF token.
+	si := c.sessions.get(ck.Value)
+	if si == nil {
+		// Signed out, expired, or from before a restart.
 		c.setCookie(w, r, sessionCookie, "", -1)
 		return nil, errNotSignedIn
 	}
-	return &session{Principal: p, CSRF: c.csrfFor("session", ck.Value)}, nil
+	p, err := c.cfg.Auth.AuthenticateDigest(si.digest)
+	if err != nil || p.Name != si.name || !p.MayUseConsole() {
+		// The tokens file no longer lists the token (or lists it under
+		// another name or without a console role): the session ends.
+		c.sessions.end(ck.Value)
+		c.setCookie(w, r, sessionCookie, "", -1)
+		return nil, errNotSignedIn
+	}
+	return &session{Principal: p, CSRF: c.csrfFor("session", ck.Value), id: ck.Value}, nil
 }
 
 var errNotSignedIn = errors.New("not signed in")
@@ -287,10 +347,10 @@ func (c *Console) sameOrigin(r *http.Request) bool {
 	}
 	if o := r.Header.Get("Origin"); o != "" && o != "null" {
 		scheme := "http://"
-		if r.TLS != nil {
+		if c.https(r) {
 			scheme = "https://"
 		}
-		return o == scheme+r.Host
+		return o == scheme+r.Host || (c.publicOrigin != "" && o == c.publicOrigin)
 	}
 	return true
 }
@@ -348,8 +408,14 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.renderSignIn(w, r, http.StatusForbidden, fmt.Sprintf("Token %q (roles %v) cannot sign in to the console: it is for %s. Use an operator token (or a reconciler token to look without acting).", p.Name, p.Roles, rolePurpose(p)))
 		return
 	}
+	id, err := c.sessions.create(auth.DigestOf(token), p.Name)
+	if err != nil {
+		c.log.Error("console: cannot start a session", "err", err)
+		c.renderSignIn(w, r, http.StatusServiceUnavailable, "The console could not start a session; try again.")
+		return
+	}
 	c.setCookie(w, r, signInCookie, "", -1)
-	c.setCookie(w, r, sessionCookie, randomHex()+":"+base64.RawURLEncoding.EncodeToString([]byte(token)), 12*3600)
+	c.setCookie(w, r, sessionCookie, id, int(c.cfg.SessionLifetime/time.Second))
 	c.log.Info("console: signed in", "principal", p.Name, "tenant", p.Tenant, "peer", r.RemoteAddr)
 	http.Redirect(w, r, Prefix+"queues", http.StatusSeeOther)
 }
@@ -364,6 +430,10 @@ func rolePurpose(p auth.Principal) string {
 }
 
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request, s *session) {
+	if s.id != "" {
+		c.sessions.end(s.id)
+		c.log.Info("console: signed out", "principal", s.Principal.Name, "tenant", s.Principal.Tenant, "peer", r.RemoteAddr)
+	}
 	c.setCookie(w, r, sessionCookie, "", -1)
 	if s.Local {
 		http.Redirect(w, r, Prefix+"queues", http.StatusSeeOther)

@@ -57,6 +57,12 @@ type env struct {
 
 func newEnv(t testing.TB, withAuth bool) *env {
 	t.Helper()
+	return newEnvWith(t, withAuth, nil)
+}
+
+// newEnvWith is newEnv with the console's config changed by tune first.
+func newEnvWith(t testing.TB, withAuth bool, tune func(*console.Config)) *env {
+	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +92,9 @@ func newEnv(t testing.TB, withAuth bool) *env {
 		if cfg.Auth, err = auth.Parse([]byte(b.String()), "tokens.yaml"); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if tune != nil {
+		tune(&cfg)
 	}
 	con, err := console.New(cfg)
 	if err != nil {

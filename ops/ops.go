@@ -163,7 +163,9 @@ func listCmd(connect Connect) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "list [flags]",
 		Short: "list operations: by default the review queue (needs_review)",
-		Long: `List operations, newest change first. Without filters: the review queue, the
+		Long: `List operations in operation-key order (the journal's list order, which
+pages without gaps or repeats while operations change; the UPDATED column
+shows when each last changed). Without filters: the review queue, the
 operations with needs_review. --ref finds an order's operations (all the refs
 given must match), --parent the side effects of an operation.`,
 		Example: `  opjournal ops list                          # the review queue

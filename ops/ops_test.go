@@ -225,3 +225,34 @@ func TestListByRefsAndParent(t *testing.T) {
 		}
 	}
 }
+
+// TestListIsInKeyOrderAsItsHelpSays: list prints the operations in key
+// order, not by their last change, and its help says so.
+func TestListIsInKeyOrderAsItsHelpSays(t *testing.T) {
+	t.Parallel()
+	j := testserver.Start(t, nil)
+	// Registered b, c, a; then b changes last: neither the registration
+	// nor the change order is the key order.
+	for _, key := range []string{"payment:order-b:intent-01", "payment:order-c:intent-01", "payment:order-a:intent-01"} {
+		escalated(t, j.Client, key)
+	}
+	if _, err := j.Client.RecordCheck(context.Background(), &pb.RecordCheckRequest{OperationKey: "payment:order-b:intent-01", Attempt: 1, Actor: "rec", Note: "still inconclusive", NextCheckAfterSeconds: 60}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, j.Client, "list", "--all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := strings.Index(out, "order-a"), strings.Index(out, "order-b"), strings.Index(out, "order-c")
+	if a < 0 || !(a < b && b < c) {
+		t.Fatalf("list --all is not in key order:\n%s", out)
+	}
+	cmd := ops.NewCommand(nil)
+	list, _, err := cmd.Find([]string{"list"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(list.Long, "operation-key order") || strings.Contains(list.Long, "newest") {
+		t.Fatalf("list's help does not say the order it lists in:\n%s", list.Long)
+	}
+}

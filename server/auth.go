@@ -7,11 +7,13 @@ import (
 	"sync"
 
 	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/auth"
+	"github.com/opjournal/opjournal/internal/hostcheck"
 	"github.com/opjournal/opjournal/journal"
 )
 
@@ -108,16 +110,64 @@ func (s *Server) authorizeToken(ctx context.Context, method, token, peer string)
 		}
 		ctx = context.WithValue(ctx, principalKey{}, p)
 	}
-	if !s.limits.allow(p.Tenant) {
+	if !rateExempt[method] && !s.limits.allow(p.Tenant) {
 		s.log.WarnContext(ctx, "rate limited", "method", method, "principal", p.Name, "tenant", p.Tenant)
 		return ctx, opjournal.Errorf(opjournal.CodeRateLimited, "", "tenant %q is over its rate limit of %g requests/s; retry after a second", p.Tenant, float64(s.limits.rps))
 	}
 	return ctx, nil
 }
 
+// rateExempt are the methods the tenant's rate limit never refuses, nor
+// counts: each records an effect that already happened at a provider
+// (MarkSucceeded, MarkFailedFinal, MarkUnknown) or keeps the lease of a
+// call in flight (ExtendLease). Refusing one starts no less work; it
+// only leaves the operation in_progress with its outcome unrecorded, so
+// that a burst of other traffic (anonymous visitors of the gateway, say)
+// would turn a payment that happened into one that needs a person. The
+// limit holds for the calls that start work: Register, Claim, the reads.
+var rateExempt = map[string]bool{"MarkSucceeded": true, "MarkFailedFinal": true, "MarkUnknown": true, "ExtendLease": true}
+
 func peerAddr(ctx context.Context) string {
 	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
 		return pr.Addr.String()
 	}
 	return ""
+}
+
+// healthPrefix is the gRPC health service's: load balancers probe it by
+// address, and it tells nothing but "serving".
+const healthPrefix = "/grpc.health.v1.Health/"
+
+// checkAuthority refuses a gRPC call whose :authority is not an allowed
+// host (Config.HostChecked). Browsers cannot make gRPC calls, so DNS
+// rebinding cannot reach this listener the way it reaches the HTTP one;
+// the check keeps both listeners to the same rule all the same (a
+// grpc-web or HTTP/2 bridge in front would otherwise open it).
+func (s *Server) checkAuthority(ctx context.Context, fullMethod string) error {
+	if strings.HasPrefix(fullMethod, healthPrefix) {
+		return nil
+	}
+	authority := ""
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(":authority")) > 0 {
+		authority = md.Get(":authority")[0]
+	}
+	if hostcheck.Allowed(authority, s.cfg.AllowedHosts) {
+		return nil
+	}
+	s.log.WarnContext(ctx, "host not allowed", "method", fullMethod, "peer", peerAddr(ctx))
+	return grpcError(opjournal.Errorf(opjournal.CodePermissionDenied, "", "%s", strings.TrimSuffix(hostcheck.Message(authority), "\n")))
+}
+
+func (s *Server) checkAuthorityUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := s.checkAuthority(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (s *Server) checkAuthorityStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := s.checkAuthority(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -65,7 +66,8 @@ func (s *Server) httpHandler(ctx context.Context) (http.Handler, error) {
 	mux.Handle("/v1/", s.restGuard(gw))
 	if !s.cfg.NoConsole {
 		con, err := console.New(console.Config{Service: s.svc, Auth: s.cfg.Auth, Allow: s.limits.allow,
-			Audit: s.auditDecision, HTTPStatus: HTTPStatus, Purges: s.purgeHistory.list, Logger: s.log})
+			Audit: s.auditDecision, HTTPStatus: HTTPStatus, Purges: s.purgeHistory.list, Logger: s.log,
+			PublicURL: s.cfg.PublicURL, TrustProxyHeaders: s.cfg.TrustProxyHeaders})
 		if err != nil {
 			return nil, err
 		}
@@ -141,8 +143,19 @@ func (s *Server) restGuard(next http.Handler) http.Handler {
 			return
 		}
 		r = r.WithContext(context.WithValue(ctx, authorizedKey{}, true))
-		// Every body-carrying route is a POST.
+		// Every body-carrying route is a POST; the others take a query,
+		// checked here because the gateway skips what it does not know.
 		if r.Method != http.MethodPost {
+			q, err := url.ParseQuery(r.URL.RawQuery)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, opjournal.CodeInvalidArgument, "", "the query string is malformed: give NAME=VALUE pairs separated by &, percent-encoded")
+				return
+			}
+			if q, err = checkQuery(method, r.Method+" "+r.URL.Path, q); err != nil {
+				writeErr(w, err)
+				return
+			}
+			r.URL.RawQuery = q.Encode()
 			next.ServeHTTP(w, r)
 			return
 		}

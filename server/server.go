@@ -25,6 +25,7 @@ import (
 
 	"github.com/opjournal/opjournal/auth"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/hostcheck"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
 )
@@ -59,7 +60,25 @@ type Config struct {
 	Purge PurgeConfig
 	// NoConsole turns the operators' console (/console/) off.
 	NoConsole bool
+	// AllowedHosts are the names, besides localhost and the loopback IP
+	// literals, that requests may address (Host on HTTP, :authority on
+	// gRPC) when the host check is on (HostChecked): always without Auth,
+	// where it guards against DNS rebinding, and with Auth only when this
+	// list is given.
+	AllowedHosts []string
+	// PublicURL is the console's external URL (https://journal.example),
+	// when a proxy in front serves it under another scheme than the
+	// listener's; an https one marks the console's cookie Secure.
+	PublicURL string
+	// TrustProxyHeaders lets X-Forwarded-Proto say the console is served
+	// over https (only behind a proxy that sets it; a client could).
+	TrustProxyHeaders bool
 }
+
+// HostChecked reports whether requests must address an allowed host
+// (hostcheck): without authentication anyone's browser could otherwise
+// reach a loopback listener through a rebound DNS name.
+func (c Config) HostChecked() bool { return c.Auth == nil || len(c.AllowedHosts) > 0 }
 
 // Server serves one journal.Service on a gRPC and an HTTP listener.
 type Server struct {
@@ -134,8 +153,15 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 		}
 	}
 
+	unary := []grpc.UnaryServerInterceptor{s.interceptor}
+	var stream []grpc.StreamServerInterceptor
+	if s.cfg.HostChecked() {
+		unary = append([]grpc.UnaryServerInterceptor{s.checkAuthorityUnary}, unary...)
+		stream = append(stream, s.checkAuthorityStream)
+	}
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.interceptor),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes),
 		grpc.ForceServerCodecV2(codec{}),
 		grpc.NumStreamWorkers(streamWorkers()),
@@ -160,6 +186,9 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 		return err
 	}
 	handler = traceContext(handler)
+	if s.cfg.HostChecked() {
+		handler = hostcheck.Loopback(s.cfg.AllowedHosts)(handler)
+	}
 	hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second}
 	var msrv *http.Server
 	if metricsLis != nil {

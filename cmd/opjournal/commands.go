@@ -108,7 +108,10 @@ func serveCommand(stderr io.Writer) *cobra.Command {
 		Long: `Run the journal: the gRPC JournalService on --grpc-addr, and on --http-addr the
 REST mirror (/v1/…), /openapi.json, /metrics, /healthz and the operators'
 console (/console/). Without --auth-file every caller is the default tenant
-with every role, so only loopback addresses are accepted (or --insecure).
+with every role, so only loopback addresses are accepted (or --insecure), and
+only requests addressed to localhost, 127.0.0.1 or [::1] (or a name given
+with --allowed-hosts): others get 421 (HTTP) or PERMISSION_DENIED (gRPC), so
+that no web page can reach the journal through a rebound DNS name.
 It logs {"msg":"serving",…} once both listeners are up.`,
 		Example: `  opjournal serve                                   # SQLite in ./opjournal.db, on 127.0.0.1
   opjournal serve --database-url postgres://opjournal@db:5432/opjournal \

@@ -29,6 +29,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -39,6 +40,7 @@ import (
 	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/hashkey"
 	"github.com/opjournal/opjournal/internal/cli"
+	"github.com/opjournal/opjournal/internal/hostcheck"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/policy"
@@ -83,6 +85,61 @@ type options struct {
 	purgeInterval   time.Duration
 	purgeBatch      int
 	purgePause      time.Duration
+	allowedHosts    hostList
+	publicURL       string
+	trustProxy      bool
+}
+
+// hostList is --allowed-hosts: repeatable, and each value may list
+// several names separated by commas (as OPJOURNAL_ALLOWED_HOSTS does).
+type hostList []string
+
+func (h *hostList) String() string { return strings.Join(*h, ",") }
+
+// Type names the value in --help ("--allowed-hosts host").
+func (h *hostList) Type() string { return "host" }
+
+// Set adds the names of v, refusing what is not a host name or host:port.
+func (h *hostList) Set(v string) error {
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if strings.Contains(name, "/") || !validHost(name) {
+			return fmt.Errorf("%q is not a host name (give journal.internal or journal.internal:8080, without a scheme or path)", name)
+		}
+		*h = append(*h, name)
+	}
+	return nil
+}
+
+// validHost reports whether s is a name or IP literal, with or without a
+// port, as a Host header would carry it.
+func validHost(s string) bool {
+	host := s
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		if p == "" {
+			return false
+		}
+		host = h
+	} else if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		host = s[1 : len(s)-1]
+	}
+	if net.ParseIP(host) != nil {
+		return true
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(host, "."), ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.FlagSet {
@@ -106,6 +163,9 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.Fla
 		fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof on this loopback address (off by default; for profiling)")
 		fs.StringVar(&o.hashKeyFile, "hash-key-file", "", "request-hash keys for actions with redact_fields (opjournal hashkey); default: $OPJOURNAL_HASH_KEYS, or on SQLite a file beside the database, created on first start")
 		fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve /metrics on this address, without a token, instead of on --http-addr (where it needs an admin or metrics token when --auth-file is set)")
+		fs.Var(&o.allowedHosts, "allowed-hosts", "a host name (or name:port) requests may address besides localhost, 127.0.0.1 and [::1]; repeat or separate with commas. Without --auth-file every other Host (HTTP) or :authority (gRPC) is refused, against DNS rebinding; with --auth-file the check is off unless this is given")
+		fs.StringVar(&o.publicURL, "public-url", "", "the console's external URL (https://journal.example) when a proxy serves it; an https URL makes the console's session cookie Secure")
+		fs.BoolVar(&o.trustProxy, "trust-proxy-headers", false, "trust X-Forwarded-Proto from the proxy in front (https makes the console's cookie Secure); only behind a proxy that sets it, as any client can send it")
 		fs.DurationVar(&o.purgeInterval, "purge-interval", 10*time.Minute, "delete terminal operations older than their action's retention this often (0: never; with several servers on one database, one purges at a time)")
 	}
 	if serveFlags || name == "purge" {
@@ -139,6 +199,7 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	}
 	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
 		MetricsAddr: o.metricsAddr, NoConsole: o.noConsole,
+		AllowedHosts: o.allowedHosts, PublicURL: o.publicURL, TrustProxyHeaders: o.trustProxy,
 		Purge: server.PurgeConfig{Interval: o.purgeInterval, BatchSize: o.purgeBatch, Pause: o.purgePause}}
 	if o.authFile != "" {
 		if cfg.Auth, err = auth.Load(o.authFile); err != nil {
@@ -150,6 +211,11 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 			if !loopback(addr) {
 				return fmt.Errorf("refusing to listen on %s without authentication: give --auth-file (see README, Security), or --insecure to accept that anyone who can reach it may read and change every operation", addr)
 			}
+		}
+	}
+	if o.publicURL != "" {
+		if u, err := url.Parse(o.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--public-url %q: want the console's external URL, such as https://journal.example", o.publicURL)
 		}
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
@@ -183,7 +249,7 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	}
 	defer stopTracing()
 	if o.pprofAddr != "" {
-		if err := servePprof(ctx, o.pprofAddr, log); err != nil {
+		if err := servePprof(ctx, o.pprofAddr, o.allowedHosts, log); err != nil {
 			return err
 		}
 	}
@@ -213,6 +279,9 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 				scheme = "https"
 			}
 			consoleURL = scheme + "://" + a.HTTP.String() + "/console/"
+			if o.publicURL != "" {
+				consoleURL = strings.TrimSuffix(o.publicURL, "/") + "/console/"
+			}
 		}
 		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(), "metrics_addr", metricsAddr, "console", consoleURL,
 			"store", storeKind(o.databaseURL), "actions", pol.Names(), "auth", cfg.Auth != nil,
@@ -277,8 +346,10 @@ func hashkeyCmd(id, rotate *string, stdout io.Writer) error {
 
 // servePprof serves Go's profiler on its own listener until ctx is done.
 // Profiles reveal nothing of the journal's data, but they are an operator's
-// tool, so only a loopback address is accepted.
-func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
+// tool, so only a loopback address is accepted, and (it has no
+// authentication) only requests addressed to a loopback name or one of
+// allowed: a web page must not read it through a rebound DNS name.
+func servePprof(ctx context.Context, addr string, allowed []string, log *slog.Logger) error {
 	if !loopback(addr) {
 		return fmt.Errorf("--pprof-addr %s: only a loopback address is accepted", addr)
 	}
@@ -290,7 +361,7 @@ func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: hostcheck.Loopback(allowed)(mux), ReadHeaderTimeout: 10 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	go func() { _ = srv.Serve(lis) }()
 	log.Info("pprof listening", "pprof_addr", lis.Addr().String())

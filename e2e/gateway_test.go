@@ -162,6 +162,19 @@ func TestGatewayRefusesAJournalWithoutAuthentication(t *testing.T) {
 	if res.StatusCode != http.StatusCreated || res.Header.Get("Opjournal-Operation-Key") != "http:create_payment:anon:anon-1" {
 		t.Fatalf("anonymous: %d %v", res.StatusCode, res.Header)
 	}
+	// DNS rebinding: a page on another name that resolves to 127.0.0.1
+	// reaches the listener with its own Host, and is refused.
+	req, _ = http.NewRequest(http.MethodPost, "http://"+g.Field("http_addr")+"/payments", bytes.NewReader(body))
+	req.Host = "attacker.example:80"
+	req.Header.Set("Idempotency-Key", "anon-2")
+	req.Header.Set("Content-Type", "application/json")
+	if res, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusMisdirectedRequest || s.effects(t, "http:create_payment:anon:anon-2") != 0 {
+		t.Fatalf("a rebound Host: %d", res.StatusCode)
+	}
 }
 
 // TestGatewayMCPStdio: a local agent runs the gateway as its MCP server

@@ -41,6 +41,7 @@ import (
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/gateway"
 	"github.com/opjournal/opjournal/internal/cli"
+	"github.com/opjournal/opjournal/internal/hostcheck"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
 )
@@ -74,6 +75,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	rateLimit := fs.Float64("rate-limit", 0, "each caller's requests a second at the gateway (0: no limit here; the journal limits each tenant)")
 	rateBurst := fs.Int("rate-burst", 0, "each caller's burst (default: the rate)")
 	fs.Var(&upstreamHeaders, "upstream-header", "a header set on every request to an HTTP upstream, 'Name: value' with ${VAR} expanded from the environment (the provider's credential: the caller's Authorization is never forwarded); repeat")
+	var allowedHosts list
+	fs.Var(&allowedHosts, "allowed-hosts", "with --anonymous: a host name (or name:port) requests may address besides localhost, 127.0.0.1 and [::1] (other Hosts are refused, against DNS rebinding); repeat")
 	mcpPublicURL := fs.String("mcp-public-url", "", "the MCP door's public URL, its OAuth resource identifier (default http://MCP-ADDR/mcp)")
 	fs.Var(&authServers, "authorization-server", "an OAuth issuer whose access tokens the journal accepts, advertised in the MCP door's protected-resource metadata; repeat")
 	stdioScope := fs.String("stdio-scope", "stdio", "the caller's scope over --mcp-stdio")
@@ -179,7 +182,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: hostChecked(g, *anonymous, allowedHosts), ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
 		go func() { errc <- serveHTTP(srv, ln) }()
 		serving = append(serving, "http_addr", ln.Addr().String())
@@ -206,7 +209,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if resource == "" {
 			resource = "http://" + ln.Addr().String() + "/mcp"
 		}
-		srv := &http.Server{Handler: g.MCPHandler(ms, gateway.MCPHTTPOptions{Resource: resource, AuthorizationServers: authServers}), ReadHeaderTimeout: 10 * time.Second}
+		h := g.MCPHandler(ms, gateway.MCPHTTPOptions{Resource: resource, AuthorizationServers: authServers})
+		srv := &http.Server{Handler: hostChecked(h, *anonymous, allowedHosts), ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
 		go func() { errc <- serveHTTP(srv, ln) }()
 		serving = append(serving, "mcp_addr", ln.Addr().String())
@@ -246,6 +250,17 @@ func listen(addr string, anonymous bool, flagName string) (net.Listener, error) 
 		return nil, cli.Usage(fmt.Errorf("%s %s: --anonymous serves loopback addresses only (every caller shares one key space); drop --anonymous to identify callers by their journal credentials", flagName, addr))
 	}
 	return ln, nil
+}
+
+// hostChecked refuses, for anonymous callers, requests addressed to any
+// host but a loopback name or an allowed one: without authentication, a
+// web page on a name rebound to 127.0.0.1 could otherwise use the gateway
+// (and the provider credentials it holds).
+func hostChecked(h http.Handler, anonymous bool, allowed []string) http.Handler {
+	if !anonymous {
+		return h
+	}
+	return hostcheck.Loopback(allowed)(h)
 }
 
 // parseUpstreamHeaders reads the --upstream-header values ('Name: value',

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -60,11 +61,15 @@ type Config struct {
 
 // Gateway serves the front doors. It is safe for concurrent use.
 type Gateway struct {
-	cfg      Config
-	log      *slog.Logger
-	routes   map[string]*httpRoute // "POST /payments"
-	tools    map[string]*toolRoute // tool name
-	fallback *upstream
+	cfg    Config
+	log    *slog.Logger
+	routes map[string]*httpRoute // "POST /payments"
+	// canonical maps each route's canonicalRoute to it: a request that
+	// folds onto one but is not it exactly is refused, never passed
+	// through.
+	canonical map[string]*httpRoute
+	tools     map[string]*toolRoute // tool name
+	fallback  *upstream
 	// background are the records still being written for calls already
 	// answered (execute); Wait waits for them. recording maps their keys
 	// to a channel closed when the record is written, so that a retry
@@ -154,9 +159,12 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	// The upstream requests' client spans and traceparent (trace.go).
+	// The upstream requests' client spans and traceparent (trace.go),
+	// never re-sent by the transport (noResend) and no redirect followed:
+	// a protected request reaches the provider once or not at all.
 	hc := *cfg.HTTPClient
-	hc.Transport = tracing.Transport(hc.Transport)
+	hc.Transport = tracing.Transport(noResend{hc.Transport})
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	cfg.HTTPClient = &hc
 	if len(cfg.ScopeHeaders) == 0 {
 		cfg.ScopeHeaders = []string{"Authorization"}
@@ -164,7 +172,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.StdioScope == "" {
 		cfg.StdioScope = "stdio"
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, routes: map[string]*httpRoute{}, tools: map[string]*toolRoute{}}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, routes: map[string]*httpRoute{}, canonical: map[string]*httpRoute{}, tools: map[string]*toolRoute{}}
 	for _, name := range cfg.Policy.Names() {
 		act, _ := cfg.Policy.Action(name)
 		if act.Gateway == nil {
@@ -175,7 +183,9 @@ func New(cfg Config) (*Gateway, error) {
 			if err != nil {
 				return nil, fmt.Errorf("gateway: actions.%s.gateway.http.upstream: %w", name, err)
 			}
-			g.routes[h.Method+" "+h.Path] = &httpRoute{action: name, cfg: h, up: up}
+			hr := &httpRoute{action: name, cfg: h, up: up}
+			g.routes[h.Method+" "+h.Path] = hr
+			g.canonical[canonicalRoute(h.Method, &url.URL{Path: h.Path})] = hr
 		}
 		if m := act.Gateway.MCP; m != nil {
 			g.tools[m.Tool] = &toolRoute{action: name, cfg: m}

@@ -26,6 +26,15 @@ const (
 	probUnavailable    = "journal-unavailable"
 	probNoRoute        = "no-route"
 	probInternal       = "internal"
+	// The refusals of a request the gateway cannot bind to its key.
+	probNonCanonicalPath = "non-canonical-path"
+	probMediaType        = "unsupported-media-type"
+	probCrossSite        = "cross-site-request"
+	probDuplicateMember  = "duplicate-member"
+	probBadForm          = "body-not-form"
+	probBadQuery         = "query-invalid"
+	// A success whose answer the journal does not hold.
+	probAnswerNotStored = "succeeded-answer-not-stored"
 )
 
 // problem is an RFC 9457 problem document.
@@ -36,6 +45,7 @@ type problem struct {
 	Detail            string `json:"detail"`
 	OperationKey      string `json:"operation_key,omitempty"`
 	Field             string `json:"field,omitempty"`
+	ExternalID        string `json:"external_id,omitempty"`
 	RetryAfterSeconds int    `json:"retry_after_seconds,omitempty"`
 }
 

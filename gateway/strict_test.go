@@ -158,14 +158,26 @@ func TestHTTPTransportNeverResends(t *testing.T) {
 	for _, header := range []string{"X-Idempotency-Key", "Idempotency-Key"} {
 		t.Run(header, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, testPolicy)
+			e := newEnv(t, strictPolicy)
+			// The route's key header is another one, so the client's
+			// header is just a header (net/http reads either as "safe to
+			// re-send").
+			front, _ := e.gatewayFor(`actions:
+  send_email:
+    gateway:
+      http:
+        route: POST /emails
+        upstream: "${TEST_PROVIDER}"
+        key_header: X-Request-Key
+        key_fields: [to, subject]
+        forward_key_field: reference
+`, "", "")
 			// A first email leaves an idle connection to the provider.
-			if r := e.post("/emails", "", map[string]any{"to": "warm@example.com", "subject": "warm"}); r.status != http.StatusAccepted {
+			if r := postRaw(t, front+"/emails", `{"to":"warm@example.com","subject":"warm"}`, "Content-Type", "application/json"); r.status != http.StatusAccepted {
 				t.Fatalf("warm-up: %d %s", r.status, r.body)
 			}
 			e.fault(fakeprovider.Fault{Path: "/emails", Kind: fakeprovider.DropConnectionAfterCommit, Count: 1})
-			mail := map[string]any{"to": "c-1@example.com", "subject": "dropped"}
-			r := e.post("/emails", "", mail, header, "client-key-1")
+			r := postRaw(t, front+"/emails", `{"to":"c-1@example.com","subject":"dropped"}`, "Content-Type", "application/json", header, "client-key-1")
 			key := r.header.Get("Opjournal-Operation-Key")
 			if n := e.effects(key); n != 1 {
 				t.Fatalf("emails under %s: %d, want 1 (answer %d %s)", key, n, r.status, r.body)

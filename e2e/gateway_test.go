@@ -71,6 +71,7 @@ func TestTwoGatewaysOneKey(t *testing.T) {
 			base := []string{h1, h2}[i%2]
 			req, _ := http.NewRequest(http.MethodPost, base+"/payments", bytes.NewReader(body))
 			req.Header.Set("Idempotency-Key", "k-two-gateways")
+			req.Header.Set("Content-Type", "application/json")
 			res, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Error(err)

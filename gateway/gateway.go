@@ -183,7 +183,7 @@ func New(cfg Config) (*Gateway, error) {
 			if err != nil {
 				return nil, fmt.Errorf("gateway: actions.%s.gateway.http.upstream: %w", name, err)
 			}
-			hr := &httpRoute{action: name, cfg: h, up: up}
+			hr := &httpRoute{action: name, cfg: h, up: up, escaped: (&url.URL{Path: h.Path}).EscapedPath()}
 			g.routes[h.Method+" "+h.Path] = hr
 			g.canonical[canonicalRoute(h.Method, &url.URL{Path: h.Path})] = hr
 		}

@@ -49,6 +49,9 @@ type httpRoute struct {
 	action string
 	cfg    *policy.GatewayHTTP
 	up     *upstream
+	// escaped is the route's path as a request spells it exactly
+	// (url.URL.EscapedPath).
+	escaped string
 }
 
 // storedAnswer is the journal's result (or refusal) of a protected
@@ -77,7 +80,10 @@ type storedResponse struct {
 
 // ServeHTTP is the HTTP front door.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	route := g.routes[r.Method+" "+r.URL.EscapedPath()]
+	route := g.routes[r.Method+" "+r.URL.Path]
+	if route != nil && r.URL.EscapedPath() != route.escaped {
+		route = nil // the route's path spelled with other escapes (%2F for a slash, say)
+	}
 	if route == nil {
 		if near := g.canonical[canonicalRoute(r.Method, r.URL)]; near != nil {
 			// Another spelling of a protected route: an upstream router

@@ -523,3 +523,63 @@ func TestHTTPFormBodies(t *testing.T) {
 }
 
 var _ = json.Marshal
+
+// droppingUpstream is a real HTTP/1.1 server that answers the first
+// request of each connection and closes the connection after reading the
+// second, without answering: a provider that committed and then lost the
+// answer on a reused connection. It counts the requests it read.
+func droppingUpstream(t *testing.T) (url string, requests func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	n := 0
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				br := bufio.NewReader(conn)
+				for i := 0; ; i++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					mu.Lock()
+					n++
+					mu.Unlock()
+					if i == 1 {
+						return // the second request on this connection: committed, no answer
+					}
+					_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}")
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+// TestHTTPPassThroughNeverResent: a request the gateway only passes
+// through (no route) is not re-sent by the transport either: a bodyless
+// POST with an idempotency header is what net/http would replay on a
+// reused connection that drops.
+func TestHTTPPassThroughNeverResent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, strictPolicy)
+	up, requests := droppingUpstream(t)
+	front, _ := e.gatewayFor("actions:\n  create_thing: {}\n", "", up)
+	if r := postRaw(t, front+"/refunds", "", "X-Idempotency-Key", "r-1"); r.status != http.StatusOK {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	r := postRaw(t, front+"/refunds", "", "X-Idempotency-Key", "r-2")
+	if n := requests(); n != 2 || r.status != http.StatusBadGateway {
+		t.Fatalf("the upstream read %d requests (want 2: none re-sent); the client got %d %s", n, r.status, r.body)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -522,7 +521,6 @@ func TestHTTPFormBodies(t *testing.T) {
 	}
 }
 
-var _ = json.Marshal
 
 // droppingUpstream is a real HTTP/1.1 server that answers the first
 // request of each connection and closes the connection after reading the

@@ -521,7 +521,6 @@ func TestHTTPFormBodies(t *testing.T) {
 	}
 }
 
-
 // droppingUpstream is a real HTTP/1.1 server that answers the first
 // request of each connection and closes the connection after reading the
 // second, without answering: a provider that committed and then lost the

@@ -63,6 +63,9 @@ func newRecorder(t *testing.T, status int, ctype, body string) *recorder {
 		rc.got = append(rc.got, upstreamRecord{r.Method, r.URL.Path, r.URL.RawPath, r.Header.Clone(), b})
 		rc.mu.Unlock()
 		w.Header().Set("Content-Type", rc.ctype)
+		if rc.status/100 == 3 {
+			w.Header().Set("Location", "/elsewhere")
+		}
 		w.WriteHeader(rc.status)
 		_, _ = io.WriteString(w, rc.body)
 	}))
@@ -217,6 +220,26 @@ func TestHTTPKeyHeadersNotForwarded(t *testing.T) {
 	}
 	if got[0].header.Get("X-Trace") != "kept" {
 		t.Errorf("an ordinary header was not forwarded: %v", got[0].header)
+	}
+}
+
+// TestHTTPRedirectNotFollowed: a provider's redirect is not followed:
+// net/http would follow a 303 with a GET to another URL, whose answer
+// would then be taken (and stored) as the effect's.
+func TestHTTPRedirectNotFollowed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, strictPolicy)
+	up := newRecorder(t, http.StatusSeeOther, "application/json", `{}`)
+	front, _ := e.gatewayFor(`actions:
+  create_thing:
+    gateway:
+      http:
+        route: POST /things
+        upstream: "${UPSTREAM}"
+`, up.srv.URL, "")
+	r := postRaw(t, front+"/things", `{"a":1}`, "Content-Type", "application/json", "Idempotency-Key", "k-redirect")
+	if got := up.requests(); len(got) != 1 || got[0].path != "/things" {
+		t.Fatalf("the upstream got %+v (the client got %d %s)", got, r.status, r.body)
 	}
 }
 

@@ -535,10 +535,14 @@ func (r *Reconciler) handle(ctx context.Context, op *opjournalv1.Operation) Deci
 func (r *Reconciler) markSucceeded(ctx context.Context, op *opjournalv1.Operation, externalID string, resource map[string]any) Decision {
 	fields := map[string]any{"external_id": externalID, "reconciled_by": r.cfg.ID}
 	if resource != nil {
-		if rv, err := resourceValue(resource); err == nil {
-			fields["resource"] = rv
-		} else {
+		if rv, err := resourceValue(resource); err != nil {
 			r.log.Warn("the provider's resource is not stored with the success", "operation_key", op.GetOperationKey(), "reason", err.Error())
+		} else if b, _ := json.Marshal(rv); len(b) > maxResourceBytes {
+			// A journal refuses a result beyond its limit: the success
+			// itself must never depend on the resource's size.
+			r.log.Warn("the provider's resource is not stored with the success", "operation_key", op.GetOperationKey(), "reason", "larger than the result limit", "bytes", len(b))
+		} else {
+			fields["resource"] = rv
 		}
 	}
 	result, err := structpb.NewStruct(fields)
@@ -802,6 +806,11 @@ func grpcMessage(err error) string {
 	}
 	return err.Error()
 }
+
+// maxResourceBytes bounds the resource stored with a success: half the
+// journal's default result limit (opjournal.DefaultMaxResultBytes), so
+// that a large record at the provider never makes MarkSucceeded fail.
+const maxResourceBytes = 32 << 10
 
 // resourceValue converts a resource decoded with json.Number into what
 // structpb holds, refusing numbers it would round.

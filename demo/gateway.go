@@ -167,7 +167,7 @@ func GatewayHTTP(ctx context.Context, env GatewayEnv) error {
 		return err
 	}
 	_, _, _, err := r.post(ctx, "/payments", clientKey, body)
-	r.say("the agent's call times out after %s: its answer is lost", env.agentTimeout())
+	r.say("the agent's call times out after %s: its answer is lost; the gateway keeps waiting for the provider until the lease ends", env.agentTimeout())
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "deadline") {
 		return fmt.Errorf("unexpected: the agent got an answer (%v), want its own timeout", err)
 	}
@@ -223,9 +223,16 @@ func GatewayHTTP(ctx context.Context, env GatewayEnv) error {
 	return nil
 }
 
-// settleAny waits until key is one of the statuses.
+// settleAny waits until key is one of the statuses. The gateway does not
+// give up on a call because its agent did: it waits for the provider
+// until the lease ends (27 s of the shipped 30 s), then records unknown,
+// so this waits as long as settle does.
 func (r *gwRun) settleAny(ctx context.Context, key string, want ...pb.Status) error {
-	deadline := time.Now().Add(10 * time.Second)
+	limit := r.env.SettleTimeout
+	if limit == 0 {
+		limit = 60 * time.Second
+	}
+	deadline := time.Now().Add(limit)
 	for {
 		st, err := r.status(ctx, key)
 		if err == nil {
@@ -236,7 +243,7 @@ func (r *gwRun) settleAny(ctx context.Context, key string, want ...pb.Status) er
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s is %v (%v) after 10 s", key, st, err)
+			return fmt.Errorf("%s is %v (%v) after %s", key, st, err, limit)
 		}
 		select {
 		case <-ctx.Done():

@@ -70,6 +70,8 @@ const testPolicy = `actions:
         key_fields: [order_id]
         forward_key_argument: idempotency_key
         external_id: /id
+        # The test provider's MCP server answers isError only for a 4xx.
+        tool_errors: failed_final
   send_email:
     lease_seconds: 2
     max_attempt_seconds: 3
@@ -318,8 +320,13 @@ func (e *env) reconcile(cond func() bool) {
 // gateway with the Authorization value (agent A's token when "").
 func (e *env) mcpClient(authorization string) *mcp.ClientSession {
 	e.t.Helper()
+	return e.mcpClientOf(authorization, fakeprovider.NewMCPServer(e.provURL, nil))
+}
+
+// mcpClientOf is mcpClient with up as the upstream MCP server.
+func (e *env) mcpClientOf(authorization string, up *mcp.Server) *mcp.ClientSession {
+	e.t.Helper()
 	ctx := context.Background()
-	up := fakeprovider.NewMCPServer(e.provURL, nil)
 	ups := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
 	e.t.Cleanup(ups.Close)
 	upc, err := mcp.NewClient(gateway.Implementation, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ups.URL, DisableStandaloneSSE: true}, nil)

@@ -175,6 +175,7 @@ var mcpEmailPolicy = strings.Replace(testPolicy, `        key_fields: [to, subje
         key_fields: [to, subject]
         forward_key_argument: reference
         external_id: /id
+        tool_errors: failed_final
 `, 1)
 
 // TestMCPEveryFaultOneEffect: a model that calls the tool again after

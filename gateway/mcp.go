@@ -241,8 +241,17 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, ids, key string, out client
 		if out.Kind == client.FailedFinal {
 			return withMeta(toolError("This call of %s was already made and the tool refused it (%s). It was not called again; the answer will not change.", tool, out.ErrorCode), key, true)
 		}
-		return withMeta(&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
-			Text: fmt.Sprintf("This call of %s was already made and it succeeded (external id %q). It was not called again.", tool, out.ExternalID)}}}, key, true)
+		settled := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
+			Text: fmt.Sprintf("This call of %s was already made and it succeeded (external id %q). It was not called again.", tool, out.ExternalID)}}}
+		// The provider's resource, as the reconciler found it, is what the
+		// tool's own result would have carried.
+		if res := settledResource(out.Result); res != nil {
+			var sc map[string]any
+			if json.Unmarshal(res, &sc) == nil {
+				settled.StructuredContent = sc
+			}
+		}
+		return withMeta(settled, key, true)
 	case client.InProgressElsewhere:
 		return withMeta(toolError("This call of %s (the same identifying arguments: %s) is already in progress (started by an earlier request) and was NOT sent again. "+
 			"Wait about %d seconds, then call again with exactly the same arguments to get its result. "+

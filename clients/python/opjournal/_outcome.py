@@ -100,6 +100,25 @@ def _heartbeat_interval(lease: float) -> float:
     return max(lease / HEARTBEAT_DIVISOR, HEARTBEAT_MIN_SECONDS)
 
 
+def _heartbeat_retries(exc: BaseException) -> bool:
+    """Whether the heartbeats go on after ExtendLease raised ``exc``: only
+    after a transport error (Unavailable, RateLimited), tried again at the
+    next interval. A refusal (StaleAttempt: the lease is over; InvalidState:
+    the policy's max_attempt_seconds is reached) or any other error will not
+    pass: the heartbeats stop and the deadline stays where it is."""
+    from .errors import RateLimited, Unavailable
+    return isinstance(exc, (Unavailable, RateLimited))
+
+
+def _deadline_after_grant(at: float, sent: float, granted: int) -> float:
+    """The deadline after a heartbeat sent at ``sent`` was granted
+    ``granted`` seconds: the later of the current one and sent + granted −
+    margin(granted). Never earlier: the server never shortens a lease, and
+    near max_attempt_seconds it grants whole seconds rounded down, which
+    must not pull the deadline in."""
+    return max(at, sent + granted - _lease_margin(granted))
+
+
 class Deadline:
     """When execute stops waiting for fn, on the monotonic clock.
 

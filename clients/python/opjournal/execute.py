@@ -49,14 +49,14 @@ from typing import Any, Callable, Iterable, Optional, Union
 from ._outcome import (CANCELLED, GAVE_UP_MESSAGE, INTERRUPTED, INVALID_EFFECT, LEASE_EXPIRED,  # noqa: F401
                        MAX_ERROR_CODE, _RESERVED, Deadline, Effect, NotSucceeded, Outcome, OutcomeKind, Rejected,
                        UnknownOutcome, _accepts_deadline, _as_effect, _Binder, _Call, _chain, _check_op, _classify,
-                       _code_of, _describe, _drive, _heartbeat_interval, _lease_margin, _outcome_of, _sanitize_code,
-                       classify_http, log)
+                       _code_of, _deadline_after_grant, _describe, _drive, _heartbeat_interval, _heartbeat_retries,
+                       _lease_margin, _outcome_of, _sanitize_code, classify_http, log)
 from ._outcome import _note_unknown as _note_unknown_steps
 from ._outcome import _record_failure as _record_failure_steps
 from ._outcome import _record_gave_up, _record_return
 from ._outcome import _record_success as _record_success_steps
 from .client import Journal
-from .errors import InvalidState, OpjournalError, PayloadMismatch, RateLimited, StaleAttempt, Unavailable
+from .errors import OpjournalError, PayloadMismatch
 from .v1 import journal_pb2 as pb
 
 __all__ = [
@@ -304,20 +304,13 @@ def _heartbeat(journal: Journal, key: str, attempt: int, lease: int, t0: float, 
         timeout = left if journal.timeout is None else min(journal.timeout, left)
         try:
             ext = journal._extend_lease(key, attempt, 0, timeout=timeout)
-        except (StaleAttempt, InvalidState):
-            return  # refused: the lease is over, or at the policy's max_attempt_seconds; keep the deadline
-        except (Unavailable, RateLimited):
-            pass  # a transport error: keep the deadline, try again at the next interval
-        except Exception:
-            return  # any other refusal (or a closed Journal) will not pass: keep the deadline
+        except Exception as e:
+            if not _heartbeat_retries(e):
+                return  # refused (or a closed Journal): keep the deadline
         else:
-            g = ext.lease_seconds
             with run.cond:
                 if run.state == "running":
-                    # The later of the two: the server never shortens a
-                    # lease, and near max_attempt_seconds it grants whole
-                    # seconds rounded down, which must not pull us in.
-                    run.deadline._at = max(run.deadline._at, t_send + g - _lease_margin(g))
+                    run.deadline._at = _deadline_after_grant(run.deadline._at, t_send, ext.lease_seconds)
                     run.cond.notify_all()
         due = t_send + interval
 

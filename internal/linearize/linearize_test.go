@@ -73,6 +73,10 @@ func newClocked(t *testing.T) *clocked {
 	return &clocked{pol: parsePolicy(t, ClockedPolicy), clock: testclock.New()}
 }
 
+// base is the time Input.Now 0 stands for: a second before the clock's
+// start, so that 0 can mean "unset" in the model and in views.
+func (c *clocked) base() time.Time { return c.clock.Now().Add(-time.Second) }
+
 func (c *clocked) add(t *testing.T, st store.Store) {
 	t.Helper()
 	st.(store.Clock).SetClock(c.clock.Now)
@@ -85,7 +89,7 @@ func (c *clocked) run(t *testing.T, name string, w Workload, rounds int) {
 	t.Helper()
 	ctx := context.Background()
 	var clients []*Client
-	base := c.clock.Now()
+	base := c.base()
 	for _, st := range c.stores {
 		e, stop, err := Serve(ctx, st, c.pol)
 		if err != nil {
@@ -120,8 +124,8 @@ func check(t *testing.T, cfg Config, name string, sd uint64) {
 	}
 	switch res.Check {
 	case porcupine.Illegal:
-		t.Fatalf("%s (seed %d): no sequential order of the %d calls explains the answers; visualization: %s\n%s",
-			name, sd, len(res.History), res.Visualization, res.CountsTable())
+		t.Fatalf("%s (seed %d): no sequential order of the %d calls explains the answers; visualization: %s\n%s\n%s",
+			name, sd, len(res.History), res.Visualization, res.Explanation, res.CountsTable())
 	case porcupine.Unknown:
 		t.Logf("%s (seed %d): the checker ran out of time on %d calls: inconclusive", name, sd, len(res.History))
 	}
@@ -206,7 +210,7 @@ func TestModelAgreesSequentially(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	cl, err := Dial(e, c.clock.Now())
+	cl, err := Dial(e, c.base())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,9 @@ type Result struct {
 	Counts map[string]int
 	// Visualization is the HTML file written for an Illegal history.
 	Visualization string
-	Elapsed       time.Duration
+	// Explanation says in words where an Illegal history fails (Explain).
+	Explanation string
+	Elapsed     time.Duration
 }
 
 // Run runs the workload, then checks the history. dir receives the
@@ -96,6 +98,19 @@ func Run(ctx context.Context, cfg Config, dir, name string) (*Result, error) {
 			return TimeUnknown
 		}
 		return cfg.Clock.Now().Sub(cfg.Base).Milliseconds()
+	}
+	// Every key exists from the start (the commands on an unknown key are
+	// drawn anyway, with the workload's attempts); the duplicate race
+	// starts from confirmed effects.
+	for _, k := range cfg.Keys {
+		reg := Input{Kind: Register, Key: k.Key, Action: k.Action, Now: nowOf()}
+		if cfg.Workload == DuplicateRace {
+			reg.Claim, reg.Worker = true, "w0"
+		}
+		workers[0].do(ctx, reg)
+		if cfg.Workload == DuplicateRace {
+			workers[0].do(ctx, Input{Kind: MarkSucceeded, Key: k.Key, Attempt: 1, ExternalID: "x0", Now: nowOf(), REST: true})
+		}
 	}
 	for done := 0; done < cfg.Ops; done += cfg.PerRound {
 		if err := ctx.Err(); err != nil {
@@ -152,6 +167,7 @@ func Run(ctx context.Context, cfg Config, dir, name string) (*Result, error) {
 			return res, err
 		}
 		res.Visualization = path
+		res.Explanation = Explain(cfg.Model, history, res.Info)
 	}
 	return res, nil
 }
@@ -333,4 +349,54 @@ func FirstDisagreement(m *Model, history []porcupine.Operation) string {
 		states[in.Key] = next
 	}
 	return ""
+}
+
+// Explain describes where an Illegal history fails: for the key whose
+// calls cannot all be ordered, the end of the longest order found (with
+// the model's state after it) and the earliest calls no order could add.
+func Explain(m *Model, history []porcupine.Operation, info porcupine.LinearizationInfo) string {
+	byKey := map[string]int{}
+	for _, op := range history {
+		byKey[op.Input.(Input).Key]++
+	}
+	var b strings.Builder
+	for _, part := range info.PartialLinearizationsOperations() {
+		var longest []porcupine.Operation
+		for _, l := range part {
+			if len(l) > len(longest) {
+				longest = l
+			}
+		}
+		if len(longest) == 0 {
+			continue
+		}
+		key := longest[0].Input.(Input).Key
+		if len(longest) == byKey[key] {
+			continue
+		}
+		placed := map[porcupine.Operation]bool{}
+		st := State{}
+		for _, op := range longest {
+			placed[op] = true
+			_, st = m.Step(st, op.Input.(Input))
+		}
+		fmt.Fprintf(&b, "key %s: %d of its %d calls ordered; the order ends with:\n", key, len(longest), byKey[key])
+		for _, op := range longest[max(0, len(longest)-8):] {
+			fmt.Fprintf(&b, "  [w%d] %s\n", op.ClientId, describe(op.Input.(Input), op.Output.(Output)))
+		}
+		fmt.Fprintf(&b, "model state then: %+v\nno order can add next any of:\n", st)
+		var rest []porcupine.Operation
+		for _, op := range history {
+			if op.Input.(Input).Key == key && !placed[op] {
+				rest = append(rest, op)
+			}
+		}
+		sort.Slice(rest, func(i, j int) bool { return rest[i].Call < rest[j].Call })
+		for _, op := range rest[:min(len(rest), 4)] {
+			in := op.Input.(Input)
+			want, _ := m.Step(st, in)
+			fmt.Fprintf(&b, "  [w%d] %s\n      (the model there: %s)\n", op.ClientId, describe(in, op.Output.(Output)), describe(in, want))
+		}
+	}
+	return b.String()
 }

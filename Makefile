@@ -138,6 +138,18 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./auth/
 	$(GO) test -run='^$$' -fuzz=FuzzRESTBody -fuzztime=$(FUZZTIME) ./server/
 
+## linearize: the linearizability check of the per-key protocol (internal/linearize) run longer:
+## LINEARIZE_SCALE times the runs of `make test` (SQLite, PostgreSQL batched and one statement per
+## call, two servers on one database, the duplicate-report race, real processes killed with SIGKILL,
+## PgBouncer); an Illegal history fails with the path of porcupine's HTML visualization
+## (under LINEARIZE_OUT); LINEARIZE_SEED=N repeats a run; e.g. make linearize LINEARIZE_SCALE=50
+LINEARIZE_SCALE ?= 20
+LINEARIZE_OUT ?= $(CURDIR)/linearize-out
+.PHONY: linearize
+linearize:
+	LINEARIZE_SCALE=$(LINEARIZE_SCALE) LINEARIZE_OUT='$(LINEARIZE_OUT)' TEST_DATABASE_URL='$(BENCH_DATABASE_URL)' \
+		$(GO) test -count=1 -timeout 120m -v -run 'TestLinearizable|TestModelAgreesSequentially' ./internal/linearize/ 2>&1 | grep -E '^(---|ok|FAIL)|no sequential|visualization|seed [0-9]+\)' | cut -c1-400
+
 ci: vet fmt-check lint generate-check test
 
 ## test-pgbouncer: the runs through a real PgBouncer in transaction pooling mode alone (they are

@@ -107,7 +107,7 @@ func (c *clocked) run(t *testing.T, name string, w Workload, rounds int) {
 	steps := []int64{0, 0, 1, 999, 1000, 2500, 5000, 5001, 7000}
 	for i := range rounds * scale(t) {
 		sd := seed(t)
-		cfg := Config{Clients: clients, Model: m, Keys: Keys(m, name+"-"+strconv.Itoa(i), 2), Workers: 6, Ops: 24, PerRound: 2,
+		cfg := Config{Clients: clients, Model: m, Keys: Keys(m, name+"-"+strconv.Itoa(i), 2), Workers: 6, Ops: 40, PerRound: 2,
 			Clock: c.clock, Base: base, Workload: w, Seed: sd, Steps: steps}
 		if w == DuplicateRace {
 			cfg.ExternalIDs = 12
@@ -122,6 +122,12 @@ func check(t *testing.T, cfg Config, name string, sd uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	report(t, res, name, sd)
+}
+
+// report fails the test on an Illegal history, naming the visualization.
+func report(t *testing.T, res *Result, name string, sd uint64) {
+	t.Helper()
 	switch res.Check {
 	case porcupine.Illegal:
 		t.Fatalf("%s (seed %d): no sequential order of the %d calls explains the answers; visualization: %s\n%s\n%s",
@@ -159,7 +165,7 @@ func TestLinearizableSQLite(t *testing.T) {
 	t.Parallel()
 	c := newClocked(t)
 	c.add(t, openSQLite(t))
-	c.run(t, "sqlite", Mixed, 4)
+	c.run(t, "sqlite", Mixed, 12)
 }
 
 // TestLinearizablePostgres: the same on PostgreSQL, batched and one
@@ -170,7 +176,7 @@ func TestLinearizablePostgres(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newClocked(t)
 			c.add(t, openPostgres(t, pgtest.NewSchema(t)+params))
-			c.run(t, "pg-"+name, Mixed, 2)
+			c.run(t, "pg-"+name, Mixed, 8)
 		})
 	}
 }
@@ -183,7 +189,7 @@ func TestLinearizableTwoServersOnePostgres(t *testing.T) {
 	c := newClocked(t)
 	c.add(t, openPostgres(t, url))
 	c.add(t, openPostgres(t, url+"&opjournal_batch_workers=0"))
-	c.run(t, "pg-two", Mixed, 2)
+	c.run(t, "pg-two", Mixed, 8)
 }
 
 // TestLinearizableDuplicateRace: agents reporting other external ids for
@@ -195,7 +201,7 @@ func TestLinearizableDuplicateRace(t *testing.T) {
 	c := newClocked(t)
 	c.add(t, openPostgres(t, url))
 	c.add(t, openPostgres(t, url))
-	c.run(t, "pg-duplicates", DuplicateRace, 3)
+	c.run(t, "pg-duplicates", DuplicateRace, 8)
 }
 
 // TestModelAgreesSequentially: one worker, so the calls never overlap and
@@ -216,7 +222,7 @@ func TestModelAgreesSequentially(t *testing.T) {
 	}
 	defer cl.Close()
 	m := ModelOf(c.pol)
-	for i := range 10 * scale(t) {
+	for i := range 20 * scale(t) {
 		sd := seed(t)
 		cfg := Config{Clients: []*Client{cl}, Model: m, Keys: Keys(m, "seq-"+strconv.Itoa(i), 1), Workers: 1, Ops: 150, PerRound: 1,
 			Clock: c.clock, Base: cl.Base, Seed: sd, Steps: []int64{0, 0, 1, 999, 1000, 2500, 5000, 5001, 7000}}

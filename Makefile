@@ -142,7 +142,7 @@ fuzz:
 ## LINEARIZE_SCALE times the runs of `make test` (SQLite, PostgreSQL batched and one statement per
 ## call, two servers on one database, the duplicate-report race, real processes killed with SIGKILL,
 ## PgBouncer); an Illegal history fails with the path of porcupine's HTML visualization
-## (LINEARIZE_OUT=DIR, default $$TMPDIR/opjournal-linearize); LINEARIZE_SEED=N draws a failed run's
+## (LINEARIZE_OUT=DIR, default opjournal-linearize in the temporary directory); LINEARIZE_SEED=N draws a failed run's
 ## commands again (the interleaving is the machine's); e.g. make linearize LINEARIZE_SCALE=50
 LINEARIZE_SCALE ?= 10
 .PHONY: linearize

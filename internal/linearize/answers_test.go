@@ -38,7 +38,9 @@ func TestProtocolAnswers(t *testing.T) {
 	reg := func(claim bool) Input {
 		return Input{Kind: Register, Action: "pay_reconcile", Claim: claim, Worker: "w1"}
 	}
-	ms := func(attempt int, id string) Input { return Input{Kind: MarkSucceeded, Attempt: attempt, ExternalID: id} }
+	ms := func(attempt int, id string) Input {
+		return Input{Kind: MarkSucceeded, Attempt: attempt, ExternalID: id}
+	}
 	ack := Input{Kind: Acknowledge}
 	wantErr := func(code string) func(Output) error {
 		return func(o Output) error {

@@ -4,6 +4,7 @@ go 1.26.7
 
 require (
 	github.com/MicahParks/keyfunc/v3 v3.9.2
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/go-json-experiment/json v1.27.2
 	github.com/golang-jwt/jwt/v5 v5.3.1

@@ -222,36 +222,6 @@ func GatewayHTTP(ctx context.Context, env GatewayEnv) error {
 	return nil
 }
 
-// settleAny waits until key is one of the statuses. The gateway does not
-// give up on a call because its agent did: it waits for the provider
-// until the lease ends (27 s of the shipped 30 s), then records unknown,
-// so this waits as long as settle does.
-func (r *gwRun) settleAny(ctx context.Context, key string, want ...pb.Status) error {
-	limit := r.env.SettleTimeout
-	if limit == 0 {
-		limit = 60 * time.Second
-	}
-	deadline := time.Now().Add(limit)
-	for {
-		st, err := r.status(ctx, key)
-		if err == nil {
-			for _, w := range want {
-				if st == w {
-					return nil
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s is %v (%v) after %s", key, st, err, limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 // GatewayMCP is the same payment as an MCP tool call: the agent is a plain
 // MCP client of the gateway, whose upstream is the provider's MCP server.
 func GatewayMCP(ctx context.Context, env GatewayEnv) error {

@@ -122,8 +122,12 @@ func testAuth(t *testing.T) (*auth.Authenticator, func(sub string, exp time.Time
 		t.Fatal(err)
 	}
 	b64 := func(x []byte) string { return base64.RawURLEncoding.EncodeToString(x) }
+	pub, err := key.PublicKey.Bytes() // 0x04 || X || Y
+	if err != nil {
+		t.Fatal(err)
+	}
 	set, _ := json.Marshal(map[string]any{"keys": []map[string]string{{"kty": "EC", "crv": "P-256", "alg": "ES256", "kid": "k1",
-		"x": b64(key.PublicKey.X.FillBytes(make([]byte, 32))), "y": b64(key.PublicKey.Y.FillBytes(make([]byte, 32)))}}})
+		"x": b64(pub[1:33]), "y": b64(pub[33:])}}})
 	jwksPath := filepath.Join(t.TempDir(), "jwks.json")
 	if err := os.WriteFile(jwksPath, set, 0o600); err != nil {
 		t.Fatal(err)

@@ -42,9 +42,9 @@ type toolRoute struct {
 }
 
 // MCPServer returns an MCP server offering every tool of the upstream
-// sessions (listed now), the protected ones journaled. Two upstreams
-// offering the same tool name are an error, and so is a protected tool no
-// upstream offers.
+// sessions (listed now), the protected ones journaled (MCPMiddleware).
+// Two upstreams offering the same tool name are an error, and so is a
+// protected tool no upstream offers.
 func (g *Gateway) MCPServer(ctx context.Context, upstreams ...*mcp.ClientSession) (*mcp.Server, error) {
 	srv := mcp.NewServer(Implementation, &mcp.ServerOptions{Logger: g.log.With("door", "mcp")})
 	seen := map[string]bool{}
@@ -63,13 +63,11 @@ func (g *Gateway) MCPServer(ctx context.Context, upstreams ...*mcp.ClientSession
 			}
 			if route := g.tools[t.Name]; route != nil {
 				if arg := route.cfg.ForwardKeyArgument; arg != "" {
-					schema, err := hideArgument(t.InputSchema, arg)
-					if err != nil {
+					if _, err := hideArgument(t.InputSchema, arg); err != nil {
 						return nil, fmt.Errorf("gateway: the input schema of the tool %q: %w", t.Name, err)
 					}
-					t.InputSchema = schema
 				}
-				srv.AddTool(&t, g.protectedTool(cs, route))
+				srv.AddTool(&t, upstreamTool(cs))
 			} else {
 				srv.AddTool(&t, passTool(cs))
 			}
@@ -80,7 +78,94 @@ func (g *Gateway) MCPServer(ctx context.Context, upstreams ...*mcp.ClientSession
 			return nil, fmt.Errorf("gateway: the policy protects the MCP tool %q, which no upstream offers", name)
 		}
 	}
+	srv.AddReceivingMiddleware(g.MCPMiddleware())
 	return srv, nil
+}
+
+// MCPMiddleware protects the tools of an MCP server written with the MCP
+// Go SDK, in its own process: a tools/call of a tool the policy protects
+// (an action's gateway.mcp) runs through the journal exactly as at the
+// gateway's MCP door (this is the door's own code): its key from the key
+// fields of the arguments and the caller's scope, the tool's own handler
+// called at most once per key, its result recorded and replayed to every
+// retry, and the texts the model reads for an unknown outcome, a call in
+// progress or a conflicting one. tools/list hides the argument the
+// journal fills (forward_key_argument). Other methods and tools pass
+// through.
+//
+//	g, _ := gateway.New(gateway.Config{Journal: journal, Policy: pol, OwnToken: token})
+//	srv := mcp.NewServer(impl, nil)
+//	mcp.AddTool(srv, &mcp.Tool{Name: "create_payment"}, createPayment)
+//	srv.AddReceivingMiddleware(g.MCPMiddleware())
+//	// over stdio: srv.Run(ctx, &mcp.StdioTransport{}) (the stdio scope, the own token);
+//	// over HTTP: http.Handle("/", g.MCPHandler(srv, opts)) (each caller's own credential)
+func (g *Gateway) MCPMiddleware() mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			switch method {
+			case "tools/list":
+				res, err := next(ctx, method, req)
+				if lr, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+					g.hideFilledArguments(lr)
+				}
+				return res, err
+			case "tools/call":
+				cr, ok := req.(*mcp.CallToolRequest)
+				if !ok || cr.Params == nil || g.tools[cr.Params.Name] == nil {
+					break
+				}
+				call := func(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+					raw, err := json.Marshal(p.Arguments)
+					if err != nil {
+						return nil, err
+					}
+					q := *cr
+					q.Params = &mcp.CallToolParamsRaw{Name: p.Name, Arguments: raw}
+					res, err := next(ctx, method, &q)
+					if err != nil {
+						return nil, err
+					}
+					tr, ok := res.(*mcp.CallToolResult)
+					if !ok {
+						return nil, fmt.Errorf("the tool answered a %T", res)
+					}
+					return tr, nil
+				}
+				return g.protectedTool(g.tools[cr.Params.Name], call)(ctx, cr)
+			}
+			return next(ctx, method, req)
+		}
+	}
+}
+
+// hideFilledArguments removes from a tools/list answer the arguments the
+// journal fills.
+func (g *Gateway) hideFilledArguments(lr *mcp.ListToolsResult) {
+	for i, t := range lr.Tools {
+		route := g.tools[t.Name]
+		if route == nil || route.cfg.ForwardKeyArgument == "" || t.InputSchema == nil {
+			continue
+		}
+		schema, err := hideArgument(t.InputSchema, route.cfg.ForwardKeyArgument)
+		if err != nil {
+			continue // MCPServer checked the gateway's upstreams; a server's own schema is its own
+		}
+		c := *t
+		c.InputSchema = schema
+		lr.Tools[i] = &c
+	}
+}
+
+// upstreamCall calls a tool's real handler (an upstream server's, or the
+// server's own under MCPMiddleware).
+type upstreamCall func(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error)
+
+// upstreamTool calls the upstream's tool with the arguments alone (the
+// journal's call is a new request, not the client's: no _meta of it).
+func upstreamTool(cs *mcp.ClientSession) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return callTool(ctx, cs, &mcp.CallToolParams{Name: req.Params.Name, Arguments: req.Params.Arguments})
+	}
 }
 
 // hideArgument returns a copy of a tool's input schema without the
@@ -119,8 +204,9 @@ func passTool(cs *mcp.ClientSession) mcp.ToolHandler {
 	})
 }
 
-// protectedTool journals each call of a protected tool.
-func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.ToolHandler {
+// protectedTool journals each call of a protected tool; call is the
+// tool's real handler.
+func (g *Gateway) protectedTool(route *toolRoute, call upstreamCall) mcp.ToolHandler {
 	cfg := route.cfg
 	return traceTool(route.action, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		args := map[string]any{}
@@ -162,7 +248,7 @@ func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.Too
 					}
 					callArgs[cfg.ForwardKeyArgument] = a.Key
 				}
-				res, err := callTool(ctx, cs, &mcp.CallToolParams{Name: req.Params.Name, Arguments: callArgs})
+				res, err := call(ctx, &mcp.CallToolParams{Name: req.Params.Name, Arguments: callArgs})
 				if err != nil {
 					return client.Effect{}, &client.UnknownError{Code: "tool_call_failed", Err: err}
 				}

@@ -136,6 +136,7 @@ func every(ctx context.Context, c pb.JournalServiceClient, key string) map[strin
 	_, errs["ExtendLease"] = c.ExtendLease(ctx, &pb.ExtendLeaseRequest{OperationKey: key, Attempt: 1})
 	_, errs["Acknowledge"] = c.Acknowledge(ctx, &pb.AcknowledgeRequest{OperationKey: key, Actor: "op", Reason: "why"})
 	_, errs["GetPolicy"] = c.GetPolicy(ctx, &pb.GetPolicyRequest{})
+	_, errs["WhoAmI"] = c.WhoAmI(ctx, &pb.WhoAmIRequest{})
 	return errs
 }
 
@@ -185,11 +186,11 @@ func TestAuthenticationAndRoles(t *testing.T) {
 		t.Errorf("REST agent listing: %d %s", code, body)
 	}
 	allowed := map[string]string{
-		agentA: "Register Claim ExtendLease MarkSucceeded MarkUnknown MarkFailedFinal Lookup",
-		reconA: "MarkSucceeded Lookup ListOperations ReleaseForRetry RecordCheck Escalate ListEvents GetPolicy",
-		operA:  "Lookup ListOperations ReleaseForRetry Escalate Resolve Acknowledge ListEvents GetPolicy",
-		adminA: "Register Claim ExtendLease MarkSucceeded MarkUnknown MarkFailedFinal Lookup ListOperations ReleaseForRetry RecordCheck Escalate Resolve Acknowledge ListEvents GetPolicy",
-		metrA:  "",
+		agentA: "Register Claim ExtendLease MarkSucceeded MarkUnknown MarkFailedFinal Lookup WhoAmI",
+		reconA: "MarkSucceeded Lookup ListOperations ReleaseForRetry RecordCheck Escalate ListEvents GetPolicy WhoAmI",
+		operA:  "Lookup ListOperations ReleaseForRetry Escalate Resolve Acknowledge ListEvents GetPolicy WhoAmI",
+		adminA: "Register Claim ExtendLease MarkSucceeded MarkUnknown MarkFailedFinal Lookup ListOperations ReleaseForRetry RecordCheck Escalate Resolve Acknowledge ListEvents GetPolicy WhoAmI",
+		metrA:  "WhoAmI", // any authenticated caller may ask who it is
 	}
 	for tok, may := range allowed {
 		for method, err := range every(ctx, as(t, srv, tok), "roles-key") {
@@ -198,6 +199,14 @@ func TestAuthenticationAndRoles(t *testing.T) {
 				t.Errorf("%s (%s) calling %s: %v", tokens[tok].roles, tok[:10], method, err)
 			}
 		}
+	}
+	// WhoAmI names the principal, over gRPC and REST, never the token.
+	who, err := as(t, srv, agentA).WhoAmI(ctx, &pb.WhoAmIRequest{})
+	if err != nil || !who.GetAuthenticated() || who.GetTenant() != "team-a" || who.GetPrincipalId() == "" || strings.Join(who.GetRoles(), ",") != "agent" {
+		t.Errorf("WhoAmI: %+v %v", who, err)
+	}
+	if code, _, body := doAs(t, agentA, http.MethodGet, srv.BaseURL+"/v1/whoami", ""); code != http.StatusOK || !strings.Contains(body, `"tenant":"team-a"`) || strings.Contains(body, agentA) {
+		t.Errorf("REST whoami: %d %s", code, body)
 	}
 	// Nothing about the tokens reaches the log.
 	for tok := range tokens {

@@ -82,23 +82,39 @@ func applyEnv(cmd *cobra.Command) error {
 }
 
 // NoArgs refuses positional arguments, as a usage error. On a command
-// with subcommands the first is taken for a mistyped one, and the nearest
-// name is suggested.
+// whose subcommands are its point (opjournal serve, ops list…) the first
+// is taken for a mistyped one, as it is when it is near the name of one
+// (verison), and the nearest name is suggested.
 func NoArgs(cmd *cobra.Command, args []string) error {
-	switch {
-	case len(args) == 0:
+	if len(args) == 0 {
 		return nil
-	case cmd.HasAvailableSubCommands():
-		if cmd.SuggestionsMinimumDistance <= 0 {
-			cmd.SuggestionsMinimumDistance = 2 // cobra's default, set only where it suggests itself
-		}
-		hint := ""
-		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-			hint = fmt.Sprintf("; did you mean %q?", s[0])
-		}
+	}
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, set only where it suggests itself
+	}
+	hint := ""
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		hint = fmt.Sprintf("; did you mean %q?", s[0])
+	}
+	if hint != "" || hasOwnSubcommands(cmd) {
 		return Usage(fmt.Errorf("unknown command %q for %q%s", args[0], cmd.CommandPath(), hint))
 	}
 	return Usage(fmt.Errorf("unexpected arguments: %v", args))
+}
+
+// hasOwnSubcommands reports whether cmd has subcommands besides those
+// every root has (version, completion, help).
+func hasOwnSubcommands(cmd *cobra.Command) bool {
+	for _, sub := range cmd.Commands() {
+		switch sub.Name() {
+		case "version", "completion", "help":
+		default:
+			if sub.IsAvailableCommand() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // NewRoot makes c the root command of a binary: it prints to stdout and

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -174,6 +175,25 @@ func TestPurgeCommand(t *testing.T) {
 			if !strings.Contains(out, want) {
 				t.Errorf("dry run output lacks %q:\n%s", want, out)
 			}
+		}
+		// -o json: one object per action, a line each, on stdout.
+		code, jsonOut, errOut := runSplit(t, nil, "opjournal", "purge", "--dry-run", "-o", "json", "--database-url", dbURL)
+		if code != 0 {
+			t.Fatalf("purge --dry-run -o json: exit %d\n%s", code, errOut)
+		}
+		records := map[string]map[string]any{}
+		for _, line := range strings.Split(strings.TrimSpace(jsonOut), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("purge -o json: a line is not JSON: %v\n%s", err, jsonOut)
+			}
+			records[rec["action"].(string)] = rec
+		}
+		if p := records["create_payment"]; p["operations"] != 2.0 || p["events"] != 4.0 || p["dry_run"] != true || p["retention"] != "720h" || p["oldest"] == nil {
+			t.Errorf("purge -o json: create_payment is %v\n%s", p, jsonOut)
+		}
+		if e := records["send_email"]; e == nil || e["operations"] != 0.0 || e["oldest"] != nil {
+			t.Errorf("purge -o json: send_email is %v\n%s", e, jsonOut)
 		}
 		for _, k := range []string{"pay-0", "pay-1", "pay-2", "old-pending"} {
 			lookup(t, ctxFor(t), srv.Client, k) // all still there

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,5 +216,90 @@ func TestTLSMismatchIsExplained(t *testing.T) {
 	_, err = c.Lookup(ctxFor(t), "k")
 	if err == nil || !strings.Contains(err.Error(), "the journal at "+tlsSrv.GRPCAddr+" speaks TLS") || client.CodeOf(err) != "UNAVAILABLE" {
 		t.Fatalf("client.Dial to a TLS journal: %v (code %s)", err, client.CodeOf(err))
+	}
+}
+
+// TestEveryBinaryFollowsTheCommandLineConvention: every binary answers
+// --help with examples (exit 0), has a version subcommand and --version
+// printing the same, a completion subcommand, and refuses an unknown
+// flag, a bad flag value and a positional argument with exit status 2 and
+// a message naming what is wrong. The binaries that mirror flags by
+// OPJOURNAL_* variables refuse a bad one with exit 2, naming it.
+func TestEveryBinaryFollowsTheCommandLineConvention(t *testing.T) {
+	t.Parallel()
+	// The e2e harness builds four; the harnesses are built here.
+	extra := t.TempDir()
+	build := exec.Command("go", "build", "-o", extra+string(filepath.Separator),
+		"github.com/opjournal/opjournal/cmd/opjournal-demo",
+		"github.com/opjournal/opjournal/cmd/opjournal-soak",
+		"github.com/opjournal/opjournal/cmd/opjournal-soak-failover",
+		"github.com/opjournal/opjournal/cmd/opjournal-bench")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, b := range []struct {
+		name, dir string
+		// badValue is a typed flag with a value it refuses; flag names it.
+		badValue []string
+		flag     string
+		// env is a mirrored variable with a value its flag refuses ("": none mirrored).
+		env string
+	}{
+		{"opjournal", binDir, []string{"serve", "--rate-burst", "lots"}, "--rate-burst", ""},
+		{"opjournal-gateway", binDir, []string{"--rate-burst", "lots"}, "--rate-burst", "OPJOURNAL_RATE_BURST"},
+		{"opjournal-reconciler", binDir, []string{"--concurrency", "lots"}, "--concurrency", "OPJOURNAL_CONCURRENCY"},
+		{"opjournal-fakeprovider", binDir, []string{"-seed", "lots"}, "--seed", ""},
+		{"opjournal-demo", extra, []string{"--gateway=lots"}, "--gateway", ""},
+		{"opjournal-soak", extra, []string{"--agents", "lots"}, "--agents", ""},
+		{"opjournal-soak-failover", extra, []string{"--agents", "lots"}, "--agents", ""},
+		{"opjournal-bench", extra, []string{"--duration", "lots"}, "--duration", ""},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			run := func(env []string, args ...string) (int, string, string) {
+				t.Helper()
+				cmd := exec.Command(filepath.Join(b.dir, b.name), args...)
+				cmd.Env = childEnv(env)
+				cmd.Dir = t.TempDir()
+				var stdout, stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				err := cmd.Run()
+				var exit *exec.ExitError
+				if err != nil && !errors.As(err, &exit) {
+					t.Fatalf("%s %v: %v", b.name, args, err)
+				}
+				return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+			}
+			for _, help := range []string{"--help", "-h", "-help"} {
+				code, out, errOut := run(nil, help)
+				if code != 0 || !strings.Contains(out, "Usage:\n  "+b.name) || !strings.Contains(out, "Examples:\n  ") {
+					t.Errorf("%s: exit %d, want 0 and the usage with examples\nstdout:\n%s\nstderr:\n%s", help, code, out, errOut)
+				}
+			}
+			code, version, errOut := run(nil, "version")
+			if code != 0 || strings.TrimSpace(version) == "" {
+				t.Errorf("version: exit %d %q\n%s", code, version, errOut)
+			}
+			if code, out, _ := run(nil, "--version"); code != 0 || out != version {
+				t.Errorf("--version: exit %d %q, want %q", code, out, version)
+			}
+			if code, out, errOut := run(nil, "completion", "bash"); code != 0 || !strings.Contains(out, "__start_"+b.name) {
+				t.Errorf("completion bash: exit %d\n%.200s\n%s", code, out, errOut)
+			}
+			if code, _, errOut := run(nil, "--no-such-flag"); code != 2 || !strings.Contains(errOut, "unknown flag: --no-such-flag") {
+				t.Errorf("--no-such-flag: exit %d, want 2 naming the flag\n%s", code, errOut)
+			}
+			if code, _, errOut := run(nil, b.badValue...); code != 2 || !strings.Contains(errOut, b.flag) || !strings.Contains(errOut, "lots") {
+				t.Errorf("%v: exit %d, want 2 naming %s\n%s", b.badValue, code, b.flag, errOut)
+			}
+			if code, _, errOut := run(nil, "extra"); code != 2 || !strings.Contains(errOut, `"extra"`) && !strings.Contains(errOut, "[extra]") {
+				t.Errorf("a positional argument: exit %d, want 2\n%s", code, errOut)
+			}
+			if b.env != "" {
+				if code, _, errOut := run([]string{b.env + "=lots"}); code != 2 || !strings.Contains(errOut, b.env) {
+					t.Errorf("%s=lots: exit %d, want 2 naming the variable\n%s", b.env, code, errOut)
+				}
+			}
+		})
 	}
 }

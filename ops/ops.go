@@ -23,15 +23,16 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/cli"
 )
 
 // Usage describes the subcommands.
 const Usage = `Usage:
   opjournal ops list    [--all | --status S[,S]] [--due] [--action A] [--ref NAME=VALUE]...
-                        [--parent KEY] [--limit N] [--json]
+                        [--parent KEY] [--limit N] [-o json|table]
                         (default: the review queue, operations with needs_review;
                         --ref finds an order's operations: all given refs must match)
-  opjournal ops show    KEY [--json]
+  opjournal ops show    KEY [-o json|table]
   opjournal ops resolve KEY (--succeeded --external-id ID | --failed-final [--error-code C])
                         --reason WHY [--actor WHO]
                         (a non-terminal operation that is unknown or under review)
@@ -129,6 +130,21 @@ func subcommand(connect Connect, c *cobra.Command, run func(ctx context.Context,
 	return c
 }
 
+// jsonOutput adds -o/--output json|table, the convention of every
+// opjournal command that prints records, and --json, its older spelling
+// (the same as -o json), to c. It returns what tells, once the flags are
+// parsed, whether JSON was asked for; --json with -o table is refused.
+func jsonOutput(c *cobra.Command, what string) func() (bool, error) {
+	out := cli.AddOutputFlag(c, what)
+	asJSON := c.Flags().Bool("json", false, "the same as -o json")
+	return func() (bool, error) {
+		if *asJSON && c.Flags().Changed("output") && *out != cli.OutputJSON {
+			return false, usageErr("--json and -o %s disagree: give one of them", *out)
+		}
+		return *asJSON || *out == cli.OutputJSON, nil
+	}
+}
+
 // noArgs refuses positional arguments.
 func noArgs(_ *cobra.Command, args []string) error {
 	if len(args) > 0 {
@@ -171,7 +187,7 @@ given must match), --parent the side effects of an operation.`,
 		Example: `  opjournal ops list                          # the review queue
   opjournal ops list --status unknown --due   # what the reconciler will look at next
   opjournal ops list --ref order_id=817       # everything done for order 817
-  opjournal ops list --parent KEY --json      # the side effects of KEY, as JSON lines`,
+  opjournal ops list --parent KEY -o json     # the side effects of KEY, as JSON lines`,
 		Args:              noArgs,
 		ValidArgsFunction: noFiles,
 	}
@@ -184,11 +200,15 @@ given must match), --parent the side effects of an operation.`,
 	fs.Var(o.refs, "ref", "only operations with this business reference, NAME=VALUE (repeat: all must match)")
 	fs.StringVar(&o.parent, "parent", "", "only the children of this operation (side effects registered with its key as parent_key)")
 	fs.IntVar(&o.limit, "limit", 50, "at most this many")
-	fs.BoolVar(&o.asJSON, "json", false, "one JSON object per line")
+	wantJSON := jsonOutput(c, "a table, or one JSON object per operation, a line each")
 	_ = c.RegisterFlagCompletionFunc("status", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		return slices.Sorted(maps.Keys(statusNames)), cobra.ShellCompDirectiveNoFileComp
 	})
 	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, _ []string, w io.Writer) error {
+		var err error
+		if o.asJSON, err = wantJSON(); err != nil {
+			return err
+		}
 		return list(ctx, jc, o, w)
 	})
 }
@@ -265,13 +285,17 @@ func showCmd(connect Connect) *cobra.Command {
 		Use:   "show KEY [flags]",
 		Short: "show an operation's record and its whole history",
 		Example: `  opjournal ops show payment:order-817:intent-01
-  opjournal ops show payment:order-817:intent-01 --json   # the record, then one line per event`,
+  opjournal ops show payment:order-817:intent-01 -o json  # the record, then one line per event`,
 		Args:              oneKey,
 		ValidArgsFunction: noFiles,
 	}
-	asJSON := c.Flags().Bool("json", false, "the operation and its events as JSON")
+	wantJSON := jsonOutput(c, "the record and its history, or the operation and then each event as a JSON object, a line each")
 	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
-		return show(ctx, jc, args[0], *asJSON, w)
+		asJSON, err := wantJSON()
+		if err != nil {
+			return err
+		}
+		return show(ctx, jc, args[0], asJSON, w)
 	})
 }
 

@@ -3,7 +3,9 @@ package ops_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -97,6 +99,50 @@ func TestReviewQueueShowResolve(t *testing.T) {
 	}
 }
 
+// TestOutputFormats: -o json prints one JSON object per operation (show:
+// the operation, then one per event), as --json does; -o table the
+// columns.
+func TestOutputFormats(t *testing.T) {
+	t.Parallel()
+	j := testserver.Start(t, nil)
+	escalated(t, j.Client, "payment:order-1:intent-01")
+	escalated(t, j.Client, "payment:order-2:intent-01")
+	for _, args := range [][]string{{"list", "-o", "json"}, {"list", "--output=json"}, {"list", "--json"}, {"list", "--json", "-o", "json"}} {
+		out, err := run(t, j.Client, args...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 2 {
+			t.Fatalf("%v: want 2 lines:\n%s", args, out)
+		}
+		for i, line := range lines {
+			var op map[string]any
+			if err := json.Unmarshal([]byte(line), &op); err != nil || op["operation_key"] != fmt.Sprintf("payment:order-%d:intent-01", i+1) {
+				t.Fatalf("%v: line %d is not the operation: %v\n%s", args, i, err, line)
+			}
+		}
+	}
+	out, err := run(t, j.Client, "list", "-o", "table")
+	if err != nil || !strings.HasPrefix(out, "KEY") || !strings.Contains(out, "payment:order-2:intent-01") {
+		t.Fatalf("list -o table: %v\n%s", err, out)
+	}
+	out, err = run(t, j.Client, "show", "-o", "json", "payment:order-1:intent-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	// The record, then registered and claimed, outcome unknown, escalated.
+	if len(lines) != 4 || !strings.Contains(lines[0], `"operation_key":"payment:order-1:intent-01"`) {
+		t.Fatalf("show -o json:\n%s", out)
+	}
+	for _, line := range lines {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("show -o json: not JSON: %s", line)
+		}
+	}
+}
+
 func TestBadCommandLinesChangeNothing(t *testing.T) {
 	t.Parallel()
 	j := testserver.Start(t, nil)
@@ -110,6 +156,9 @@ func TestBadCommandLinesChangeNothing(t *testing.T) {
 		{"release", "k", "--actor", "a"},
 		{"list", "--status", "bogus"},
 		{"list", "--limit", "0"},
+		{"list", "-o", "yaml"},
+		{"list", "--json", "-o", "table"},
+		{"show", "k", "--output", "xml"},
 	} {
 		if _, err := run(t, j.Client, args...); !errors.Is(err, ops.ErrUsage) {
 			t.Errorf("%v: got %v, want a usage error", args, err)

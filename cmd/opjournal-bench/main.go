@@ -20,9 +20,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"github.com/opjournal/opjournal/hashkey"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -39,12 +38,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/opjournal/opjournal/bench"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/hashkey"
+	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/internal/procs"
 )
 
@@ -76,9 +78,37 @@ type config struct {
 func (c config) want(scenario string) bool { return len(c.only) == 0 || c.only[scenario] }
 
 func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := cli.Execute(ctx, newRoot(os.Stdout, os.Stderr), os.Args[1:])
+	stop()
+	exit(err)
+}
+
+// newRoot is the command line; the run is RunE.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	var c config
 	var levels string
-	fs := flag.NewFlagSet("opjournal-bench", flag.ExitOnError)
+	cmd := &cobra.Command{
+		Use:   "opjournal-bench [--duration 10s] [--warmup 2s] [--concurrency 1,8,32,64] [flags]",
+		Short: "measure opjournal against the floor (raw SQL) and its peers on one PostgreSQL",
+		Long: `Measure opjournal against the floor (the SPEC's three statements issued directly
+with pgx) and against two peers (DBOS Transact and River, run by the separate
+bench/peers module) in one run on one PostgreSQL, with the real server
+process. It creates a fresh schema per run (dropped at the end), starts
+"opjournal serve" on it, drives each scenario at each concurrency for a fixed
+duration after a warm-up, and writes a table to stdout, results/latest.json,
+results/summary.json, results/chart.svg and RESULTS.md, ending with the
+targets, one MET/MISS/SKIP line each.
+
+Exit status: 0, also on a MISS unless --require-targets (then 3); 1 when the
+run fails; 2 for bad flags.`,
+		Example: `  opjournal-bench --database-url postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+  opjournal-bench --warmup 200ms --duration 700ms --growth-rows 100000 --purge-rows 100000 \
+      --results-dir bench/results/quick --results-md ""
+  opjournal-bench --scenarios fused-grpc,gateway --concurrency 1,32
+  opjournal-bench --report-only     # redraw the report from the last results`,
+	}
+	fs := cmd.Flags()
 	fs.StringVar(&c.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL server (a fresh schema is created in it); opjournal_* parameters reach only the opjournal server")
 	fs.StringVar(&c.bin, "bin", "bin/opjournal", "the opjournal server binary")
 	fs.StringVar(&c.peersBin, "peers-bin", "bin/opjournal-bench-peers", "the peers binary built from bench/peers (\"\" skips the peers)")
@@ -99,33 +129,36 @@ func main() {
 	reportOnly := fs.Bool("report-only", false, "measure nothing: redraw the chart and RESULTS.md from --results-dir's latest.json and summary.json (after a change to the report)")
 	serverEnv := fs.String("server-env", "", "extra space-separated NAME=VALUE environment for the server (e.g. GOMAXPROCS=1)")
 	fs.BoolVar(&c.requireTargets, "require-targets", false, "exit with status 3, after writing the report, if any of issue 16's targets is a MISS (a SKIP does not fail)")
-	_ = fs.Parse(os.Args[1:])
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return start(cmd.Context(), c, levels, *only, *serverArgs, *serverEnv, *reportOnly)
+	}
+	return cli.NewRoot(cmd, "", stdout, stderr)
+}
+
+// start completes c from the flags' text and runs the bench (or, with
+// reportOnly, redraws the report).
+func start(ctx context.Context, c config, levels, only, serverArgs, serverEnv string, reportOnly bool) error {
 	c.only = map[string]bool{}
-	for _, s := range strings.Split(*only, ",") {
+	for _, s := range strings.Split(only, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			c.only[s] = true
 		}
 	}
-	c.serverArgs = strings.Fields(*serverArgs)
+	c.serverArgs = strings.Fields(serverArgs)
 	// Every server the bench starts shares one request-hash key (the
 	// payment action redacts fields), as a deployment's replicas do.
-	c.serverEnv = append([]string{hashkey.EnvFor(hashkey.Random("bench"))}, strings.Fields(*serverEnv)...)
+	c.serverEnv = append([]string{hashkey.EnvFor(hashkey.Random("bench"))}, strings.Fields(serverEnv)...)
 	for _, s := range strings.Split(levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "opjournal-bench: bad concurrency %q\n", s)
-			os.Exit(2)
+			return cli.Usage(fmt.Errorf("--concurrency: bad level %q", s))
 		}
 		c.levels = append(c.levels, n)
 	}
-	if *reportOnly {
-		exit(rereport(c))
-		return
+	if reportOnly {
+		return rereport(c)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, c)
-	stop()
-	exit(err)
+	return run(ctx, c)
 }
 
 // errTargetsMissed is run's error when --require-targets is set and
@@ -136,18 +169,15 @@ func (n errTargetsMissed) Error() string {
 	return fmt.Sprintf("%d of issue 16's targets missed (--require-targets)", int(n))
 }
 
-// exit ends the process for err: 0 for none, 3 for missed targets, 1 for
-// any other error.
+// exit ends the process for err: 0 for none, 3 for missed targets, 2 for
+// a usage error, 1 for any other error.
 func exit(err error) {
-	if err == nil {
-		return
-	}
-	fmt.Fprintln(os.Stderr, "opjournal-bench:", err)
 	var missed errTargetsMissed
 	if errors.As(err, &missed) {
+		fmt.Fprintln(os.Stderr, "opjournal-bench:", err)
 		os.Exit(3)
 	}
-	os.Exit(1)
+	cli.Exit("opjournal-bench", err)
 }
 
 // summary is what the run measured besides the rows: the server's

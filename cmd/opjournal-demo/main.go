@@ -8,8 +8,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -24,21 +25,49 @@ import (
 	"github.com/opjournal/opjournal/demo"
 	"github.com/opjournal/opjournal/fakeprovider"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/internal/procs"
 )
 
 func main() {
-	binDir := flag.String("bin-dir", "bin", "where opjournal, opjournal-fakeprovider and opjournal-reconciler are")
-	verbose := flag.Bool("v", false, "also print the processes' logs")
-	withGateway := flag.Bool("gateway", false, "run the gateway scenarios (make demo-gateway): the agent calls only opjournal-gateway's HTTP and MCP doors")
-	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *binDir, *verbose, *withGateway); err != nil {
+	err := cli.Execute(ctx, newRoot(os.Stdout, os.Stderr), os.Args[1:])
+	stop()
+	if err != nil && !cli.IsUsage(err) {
 		fmt.Fprintln(os.Stderr, "\nDEMO FAILED:", err)
 		os.Exit(1)
 	}
-	fmt.Println("\nDEMO PASSED: every step observed what the SPEC says; one effect per intent.")
+	cli.Exit("opjournal-demo", err)
+}
+
+// newRoot is the command line; the demo runs in RunE.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	var binDir string
+	var verbose, withGateway bool
+	c := &cobra.Command{
+		Use:   "opjournal-demo [--bin-dir bin] [--gateway] [-v]",
+		Short: "the article's reproducible check against the real processes",
+		Long: `Run the article's reproducible check against the real processes: start
+opjournal (on a fresh SQLite file), opjournal-fakeprovider and
+opjournal-reconciler on free ports, run the scenarios of package demo, print
+every step, and exit 1 if any observation differs from the SPEC (2 for bad
+flags). With --gateway the agent calls only opjournal-gateway's HTTP and MCP
+doors. "make demo" and "make demo-gateway" build the binaries and run it.`,
+		Example: `  opjournal-demo --bin-dir bin
+  opjournal-demo --gateway --bin-dir bin -v   # with the processes' logs`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := run(cmd.Context(), binDir, verbose, withGateway); err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, "\nDEMO PASSED: every step observed what the SPEC says; one effect per intent.")
+			return nil
+		},
+	}
+	fs := c.Flags()
+	fs.StringVar(&binDir, "bin-dir", "bin", "where opjournal, opjournal-fakeprovider and opjournal-reconciler are")
+	fs.BoolVarP(&verbose, "v", "v", false, "also print the processes' logs")
+	fs.BoolVar(&withGateway, "gateway", false, "run the gateway scenarios (make demo-gateway): the agent calls only opjournal-gateway's HTTP and MCP doors")
+	return cli.NewRoot(c, "", stdout, stderr)
 }
 
 func run(ctx context.Context, binDir string, verbose, withGateway bool) error {

@@ -18,7 +18,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,65 +29,79 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
 
 	"github.com/opjournal/opjournal/fakeprovider"
+	"github.com/opjournal/opjournal/internal/cli"
 )
 
 // shutdownTimeout bounds the wait for requests in flight after a signal.
 const shutdownTimeout = 10 * time.Second
 
 func main() {
-	err := run(context.Background(), os.Args[1:], os.Stderr)
-	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case errors.Is(err, errUsage):
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "opjournal-fakeprovider:", err)
-		os.Exit(1)
-	}
+	cli.Exit("opjournal-fakeprovider", cli.Execute(context.Background(), newRoot(os.Stdout, os.Stderr), os.Args[1:]))
 }
 
-// errUsage marks a command-line error, already reported.
-var errUsage = errors.New("usage")
+// options are the provider's flags (not read from the environment: a test
+// starts it with exactly the flags it means).
+type options struct {
+	addr     string
+	lag      time.Duration
+	seed     int64
+	logLevel string
+	withMCP  bool
+}
 
-func run(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("opjournal-fakeprovider", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("addr", "127.0.0.1:8099", "listen address (port 0 picks a free port; read it from the serving line)")
-	lag := fs.Duration("index-lag", 0, "how old a record must be before search finds it")
-	seed := fs.Int64("seed", 0, "seed of probability faults that give none")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	withMCP := fs.Bool("mcp", false, "also serve the MCP tools create_payment and send_email at /mcp (streamable HTTP)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+// newRoot is the command line; the provider serves in RunE.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	var o options
+	c := &cobra.Command{
+		Use:   "opjournal-fakeprovider [flags]",
+		Short: "the test provider: payments, emails and applications with fault injection",
+		Long: `Serve the test provider over HTTP: payments with Idempotency-Key, emails and job
+applications with a reference field, a lagging search, fault injection and
+effect counts under /_control/. With --mcp it also serves an MCP server
+(streamable HTTP) at /mcp whose tools create_payment and send_email call the
+same API, faults included: a real upstream for opjournal-gateway.
+
+Once listening it logs one JSON line on stderr, {"msg":"serving","addr":…},
+so a test can start it with --addr 127.0.0.1:0 and read the address. SIGTERM
+or SIGINT shut it down gracefully (held requests are released first); it then
+exits 0. Exit status 1 when it cannot listen, 2 for bad flags.`,
+		Example: `  opjournal-fakeprovider                                  # on 127.0.0.1:8099
+  opjournal-fakeprovider --addr 127.0.0.1:0 --index-lag 2s --mcp
+  curl -s localhost:8099/_control/effects`,
+		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), o, stderr) },
 	}
+	fs := c.Flags()
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8099", "listen address (port 0 picks a free port; read it from the serving line)")
+	fs.DurationVar(&o.lag, "index-lag", 0, "how old a record must be before search finds it")
+	fs.Int64Var(&o.seed, "seed", 0, "seed of probability faults that give none")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&o.withMCP, "mcp", false, "also serve the MCP tools create_payment and send_email at /mcp (streamable HTTP)")
+	return cli.NewRoot(c, "", stdout, stderr)
+}
+
+func run(ctx context.Context, o options, stderr io.Writer) error {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintln(stderr, "--log-level:", err)
-		return errUsage
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return cli.Usage(fmt.Errorf("--log-level: %w", err))
 	}
-	if fs.NArg() > 0 || *lag < 0 {
-		fmt.Fprintln(stderr, "unexpected arguments or a negative --index-lag")
-		return errUsage
+	if o.lag < 0 {
+		return cli.Usage(fmt.Errorf("--index-lag %s: must not be negative", o.lag))
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
 	}
-	p := fakeprovider.New(fakeprovider.Options{IndexLag: *lag, Seed: *seed, Logger: log})
+	p := fakeprovider.New(fakeprovider.Options{IndexLag: o.lag, Seed: o.seed, Logger: log})
 	var handler http.Handler = p
-	if *withMCP {
+	if o.withMCP {
 		mux := http.NewServeMux()
 		ms := fakeprovider.NewMCPServer("http://"+ln.Addr().String(), nil)
 		mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ms }, nil))
@@ -102,7 +115,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "index_lag", lag.String(), "seed", *seed, "mcp", *withMCP)
+	log.Info("serving", "addr", ln.Addr().String(), "index_lag", o.lag.String(), "seed", o.seed, "mcp", o.withMCP)
 
 	select {
 	case err := <-served:

@@ -22,7 +22,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -37,6 +36,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
 
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/gateway"
@@ -48,7 +48,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stderr)
+	err := cli.Execute(ctx, newRoot(os.Stdout, os.Stderr), os.Args[1:])
 	stop()
 	cli.Exit("opjournal-gateway", err)
 }
@@ -59,41 +59,81 @@ type list []string
 func (l *list) String() string     { return strings.Join(*l, ",") }
 func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 
-func run(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("opjournal-gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var jf cli.JournalFlags
-	jf.Register(fs)
-	policyPath := fs.String("policy", "", "policy YAML file with the gateway sections (default: the shipped policy)")
-	httpAddr := fs.String("http-addr", "", "serve the HTTP front door on this address (\"\": off)")
-	httpUpstream := fs.String("http-upstream", "", "where the HTTP requests of no protected route go, unchanged (\"\": 404)")
-	mcpAddr := fs.String("mcp-addr", "", "serve the MCP front door (streamable HTTP, at /mcp) on this address (\"\": off)")
-	mcpStdio := fs.Bool("mcp-stdio", false, "serve the MCP front door on stdin and stdout (one local agent); logs go to stderr")
-	var upstreams, upstreamHeaders, authServers list
-	fs.Var(&upstreams, "mcp-upstream", "an upstream MCP server: an http(s):// URL (streamable HTTP) or cmd:COMMAND ARGS (stdio); repeat for several")
-	anonymous := fs.Bool("anonymous", false, "treat every caller as one (\"anon\": one shared key space, the gateway's own token); for local development, loopback listeners only")
-	rateLimit := fs.Float64("rate-limit", 0, "each caller's requests a second at the gateway (0: no limit here; the journal limits each tenant)")
-	rateBurst := fs.Int("rate-burst", 0, "each caller's burst (default: the rate)")
-	fs.Var(&upstreamHeaders, "upstream-header", "a header set on every request to an HTTP upstream, 'Name: value' with ${VAR} expanded from the environment (the provider's credential: the caller's Authorization is never forwarded); repeat")
-	var allowedHosts list
-	fs.Var(&allowedHosts, "allowed-hosts", "with --anonymous: a host name (or name:port) requests may address besides localhost, 127.0.0.1 and [::1] (other Hosts are refused, against DNS rebinding); repeat")
-	mcpPublicURL := fs.String("mcp-public-url", "", "the MCP door's public URL, its OAuth resource identifier (default http://MCP-ADDR/mcp)")
-	fs.Var(&authServers, "authorization-server", "an OAuth issuer whose access tokens the journal accepts, advertised in the MCP door's protected-resource metadata; repeat")
-	stdioScope := fs.String("stdio-scope", "stdio", "the caller's scope over --mcp-stdio")
-	workerID := fs.String("worker-id", "", "this gateway's worker id in the journal (default: gateway-HOST-PID)")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	logFormat := fs.String("log-format", "json", "json or text")
-	pprofAddr := fs.String("pprof-addr", "", "serve Go's /debug/pprof on this loopback address (for profiling)")
-	if err := cli.Parse(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return cli.Usage(err)
+// Type names the value in --help.
+func (l *list) Type() string { return "value" }
+
+const rootLong = `Put the journal in front of agents that never call an SDK: an HTTP reverse
+proxy in front of a provider's API (--http-addr), and an MCP server in front
+of upstream MCP servers (--mcp-addr, or --mcp-stdio for one local agent). The
+policy's gateway sections say which routes and tools are protected. It talks
+to the journal over gRPC only.
+
+Every caller presents its own journal credential (Authorization: Bearer
+<token or access token>) and is scoped by its principal; --anonymous makes
+every caller one ("anon"), on loopback listeners only.
+
+Every flag can also be set by its environment variable (--http-addr is
+OPJOURNAL_HTTP_ADDR); a flag on the command line wins. Once listening it logs
+{"msg":"serving","http_addr":…,"mcp_addr":…}. Exit status: 0 after SIGTERM
+or SIGINT, 1 when a listener or an upstream fails, 2 for bad flags or a bad
+policy.`
+
+// newRoot is the command line; the gateway runs in RunE.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "opjournal-gateway (--http-addr ADDR | --mcp-addr ADDR | --mcp-stdio) [flags]",
+		Short: "the journal in front of agents: an HTTP reverse proxy and an MCP server",
+		Long:  rootLong,
+		Example: `  opjournal-gateway --journal-addr 127.0.0.1:9090 --policy policy.yaml \
+      --http-addr 127.0.0.1:8081 --upstream-header 'Authorization: Bearer ${PROVIDER_KEY}'
+  opjournal-gateway --mcp-addr 127.0.0.1:8082 --mcp-upstream http://127.0.0.1:8099/mcp
+  opjournal-gateway --mcp-stdio --mcp-upstream 'cmd:my-mcp-server --flag' --anonymous`,
 	}
-	if *httpAddr == "" && *mcpAddr == "" && !*mcpStdio {
+	var o serveOpts
+	fs := c.Flags()
+	o.jf.Register(fs)
+	fs.StringVar(&o.policyPath, "policy", "", "policy YAML file with the gateway sections (default: the shipped policy)")
+	fs.StringVar(&o.httpAddr, "http-addr", "", "serve the HTTP front door on this address (\"\": off)")
+	fs.StringVar(&o.httpUpstream, "http-upstream", "", "where the HTTP requests of no protected route go, unchanged (\"\": 404)")
+	fs.StringVar(&o.mcpAddr, "mcp-addr", "", "serve the MCP front door (streamable HTTP, at /mcp) on this address (\"\": off)")
+	fs.BoolVar(&o.mcpStdio, "mcp-stdio", false, "serve the MCP front door on stdin and stdout (one local agent); logs go to stderr")
+	fs.Var(&o.upstreams, "mcp-upstream", "an upstream MCP server: an http(s):// URL (streamable HTTP) or cmd:COMMAND ARGS (stdio); repeat for several")
+	fs.BoolVar(&o.anonymous, "anonymous", false, "treat every caller as one (\"anon\": one shared key space, the gateway's own token); for local development, loopback listeners only")
+	fs.Float64Var(&o.rateLimit, "rate-limit", 0, "each caller's requests a second at the gateway (0: no limit here; the journal limits each tenant)")
+	fs.IntVar(&o.rateBurst, "rate-burst", 0, "each caller's burst (default: the rate)")
+	fs.Var(&o.upstreamHeaders, "upstream-header", "a header set on every request to an HTTP upstream, 'Name: value' with ${VAR} expanded from the environment (the provider's credential: the caller's Authorization is never forwarded); repeat")
+	fs.Var(&o.allowedHosts, "allowed-hosts", "with --anonymous: a host name (or name:port) requests may address besides localhost, 127.0.0.1 and [::1] (other Hosts are refused, against DNS rebinding); repeat")
+	fs.StringVar(&o.mcpPublicURL, "mcp-public-url", "", "the MCP door's public URL, its OAuth resource identifier (default http://MCP-ADDR/mcp)")
+	fs.Var(&o.authServers, "authorization-server", "an OAuth issuer whose access tokens the journal accepts, advertised in the MCP door's protected-resource metadata; repeat")
+	fs.StringVar(&o.stdioScope, "stdio-scope", "stdio", "the caller's scope over --mcp-stdio")
+	fs.StringVar(&o.workerID, "worker-id", "", "this gateway's worker id in the journal (default: gateway-HOST-PID)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "json", "json or text")
+	fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof on this loopback address (for profiling)")
+	cli.MirrorEnv(fs)
+	c.RunE = func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), o, stderr) }
+	return cli.NewRoot(c, "", stdout, stderr)
+}
+
+// serveOpts are the gateway's flags.
+type serveOpts struct {
+	jf                                          cli.JournalFlags
+	policyPath, httpAddr, httpUpstream, mcpAddr string
+	mcpStdio, anonymous                         bool
+	upstreams, upstreamHeaders, allowedHosts    list
+	authServers                                 list
+	rateLimit                                   float64
+	rateBurst                                   int
+	mcpPublicURL, stdioScope, workerID          string
+	logLevel, logFormat, pprofAddr              string
+}
+
+// serve runs the gateway until ctx is done or a listener fails.
+func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
+	if o.httpAddr == "" && o.mcpAddr == "" && !o.mcpStdio {
 		return cli.Usage(errors.New("nothing to serve: give --http-addr, --mcp-addr or --mcp-stdio"))
 	}
-	if (*mcpAddr != "" || *mcpStdio) && len(upstreams) == 0 {
+	if (o.mcpAddr != "" || o.mcpStdio) && len(o.upstreams) == 0 {
 		return cli.Usage(errors.New("the MCP front door needs at least one --mcp-upstream"))
 	}
 	// As `opjournal serve`: the live heap is small (calls in flight), so
@@ -106,7 +146,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		debug.SetMemoryLimit(64 << 20)
 	}
-	log, err := cli.NewLogger(*logLevel, *logFormat, stderr)
+	log, err := cli.NewLogger(o.logLevel, o.logFormat, stderr)
 	if err != nil {
 		return cli.Usage(err)
 	}
@@ -117,39 +157,39 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer stopTracing()
 	pol := policy.Default()
-	if *policyPath != "" {
-		if pol, err = policy.Load(*policyPath); err != nil {
+	if o.policyPath != "" {
+		if pol, err = policy.Load(o.policyPath); err != nil {
 			return cli.Usage(err)
 		}
 	}
-	if *workerID == "" {
+	if o.workerID == "" {
 		host, _ := os.Hostname()
-		*workerID = fmt.Sprintf("gateway-%s-%d", host, os.Getpid())
+		o.workerID = fmt.Sprintf("gateway-%s-%d", host, os.Getpid())
 	}
 	// Each journal call carries its caller's credential (or, for anonymous
 	// and stdio callers, the gateway's own token), so the connection has none.
-	conn, ownToken, err := jf.DialWithoutToken()
+	conn, ownToken, err := o.jf.DialWithoutToken()
 	if err != nil {
 		return cli.Usage(err)
 	}
 	defer conn.Close()
-	upHeaders, err := parseUpstreamHeaders(upstreamHeaders)
+	upHeaders, err := parseUpstreamHeaders(o.upstreamHeaders)
 	if err != nil {
 		return cli.Usage(err)
 	}
 	identity := gateway.IdentityJournal
-	if *anonymous {
+	if o.anonymous {
 		identity = gateway.IdentityAnonymous
 	}
 	g, err := gateway.New(gateway.Config{
-		Journal: client.New(conn, client.WithWorkerID(*workerID)), Policy: pol, Logger: log,
-		DefaultUpstream: *httpUpstream, StdioScope: *stdioScope,
-		Identity: identity, OwnToken: ownToken, RateLimit: *rateLimit, RateBurst: *rateBurst, UpstreamHeaders: upHeaders,
+		Journal: client.New(conn, client.WithWorkerID(o.workerID)), Policy: pol, Logger: log,
+		DefaultUpstream: o.httpUpstream, StdioScope: o.stdioScope,
+		Identity: identity, OwnToken: ownToken, RateLimit: o.rateLimit, RateBurst: o.rateBurst, UpstreamHeaders: upHeaders,
 	})
 	if err != nil {
 		return cli.Usage(err)
 	}
-	if !*anonymous && (*httpAddr != "" || *mcpAddr != "") {
+	if !o.anonymous && (o.httpAddr != "" || o.mcpAddr != "") {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := g.CheckJournalAuthenticates(cctx)
 		cancel()
@@ -159,14 +199,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	errc := make(chan error, 4)
-	if *pprofAddr != "" {
-		ln, err := net.Listen("tcp", *pprofAddr)
+	if o.pprofAddr != "" {
+		ln, err := net.Listen("tcp", o.pprofAddr)
 		if err != nil {
 			return err
 		}
 		if !ln.Addr().(*net.TCPAddr).IP.IsLoopback() {
 			ln.Close()
-			return cli.Usage(fmt.Errorf("--pprof-addr %s: only a loopback address is accepted", *pprofAddr))
+			return cli.Usage(fmt.Errorf("--pprof-addr %s: only a loopback address is accepted", o.pprofAddr))
 		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -176,20 +216,20 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		defer psrv.Close()
 	}
 	var servers []*http.Server
-	serving := []any{"routes", g.Routes(), "tools", g.Tools(), "worker_id", *workerID}
-	if *httpAddr != "" {
-		ln, err := listen(*httpAddr, *anonymous, "--http-addr")
+	serving := []any{"routes", g.Routes(), "tools", g.Tools(), "worker_id", o.workerID}
+	if o.httpAddr != "" {
+		ln, err := listen(o.httpAddr, o.anonymous, "--http-addr")
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: hostChecked(g, *anonymous, allowedHosts), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: hostChecked(g, o.anonymous, o.allowedHosts), ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
 		go func() { errc <- serveHTTP(srv, ln) }()
 		serving = append(serving, "http_addr", ln.Addr().String())
 	}
 	var ms *mcp.Server
-	if *mcpAddr != "" || *mcpStdio {
-		sessions, err := connectUpstreams(ctx, upstreams)
+	if o.mcpAddr != "" || o.mcpStdio {
+		sessions, err := connectUpstreams(ctx, o.upstreams)
 		for _, s := range sessions {
 			defer s.Close()
 		}
@@ -200,22 +240,22 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return cli.Usage(err)
 		}
 	}
-	if *mcpAddr != "" {
-		ln, err := listen(*mcpAddr, *anonymous, "--mcp-addr")
+	if o.mcpAddr != "" {
+		ln, err := listen(o.mcpAddr, o.anonymous, "--mcp-addr")
 		if err != nil {
 			return err
 		}
-		resource := *mcpPublicURL
+		resource := o.mcpPublicURL
 		if resource == "" {
 			resource = "http://" + ln.Addr().String() + "/mcp"
 		}
-		h := g.MCPHandler(ms, gateway.MCPHTTPOptions{Resource: resource, AuthorizationServers: authServers})
-		srv := &http.Server{Handler: hostChecked(h, *anonymous, allowedHosts), ReadHeaderTimeout: 10 * time.Second}
+		h := g.MCPHandler(ms, gateway.MCPHTTPOptions{Resource: resource, AuthorizationServers: o.authServers})
+		srv := &http.Server{Handler: hostChecked(h, o.anonymous, o.allowedHosts), ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, srv)
 		go func() { errc <- serveHTTP(srv, ln) }()
 		serving = append(serving, "mcp_addr", ln.Addr().String())
 	}
-	if *mcpStdio {
+	if o.mcpStdio {
 		go func() { errc <- ms.Run(ctx, &mcp.StdioTransport{}) }()
 		serving = append(serving, "mcp_stdio", true)
 	}

@@ -18,8 +18,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
 
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/cli"
@@ -43,7 +44,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := cli.Execute(ctx, newRoot(os.Stdout, os.Stderr), os.Args[1:])
 	stop()
 	cli.Exit("opjournal-reconciler", err)
 }
@@ -58,11 +59,35 @@ type options struct {
 	once         bool
 	logLevel     string
 	logFormat    string
+	output       *cli.Output
 }
 
-func flags(stderr io.Writer, o *options) *flag.FlagSet {
-	fs := flag.NewFlagSet("opjournal-reconciler", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// newRoot is the command line: every flag but -o mirrored by its
+// OPJOURNAL_* variable.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	var o options
+	c := &cobra.Command{
+		Use:   "opjournal-reconciler [--once] [flags]",
+		Short: "settle operations whose outcome is unknown by asking each provider",
+		Long: `Settle the operations whose outcome is unknown: ask each provider (the policy's
+verifiers) what really happened and tell the journal, over gRPC only. Without
+--once it runs until SIGTERM or SIGINT, a pass every --poll-interval; with
+--once it runs one pass and prints its counts (-o json: as one JSON object).
+
+Every flag can also be set by its environment variable (--journal-addr is
+OPJOURNAL_JOURNAL_ADDR); a flag on the command line wins. The verifiers'
+secrets (${VAR} in the policy's verifier URLs and headers) are read from the
+environment when each request is made.
+
+Exit status: 0 after a clean stop or a completed --once pass (whose
+per-operation errors are in the printed counts), 1 if the journal could not
+be listed or a listener failed, 2 for bad flags or a bad policy.`,
+		Example: `  opjournal-reconciler --journal-addr 127.0.0.1:9090 --policy policy.yaml
+  OPJOURNAL_TOKEN=$(cat reconciler.token) opjournal-reconciler --journal-addr journal:9090 --metrics-addr :9102
+  opjournal-reconciler --once -o json     # one pass; its counts as JSON`,
+		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), &o, stdout, stderr) },
+	}
+	fs := c.Flags()
 	o.journal.Register(fs)
 	fs.StringVar(&o.policyPath, "policy", "", "policy YAML file, the same as the journal's (default: the shipped policy)")
 	fs.StringVar(&o.id, "id", "", "this reconciler's name in the journal's history (default reconciler-<hostname>-<pid>)")
@@ -72,18 +97,12 @@ func flags(stderr io.Writer, o *options) *flag.FlagSet {
 	fs.BoolVar(&o.once, "once", false, "run one pass, print the counts and exit")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "json", "json or text")
-	return fs
+	cli.MirrorEnv(fs)
+	o.output = cli.AddOutputFlag(c, "the counts of --once")
+	return cli.NewRoot(c, "", stdout, stderr)
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var o options
-	fs := flags(stderr, &o)
-	if err := cli.Parse(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return cli.Usage(err)
-	}
+func run(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	log, err := cli.NewLogger(o.logLevel, o.logFormat, stderr)
 	if err != nil {
 		return cli.Usage(err)
@@ -157,7 +176,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	if o.once {
 		stats, err := rec.RunOnce(ctx)
-		fmt.Fprintln(stdout, stats)
+		if *o.output == cli.OutputJSON {
+			if jerr := json.NewEncoder(stdout).Encode(stats); jerr != nil && err == nil {
+				err = jerr
+			}
+		} else {
+			fmt.Fprintln(stdout, stats)
+		}
 		return err
 	}
 	err = rec.Run(ctx)

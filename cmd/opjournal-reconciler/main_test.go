@@ -174,6 +174,31 @@ func TestOnce(t *testing.T) {
 	}
 }
 
+// TestOnceJSON: with -o json the counts of --once are one JSON object,
+// and the command line's flags win over their variables.
+func TestOnceJSON(t *testing.T) {
+	w := newWorld(t)
+	w.unknownPayment(t, "payment:order-818:intent-01", "pay_000002")
+	cmd := exec.Command(binary, "--once", "-o", "json", "--policy", w.policyPath, "--journal-addr", w.j.GRPCAddr)
+	// A flag on the command line wins over its variable.
+	cmd.Env = append(os.Environ(), "OPJOURNAL_JOURNAL_ADDR=127.0.0.1:1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("--once -o json: %v\n%s", err, stderr.String())
+	}
+	var got map[string]int
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout.String())
+	}
+	if got["checked"] != 1 || got["succeeded"] != 1 || len(got) != 8 {
+		t.Errorf("counts = %v", got)
+	}
+	if op := w.status(t, "payment:order-818:intent-01"); op.GetStatus() != opjournalv1.Status_STATUS_SUCCEEDED {
+		t.Errorf("operation = %v", op)
+	}
+}
+
 func TestRunUntilSIGTERM(t *testing.T) {
 	w := newWorld(t)
 	cmd := exec.Command(binary, "--journal-addr", w.j.GRPCAddr, "--policy", w.policyPath, "--id", "rec-daemon",
@@ -276,7 +301,7 @@ func TestBadInvocations(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"--no-such-flag"}, "", 2, "flag provided but not defined"},
+		{[]string{"--no-such-flag"}, "", 2, "unknown flag: --no-such-flag"},
 		{[]string{"--policy", bad}, "", 2, bad + ":6: actions.a.reconcile.verifier.http.url: must contain {operation_key}"},
 		{[]string{"--concurrency", "0"}, "", 2, "--concurrency must be positive"},
 		{[]string{"--log-format", "xml"}, "", 2, `--log-format: "xml" is not json or text`},

@@ -8,55 +8,98 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
+	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/soak/failover"
 )
 
 func main() {
-	cfg := failover.DefaultConfig(failover.Sync)
-	fs := flag.NewFlagSet("opjournal-soak-failover", flag.ContinueOnError)
-	mode := fs.String("mode", "both", "replication mode: sync, async or both")
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		os.Exit(2)
-	}
-	var modes []failover.Mode
-	switch *mode {
-	case "both":
-		modes = []failover.Mode{failover.Sync, failover.Async}
-	case "sync", "async":
-		modes = []failover.Mode{failover.Mode(*mode)}
-	default:
-		fmt.Fprintf(os.Stderr, "opjournal-soak-failover: --mode %q: want sync, async or both\n", *mode)
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	err := cli.Execute(ctx, newRoot(os.Stdout, os.Stderr), os.Args[1:])
+	stop()
+	var failed checksFailed
+	switch {
+	case err == nil:
+	case errors.As(err, &failed):
+		os.Exit(1)
+	case cli.IsUsage(err):
+		cli.Exit("opjournal-soak-failover", err)
+	default:
+		// As before: a run that could not be carried out is status 2,
+		// apart from the 1 of a failed check.
+		fmt.Fprintln(os.Stderr, "opjournal-soak-failover:", err)
+		os.Exit(2)
+	}
+}
+
+// checksFailed is a run whose summary has a FAIL.
+type checksFailed struct{}
+
+func (checksFailed) Error() string { return "a check failed" }
+
+// newRoot is the command line: --mode and failover.Config's flags.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	cfg := failover.DefaultConfig(failover.Sync)
+	var mode string
+	c := &cobra.Command{
+		Use:   "opjournal-soak-failover [--mode sync|async|both] [flags]",
+		Short: "the failover harness: PostgreSQL primary killed and standby promoted under load",
+		Long: `Run the failover harness (package soak/failover) in one or both replication
+modes, print its progress and a report per mode, then a summary line per mode.
+Exit status: 0 when every check passed, 1 when a check failed, 2 for bad flags
+or when the run could not be carried out.`,
+		Example: `  opjournal-soak-failover --mode both --duration 75s --failovers 2 --bin-dir bin
+  opjournal-soak-failover --mode async --keep --work-dir /tmp/failover`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var modes []failover.Mode
+			switch mode {
+			case "both":
+				modes = []failover.Mode{failover.Sync, failover.Async}
+			case "sync", "async":
+				modes = []failover.Mode{failover.Mode(mode)}
+			default:
+				return cli.Usage(fmt.Errorf("--mode %q: want sync, async or both", mode))
+			}
+			return run(cmd.Context(), cfg, modes, stdout)
+		},
+	}
+	c.Flags().StringVar(&mode, "mode", "both", "replication mode: sync, async or both")
+	fs := flag.NewFlagSet("opjournal-soak-failover", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	c.Flags().AddGoFlagSet(fs)
+	return cli.NewRoot(c, "", stdout, stderr)
+}
+
+// run runs each mode, then prints the summary; a FAIL is checksFailed.
+func run(ctx context.Context, cfg failover.Config, modes []failover.Mode, stdout io.Writer) error {
 	var sums []failover.Summary
 	for _, m := range modes {
 		c := cfg
 		c.Mode = m
-		sum, err := failover.Run(ctx, c, os.Stdout)
+		sum, err := failover.Run(ctx, c, stdout)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "opjournal-soak-failover: %s: %v\n", m, err)
-			os.Exit(2)
+			return fmt.Errorf("%s: %w", m, err)
 		}
 		sums = append(sums, sum)
 	}
-	code := 0
-	fmt.Println("\n=== summary ===")
+	var err error
+	fmt.Fprintln(stdout, "\n=== summary ===")
 	for _, s := range sums {
 		verdict := "PASS"
 		if !s.Passed() {
-			verdict, code = "FAIL", 1
+			verdict, err = "FAIL", checksFailed{}
 		}
-		fmt.Printf("%-5s failovers %d  intents %d  acknowledged %d  found %d  missing %d  regressed %d  lost-after-failover %d  duplicates %d  %s\n",
+		fmt.Fprintf(stdout, "%-5s failovers %d  intents %d  acknowledged %d  found %d  missing %d  regressed %d  lost-after-failover %d  duplicates %d  %s\n",
 			s.Mode, len(s.Failovers), s.Intents, s.Acknowledged, s.Found, s.Missing, s.Regressed, len(s.Lost), s.Duplicates, verdict)
 	}
-	os.Exit(code)
+	return err
 }

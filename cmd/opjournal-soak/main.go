@@ -29,44 +29,66 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
+	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/soak"
 )
 
 func main() {
-	cfg := soak.DefaultConfig()
-	fs := flag.NewFlagSet("opjournal-soak", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "opjournal-soak: unexpected arguments %v\n", fs.Args())
-		os.Exit(2)
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "opjournal-soak:", err)
-		os.Exit(2)
-	}
 	// SIGINT or SIGTERM aborts the run: the child processes are stopped
 	// and the schema dropped (unless --keep), without a verdict.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	sum, err := soak.Run(ctx, cfg, os.Stdout)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "opjournal-soak:", err)
-		stop()
-		os.Exit(1)
+	err := cli.Execute(ctx, newRoot(os.Stdout, os.Stderr), os.Args[1:])
+	stop()
+	if errors.Is(err, errFailed) {
+		os.Exit(1) // the summary said FAIL
 	}
-	if !sum.Passed() {
-		stop()
-		os.Exit(1)
+	cli.Exit("opjournal-soak", err)
+}
+
+// errFailed is a run that violated an invariant; its summary says so.
+var errFailed = errors.New("FAIL")
+
+// newRoot is the command line: soak.Config's flags; the run is RunE.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	cfg := soak.DefaultConfig()
+	c := &cobra.Command{
+		Use:   "opjournal-soak [--duration 2m] [--agents 16] [--seed N] [--bin-dir bin] [flags]",
+		Short: "the soak and fault harness against the real processes",
+		Long: `Run the real journal replicas, reconcilers and test provider on a fresh
+PostgreSQL schema, drive many simulated agents through them while injecting
+provider faults, killing processes and dropping the database pool, and then
+check that nothing was lost and nothing duplicated (package soak).
+
+Flags the run's policy could not survive (an --in-flight-window shorter than
+the slowest hold plus --index-lag) are refused with exit status 2.
+Exit status: 0 on PASS, 1 on FAIL (an invariant was violated) or when the
+run could not be carried out, 2 for bad flags.`,
+		Example: `  opjournal-soak --bin-dir bin --duration 2m --agents 16
+  opjournal-soak --shipped-policy --duration 5m --agents 64 --seed 42
+  make soak DURATION=10m AGENTS=64 SEED=42 SOAK_FLAGS="--keep --log-dir soak-logs"`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Validate(); err != nil {
+				return cli.Usage(err)
+			}
+			sum, err := soak.Run(cmd.Context(), cfg, stdout)
+			if err != nil {
+				return err
+			}
+			if !sum.Passed() {
+				return errFailed
+			}
+			return nil
+		},
 	}
+	fs := flag.NewFlagSet("opjournal-soak", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	c.Flags().AddGoFlagSet(fs)
+	return cli.NewRoot(c, "", stdout, stderr)
 }

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc/status"
 
 	"github.com/opjournal/opjournal/auth"
@@ -17,18 +17,17 @@ import (
 	"github.com/opjournal/opjournal/ops"
 )
 
-// run executes the command line args (without the program name). Flags
-// may come anywhere after the command they belong to, and -name is read
-// as --name, as Go's flag package did.
+// run executes the command line args (without the program name) with
+// the shared convention (cli.Execute): flags anywhere after their command,
+// -name read as --name, usage errors apart (exit status 2).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	root := newRoot(stdout, stderr)
-	root.SetArgs(cli.LongFlags(root, args))
-	cmd, err := root.ExecuteContextC(ctx)
+	cmd, err := cli.ExecuteC(ctx, newRoot(stdout, stderr), args)
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, ops.ErrUsage) {
 		fmt.Fprint(stderr, cmd.UsageString())
+		return cli.Usage(err)
 	}
 	if st, ok := status.FromError(err); ok && cmd.Parent() != nil && cmd.Parent().Name() == "ops" {
 		return fmt.Errorf("ops %s: %s: %s", cmd.Name(), st.Code(), st.Message())
@@ -49,54 +48,32 @@ $(go env GOPATH)/bin, or $GOBIN: put it on your PATH). Shell completion:
 // newRoot builds the command tree.
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
-		Use:     "opjournal",
-		Short:   "the operation journal for AI agents' irreversible actions",
-		Long:    rootLong,
-		Version: version(),
+		Use:   "opjournal",
+		Short: "the operation journal for AI agents' irreversible actions",
+		Long:  rootLong,
 		Example: `  opjournal serve --database-url sqlite://opjournal.db
   opjournal ops list --journal-addr 127.0.0.1:9090 --status unknown
   opjournal token --name alice --tenant team-a --roles operator --append tokens.yaml
   source <(opjournal completion bash)`,
-		SilenceErrors: true,
-		SilenceUsage:  true,
+		Args: cli.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprint(stderr, cmd.UsageString())
-			return errors.New("missing command")
+			return cli.Usage(errors.New("missing command"))
 		},
 	}
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(serveCommand(stderr), migrateCommand(stderr), opsCommand(), tokenCommand(stdout, stderr),
-		purgeCommand(stdout, stderr), hashkeyCommand(stdout), versionCommand(stdout))
-	return root
+		purgeCommand(stdout, stderr), hashkeyCommand(stdout))
+	return cli.NewRoot(root, cli.Version(buildVersion), stdout, stderr)
 }
 
-// noArgs refuses positional arguments, as cli.Parse does.
-func noArgs(_ *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return fmt.Errorf("unexpected arguments: %v", args)
-	}
-	return nil
-}
-
-// withFlags adds the Go flags of fs to c, after setting them from their
-// OPJOURNAL_* variables (when env is true); a variable the flag refuses is
-// the command's error.
-func withFlags(c *cobra.Command, fs *flag.FlagSet, env bool) *cobra.Command {
-	var envErr error
+// withFlags adds the flags of fs to c, mirrored by their OPJOURNAL_*
+// variables when env is true, and makes c refuse positional arguments.
+func withFlags(c *cobra.Command, fs *pflag.FlagSet, env bool) *cobra.Command {
 	if env {
-		envErr = cli.ApplyEnv(fs)
+		cli.MirrorEnv(fs)
 	}
-	c.Flags().AddGoFlagSet(fs)
-	run := c.RunE
-	c.RunE = func(cmd *cobra.Command, args []string) error {
-		if envErr != nil {
-			return envErr
-		}
-		return run(cmd, args)
-	}
-	c.Args = noArgs
+	c.Flags().AddFlagSet(fs)
+	c.Args = cli.NoArgs
 	return c
 }
 
@@ -143,6 +120,7 @@ type purgeFlags struct {
 	dryRun      bool
 	action      string
 	lockTimeout time.Duration
+	output      *cli.Output
 }
 
 func purgeCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -161,14 +139,17 @@ and print what was removed per action. An operation that is not terminal is
 never purged. It takes the same --policy as the server, and waits up to
 --lock-timeout for a server that is purging the same database.`,
 		Example: `  opjournal purge --dry-run --database-url postgres://…    # what would go; deletes nothing
-  opjournal purge --action create_payment --database-url postgres://…`,
+  opjournal purge --action create_payment --database-url postgres://…
+  opjournal purge --dry-run -o json --database-url sqlite://opjournal.db   # one JSON object per action`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return purgeCmd(cmd.Context(), &o, &p, stdout, stderr) },
 	}
-	return withFlags(c, fs, true)
+	withFlags(c, fs, true)
+	p.output = cli.AddOutputFlag(c, "one line per action and the total, or one JSON object per action")
+	return c
 }
 
 func hashkeyCommand(stdout io.Writer) *cobra.Command {
-	fs := flag.NewFlagSet("hashkey", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("hashkey", pflag.ContinueOnError)
 	id := fs.String("id", "", "the new key's id (default k<unix time>)")
 	rotate := fs.String("rotate", "", "put the new key first in this key file (created 0600 if missing), keeping the others")
 	c := &cobra.Command{
@@ -198,7 +179,7 @@ Roles: agent (Register, Claim, Mark*, Lookup), reconciler, operator, admin
 changed file.`
 
 func tokenCommand(stdout, stderr io.Writer) *cobra.Command {
-	fs := flag.NewFlagSet("token", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("token", pflag.ContinueOnError)
 	name := fs.String("name", "", "the token's name, shown in logs and history (required)")
 	tenant := fs.String("tenant", "", "the tenant whose operations it may reach")
 	roles := fs.String("roles", "agent", "comma-separated: agent, reconciler, operator, admin, metrics")
@@ -224,27 +205,11 @@ func tokenCommand(stdout, stderr io.Writer) *cobra.Command {
 	return c
 }
 
-func versionCommand(stdout io.Writer) *cobra.Command {
-	return &cobra.Command{
-		Use:     "version",
-		Short:   "print the version",
-		Example: "  opjournal version\n  opjournal --version",
-		Args:    noArgs,
-		RunE: func(*cobra.Command, []string) error {
-			_, err := fmt.Fprintln(stdout, version())
-			return err
-		},
-	}
-}
-
 // opsCommand is package ops' command tree with the journal flags
 // (--journal-addr, --token-file, --tls-ca, --timeout) on every subcommand.
 func opsCommand() *cobra.Command {
 	var jf cli.JournalFlags
-	fs := flag.NewFlagSet("ops", flag.ContinueOnError)
-	jf.Register(fs)
-	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
-	envErr := cli.ApplyEnv(fs)
+	var timeout time.Duration
 	cancel := context.CancelFunc(func() {})
 	c := ops.NewCommand(func(context.Context) (pb.JournalServiceClient, func(), error) {
 		conn, cc, err := jf.Dial()
@@ -253,12 +218,12 @@ func opsCommand() *cobra.Command {
 		}
 		return pb.NewJournalServiceClient(cc), func() { conn.Close(); cancel() }, nil
 	})
-	c.PersistentFlags().AddGoFlagSet(fs)
+	fs := c.PersistentFlags()
+	jf.Register(fs)
+	fs.DurationVar(&timeout, "timeout", 10*time.Second, "give up after this long")
+	cli.MirrorEnv(fs)
 	c.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
-		if envErr != nil {
-			return envErr
-		}
-		ctx, stop := context.WithTimeout(cmd.Context(), *timeout)
+		ctx, stop := context.WithTimeout(cmd.Context(), timeout)
 		cancel = stop
 		cmd.SetContext(ctx)
 		return nil

@@ -22,7 +22,6 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,6 +35,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/hashkey"
@@ -51,10 +52,7 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "opjournal:", err)
-		os.Exit(2)
-	}
+	cli.Exit("opjournal", run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // serve's garbage-collector settings unless GOGC or GOMEMLIMIT is set.
@@ -142,8 +140,8 @@ func validHost(s string) bool {
 	return true
 }
 
-func flags(name string, stderr io.Writer, o *options, serveFlags bool) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+func flags(name string, stderr io.Writer, o *options, serveFlags bool) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.databaseURL, "database-url", "sqlite://opjournal.db", "postgres://… for PostgreSQL, or sqlite://PATH for the embedded store")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -285,7 +283,7 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 		}
 		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(), "metrics_addr", metricsAddr, "console", consoleURL,
 			"store", storeKind(o.databaseURL), "actions", pol.Names(), "auth", cfg.Auth != nil,
-			"tls", cfg.TLS != nil, "rate_limit", o.rateLimit, "version", version())
+			"tls", cfg.TLS != nil, "rate_limit", o.rateLimit, "version", cli.Version(buildVersion))
 		flushLog() // others wait for this line
 	})
 }
@@ -481,7 +479,13 @@ func purgeCmd(ctx context.Context, o *options, p *purgeFlags, stdout, stderr io.
 		if errors.Is(err, journal.ErrPurgeBusy) {
 			return fmt.Errorf("purge: %w (waited %s; try again, or give a longer --lock-timeout)", err, *lockTimeout)
 		}
-		cli.PrintPurge(stdout, reports, *dryRun, time.Since(start))
+		if *p.output == cli.OutputJSON {
+			if jerr := cli.PrintPurgeJSON(stdout, reports, *dryRun); jerr != nil && err == nil {
+				err = jerr
+			}
+		} else {
+			cli.PrintPurge(stdout, reports, *dryRun, time.Since(start))
+		}
 		if err != nil {
 			return fmt.Errorf("purge: %w", err)
 		}
@@ -538,37 +542,6 @@ func storeKind(url string) string {
 }
 
 // buildVersion is set by a release build (go build -ldflags "-X
-// main.buildVersion=v1.2.3"); otherwise the module version and the VCS
-// stamp Go records (unless built with -buildvcs=false) are shown.
+// main.buildVersion=v1.2.3"); otherwise cli.Version shows the module
+// version and the VCS stamp Go records.
 var buildVersion = ""
-
-func version() string {
-	if buildVersion != "" {
-		return buildVersion
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(devel)"
-	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	var rev, at, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			at = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = ", modified"
-			}
-		}
-	}
-	if rev != "" && v == "(devel)" {
-		v += fmt.Sprintf(" (commit %.12s, %s%s)", rev, at, dirty)
-	}
-	return v
-}

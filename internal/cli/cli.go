@@ -1,6 +1,8 @@
 // Package cli holds what opjournal's commands share on the command line:
-// flags that fall back to OPJOURNAL_* environment variables, and the
-// structured logger they all use.
+// the root command every binary is built on (NewRoot, Execute, Exit: one
+// convention for help, version, completion, exit statuses and -o), flags
+// that fall back to OPJOURNAL_* environment variables (MirrorEnv), the
+// journal's connection flags, and the structured logger they all use.
 package cli
 
 import (
@@ -9,7 +11,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,41 +31,6 @@ import (
 // OPJOURNAL_DATABASE_URL.
 func EnvName(flagName string) string {
 	return "OPJOURNAL_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// ApplyEnv sets every flag of fs whose OPJOURNAL_* variable is set, as its
-// new default (so a flag on the command line still wins). It returns an
-// error naming each variable whose value the flag refuses.
-func ApplyEnv(fs *flag.FlagSet) error {
-	var bad []string
-	fs.VisitAll(func(f *flag.Flag) {
-		env := EnvName(f.Name)
-		if v, ok := os.LookupEnv(env); ok {
-			if err := f.Value.Set(v); err != nil {
-				bad = append(bad, fmt.Sprintf("%s=%q: %v", env, v, err))
-			}
-			f.DefValue = v
-		}
-	})
-	if len(bad) > 0 {
-		return errors.New(strings.Join(bad, "; "))
-	}
-	return nil
-}
-
-// Parse applies the environment (ApplyEnv), then args, and refuses
-// positional arguments.
-func Parse(fs *flag.FlagSet, args []string) error {
-	if err := ApplyEnv(fs); err != nil {
-		return err
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	return nil
 }
 
 // NewLogger returns a slog logger writing to w at level ("debug", "info",
@@ -182,7 +149,7 @@ type JournalFlags struct {
 }
 
 // Register adds --journal-addr, --token-file and --tls-ca to fs.
-func (j *JournalFlags) Register(fs *flag.FlagSet) {
+func (j *JournalFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&j.Addr, "journal-addr", "127.0.0.1:9090", "the journal's gRPC address")
 	fs.StringVar(&j.TokenFile, "token-file", "", "file holding the bearer token (or set OPJOURNAL_TOKEN; never pass a token as a flag)")
 	fs.StringVar(&j.TLSCA, "tls-ca", "", "PEM CA (or the server's certificate) to verify a TLS journal; empty: plain gRPC")
@@ -239,28 +206,44 @@ func (j *JournalFlags) DialWithoutToken() (*grpc.ClientConn, string, error) {
 	return conn, token, nil
 }
 
-// usageError is a problem with a command's flags or configuration.
-type usageError struct{ error }
+// usageError is a problem with a command's flags, arguments or
+// configuration; hint, when set, says where to read the usage.
+type usageError struct {
+	error
+	hint string
+}
 
 func (e usageError) Unwrap() error { return e.error }
 
 // Usage marks err as a usage error: Exit ends the command with status 2.
-func Usage(err error) error { return usageError{err} }
+func Usage(err error) error { return usageError{error: err} }
 
-// Exit ends a command's main with err: status 0 for none or for --help,
-// 2 for a usage error (Usage), 1 for anything else, which is printed
-// after the command's name.
-func Exit(name string, err error) {
+// IsUsage reports whether err is a usage error (exit status 2).
+func IsUsage(err error) bool {
 	var ue usageError
-	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case errors.As(err, &ue):
-		fmt.Fprintln(os.Stderr, name+":", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, name+":", err)
-		os.Exit(1)
+	return errors.As(err, &ue)
+}
+
+// Exit ends a command's main with err (from Execute): status 0 for none,
+// 2 for a usage error (Usage), 1 for anything else. The error is printed
+// on stderr after the command's name, and a usage error with a pointer to
+// --help.
+func Exit(name string, err error) {
+	os.Exit(report(os.Stderr, name, err))
+}
+
+// report writes err to w as Exit does and returns the exit status.
+func report(w io.Writer, name string, err error) int {
+	if err == nil {
+		return 0
 	}
+	fmt.Fprintln(w, name+":", err)
+	var ue usageError
+	if !errors.As(err, &ue) {
+		return 1
+	}
+	if ue.hint != "" {
+		fmt.Fprintln(w, ue.hint)
+	}
+	return 2
 }

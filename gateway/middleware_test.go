@@ -98,7 +98,9 @@ func TestMCPMiddlewareProtectsAnInProcessServer(t *testing.T) {
 	if n := e.allEffects(); n != 1 {
 		t.Fatalf("%d payments after the retry, want 1", n)
 	}
-	e.reconcile(func() bool { return !callWith(map[string]any{"order_id": "mw-1", "amount_minor": 700, "currency": "EUR"}).IsError })
+	e.reconcile(func() bool {
+		return !callWith(map[string]any{"order_id": "mw-1", "amount_minor": 700, "currency": "EUR"}).IsError
+	})
 	settled := callWith(map[string]any{"order_id": "mw-1", "amount_minor": 700, "currency": "EUR"})
 	if settled.IsError || !strings.Contains(text(settled), "succeeded") {
 		t.Fatalf("settled: %q", text(settled))

@@ -331,3 +331,47 @@ func compact(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestQuickStartsHaveTheirOwnKeys: each quick start of the README (the
+// blocks after <!-- test: quickstart -->, which scripts/fresh-clone.sh
+// runs) uses an operation key of its own, never the curl walk-through's:
+// run after the walk-through, a quick start on its key would replay the
+// result typed in by hand instead of calling the provider.
+func TestQuickStartsHaveTheirOwnKeys(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	walk := curlWalkthrough(t, string(readme))
+	var walkKey string
+	if len(walk) > 0 {
+		var req struct {
+			Key string `json:"operation_key"`
+		}
+		if err := json.Unmarshal([]byte(walk[0].body), &req); err != nil || req.Key == "" {
+			t.Fatalf("the walk-through's first request names no operation_key: %v", err)
+		}
+		walkKey = req.Key
+	}
+	blocks := regexp.MustCompile("(?s)<!-- test: quickstart -->\n```(\\w+)\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) < 2 {
+		t.Fatalf("README.md has %d quick start blocks, want the Python and the TypeScript one", len(blocks))
+	}
+	keyRE := regexp.MustCompile(`"(payment:[^"]+)"`)
+	seen := map[string]string{}
+	for _, b := range blocks {
+		m := keyRE.FindAllStringSubmatch(b[2], -1)
+		if len(m) != 1 {
+			t.Errorf("the %s quick start has %d operation keys, want 1", b[1], len(m))
+			continue
+		}
+		key := m[0][1]
+		if key == walkKey {
+			t.Errorf("the %s quick start uses the curl walk-through's key %s", b[1], key)
+		}
+		if other, ok := seen[key]; ok {
+			t.Errorf("the %s and %s quick starts share the key %s", other, b[1], key)
+		}
+		seen[key] = b[1]
+	}
+}

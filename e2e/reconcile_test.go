@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -228,6 +229,50 @@ func TestMakeDemoPassesAsDocumented(t *testing.T) {
 			t.Errorf("the demo's output has no %q:\n%s", want, out)
 		}
 	}
+	// The README shows this output: each of its lines is a line of this
+	// run, in order ("…" stands for lines left out; the hash, the times
+	// waited and the state while waiting vary from run to run).
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "<!-- demo output: checked by TestMakeDemoPassesAsDocumented -->\n```\n"
+	i := strings.Index(string(readme), marker)
+	if i < 0 {
+		t.Fatalf("README.md has no %q block", marker)
+	}
+	block, _, _ := strings.Cut(string(readme)[i+len(marker):], "\n```")
+	got := strings.Split(text, "\n")
+	at := 0
+	for _, line := range strings.Split(block, "\n") {
+		if strings.TrimSpace(line) == "…" || strings.TrimSpace(line) == "" {
+			continue
+		}
+		re := demoLinePattern(line)
+		found := false
+		for ; at < len(got); at++ {
+			if re.MatchString(got[at]) {
+				found, at = true, at+1
+				break
+			}
+		}
+		if !found {
+			t.Errorf("README.md's demo output shows %q, which this run does not print (in that order):\n%s", line, out)
+			return
+		}
+	}
+}
+
+// demoLinePattern reads a line of the README's demo output as a pattern:
+// literal, except for what varies from run to run.
+func demoLinePattern(line string) *regexp.Regexp {
+	if strings.Contains(line, " waited: ") { // a progress line: its state is the moment's
+		return regexp.MustCompile(`^\s*… [0-9]+s waited: .+$`)
+	}
+	p := regexp.QuoteMeta(line)
+	p = regexp.MustCompile(`request_hash=[0-9a-f]+…`).ReplaceAllString(p, `request_hash=[0-9a-f]+…`)
+	p = regexp.MustCompile(`after [0-9]+(?:\\\.[0-9]+)?m?s$`).ReplaceAllString(p, `after [0-9.]+m?s`)
+	return regexp.MustCompile("^" + p + "$")
 }
 
 // TestEveryCommittingFaultIsReconciled: whatever way the answer is lost

@@ -105,12 +105,14 @@ func TestTestScriptInstallsBeforeItTests(t *testing.T) {
 	}
 	// `go run …pgping` answers (a reachable database); `go test` is recorded and fails,
 	// which stops the script before the other languages' clients.
+	write("npm", "exit 0\n")
 	goStub := write("go", `case "$1" in run) exit 0;; test) echo "go test $*" >>"`+record+`"; exit 7;; esac; exit 0`+"\n")
 	run := func(depsExit int, args ...string) (string, error) {
 		os.Remove(record)
 		deps := write("deps.sh", "echo deps >>\""+record+"\"\nexit "+strconv.Itoa(depsExit)+"\n")
 		cmd := exec.Command("bash", append([]string{"scripts/test.sh"}, args...)...)
-		cmd.Env = append(os.Environ(), "GO="+goStub, "DEPS="+deps, "TEST_DATABASE_URL=postgres://unused")
+		// npm: the script's own npm ci of e2e/stripe-node (when its node_modules is missing) does nothing here.
+		cmd.Env = append(os.Environ(), "GO="+goStub, "DEPS="+deps, "TEST_DATABASE_URL=postgres://unused", "PATH="+dir+":"+os.Getenv("PATH"))
 		out, err := cmd.CombinedOutput()
 		calls, _ := os.ReadFile(record)
 		if err != nil {

@@ -69,7 +69,7 @@ var defaultDelay = map[FaultKind]time.Duration{
 }
 
 // resourcePaths are the collection paths a fault may name.
-var resourcePaths = map[string]Kind{"/payments": KindPayment, "/emails": KindEmail, "/applications": KindApplication}
+var resourcePaths = map[string]Kind{"/payments": KindPayment, "/emails": KindEmail, "/applications": KindApplication, "/v1/charges": KindCharge}
 
 // Fault is one fault rule, as given to Provider.AddFault or
 // POST /_control/faults. As JSON:

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -172,9 +173,9 @@ func (p *Provider) commitLocked(kind Kind, fields map[string]any, idemKey, hash 
 		Fields:         fields,
 	}
 	switch {
-	case kind == KindPayment && idemKey != "":
+	case (kind == KindPayment || kind == KindCharge) && idemKey != "":
 		rec.EffectKey = idemKey
-	case kind != KindPayment && rec.Field("reference") != "":
+	case kind != KindPayment && kind != KindCharge && rec.Field("reference") != "":
 		rec.EffectKey = rec.Field("reference")
 	default:
 		rec.EffectKey = rec.ID
@@ -182,7 +183,7 @@ func (p *Provider) commitLocked(kind Kind, fields map[string]any, idemKey, hash 
 	p.all = append(p.all, rec)
 	p.byID[rec.ID] = rec
 	p.byEffect[rec.EffectKey] = append(p.byEffect[rec.EffectKey], rec)
-	if idemKey != "" {
+	if idemKey != "" && kind == KindPayment { // charges do not deduplicate
 		p.idem[idemKey] = &idemEntry{hash: hash, rec: rec}
 	}
 	return rec
@@ -195,7 +196,11 @@ func (p *Provider) handleCreate(kind Kind, path string) http.HandlerFunc {
 		created = http.StatusAccepted
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		raw, fields, ok := readObject(w, r)
+		read := readObject
+		if kind == KindCharge {
+			read = readForm
+		}
+		raw, fields, ok := read(w, r)
 		if !ok {
 			return
 		}
@@ -212,6 +217,16 @@ func (p *Provider) handleCreate(kind Kind, path string) http.HandlerFunc {
 			}
 		}
 		hash := bodyHash(raw, fields)
+		// recKey is the key the record is kept under: a payment's
+		// Idempotency-Key (which it deduplicates by), a charge's (which it
+		// only records).
+		recKey := idemKey
+		if kind == KindCharge {
+			if recKey = r.Header.Get("Idempotency-Key"); len(recKey) > maxIdempotencyKeyLen {
+				writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("Idempotency-Key: longer than %d bytes", maxIdempotencyKeyLen))
+				return
+			}
+		}
 
 		p.mu.Lock()
 		if idemKey != "" {
@@ -233,7 +248,7 @@ func (p *Provider) handleCreate(kind Kind, path string) http.HandlerFunc {
 		}
 		fault := p.pickFaultLocked(http.MethodPost, path)
 		if fault == nil {
-			rec := p.commitLocked(kind, fields, idemKey, hash)
+			rec := p.commitLocked(kind, fields, recKey, hash)
 			p.mu.Unlock()
 			p.logStored(rec)
 			writeJSON(w, created, rec)
@@ -263,13 +278,13 @@ func (p *Provider) handleCreate(kind Kind, path string) http.HandlerFunc {
 			if e := p.idem[idemKey]; idemKey != "" && e != nil && e.rec != nil {
 				rec = e.rec // only after a reset in between
 			} else {
-				rec = p.commitLocked(kind, fields, idemKey, hash)
+				rec = p.commitLocked(kind, fields, recKey, hash)
 			}
 			p.mu.Unlock()
 			p.logStored(rec)
 			writeJSON(w, created, rec)
 		default: // the kinds that commit first
-			rec := p.commitLocked(kind, fields, idemKey, hash)
+			rec := p.commitLocked(kind, fields, recKey, hash)
 			p.mu.Unlock()
 			p.logStored(rec)
 			switch fault.kind {
@@ -342,6 +357,7 @@ var searchFilters = map[Kind][]string{
 	KindPayment:     {"idempotency_key", "order_id"},
 	KindEmail:       {"reference", "to"},
 	KindApplication: {"reference", "job_id", "candidate"},
+	KindCharge:      {"idempotency_key"},
 }
 
 func matchFilters(rec *Record, filters map[string]string) bool {
@@ -432,6 +448,45 @@ func readObject(w http.ResponseWriter, r *http.Request) (raw []byte, fields map[
 	return raw, fields, true
 }
 
+// readForm reads a form body (a charge's), as readObject reads JSON:
+// each name once is a string, a repeated name a list in order, and an
+// amount a number, as the provider's answer shows it.
+func readForm(w http.ResponseWriter, r *http.Request) (raw []byte, fields map[string]any, ok bool) {
+	if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.TrimSpace(mt) != "application/x-www-form-urlencoded" {
+		writeError(w, http.StatusUnsupportedMediaType, "invalid_request", "the body must be application/x-www-form-urlencoded")
+		return nil, nil, false
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "request_too_large", fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
+		return nil, nil, false
+	}
+	vals, err := url.ParseQuery(string(raw))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "the form does not decode")
+		return nil, nil, false
+	}
+	fields = make(map[string]any, len(vals))
+	for name, vs := range vals {
+		if len(vs) == 1 {
+			fields[name] = vs[0]
+		} else {
+			list := make([]any, len(vs))
+			for i, v := range vs {
+				list[i] = v
+			}
+			fields[name] = list
+		}
+	}
+	if a, ok := fields["amount"].(string); ok {
+		fields["amount"] = json.Number(a)
+		if _, err := strconv.ParseInt(a, 10, 64); err != nil {
+			fields["amount"] = a // not a number: validate says so
+		}
+	}
+	return raw, fields, true
+}
+
 // bodyHash fingerprints a request body independent of key order and
 // whitespace (encoding/json writes map keys sorted).
 func bodyHash(raw []byte, fields map[string]any) string {
@@ -465,6 +520,12 @@ func validate(kind Kind, f map[string]any) (status int, code, msg string) {
 		}
 	case KindEmail:
 		required, optional = []string{"to"}, []string{"subject", "reference"}
+	case KindCharge:
+		n, ok := f["amount"].(json.Number)
+		if v, err := strconv.ParseInt(string(n), 10, 64); !ok || err != nil || v <= 0 || v > maxExactInt {
+			return bad("amount: required, a positive integer (the smallest currency unit)")
+		}
+		required = []string{"currency"}
 	case KindApplication:
 		required, optional = []string{"job_id", "candidate"}, []string{"reference"}
 	}

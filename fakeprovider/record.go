@@ -17,13 +17,19 @@ const (
 	KindPayment     Kind = "payment"     // POST /payments; deduplicates by Idempotency-Key
 	KindEmail       Kind = "email"       // POST /emails; no deduplication, keeps "reference"
 	KindApplication Kind = "application" // POST /applications; no deduplication, keeps "reference"
+	// KindCharge is a Stripe-style charge: POST /v1/charges takes a form
+	// body (application/x-www-form-urlencoded, as stripe-node sends it)
+	// and does NOT deduplicate; the effect is counted under the
+	// Idempotency-Key header it came with, so a test sees every charge a
+	// client's retries would make without a journal in front.
+	KindCharge Kind = "charge"
 )
 
 // idPrefix is the prefix of a record id of each kind: pay_000001.
-var idPrefix = map[Kind]string{KindPayment: "pay", KindEmail: "eml", KindApplication: "app"}
+var idPrefix = map[Kind]string{KindPayment: "pay", KindEmail: "eml", KindApplication: "app", KindCharge: "ch"}
 
 // status is the status every stored record of a kind has.
-var status = map[Kind]string{KindPayment: "succeeded", KindEmail: "sent", KindApplication: "submitted"}
+var status = map[Kind]string{KindPayment: "succeeded", KindEmail: "sent", KindApplication: "submitted", KindCharge: "succeeded"}
 
 // Record is one stored effect. Records never change once stored.
 //
@@ -40,8 +46,8 @@ type Record struct {
 	// Idempotency-Key, an email's or application's "reference"; the id
 	// when there is none.
 	EffectKey string
-	// IdempotencyKey is the Idempotency-Key header a payment was created
-	// with; empty for emails, applications and payments without one.
+	// IdempotencyKey is the Idempotency-Key header a payment or charge was
+	// created with; empty for emails, applications and those without one.
 	IdempotencyKey string
 	// Fields is the request body as received (numbers as json.Number).
 	// Treat it as read-only: it is shared with the provider's store.
@@ -66,7 +72,7 @@ func (r Record) MarshalJSON() ([]byte, error) {
 	m["created_at"] = r.CreatedAt.UTC().Format(time.RFC3339Nano)
 	m["effect_key"] = r.EffectKey
 	switch r.Kind {
-	case KindPayment:
+	case KindPayment, KindCharge:
 		if r.IdempotencyKey != "" {
 			m["idempotency_key"] = r.IdempotencyKey
 		} else {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -72,12 +73,16 @@ type Config struct {
 
 // Gateway serves the front doors. It is safe for concurrent use.
 type Gateway struct {
-	cfg      Config
-	log      *slog.Logger
-	ids      *identities
-	routes   map[string]*httpRoute // "POST /payments"
-	tools    map[string]*toolRoute // tool name
-	fallback *upstream
+	cfg    Config
+	log    *slog.Logger
+	ids    *identities
+	routes map[string]*httpRoute // "POST /payments"
+	// canonical maps each route's canonicalRoute to it: a request that
+	// folds onto one but is not it exactly is refused, never passed
+	// through.
+	canonical map[string]*httpRoute
+	tools     map[string]*toolRoute // tool name
+	fallback  *upstream
 	// background are the records still being written for calls already
 	// answered (execute); Wait waits for them. recording maps their keys
 	// to a channel closed when the record is written, so that a retry
@@ -167,9 +172,12 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	// The upstream requests' client spans and traceparent (trace.go).
+	// The upstream requests' client spans and traceparent (trace.go),
+	// never re-sent by the transport (noResend) and no redirect followed:
+	// a protected request reaches the provider once or not at all.
 	hc := *cfg.HTTPClient
-	hc.Transport = tracing.Transport(hc.Transport)
+	hc.Transport = tracing.Transport(noResend{hc.Transport})
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	cfg.HTTPClient = &hc
 	if cfg.StdioScope == "" {
 		cfg.StdioScope = "stdio"
@@ -177,7 +185,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.RateLimit < 0 || cfg.RateBurst < 0 {
 		return nil, errors.New("gateway: the rate limit and burst must not be negative")
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, routes: map[string]*httpRoute{}, tools: map[string]*toolRoute{}, ids: newIdentities(cfg)}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, routes: map[string]*httpRoute{}, canonical: map[string]*httpRoute{}, tools: map[string]*toolRoute{}, ids: newIdentities(cfg)}
 	for _, name := range cfg.Policy.Names() {
 		act, _ := cfg.Policy.Action(name)
 		if act.Gateway == nil {
@@ -188,7 +196,9 @@ func New(cfg Config) (*Gateway, error) {
 			if err != nil {
 				return nil, fmt.Errorf("gateway: actions.%s.gateway.http.upstream: %w", name, err)
 			}
-			g.routes[h.Method+" "+h.Path] = &httpRoute{action: name, cfg: h, up: up}
+			hr := &httpRoute{action: name, cfg: h, up: up, escaped: (&url.URL{Path: h.Path}).EscapedPath()}
+			g.routes[h.Method+" "+h.Path] = hr
+			g.canonical[canonicalRoute(h.Method, &url.URL{Path: h.Path})] = hr
 		}
 		if m := act.Gateway.MCP; m != nil {
 			g.tools[m.Tool] = &toolRoute{action: name, cfg: m}

@@ -26,9 +26,9 @@ import (
 
 	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/client"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/fakeprovider"
 	"github.com/opjournal/opjournal/gateway"
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/await"
 	"github.com/opjournal/opjournal/internal/testserver"
 	"github.com/opjournal/opjournal/policy"

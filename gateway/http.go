@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,11 +11,13 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
@@ -46,6 +49,9 @@ type httpRoute struct {
 	action string
 	cfg    *policy.GatewayHTTP
 	up     *upstream
+	// escaped is the route's path as a request spells it exactly
+	// (url.URL.EscapedPath).
+	escaped string
 }
 
 // storedAnswer is the journal's result (or refusal) of a protected
@@ -60,10 +66,15 @@ type storedAnswer struct {
 type storedResponse struct {
 	Status  int                 `json:"status"`
 	Headers map[string][]string `json:"headers,omitempty"`
-	// Body is a JSON answer; BodyText a text one; BodyOmitted the size of
-	// one larger than the route stores (or not text).
+	// The body, byte-exact: BodyText when it is UTF-8, BodyBase64
+	// otherwise. Body is a JSON answer kept as JSON, for an action with
+	// redact_fields only (so that the journal can redact its members; its
+	// replay is the canonical JSON, not the provider's bytes). BodyOmitted
+	// is the size of a body that was not stored (larger than the route
+	// stores, or one that may hold a redacted member but is not JSON).
 	Body        json.RawMessage `json:"body,omitempty"`
 	BodyText    *string         `json:"body_text,omitempty"`
+	BodyBase64  string          `json:"body_base64,omitempty"`
 	BodyOmitted int             `json:"body_omitted_bytes,omitempty"`
 }
 
@@ -78,6 +89,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
 	route := g.routes[r.Method+" "+r.URL.Path]
+	if route != nil && r.URL.EscapedPath() != route.escaped {
+		route = nil // the route's path spelled with other escapes (%2F for a slash, say)
+	}
+	if route == nil {
+		if near := g.canonical[canonicalRoute(r.Method, r.URL)]; near != nil {
+			// Another spelling of a protected route: an upstream router
+			// that folds case, slashes or encodings would run the action
+			// without the journal, so it is never passed through.
+			writeProblem(w, http.StatusBadRequest, probNonCanonicalPath, "Not the protected route's path",
+				fmt.Sprintf("this request may reach %s %s at the provider, which this gateway protects: send it as exactly %s %s", near.cfg.Method, near.cfg.Path, near.cfg.Method, near.cfg.Path), "", 0)
+			return
+		}
+	}
 	if tracing.Enabled() {
 		g.traceHTTP(w, r, route, func(w http.ResponseWriter, r *http.Request) { g.serve(w, r, route) })
 		return
@@ -121,16 +145,48 @@ func (g *Gateway) passThrough(w http.ResponseWriter, r *http.Request, up *upstre
 // serveProtected journals one request of a protected route.
 func (g *Gateway) serveProtected(w http.ResponseWriter, r *http.Request, route *httpRoute) {
 	cfg := route.cfg
+	if crossSite(r) {
+		writeProblem(w, http.StatusForbidden, probCrossSite, "Cross-site request refused",
+			"a browser sent this request from another site (Origin or Sec-Fetch-Site); a protected route takes no cross-site requests", "", 0)
+		return
+	}
+	kind := mediaKind(r.Header)
+	if kind == 0 {
+		writeProblem(w, http.StatusUnsupportedMediaType, probMediaType, "Unsupported Content-Type",
+			"a protected route takes Content-Type: application/json (or a +json type) or application/x-www-form-urlencoded", "", 0)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
 	if err != nil {
 		writeProblem(w, http.StatusRequestEntityTooLarge, probTooLarge, "Request too large", fmt.Sprintf("a protected request's body is at most %d bytes", maxRequestBytes), "", 0)
 		return
 	}
-	obj, ok := decodeObject(body)
-	if !ok {
-		writeProblem(w, http.StatusBadRequest, probBadBody, "Body is not a JSON object",
-			"a protected route takes a JSON object body: the journal binds its hash to the key", "", 0)
+	query, err := parsePairs(r.URL.RawQuery)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, probBadQuery, "Query does not decode", "the query string has an invalid percent-encoding", "", 0)
 		return
+	}
+	var obj map[string]any
+	switch kind {
+	case bodyJSON:
+		if err := checkJSON(body); errors.Is(err, errDuplicateMember) {
+			writeProblem(w, http.StatusBadRequest, probDuplicateMember, "Duplicate member in the body",
+				"the JSON body names a member twice: the journal and the provider could read different values, so it is refused; nothing was sent", "", 0)
+			return
+		}
+		var ok bool
+		if obj, ok = decodeObject(body); !ok {
+			writeProblem(w, http.StatusBadRequest, probBadBody, "Body is not a JSON object",
+				"a protected route takes a JSON object body: the journal binds its hash to the key", "", 0)
+			return
+		}
+	case bodyForm:
+		pairs, err := parsePairs(string(body))
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, probBadForm, "Form does not decode", "the form body has an invalid percent-encoding; nothing was sent", "", 0)
+			return
+		}
+		obj = pairsObject(pairs)
 	}
 	c := callerOf(r.Context())
 	scope := c.scope
@@ -156,7 +212,7 @@ func (g *Gateway) serveProtected(w http.ResponseWriter, r *http.Request, route *
 	if len(cfg.KeyFields) > 0 {
 		refs = refsOf(cfg.KeyFields, obj)
 	}
-	payload, err := pick(obj, cfg.PayloadFields)
+	payload, err := pickWithQuery(obj, cfg.PayloadFields, query)
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, probBadBody, "Body is not a JSON object", "the body does not encode", key, 0)
 		return
@@ -168,12 +224,12 @@ func (g *Gateway) serveProtected(w http.ResponseWriter, r *http.Request, route *
 	early := make(chan *upstreamAnswer, 1)
 	op := client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refs}
 	out, answered, err := execute(withCaller(r.Context(), c), g, op, early, func(ctx context.Context, a client.Attempt) (client.Effect, error) {
-		res, rbody, err := g.forward(ctx, r, route, body, obj, a.Key)
+		res, rbody, err := g.forward(ctx, r, route, kind, body, obj, a.Key)
 		if err != nil {
 			return client.Effect{}, client.ClassifyHTTP(nil, err)
 		}
 		fresh = &upstreamAnswer{status: res.StatusCode, header: res.Header, body: rbody}
-		stored := store(res, rbody, cfg)
+		stored := g.store(res, rbody, route, a.Key)
 		if cerr := client.ClassifyHTTP(res, nil); cerr != nil {
 			var rej *client.RejectedError
 			if errors.As(cerr, &rej) {
@@ -200,33 +256,48 @@ type upstreamAnswer struct {
 	body   []byte
 }
 
-// forward sends the request to the route's upstream, with the operation
-// key where the route says, and reads the answer.
-func (g *Gateway) forward(ctx context.Context, r *http.Request, route *httpRoute, body []byte, obj map[string]any, key string) (*http.Response, []byte, error) {
+// forward sends the request to the route's upstream, at the route's own
+// path, with the operation key where the route says, and reads the answer.
+//
+// The request is sent once or not at all: its body cannot be rewound
+// (GetBody is nil), so net/http's Transport never re-sends it by itself on
+// a reused connection that drops after the request was written (it would
+// for a POST carrying an Idempotency-Key or X-Idempotency-Key header); see
+// noResend for every other request, and the client follows no redirect.
+func (g *Gateway) forward(ctx context.Context, r *http.Request, route *httpRoute, kind bodyKind, body []byte, obj map[string]any, key string) (*http.Response, []byte, error) {
 	cfg := route.cfg
-	if cfg.ForwardKeyField != "" {
-		withKey := make(map[string]any, len(obj)+1)
-		for k, v := range obj {
-			withKey[k] = v
-		}
-		withKey[cfg.ForwardKeyField] = key
-		b, err := json.Marshal(withKey)
-		if err != nil {
-			return nil, nil, err
-		}
-		body = b
+	contentType := "application/json"
+	if kind == bodyForm {
+		contentType = "application/x-www-form-urlencoded"
 	}
-	req, err := http.NewRequestWithContext(ctx, r.Method, route.up.url(r.URL.Path, r.URL.RawQuery), bytes.NewReader(body))
+	if cfg.ForwardKeyField != "" {
+		if kind == bodyForm {
+			body = withFormField(body, cfg.ForwardKeyField, key)
+		} else {
+			withKey := make(map[string]any, len(obj)+1)
+			for k, v := range obj {
+				withKey[k] = v
+			}
+			withKey[cfg.ForwardKeyField] = key
+			b, err := json.Marshal(withKey)
+			if err != nil {
+				return nil, nil, err
+			}
+			body = b
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, cfg.Method, route.up.url(cfg.Path, r.URL.RawQuery), bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, err
 	}
+	req.GetBody = nil // never replayable: sent at most once
 	for name, vs := range r.Header {
-		if policy.HopByHop(name) || http.CanonicalHeaderKey(name) == cfg.KeyHeader {
+		if policy.HopByHop(name) || !forwardable(name, cfg) {
 			continue
 		}
 		req.Header[name] = vs
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	g.upstreamHeaders(req.Header)
 	if cfg.ForwardKeyHeader != "" {
 		req.Header.Set(cfg.ForwardKeyHeader, key)
@@ -246,9 +317,33 @@ func (g *Gateway) forward(ctx context.Context, r *http.Request, route *httpRoute
 	return res, rbody, nil
 }
 
+// forwardable reports whether a client's request header goes upstream.
+// Never the client's own key header, nor any idempotency key header
+// (net/http treats a request with one as safe to re-send, and the
+// provider must see the operation key, from forward_key_header, or
+// none); never Accept-Encoding (the Transport asks for and decodes gzip
+// itself, so the stored answer is the plain body); never the
+// Content-Type or the browser's Origin and Sec-Fetch headers.
+func forwardable(name string, cfg *policy.GatewayHTTP) bool {
+	switch c := http.CanonicalHeaderKey(name); {
+	case c == cfg.KeyHeader, c == "Idempotency-Key", c == "X-Idempotency-Key",
+		c == "Accept-Encoding", c == "Content-Type", c == "Content-Length", c == "Origin",
+		strings.HasPrefix(c, "Sec-Fetch-"):
+		return false
+	}
+	return true
+}
+
+// maxStoredBytes bounds the stored answer as the journal keeps it (its
+// result limit is 64 KiB of canonical JSON): a body whose encoding (JSON
+// string escapes, base64) would exceed it is omitted.
+const maxStoredBytes = 63 << 10
+
 // store keeps what the route replays of an answer: its status, the
-// headers the policy lists, and the body if it is small enough.
-func store(res *http.Response, body []byte, cfg *policy.GatewayHTTP) *storedResponse {
+// headers the policy lists, and the body's bytes if they are small
+// enough. A body it does not keep is logged (the replay says so too).
+func (g *Gateway) store(res *http.Response, body []byte, route *httpRoute, key string) *storedResponse {
+	cfg := route.cfg
 	s := &storedResponse{Status: res.StatusCode}
 	for _, h := range cfg.StoreHeaders {
 		if vs := res.Header.Values(h); len(vs) > 0 {
@@ -258,19 +353,59 @@ func store(res *http.Response, body []byte, cfg *policy.GatewayHTTP) *storedResp
 			s.Headers[h] = vs
 		}
 	}
+	omit := func(why string) {
+		s.Body, s.BodyText, s.BodyBase64 = nil, nil, ""
+		s.BodyOmitted = len(body)
+		g.log.Warn("the answer's body is not stored; a replay goes without it", "action", route.action, "key", key, "status", res.StatusCode, "bytes", len(body), "reason", why)
+	}
+	var redacts []string
+	if act, ok := g.cfg.Policy.Action(route.action); ok {
+		redacts = act.RedactFields
+	}
 	switch {
 	case len(body) == 0:
+		return s
 	case len(body) > cfg.MaxResponseBytes:
-		s.BodyOmitted = len(body)
-	case json.Valid(body):
-		s.Body = body
-	case utf8.Valid(body) && strings.HasPrefix(res.Header.Get("Content-Type"), "text/"):
-		t := string(body)
-		s.BodyText = &t
+		omit("larger than max_response_bytes")
+		return s
+	case len(redacts) > 0:
+		// The journal redacts members of JSON only: a body kept as bytes
+		// would carry the redacted values past it.
+		if c, err := canonjson.Canonicalize(body, canonjson.Options{}); err == nil {
+			s.Body = c
+		} else if !mayHoldName(body, redacts) {
+			s.storeBytes(body)
+		} else {
+			omit("the action redacts fields and the body is not canonical JSON")
+			return s
+		}
 	default:
-		s.BodyOmitted = len(body)
+		s.storeBytes(body)
+	}
+	if b, err := json.Marshal(storedAnswer{s}); err != nil || len(b) > maxStoredBytes {
+		omit("its encoding is larger than the journal stores")
 	}
 	return s
+}
+
+// storeBytes keeps body byte-exact: as text when it is UTF-8.
+func (s *storedResponse) storeBytes(body []byte) {
+	if utf8.Valid(body) {
+		t := string(body)
+		s.BodyText = &t
+		return
+	}
+	s.BodyBase64 = base64.StdEncoding.EncodeToString(body)
+}
+
+// mayHoldName reports whether any of names occurs in body at all.
+func mayHoldName(body []byte, names []string) bool {
+	for _, n := range names {
+		if bytes.Contains(bytes.ToLower(body), bytes.ToLower([]byte(n))) {
+			return true
+		}
+	}
+	return false
 }
 
 // externalID reads the provider's id of the effect at ptr ("" for none).
@@ -354,9 +489,15 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, route *httpRout
 		}
 		var sa storedAnswer
 		if out.Result != nil && json.Unmarshal(out.Result, &sa) == nil && sa.Response != nil && sa.Response.Status != 0 {
-			log.Info("replayed", "status", sa.Response.Status, "outcome", out.Kind.String())
-			writeStored(w, sa.Response)
-			return
+			if replayable(sa.Response, out.Kind) {
+				log.Info("replayed", "status", sa.Response.Status, "outcome", out.Kind.String())
+				writeStored(w, route.cfg, sa.Response)
+				return
+			}
+			// Not an answer the gateway would have stored (a redirect, a
+			// 1xx or 5xx, a status out of range): whoever recorded it,
+			// it is not replayed.
+			log.Warn("the stored answer is not replayed: its status is not one the gateway stores", "status", sa.Response.Status, "outcome", out.Kind.String())
 		}
 		if out.Kind == client.FailedFinal {
 			writeProblem(w, http.StatusUnprocessableEntity, probRejected, "Rejected earlier",
@@ -364,13 +505,25 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, route *httpRout
 			return
 		}
 		// Recorded without an answer to replay (settled by the
-		// reconciler or a person): the effect is confirmed.
+		// reconciler or a person): the effect is confirmed. The
+		// provider's resource, when the settlement holds it, is the
+		// answer; otherwise the client is told plainly that there is
+		// none, never given a made-up resource.
+		if res := settledResource(out.Result); res != nil {
+			log.Info("replayed the settled resource", "outcome", out.Kind.String())
+			writeReplayHeaders(w)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Opjournal-Replay-Source", "settlement")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(append(res, '\n'))
+			return
+		}
+		log.Warn("succeeded without a stored answer to replay", "outcome", out.Kind.String())
 		w.Header().Set("Idempotent-Replayed", "true")
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		b, _ := json.Marshal(map[string]any{"operation_key": key, "status": "succeeded", "external_id": out.ExternalID,
-			"detail": "the effect is confirmed (settled by the journal); the provider's original answer was not stored"})
-		_, _ = w.Write(b)
+		writeJSONProblem(w, problem{Type: problemBase + probAnswerNotStored, Title: "Succeeded; the answer was not stored",
+			Status: http.StatusConflict, OperationKey: key, ExternalID: out.ExternalID,
+			Detail: "this request already succeeded (the effect is confirmed, see external_id), but the provider's original answer was not stored, so it cannot be replayed. " +
+				"It was not sent again. Do NOT retry with a new key: that would do it twice. Read the resource from the provider by its external_id"})
 	case client.InProgressElsewhere:
 		writeProblem(w, http.StatusConflict, probInProgress, "Request in progress",
 			"a request with this key is being processed; it was not sent again. Retry later with the same key, never a new one", key, min(out.RetryAfter, maxInProgressRetry))
@@ -446,20 +599,69 @@ func writeFresh(w http.ResponseWriter, a *upstreamAnswer) {
 	_, _ = w.Write(a.body)
 }
 
-// writeStored replays a stored answer.
-func writeStored(w http.ResponseWriter, s *storedResponse) {
-	for name, vs := range s.Headers {
-		w.Header()[http.CanonicalHeaderKey(name)] = vs
+// replayable reports whether s is an answer the gateway itself would have
+// stored for an outcome of kind: a 2xx for a success, a 4xx for a
+// refusal. Anything else in the journal (a 3xx with a Location, a 5xx)
+// was put there by someone else and is not replayed.
+func replayable(s *storedResponse, kind client.OutcomeKind) bool {
+	if kind == client.Succeeded {
+		return s.Status >= 200 && s.Status <= 299
 	}
+	return s.Status >= 400 && s.Status <= 499
+}
+
+// settledResource returns the provider's resource a settlement recorded
+// (the reconciler's {"resource": {...}}), or nil.
+func settledResource(result json.RawMessage) json.RawMessage {
+	var r struct {
+		Resource json.RawMessage `json:"resource"`
+	}
+	if result == nil || json.Unmarshal(result, &r) != nil || len(r.Resource) == 0 || r.Resource[0] != '{' {
+		return nil
+	}
+	return r.Resource
+}
+
+func writeReplayHeaders(w http.ResponseWriter) {
 	w.Header().Set("Idempotent-Replayed", "true")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+}
+
+// writeStored replays a stored answer: only the headers the route stores
+// (whatever else the stored result holds: the journal's result can be
+// written by any caller of the gateway's tenant), and a Content-Type from
+// them or from the body's kind.
+func writeStored(w http.ResponseWriter, cfg *policy.GatewayHTTP, s *storedResponse) {
+	for name, vs := range s.Headers {
+		c := http.CanonicalHeaderKey(name)
+		if !slices.Contains(cfg.StoreHeaders, c) || policy.HopByHop(c) || c == "Set-Cookie" || policy.IsSecretHeader(c) {
+			continue
+		}
+		w.Header()[c] = vs
+	}
+	writeReplayHeaders(w)
 	if s.BodyOmitted > 0 {
 		w.Header().Set("Opjournal-Body-Omitted", fmt.Sprint(s.BodyOmitted))
 	}
-	w.WriteHeader(s.Status)
+	var body []byte
+	kindType := ""
 	switch {
 	case s.Body != nil:
-		_, _ = w.Write(s.Body)
+		body, kindType = s.Body, "application/json"
 	case s.BodyText != nil:
-		_, _ = io.WriteString(w, *s.BodyText)
+		body, kindType = []byte(*s.BodyText), "text/plain; charset=utf-8"
+		if json.Valid(body) {
+			kindType = "application/json"
+		}
+	case s.BodyBase64 != "":
+		b, err := base64.StdEncoding.DecodeString(s.BodyBase64)
+		if err == nil {
+			body, kindType = b, "application/octet-stream"
+		}
 	}
+	if w.Header().Get("Content-Type") == "" && body != nil {
+		w.Header().Set("Content-Type", kindType)
+	}
+	w.WriteHeader(s.Status)
+	_, _ = w.Write(body)
 }

@@ -142,8 +142,11 @@ func TestHTTPUnknownThenSettled(t *testing.T) {
 		t.Fatalf("effects %d, want 1", e.effects(key))
 	}
 	e.reconcile(func() bool { return e.post("/payments", "k-lost", payment).status == http.StatusOK })
+	// The replay is the provider's resource as the reconciler found it
+	// (its id, its fields), not a made-up answer.
 	settled := e.post("/payments", "k-lost", payment)
-	if settled.header.Get("Idempotent-Replayed") != "true" || settled.json(t)["status"] != "succeeded" {
+	if settled.header.Get("Idempotent-Replayed") != "true" || settled.json(t)["status"] != "succeeded" ||
+		settled.json(t)["id"] != "pay_000001" || settled.json(t)["idempotency_key"] != key || settled.header.Get("Opjournal-Replay-Source") != "settlement" {
 		t.Fatalf("settled: %d %v %s", settled.status, settled.header, settled.body)
 	}
 	if e.effects(key) != 1 {

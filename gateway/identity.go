@@ -89,6 +89,10 @@ func withCaller(ctx context.Context, c *caller) context.Context {
 // the journal itself refuses it at once, since every call carries it.
 const identityCacheTTL = 30 * time.Second
 
+// maxCredentialBytes bounds a bearer credential (a JWT with many claims
+// is a few KiB); a longer one is refused without asking the journal.
+const maxCredentialBytes = 16 << 10
+
 // maxCachedIdentities bounds the cache; a full cache is emptied.
 const maxCachedIdentities = 10_000
 
@@ -146,6 +150,9 @@ func (ids *identities) identify(ctx context.Context, authorization string) (*cal
 	scheme, tok, ok := strings.Cut(authorization, " ")
 	if !ok || !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(tok) == "" {
 		return nil, errNoCredential
+	}
+	if len(tok) > maxCredentialBytes {
+		return nil, errBadCredential // not worth a journal round trip
 	}
 	authorization = "Bearer " + strings.TrimSpace(tok)
 	digest := sha256.Sum256([]byte(authorization))

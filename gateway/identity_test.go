@@ -88,6 +88,7 @@ func TestCallersAreNeverShared(t *testing.T) {
 	}
 	wantProblem(t, e.post("/payments", "intent-1", payment, "Authorization", "Bearer not-a-token"), http.StatusUnauthorized, "unauthenticated")
 	wantProblem(t, e.post("/payments", "intent-1", payment, "Authorization", "Basic "+tokenA), http.StatusUnauthorized, "unauthenticated")
+	wantProblem(t, e.post("/payments", "intent-1", payment, "Authorization", "Bearer "+strings.Repeat("x", 64<<10)), http.StatusUnauthorized, "unauthenticated")
 	wantProblem(t, e.post("/payments", "intent-1", payment, "Authorization", "Bearer "+tokenOpOnly), http.StatusForbidden, "forbidden")
 	expired := e.jwt("agent-7", time.Now().Add(-time.Minute))
 	wantProblem(t, e.post("/payments", "intent-1", payment, "Authorization", "Bearer "+expired), http.StatusUnauthorized, "unauthenticated")

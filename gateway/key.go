@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/canonjson"
 )
 
 // Keys. An operation key made by the gateway is
@@ -58,8 +60,13 @@ func fieldsKey(door, action, scope string, fields []string, obj map[string]any) 
 		}
 		picked[f] = v
 	}
-	b, err := json.Marshal(picked) // sorted member names; json.Number keeps the text
+	b, err := json.Marshal(picked)
 	if err != nil {
+		return "", fields[0]
+	}
+	// The same RFC 8785 form as the request hash: 817, 817.0 and 8.17e2
+	// are one number, so one key (json.Number alone keeps each text).
+	if b, err = canonjson.Canonicalize(b, canonjson.Options{}); err != nil {
 		return "", fields[0]
 	}
 	sum := sha256.Sum256(b)
@@ -76,7 +83,13 @@ func refsOf(fields []string, obj map[string]any) map[string]string {
 		case string:
 			v = x
 		case json.Number:
-			v = x.String()
+			// The canonical text, as in the key: the journal binds refs
+			// to the operation, so 817.0 must read as 817 here too.
+			c, err := canonjson.Canonicalize([]byte(x), canonjson.Options{})
+			if err != nil {
+				continue
+			}
+			v = string(c)
 		default:
 			continue
 		}
@@ -102,17 +115,28 @@ func decodeObject(body []byte) (map[string]any, bool) {
 	return obj, true
 }
 
+// queryMember is the payload member that carries a request's query
+// string (its decoded pairs), so that the request hash covers it: another
+// amount= in the query is another request. It is there only when the
+// query is not empty, so a request without one hashes as it always did.
+const queryMember = "$query"
+
 // pick returns the members fields of obj as a JSON object (all of obj
 // when fields is empty).
 func pick(obj map[string]any, fields []string) (json.RawMessage, error) {
-	if len(fields) == 0 {
-		return json.Marshal(obj)
-	}
-	out := map[string]any{}
-	for _, f := range fields {
-		if v, ok := obj[f]; ok {
-			out[f] = v
+	return pickWithQuery(obj, fields, nil)
+}
+
+// pickWithQuery is pick with the query's pairs as queryMember.
+func pickWithQuery(obj map[string]any, fields []string, query []formPair) (json.RawMessage, error) {
+	out := make(map[string]any, len(obj)+1)
+	for k, v := range obj {
+		if len(fields) == 0 || slices.Contains(fields, k) {
+			out[k] = v
 		}
+	}
+	if len(query) > 0 {
+		out[queryMember] = pairsObject(query)
 	}
 	return json.Marshal(out)
 }

@@ -14,21 +14,31 @@ const problemBase = "urn:opjournal:problem:"
 
 // The problems, by type name.
 const (
-	probKeyMissing      = "idempotency-key-missing"
-	probKeyInvalid      = "idempotency-key-invalid"
-	probBadBody         = "body-not-json-object"
-	probTooLarge        = "too-large"
-	probInvalid         = "invalid-request"
-	probInProgress      = "request-in-progress"
-	probOutcomeUnknown  = "outcome-unknown"
-	probKeyReused       = "idempotency-key-reused"
-	probRejected        = "rejected-earlier"
-	probUnavailable     = "journal-unavailable"
-	probNoRoute         = "no-route"
-	probInternal        = "internal"
+	probKeyMissing     = "idempotency-key-missing"
+	probKeyInvalid     = "idempotency-key-invalid"
+	probBadBody        = "body-not-json-object"
+	probTooLarge       = "too-large"
+	probInvalid        = "invalid-request"
+	probInProgress     = "request-in-progress"
+	probOutcomeUnknown = "outcome-unknown"
+	probKeyReused      = "idempotency-key-reused"
+	probRejected       = "rejected-earlier"
+	probUnavailable    = "journal-unavailable"
+	probNoRoute        = "no-route"
+	probInternal       = "internal"
+	// The refusals of a caller (identity.go).
 	probUnauthenticated = "unauthenticated"
 	probForbidden       = "forbidden"
 	probRateLimited     = "rate-limited"
+	// The refusals of a request the gateway cannot bind to its key.
+	probNonCanonicalPath = "non-canonical-path"
+	probMediaType        = "unsupported-media-type"
+	probCrossSite        = "cross-site-request"
+	probDuplicateMember  = "duplicate-member"
+	probBadForm          = "body-not-form"
+	probBadQuery         = "query-invalid"
+	// A success whose answer the journal does not hold.
+	probAnswerNotStored = "succeeded-answer-not-stored"
 )
 
 // problem is an RFC 9457 problem document.
@@ -39,6 +49,7 @@ type problem struct {
 	Detail            string `json:"detail"`
 	OperationKey      string `json:"operation_key,omitempty"`
 	Field             string `json:"field,omitempty"`
+	ExternalID        string `json:"external_id,omitempty"`
 	RetryAfterSeconds int    `json:"retry_after_seconds,omitempty"`
 }
 

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -502,7 +503,7 @@ func (r *Reconciler) handle(ctx context.Context, op *opjournalv1.Operation) Deci
 
 	// 5. The effect happened.
 	case obs.Found && obs.Completed:
-		return r.markSucceeded(ctx, op, obs.ExternalID)
+		return r.markSucceeded(ctx, op, obs.ExternalID, obs.Resource)
 
 	// 6. The effect exists but is not complete yet.
 	case obs.Found:
@@ -528,9 +529,23 @@ func (r *Reconciler) handle(ctx context.Context, op *opjournalv1.Operation) Deci
 	}
 }
 
-// markSucceeded records the confirmed effect.
-func (r *Reconciler) markSucceeded(ctx context.Context, op *opjournalv1.Operation, externalID string) Decision {
-	result, err := structpb.NewStruct(map[string]any{"external_id": externalID, "reconciled_by": r.cfg.ID})
+// markSucceeded records the confirmed effect, with the provider's
+// resource when the verifier found one that the journal can hold (JSON
+// numbers within ±(2^53−1)); without it otherwise, which is logged.
+func (r *Reconciler) markSucceeded(ctx context.Context, op *opjournalv1.Operation, externalID string, resource map[string]any) Decision {
+	fields := map[string]any{"external_id": externalID, "reconciled_by": r.cfg.ID}
+	if resource != nil {
+		if rv, err := resourceValue(resource); err != nil {
+			r.log.Warn("the provider's resource is not stored with the success", "operation_key", op.GetOperationKey(), "reason", err.Error())
+		} else if b, _ := json.Marshal(rv); len(b) > maxResourceBytes {
+			// A journal refuses a result beyond its limit: the success
+			// itself must never depend on the resource's size.
+			r.log.Warn("the provider's resource is not stored with the success", "operation_key", op.GetOperationKey(), "reason", "larger than the result limit", "bytes", len(b))
+		} else {
+			fields["resource"] = rv
+		}
+	}
+	result, err := structpb.NewStruct(fields)
 	if err != nil {
 		return r.failed(op, DecisionSucceeded, err)
 	}
@@ -790,4 +805,47 @@ func grpcMessage(err error) string {
 		return st.Message()
 	}
 	return err.Error()
+}
+
+// maxResourceBytes bounds the resource stored with a success: half the
+// journal's default result limit (opjournal.DefaultMaxResultBytes), so
+// that a large record at the provider never makes MarkSucceeded fail.
+const maxResourceBytes = 32 << 10
+
+// resourceValue converts a resource decoded with json.Number into what
+// structpb holds, refusing numbers it would round.
+func resourceValue(m map[string]any) (any, error) {
+	var conv func(any) (any, error)
+	conv = func(v any) (any, error) {
+		switch x := v.(type) {
+		case json.Number:
+			f, err := x.Float64()
+			if err != nil || f > 1<<53-1 || f < -(1<<53-1) {
+				return nil, errors.New("it holds a number beyond ±(2^53−1)")
+			}
+			return f, nil
+		case map[string]any:
+			out := make(map[string]any, len(x))
+			for k, e := range x {
+				c, err := conv(e)
+				if err != nil {
+					return nil, err
+				}
+				out[k] = c
+			}
+			return out, nil
+		case []any:
+			out := make([]any, len(x))
+			for i, e := range x {
+				c, err := conv(e)
+				if err != nil {
+					return nil, err
+				}
+				out[i] = c
+			}
+			return out, nil
+		}
+		return v, nil
+	}
+	return conv(m)
 }

@@ -277,6 +277,11 @@ func TestEffectPresentIsMarkedSucceeded(t *testing.T) {
 	if res["external_id"] != "pay_000001" || res["reconciled_by"] != "rec-a" {
 		t.Errorf("result = %v", res)
 	}
+	// The provider's record of the effect, as the verifier found it: what a
+	// gateway replays to a client that retries.
+	if rs, _ := res["resource"].(map[string]any); rs["id"] != "pay_000001" || rs["status"] != "succeeded" {
+		t.Errorf("result's resource = %v", res["resource"])
+	}
 	evs := f.events(t, "payment:order-817:intent-01")
 	last := evs[len(evs)-1]
 	if last.GetToStatus() != opjournalv1.Status_STATUS_SUCCEEDED || last.GetActor() != "rec-a" || last.GetAttempt() != 1 || last.GetExternalId() != "pay_000001" {

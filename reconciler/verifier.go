@@ -30,6 +30,11 @@ type Observation struct {
 	// ExternalID is the provider's id of the effect. Set whenever Found
 	// and Completed; it may be empty when the effect is not completed.
 	ExternalID string
+	// Resource is the provider's record of the effect when it is a JSON
+	// object (the matched item of the search): stored with the success,
+	// so that a gateway's replay is the provider's resource (its id and
+	// fields), not a made-up answer. Nil when the verifier has none.
+	Resource map[string]any
 }
 
 // Verifier asks a provider about an operation's effect.
@@ -285,6 +290,9 @@ func (v *HTTPVerifier) read(body []byte) (Observation, error) {
 	}
 	id, idErr := externalID(match, v.cfg.ExternalID)
 	obs.ExternalID = id
+	if m, ok := match.(map[string]any); ok {
+		obs.Resource = m
+	}
 	if obs.Completed && idErr != nil {
 		return Observation{}, idErr
 	}

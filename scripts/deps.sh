@@ -35,3 +35,9 @@ if [ ! -d clients/typescript/node_modules ] || [ clients/typescript/package-lock
 	echo "deps.sh: npm ci (clients/typescript, exact versions from package-lock.json)" >&2
 	(cd clients/typescript && npm ci --no-audit --no-fund >/dev/null)
 fi
+# stripe-node (npm package stripe, MIT) for e2e's TestStripeNodeOneChargePerIntent:
+# a real client nobody here wrote, pointed at the gateway.
+if [ ! -d e2e/stripe-node/node_modules ] || [ e2e/stripe-node/package-lock.json -nt e2e/stripe-node/node_modules ]; then
+	echo "deps.sh: npm ci (e2e/stripe-node, exact versions from package-lock.json)" >&2
+	(cd e2e/stripe-node && npm ci --no-audit --no-fund >/dev/null)
+fi

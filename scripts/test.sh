@@ -62,12 +62,14 @@ if [ $# -eq 0 ]; then set -- ./...; full=1; fi
 # packages, ...), installed BEFORE the first test on a full run: go test
 # itself uses them, so on a fresh machine installing afterwards would fail
 # the first run and never reach the install. A targeted run (arguments)
-# leaves the machine as it is. DEPS is overridable for the test of this
+# skips it. DEPS is overridable for the test of this
 # order (TestTestScriptInstallsBeforeItTests).
 DEPS=${DEPS:-scripts/deps.sh}
 if [ "$full" = 1 ]; then
 	bash "$DEPS"
 fi
+# e2e's stripe-node test runs the npm package from its lock file.
+(cd e2e/stripe-node && { [ -d node_modules ] || npm ci --no-audit --no-fund >/dev/null; })
 # -count=1: never trust a cached pass; the database may have changed.
 "$GO" test -count=1 -timeout 12m "$@"
 

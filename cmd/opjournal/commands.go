@@ -203,15 +203,17 @@ func tokenCommand(stdout, stderr io.Writer) *cobra.Command {
 	tenant := fs.String("tenant", "", "the tenant whose operations it may reach")
 	roles := fs.String("roles", "agent", "comma-separated: agent, reconciler, operator, admin, metrics")
 	appendTo := fs.String("append", "", "add the entry to this tokens file (created 0600 if missing) and print only the token")
+	principal := fs.String("principal", "", "the caller the token belongs to (default: the name); a rotated token keeps its principal, so the gateway's keys stay the same")
 	c := &cobra.Command{
-		Use:   "token --name N [--tenant T] [--roles R] [--append FILE]",
+		Use:   "token --name N [--principal P] [--tenant T] [--roles R] [--append FILE]",
 		Short: "make a bearer token and its tokens-file entry",
 		Long:  tokenLong,
 		Example: `  opjournal token --name alice --tenant team-a --roles operator --append tokens.yaml
   TOKEN=$(opjournal token --name payments-agent --tenant payments --append tokens.yaml)
-  opjournal token --name payments-agent --tenant payments --roles agent   # print the entry instead`,
+  opjournal token --name payments-agent --tenant payments --roles agent   # print the entry instead
+  opjournal token --name agent-7-2026-12 --principal agent-7 --tenant payments --append tokens.yaml   # rotate agent-7's token`,
 		RunE: func(*cobra.Command, []string) error {
-			return tokenCmd(*name, *tenant, *roles, *appendTo, stdout, stderr)
+			return tokenCmd(*name, *principal, *tenant, *roles, *appendTo, stdout, stderr)
 		},
 	}
 	// As before, the token's flags are not read from the environment.

@@ -387,7 +387,7 @@ func loopback(addr string) bool {
 // that tokens file, creating it 0600 if missing, and stdout has nothing but
 // the token; without, it prints the entry, as a tokens file holds it,
 // after the token.
-func tokenCmd(name, tenant, rolesList, appendTo string, stdout, stderr io.Writer) error {
+func tokenCmd(name, principal, tenant, rolesList, appendTo string, stdout, stderr io.Writer) error {
 	if name == "" {
 		return errors.New("token: --name is required")
 	}
@@ -401,6 +401,7 @@ func tokenCmd(name, tenant, rolesList, appendTo string, stdout, stderr io.Writer
 	}
 	tok := "opj_" + base64.RawURLEncoding.EncodeToString(b[:])
 	e := auth.NewEntry(name, tok, tenant, roles)
+	e.Principal = principal
 	if err := e.Validate(); err != nil {
 		return fmt.Errorf("token: %w", err)
 	}

@@ -138,6 +138,18 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./auth/
 	$(GO) test -run='^$$' -fuzz=FuzzRESTBody -fuzztime=$(FUZZTIME) ./server/
 
+## linearize: the linearizability check of the per-key protocol (internal/linearize) run longer:
+## LINEARIZE_SCALE times the runs of `make test` (SQLite, PostgreSQL batched and one statement per
+## call, two servers on one database, the duplicate-report race, real processes killed with SIGKILL,
+## PgBouncer); an Illegal history fails with the path of porcupine's HTML visualization
+## (LINEARIZE_OUT=DIR, default opjournal-linearize in the temporary directory); LINEARIZE_SEED=N draws a failed run's
+## commands again (the interleaving is the machine's); e.g. make linearize LINEARIZE_SCALE=50
+LINEARIZE_SCALE ?= 10
+.PHONY: linearize
+linearize:
+	LINEARIZE_SCALE=$(LINEARIZE_SCALE) TEST_DATABASE_URL='$(BENCH_DATABASE_URL)' \
+		$(GO) test -count=1 -timeout 120m -run 'TestLinearizable|TestModelAgreesSequentially' ./internal/linearize/
+
 ci: vet fmt-check lint generate-check test
 
 ## test-pgbouncer: the runs through a real PgBouncer in transaction pooling mode alone (they are

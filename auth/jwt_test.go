@@ -42,9 +42,12 @@ func jwks(keys ...testKey) []byte {
 	}
 	for _, k := range keys {
 		b := func(x []byte) string { return base64.RawURLEncoding.EncodeToString(x) }
-		pub := k.key.PublicKey
+		pub, err := k.key.PublicKey.Bytes() // 0x04 || X || Y
+		if err != nil {
+			panic(err)
+		}
 		set.Keys = append(set.Keys, map[string]string{"kty": "EC", "crv": "P-256", "alg": "ES256", "use": "sig", "kid": k.kid,
-			"x": b(pub.X.FillBytes(make([]byte, 32))), "y": b(pub.Y.FillBytes(make([]byte, 32)))})
+			"x": b(pub[1:33]), "y": b(pub[33:])})
 	}
 	out, _ := json.Marshal(set)
 	return out

@@ -97,12 +97,6 @@ func (s *sessions) end(id string) {
 	delete(s.by, id)
 }
 
-// count is the number of sessions held (expired ones included until swept).
-func (s *sessions) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.by)
-}
 
 func (s *sessions) expired(e *heldSession, now time.Time) bool {
 	return now.Sub(e.seen) > s.idle || now.Sub(e.created) > s.lifetime

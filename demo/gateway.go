@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -162,26 +161,26 @@ func GatewayHTTP(ctx context.Context, env GatewayEnv) error {
 	const clientKey = "payment:order-817:intent-01"
 	body := map[string]any{"order_id": "817", "amount_minor": 490000, "currency": "RUB"}
 	r.say("the agent POSTs /payments through the gateway with Idempotency-Key: %s", clientKey)
-	r.say("the provider is set to commit the payment, then hold the answer (commit_then_timeout)")
-	if _, err := env.Provider.AddFault(ctx, fakeprovider.Fault{Path: "/payments", Kind: fakeprovider.CommitThenTimeout, Count: 1, Delay: time.Minute}); err != nil {
+	r.say("the provider is set to commit the payment, then drop the connection before it answers (drop_connection_after_commit)")
+	if _, err := env.Provider.AddFault(ctx, fakeprovider.Fault{Path: "/payments", Kind: fakeprovider.DropConnectionAfterCommit, Count: 1}); err != nil {
 		return err
 	}
-	_, _, _, err := r.post(ctx, "/payments", clientKey, body)
-	r.say("the agent's call times out after %s: its answer is lost", env.agentTimeout())
-	if err == nil || !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "deadline") {
-		return fmt.Errorf("unexpected: the agent got an answer (%v), want its own timeout", err)
+	code, hdr, resp, err := r.post(ctx, "/payments", clientKey, body)
+	if err != nil || code != http.StatusConflict || problemType(resp) != "outcome-unknown" {
+		return fmt.Errorf("unexpected: the first call got %d %s (%v), want 409 outcome-unknown", code, resp, err)
 	}
+	r.say("the provider charged the card, but its answer was lost: the agent gets 409 %s (Retry-After %s): do not retry with a new key", problemType(resp), hdr.Get("Retry-After"))
 	// The gateway names the operation on every answer; the key is derived
 	// from the client's key and the caller's principal (agent A).
-	key := "http:create_payment:" + env.Callers.ScopeA() + ":" + clientKey
-	if err := r.settleAny(ctx, key, pb.Status_STATUS_UNKNOWN, pb.Status_STATUS_SUCCEEDED); err != nil {
-		return err
+	key := hdr.Get("Opjournal-Operation-Key")
+	if want := "http:create_payment:" + env.Callers.ScopeA() + ":" + clientKey; key != want {
+		return fmt.Errorf("unexpected: the operation key %q, want %q", key, want)
 	}
 	st, _ := r.status(ctx, key)
 	r.saw("the journal shows %s for %s", short(st), key)
 
 	r.say("the agent repeats the same request with the same key")
-	code, hdr, resp, err := r.post(ctx, "/payments", clientKey, body)
+	code, hdr, resp, err = r.post(ctx, "/payments", clientKey, body)
 	if err != nil {
 		return fmt.Errorf("the retry: %w", err)
 	}
@@ -202,7 +201,7 @@ func GatewayHTTP(ctx context.Context, env GatewayEnv) error {
 	if err != nil || code != http.StatusOK || hdr.Get("Idempotent-Replayed") != "true" {
 		return fmt.Errorf("unexpected: the retry after reconciliation got %d %v %s (%v)", code, hdr, resp, err)
 	}
-	r.saw("the retry now gets %d with Idempotent-Replayed: true", code)
+	r.saw("the retry now gets %d with Idempotent-Replayed: true: the provider's payment %s, as the reconciler found it", code, shorten(string(resp), 80))
 	n, err := env.Provider.Count(ctx, key)
 	if err != nil {
 		return err
@@ -221,29 +220,6 @@ func GatewayHTTP(ctx context.Context, env GatewayEnv) error {
 	}
 	r.saw("422 %s; still exactly 1 payment: no external call", problemType(resp))
 	return nil
-}
-
-// settleAny waits until key is one of the statuses.
-func (r *gwRun) settleAny(ctx context.Context, key string, want ...pb.Status) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := r.status(ctx, key)
-		if err == nil {
-			for _, w := range want {
-				if st == w {
-					return nil
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s is %v (%v) after 10 s", key, st, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // GatewayMCP is the same payment as an MCP tool call: the agent is a plain
@@ -271,24 +247,18 @@ func GatewayMCP(ctx context.Context, env GatewayEnv) error {
 		}
 		return strings.Join(parts, " ")
 	}
-	r.say("the model calls the tool create_payment(order_id 818) through the gateway; the provider commits, then holds the answer")
-	if _, err := env.Provider.AddFault(ctx, fakeprovider.Fault{Path: "/payments", Kind: fakeprovider.CommitThenTimeout, Count: 1, Delay: time.Minute}); err != nil {
+	r.say("the model calls the tool create_payment(order_id 818) through the gateway; the provider commits, then the tool's connection to it drops")
+	if _, err := env.Provider.AddFault(ctx, fakeprovider.Fault{Path: "/payments", Kind: fakeprovider.DropConnectionAfterCommit, Count: 1}); err != nil {
 		return err
 	}
-	if _, err := callTool(); err == nil {
-		return errors.New("unexpected: the tool call answered, want the agent's own timeout")
+	res, err := callTool()
+	if err != nil {
+		return fmt.Errorf("the first call: %w", err)
 	}
-	r.saw("the agent's tool call timed out")
+	r.saw("a tool error for the model: %q", shorten(text(res), 160))
 	r.say("the model calls the tool again with the same arguments")
-	var res *mcp.CallToolResult
-	for {
-		if res, err = callTool(); err != nil {
-			return fmt.Errorf("the retry: %w", err)
-		}
-		if !res.IsError || !strings.Contains(text(res), "already in progress") {
-			break // the gateway finished recording the first call
-		}
-		time.Sleep(200 * time.Millisecond)
+	if res, err = callTool(); err != nil {
+		return fmt.Errorf("the retry: %w", err)
 	}
 	m, _ := res.Meta["opjournal/operation"].(map[string]any)
 	key, _ := m["operation_key"].(string)

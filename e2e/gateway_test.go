@@ -38,8 +38,17 @@ func (s *stack) startGateway(t *testing.T, name string) (httpURL, mcpURL string)
 // door of one gateway, the payment as an MCP tool call through another.
 func TestGatewayDemo(t *testing.T) {
 	t.Parallel()
+	// The gateway waits for a provider whose agent gave up until the
+	// lease ends, heartbeats included (then records unknown): a 5 s lease
+	// and max_attempt_seconds instead of the shipped 30 s and 300 s keep
+	// the demo's lost answers quick.
+	pol := strings.Replace(testPolicy(), "  create_payment:\n    operation_key: required\n    lease_seconds: 30\n",
+		"  create_payment:\n    operation_key: required\n    lease_seconds: 5\n    max_attempt_seconds: 5\n", 1)
+	if pol == testPolicy() {
+		t.Fatal("the policy edit did not apply")
+	}
 	forEachStore(t, func(t *testing.T, dbURL string) {
-		s := startStack(t, stackOpts{dbURL: dbURL, callers: true})
+		s := startStack(t, stackOpts{dbURL: dbURL, policy: pol, callers: true})
 		h1, _ := s.startGateway(t, "gateway-1")
 		_, m2 := s.startGateway(t, "gateway-2")
 		var out strings.Builder

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
@@ -89,6 +90,11 @@ type Gateway struct {
 	// through this gateway waits for it instead of being told to come back.
 	background sync.WaitGroup
 	recording  sync.Map // operation key → chan struct{}
+	// stopping is cancelled by Shutdown when its deadline passes: the
+	// calls still in flight, detached from their callers (execute), are
+	// cancelled then and recorded as unknown.
+	stopping context.Context
+	stop     context.CancelFunc
 }
 
 // maxRecordWait bounds how long a retry waits for the record of the call
@@ -119,8 +125,25 @@ func (g *Gateway) awaitRecord(ctx context.Context, key string) {
 // is in progress, and a gateway that dies before recording leaves an
 // expired lease, which the reconciler settles). It returns the early
 // answer, or nil and the outcome the caller must be answered from.
+//
+// The call runs detached from the caller's cancellation: a client that
+// times out or disconnects once its request may have been sent would
+// otherwise cancel the upstream request halfway, leaving an outcome
+// nobody knows (its retry refused until the reconciler settles it). So
+// the call finishes within its lease (the SDK still gives up at the
+// lease's end) or until Shutdown gives up on it, its real answer is
+// recorded, and the client's retry replays it. ctx's values (the trace)
+// still apply.
 func execute[A any](ctx context.Context, g *Gateway, op client.Op, early <-chan A,
 	fn func(context.Context, client.Attempt) (client.Effect, error)) (client.Outcome, *A, error) {
+	if g.stopping.Err() != nil {
+		// Shut down: nothing new is sent; the caller retries elsewhere
+		// or later with the same key (Unavailable: 503, or the tool's
+		// "call again" answer).
+		return client.Outcome{}, nil, &opjournal.Error{Code: opjournal.CodeUnavailable, Message: "the gateway is shutting down"}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	unhook := context.AfterFunc(g.stopping, cancel)
 	type result struct {
 		out client.Outcome
 		err error
@@ -131,6 +154,8 @@ func execute[A any](ctx context.Context, g *Gateway, op client.Op, early <-chan 
 	g.background.Add(1)
 	go func() {
 		defer g.background.Done()
+		defer cancel()
+		defer unhook()
 		out, err := g.cfg.Journal.Execute(ctx, op, fn)
 		if taken.Load() && err != nil && out.Kind != client.Succeeded {
 			g.log.Error("the outcome of a call already answered was not recorded; the reconciler settles it", "action", op.Action, "key", op.Key, "err", err)
@@ -154,8 +179,28 @@ func execute[A any](ctx context.Context, g *Gateway, op client.Op, early <-chan 
 	}
 }
 
-// Wait waits until the records of the calls already answered are written.
+// Wait waits until every journaled call has finished and its outcome is
+// recorded: the records of calls already answered, and the calls whose
+// callers gave up (each bounded by its lease).
 func (g *Gateway) Wait() { g.background.Wait() }
+
+// Shutdown waits as Wait until ctx is done; then it cancels the calls
+// still in flight (their outcomes are recorded as unknown, for the
+// reconciler) and waits for those records. It returns ctx's error when it
+// had to cancel calls, nil otherwise. Call it after the front doors have
+// stopped taking requests.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { g.background.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	g.stop()
+	<-done
+	return ctx.Err()
+}
 
 // New checks the policy's gateway sections (upstream URLs expanded now)
 // and returns a Gateway.
@@ -186,6 +231,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, errors.New("gateway: the rate limit and burst must not be negative")
 	}
 	g := &Gateway{cfg: cfg, log: cfg.Logger, routes: map[string]*httpRoute{}, canonical: map[string]*httpRoute{}, tools: map[string]*toolRoute{}, ids: newIdentities(cfg)}
+	g.stopping, g.stop = context.WithCancel(context.Background())
 	for _, name := range cfg.Policy.Names() {
 		act, _ := cfg.Policy.Action(name)
 		if act.Gateway == nil {

@@ -70,6 +70,8 @@ const testPolicy = `actions:
         key_fields: [order_id]
         forward_key_argument: idempotency_key
         external_id: /id
+        # The test provider's MCP server answers isError only for a 4xx.
+        tool_errors: failed_final
   send_email:
     lease_seconds: 2
     max_attempt_seconds: 3
@@ -120,8 +122,12 @@ func testAuth(t *testing.T) (*auth.Authenticator, func(sub string, exp time.Time
 		t.Fatal(err)
 	}
 	b64 := func(x []byte) string { return base64.RawURLEncoding.EncodeToString(x) }
+	pub, err := key.PublicKey.Bytes() // 0x04 || X || Y
+	if err != nil {
+		t.Fatal(err)
+	}
 	set, _ := json.Marshal(map[string]any{"keys": []map[string]string{{"kty": "EC", "crv": "P-256", "alg": "ES256", "kid": "k1",
-		"x": b64(key.PublicKey.X.FillBytes(make([]byte, 32))), "y": b64(key.PublicKey.Y.FillBytes(make([]byte, 32)))}}})
+		"x": b64(pub[1:33]), "y": b64(pub[33:])}}})
 	jwksPath := filepath.Join(t.TempDir(), "jwks.json")
 	if err := os.WriteFile(jwksPath, set, 0o600); err != nil {
 		t.Fatal(err)
@@ -318,8 +324,13 @@ func (e *env) reconcile(cond func() bool) {
 // gateway with the Authorization value (agent A's token when "").
 func (e *env) mcpClient(authorization string) *mcp.ClientSession {
 	e.t.Helper()
+	return e.mcpClientOf(authorization, fakeprovider.NewMCPServer(e.provURL, nil))
+}
+
+// mcpClientOf is mcpClient with up as the upstream MCP server.
+func (e *env) mcpClientOf(authorization string, up *mcp.Server) *mcp.ClientSession {
+	e.t.Helper()
 	ctx := context.Background()
-	up := fakeprovider.NewMCPServer(e.provURL, nil)
 	ups := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
 	e.t.Cleanup(ups.Close)
 	upc, err := mcp.NewClient(gateway.Implementation, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ups.URL, DisableStandaloneSSE: true}, nil)

@@ -98,18 +98,17 @@ const maxCachedIdentities = 10_000
 
 // identities resolves and caches callers.
 type identities struct {
-	mode     Identity
-	own      string // the gateway's own Authorization value ("" for none)
-	journal  *client.Client
-	mu       sync.Mutex
-	cache    map[[sha256.Size]byte]*caller // by SHA-256 of the credential
-	limits   map[string]*rate.Limiter      // by scope
-	rps      rate.Limit
-	burst    int
-	now      func() time.Time
-	anon     *caller
-	stdio    *caller
-	required []string // the journal methods a caller needs (agent's)
+	mode    Identity
+	own     string // the gateway's own Authorization value ("" for none)
+	journal *client.Client
+	mu      sync.Mutex
+	cache   map[[sha256.Size]byte]*caller // by SHA-256 of the credential
+	limits  map[string]*rate.Limiter      // by scope
+	rps     rate.Limit
+	burst   int
+	now     func() time.Time
+	anon    *caller
+	stdio   *caller
 }
 
 // errNoCredential and friends are the reasons a caller is refused.

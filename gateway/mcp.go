@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +62,13 @@ func (g *Gateway) MCPServer(ctx context.Context, upstreams ...*mcp.ClientSession
 				t.InputSchema = map[string]any{"type": "object"}
 			}
 			if route := g.tools[t.Name]; route != nil {
+				if arg := route.cfg.ForwardKeyArgument; arg != "" {
+					schema, err := hideArgument(t.InputSchema, arg)
+					if err != nil {
+						return nil, fmt.Errorf("gateway: the input schema of the tool %q: %w", t.Name, err)
+					}
+					t.InputSchema = schema
+				}
 				srv.AddTool(&t, g.protectedTool(cs, route))
 			} else {
 				srv.AddTool(&t, passTool(cs))
@@ -72,6 +81,35 @@ func (g *Gateway) MCPServer(ctx context.Context, upstreams ...*mcp.ClientSession
 		}
 	}
 	return srv, nil
+}
+
+// hideArgument returns a copy of a tool's input schema without the
+// argument the gateway fills (forward_key_argument), in its properties and
+// required: a model that sees it writes something there, and whatever it
+// writes would be hashed into the call, so that a genuine retry with
+// another value looked like a conflicting call.
+func hideArgument(schema any, arg string) (any, error) {
+	b, err := json.Marshal(schema)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m == nil {
+		return nil, errors.New("is not a JSON object")
+	}
+	if props, ok := m["properties"].(map[string]any); ok {
+		delete(props, arg)
+	}
+	if req, ok := m["required"].([]any); ok {
+		kept := []any{}
+		for _, r := range req {
+			if r != arg {
+				kept = append(kept, r)
+			}
+		}
+		m["required"] = kept
+	}
+	return m, nil
 }
 
 // passTool forwards a call unchanged.
@@ -96,11 +134,15 @@ func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.Too
 		if refusal != nil {
 			return refusal, nil
 		}
+		// The gateway fills this argument with the operation key; a value
+		// the model sent (the schema hides it) is neither hashed nor sent.
+		delete(args, cfg.ForwardKeyArgument)
+		ids := keyFieldNames(cfg.KeyFields)
 		scope := c.scope
 		key, missing := fieldsKey("mcp", route.action, scope, cfg.KeyFields, args)
 		if missing != "" {
-			return toolError("The call of %s needs the argument %q: together with %s it names this action, so that a retry is recognised. Nothing was sent.",
-				req.Params.Name, missing, strings.Join(cfg.KeyFields, ", ")), nil
+			return toolError("The call of %s needs the argument %q: its identifying arguments (%s) name this action, so that a retry is recognised. Nothing was sent.",
+				req.Params.Name, missing, ids), nil
 		}
 		payload, err := pick(args, cfg.PayloadFields)
 		if err != nil {
@@ -128,7 +170,8 @@ func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.Too
 				stored, serr := storedResult(res)
 				if res.IsError {
 					text := resultText(res)
-					if cfg.ToolErrorsUnknown {
+					if !cfg.ToolErrorsFinal { // isError may be an API failure behind the tool
+
 						return client.Effect{}, &client.UnknownError{Code: "tool_error", Err: errors.New(text)}
 					}
 					early <- withMeta(res, key, false) // a definite refusal: the model may have it now
@@ -148,12 +191,19 @@ func (g *Gateway) protectedTool(cs *mcp.ClientSession, route *toolRoute) mcp.Too
 			log.Info("called")
 			return *answered, nil
 		}
-		return g.toolAnswer(log, req.Params.Name, key, out, err, fresh), nil
+		return g.toolAnswer(log, req.Params.Name, ids, key, out, err, fresh), nil
 	})
 }
 
-// toolAnswer turns the journal's outcome into the tool's result.
-func (g *Gateway) toolAnswer(log *slog.Logger, tool, key string, out client.Outcome, err error, fresh *mcp.CallToolResult) *mcp.CallToolResult {
+// keyFieldNames lists a tool's key fields for the texts the model reads
+// ("order_id", "to, subject"): every refusal names what identifies the
+// call, so the model knows what must stay the same on a retry and what a
+// separate action must change.
+func keyFieldNames(fields []string) string { return strings.Join(fields, ", ") }
+
+// toolAnswer turns the journal's outcome into the tool's result; ids
+// names the tool's identifying arguments (keyFieldNames).
+func (g *Gateway) toolAnswer(log *slog.Logger, tool, ids, key string, out client.Outcome, err error, fresh *mcp.CallToolResult) *mcp.CallToolResult {
 	var nr *client.NotRecordedError
 	switch {
 	case errors.As(err, &nr):
@@ -161,7 +211,7 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, key string, out client.Outc
 		if fresh != nil && !fresh.IsError {
 			return withMeta(fresh, key, false)
 		}
-		return withMeta(toolError(unknownText, tool), key, false)
+		return withMeta(toolError(unknownText, tool, ids), key, false)
 	case err != nil && out.Kind != client.Succeeded:
 		switch client.CodeOf(err) {
 		case opjournal.CodeInvalidArgument, opjournal.CodeTooLarge:
@@ -184,28 +234,34 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, key string, out client.Outc
 			log.Info("called", "outcome", out.Kind.String())
 			return withMeta(fresh, key, false)
 		}
-		var stored struct {
-			ToolResult *mcp.CallToolResult `json:"tool_result"`
-		}
-		if out.Result != nil && json.Unmarshal(out.Result, &stored) == nil && stored.ToolResult != nil {
+		if res, ok := replayedResult(out.Result); ok {
 			log.Info("replayed", "outcome", out.Kind.String())
-			return withMeta(stored.ToolResult, key, true)
+			return withMeta(res, key, true)
 		}
 		if out.Kind == client.FailedFinal {
 			return withMeta(toolError("This call of %s was already made and the tool refused it (%s). It was not called again; the answer will not change.", tool, out.ErrorCode), key, true)
 		}
-		return withMeta(&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
-			Text: fmt.Sprintf("This call of %s was already made and it succeeded (external id %q). It was not called again.", tool, out.ExternalID)}}}, key, true)
+		settled := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
+			Text: fmt.Sprintf("This call of %s was already made and it succeeded (external id %q). It was not called again.", tool, out.ExternalID)}}}
+		// The provider's resource, as the reconciler found it, is what the
+		// tool's own result would have carried.
+		if res := settledResource(out.Result); res != nil {
+			var sc map[string]any
+			if json.Unmarshal(res, &sc) == nil {
+				settled.StructuredContent = sc
+			}
+		}
+		return withMeta(settled, key, true)
 	case client.InProgressElsewhere:
-		return withMeta(toolError("This call of %s is already in progress (started by an earlier request) and was NOT sent again. "+
+		return withMeta(toolError("This call of %s (the same identifying arguments: %s) is already in progress (started by an earlier request) and was NOT sent again. "+
 			"Wait about %d seconds, then call again with exactly the same arguments to get its result. "+
-			"Do not change or rephrase the arguments to get around this: that would do it twice.", tool, int(min(max(out.RetryAfter, time.Second), maxInProgressRetry)/time.Second)), key, false)
+			"Do not change or rephrase the arguments to get around this: that would do it twice.", tool, ids, int(min(max(out.RetryAfter, time.Second), maxInProgressRetry)/time.Second)), key, false)
 	case client.VerificationRequired:
 		log.Info("outcome unknown", "code", out.ErrorCode, "needs_review", out.NeedsReview)
-		return withMeta(toolError(unknownText, tool), key, false)
+		return withMeta(toolError(unknownText, tool, ids), key, false)
 	case client.Conflict:
-		return withMeta(toolError("A call of %s with the same identifying arguments but different other arguments was already made, so this one is refused and nothing was sent. "+
-			"Do not retry it with rephrased arguments. If this really is a new, separate action, it needs its own identifying arguments; if not, the earlier call stands.", tool), key, false)
+		return withMeta(toolError("A call of %s with the same identifying arguments (%s) but different other arguments was already made, so this one is refused and nothing was sent. "+
+			"Do not retry it with rephrased arguments. If this really is a new, separate action, it needs its own %s; if not, the earlier call stands.", tool, ids, ids), key, false)
 	}
 	return toolError("The gateway got an unexpected answer for %s; nothing was sent.", tool)
 }
@@ -213,7 +269,7 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, key string, out client.Outc
 // unknownText tells a model what an unknown outcome means.
 const unknownText = "The outcome of this call of %s is UNKNOWN: the tool did not give a definite answer (a timeout or a lost answer), so it may or may not have happened. " +
 	"It was NOT sent again. Do not call it again with changed or rephrased arguments to get around this: that could do it twice. " +
-	"The journal is verifying what happened (or a person will decide). Call again later with exactly the same arguments to get the settled result, and tell the user the outcome is pending."
+	"The journal is verifying what happened (or a person will decide). Call again later with exactly the same arguments (the identifying ones: %s) to get the settled result, and tell the user the outcome is pending."
 
 // toolError is a tool error result with the text.
 func toolError(format string, args ...any) *mcp.CallToolResult {
@@ -235,10 +291,141 @@ func withMeta(res *mcp.CallToolResult, key string, replayed bool) *mcp.CallToolR
 // storedResult is a tool result as the journal stores it:
 // {"tool_result": CallToolResult}, so that a replay tells it from a result
 // the reconciler or a person recorded.
+//
+// The journal refuses numbers beyond ±(2^53−1) (they would be rounded by
+// some JSON implementation on the way), and the SDK then records the
+// effect without its result: the replay lost the tool's content and
+// structuredContent. Such numbers, common in structured results (ids,
+// nanosecond timestamps, 1e300), are stored as their JSON text, their
+// places listed in "numbers_as_text" (JSON pointers into tool_result), and
+// put back as numbers by replayedResult. The rest stays JSON the journal
+// can redact member by member.
 func storedResult(res *mcp.CallToolResult) (json.RawMessage, error) {
 	c := *res
 	c.Meta = nil
-	return json.Marshal(map[string]any{"tool_result": &c})
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var tree any
+	if err := dec.Decode(&tree); err != nil {
+		return nil, err
+	}
+	var texts []string
+	tree = numbersAsText(tree, "", &texts)
+	doc := map[string]any{"tool_result": tree}
+	if len(texts) > 0 {
+		doc["numbers_as_text"] = texts
+	}
+	return json.Marshal(doc)
+}
+
+// replayedResult decodes a stored tool result (storedResult); ok is false
+// when raw holds none (a result the reconciler or a person recorded).
+func replayedResult(raw json.RawMessage) (res *mcp.CallToolResult, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var stored struct {
+		ToolResult    any      `json:"tool_result"`
+		NumbersAsText []string `json:"numbers_as_text"`
+	}
+	if raw == nil || dec.Decode(&stored) != nil || stored.ToolResult == nil {
+		return nil, false
+	}
+	for _, ptr := range stored.NumbersAsText {
+		restoreNumber(stored.ToolResult, ptr)
+	}
+	b, err := json.Marshal(stored.ToolResult)
+	if err != nil {
+		return nil, false
+	}
+	res = &mcp.CallToolResult{}
+	if json.Unmarshal(b, res) != nil {
+		return nil, false
+	}
+	return res, true
+}
+
+// maxSafeInteger is the journal's bound on numbers, 2^53−1.
+const maxSafeInteger = 1<<53 - 1
+
+// safeNumber reports whether the journal stores n as it is.
+func safeNumber(n json.Number) bool {
+	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
+		return i <= maxSafeInteger && i >= -maxSafeInteger
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	return err == nil && f <= maxSafeInteger && f >= -maxSafeInteger
+}
+
+// numbersAsText replaces the numbers of v the journal would refuse by
+// their text, appending their JSON pointers (below ptr) to texts.
+func numbersAsText(v any, ptr string, texts *[]string) any {
+	switch x := v.(type) {
+	case json.Number:
+		if !safeNumber(x) {
+			*texts = append(*texts, ptr)
+			return string(x)
+		}
+	case map[string]any:
+		for k, e := range x {
+			x[k] = numbersAsText(e, ptr+"/"+pointerEscaper.Replace(k), texts)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = numbersAsText(e, ptr+"/"+strconv.Itoa(i), texts)
+		}
+	}
+	return v
+}
+
+var (
+	pointerEscaper   = strings.NewReplacer("~", "~0", "/", "~1")
+	pointerUnescaper = strings.NewReplacer("~1", "/", "~0", "~")
+)
+
+// restoreNumber turns the text at ptr in v back into the number it was.
+// A place that holds no number's text any more (redacted, say) is left.
+func restoreNumber(v any, ptr string) {
+	if !strings.HasPrefix(ptr, "/") {
+		return
+	}
+	tokens := strings.Split(ptr[1:], "/")
+	for i, tok := range tokens {
+		tok = pointerUnescaper.Replace(tok)
+		last := i == len(tokens)-1
+		switch x := v.(type) {
+		case map[string]any:
+			if last {
+				if s, ok := x[tok].(string); ok && json.Valid([]byte(s)) && isNumberText(s) {
+					x[tok] = json.Number(s)
+				}
+				return
+			}
+			v = x[tok]
+		case []any:
+			n, err := strconv.Atoi(tok)
+			if err != nil || n < 0 || n >= len(x) {
+				return
+			}
+			if last {
+				if s, ok := x[n].(string); ok && json.Valid([]byte(s)) && isNumberText(s) {
+					x[n] = json.Number(s)
+				}
+				return
+			}
+			v = x[n]
+		default:
+			return
+		}
+	}
+}
+
+// isNumberText reports whether s (valid JSON) is a number.
+func isNumberText(s string) bool {
+	return s != "" && (s[0] == '-' || s[0] >= '0' && s[0] <= '9')
 }
 
 // resultText joins a result's text content, for the error of a refusal.

@@ -98,6 +98,10 @@ func TestMCPUnknownThenSettled(t *testing.T) {
 	if _, replayed := meta(t, settled); settled.IsError || !replayed || !strings.Contains(text(settled), "succeeded") {
 		t.Fatalf("settled: %q %+v", text(settled), settled.Meta)
 	}
+	// The provider's resource, as the reconciler found it, not only a text.
+	if sc, _ := settled.StructuredContent.(map[string]any); sc["id"] != "pay_000001" || sc["status"] != "succeeded" {
+		t.Fatalf("settled structuredContent %+v", settled.StructuredContent)
+	}
 	if e.effects(key) != 1 {
 		t.Fatalf("charges %d, want 1", e.effects(key))
 	}
@@ -175,6 +179,7 @@ var mcpEmailPolicy = strings.Replace(testPolicy, `        key_fields: [to, subje
         key_fields: [to, subject]
         forward_key_argument: reference
         external_id: /id
+        tool_errors: failed_final
 `, 1)
 
 // TestMCPEveryFaultOneEffect: a model that calls the tool again after

@@ -74,11 +74,13 @@ type GatewayMCP struct {
 	// ExternalID points into the result's structuredContent to the
 	// provider's id of the effect ("" for none).
 	ExternalID string `json:",omitempty"`
-	// ToolErrorsUnknown: a result with isError means the outcome is unknown
-	// (tool_errors: unknown). By default (tool_errors: failed_final) it is
-	// the tool's definite refusal. Protocol errors and timeouts are always
-	// unknown.
-	ToolErrorsUnknown bool `json:",omitempty"`
+	// ToolErrorsFinal: a result with isError is the tool's definite
+	// refusal, recorded failed_final and replayed (tool_errors:
+	// failed_final). By default (tool_errors: unknown) its outcome is
+	// unknown, for the reconciler: MCP servers also answer isError when the
+	// API behind them failed or timed out, which may have done the effect.
+	// Protocol errors and timeouts are always unknown.
+	ToolErrorsFinal bool `json:",omitempty"`
 }
 
 // Gateway defaults and bounds.
@@ -245,8 +247,8 @@ func (p *parser) gatewayMCP(n *yaml.Node, path string) *GatewayMCP {
 			if s, ok := p.str(v, fpath); ok {
 				switch s {
 				case toolErrorsFailedFinal:
+					m.ToolErrorsFinal = true
 				case toolErrorsUnknown:
-					m.ToolErrorsUnknown = true
 				default:
 					p.add(v, fpath, "%s is not one of %s, %s", literal(s), toolErrorsFailedFinal, toolErrorsUnknown)
 				}
@@ -269,6 +271,11 @@ func (p *parser) gatewayMCP(n *yaml.Node, path string) *GatewayMCP {
 			p.add(n, join(path, "payload_fields"), "must include every key field (%s)", f)
 			break
 		}
+	}
+	// The gateway fills forward_key_argument and drops what the model sent
+	// in it: it cannot also be an argument the key or the hash is made of.
+	if a := m.ForwardKeyArgument; a != "" && (slices.Contains(m.KeyFields, a) || slices.Contains(m.PayloadFields, a)) {
+		p.add(n, join(path, "forward_key_argument"), "%q is also a key or payload field; the gateway fills it with the operation key (hidden from the model), so it cannot identify the call", a)
 	}
 	return m
 }

@@ -12,7 +12,7 @@ func TestShippedGateway(t *testing.T) {
 		h.ExternalID != "/id" || !slices.Equal(h.StoreHeaders, []string{"Content-Type", "Location"}) || h.MaxResponseBytes != 32768 {
 		t.Errorf("create_payment http: %+v", h)
 	}
-	if m.Tool != "create_payment" || !slices.Equal(m.KeyFields, []string{"order_id"}) || m.ForwardKeyArgument != "idempotency_key" || m.ToolErrorsUnknown {
+	if m.Tool != "create_payment" || !slices.Equal(m.KeyFields, []string{"order_id"}) || m.ForwardKeyArgument != "idempotency_key" || m.ToolErrorsFinal {
 		t.Errorf("create_payment mcp: %+v", m)
 	}
 	mail, _ := Default().Action("send_email")
@@ -43,6 +43,8 @@ func TestGatewayInvalid(t *testing.T) {
 		{base + "      mcp: {tool: t, key_fields: []}\n", "policy.yaml:4: actions.a.gateway.mcp.key_fields: ", "at least one"},
 		{base + "      mcp: {tool: \"a b\", key_fields: [x]}\n", "policy.yaml:4: actions.a.gateway.mcp.tool: ", "not an MCP tool name"},
 		{base + "      mcp: {tool: t, key_fields: [x], tool_errors: maybe}\n", "policy.yaml:4: actions.a.gateway.mcp.tool_errors: ", "not one of"},
+		{base + "      mcp: {tool: t, key_fields: [x], forward_key_argument: x}\n", "policy.yaml:4: actions.a.gateway.mcp.forward_key_argument: ", "also a key or payload field"},
+		{base + "      mcp: {tool: t, key_fields: [x], payload_fields: [x, k], forward_key_argument: k}\n", "policy.yaml:4: actions.a.gateway.mcp.forward_key_argument: ", "also a key or payload field"},
 		{base + "      {}\n", "policy.yaml:4: actions.a.gateway: ", "must configure http, mcp or both"},
 		{"actions:\n  a:\n    gateway: {mcp: {tool: t, key_fields: [x]}}\n  b:\n    gateway: {mcp: {tool: t, key_fields: [x]}}\n",
 			"policy.yaml:4: actions.b.gateway.mcp.tool: ", "already the tool of a"},
@@ -67,14 +69,21 @@ func TestGatewayInvalid(t *testing.T) {
       mcp:
         tool: pay.v2
         key_fields: [order_id]
-        tool_errors: unknown
+        tool_errors: failed_final
 `)
 	a, _ := p.Action("a")
 	if h := a.Gateway.HTTP; h.Method != "PUT" || h.Path != "/orders/pay" || h.KeyHeader != "X-Request-Key" || h.KeyRequired ||
 		!slices.Equal(h.StoreHeaders, []string{"Content-Type", "X-Request-Id"}) || h.MaxResponseBytes != 0 {
 		t.Errorf("http: %+v", h)
 	}
-	if m := a.Gateway.MCP; !m.ToolErrorsUnknown || m.Tool != "pay.v2" {
+	if m := a.Gateway.MCP; !m.ToolErrorsFinal || m.Tool != "pay.v2" {
 		t.Errorf("mcp: %+v", m)
+	}
+	// Without tool_errors, or with tool_errors: unknown, a tool's isError
+	// is an unknown outcome.
+	for _, doc := range []string{base + "      mcp: {tool: t, key_fields: [x]}\n", base + "      mcp: {tool: t, key_fields: [x], tool_errors: unknown}\n"} {
+		if a, _ := mustParse(t, doc).Action("a"); a.Gateway.MCP.ToolErrorsFinal {
+			t.Errorf("%q: tool errors are final", doc)
+		}
 	}
 }

@@ -118,10 +118,11 @@ $PY -m venv --system-site-packages .venv
 .venv/bin/pip install -q --no-index --no-build-isolation ./clients/python
 mkdir -p "$tmp/py-app"
 (cd "$tmp/py-app" && "$clone/.venv/bin/python" - <<'EOF') || fail "the installed Python package is incomplete"
-import importlib.metadata as md, pathlib, opjournal, opjournal.v1.journal_pb2
+import importlib.metadata as md, pathlib, opjournal, opjournal.aio, opjournal.v1.journal_pb2
 pkg = pathlib.Path(opjournal.__file__).parent
 assert "site-packages" in str(pkg), pkg  # the installed copy, not the clone's source
 assert (pkg / "py.typed").is_file(), "no py.typed"
+assert pathlib.Path(opjournal.aio.__file__).parent == pkg, "opjournal.aio is not the installed copy's"
 assert (pkg / "v1" / "journal_pb2.pyi").is_file(), "no stubs' .pyi"
 meta = md.metadata("opjournal")
 assert opjournal.__version__ == md.version("opjournal"), (opjournal.__version__, md.version("opjournal"))

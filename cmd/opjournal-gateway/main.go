@@ -231,7 +231,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	for _, s := range servers {
 		_ = s.Shutdown(sctx)
 	}
-	g.Wait() // the records of calls already answered
+	// The calls whose callers gave up run on, detached, within their
+	// leases; the records of calls already answered are still being
+	// written. Past the deadline the calls left are cancelled and
+	// recorded as unknown (the reconciler settles them).
+	if g.Shutdown(sctx) != nil {
+		log.Warn("calls still in flight at the shutdown deadline were cancelled; their outcomes are recorded as unknown")
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

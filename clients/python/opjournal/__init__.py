@@ -17,6 +17,10 @@ the business links go in ``refs=`` (fixed at registration), and a side
 effect inside the handler (the payment's receipt email) gets
 child_key(parent_key, "receipt_email") with ``parent_key=`` set.
 
+opjournal.aio is the asyncio client: the same names, awaited
+(``async with opjournal.aio.Journal(addr) as journal``, ``await
+opjournal.aio.execute(...)``, ``opjournal.aio.idempotent``).
+
 See execute() for the protocol (the journal decides the next step; fn runs
 under the granted lease, kept alive by heartbeats, and gets a Deadline if
 it asks for one), idempotent() for the decorator, and Journal for the thin
@@ -35,6 +39,15 @@ from .execute import (Deadline, Effect, NotSucceeded, Outcome, OutcomeKind, Reje
 from .keys import KEY_PREFIX, child_key, new_key
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # opjournal.aio, the asyncio client, on first use: `import opjournal`
+    # alone does not import asyncio and grpc.aio.
+    if name == "aio":
+        import importlib
+        return importlib.import_module(".aio", __name__)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 __all__ = [
     "Journal", "Operation", "Registration", "ClaimResult", "LeaseExtension", "Event", "EventPage",

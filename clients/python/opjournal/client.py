@@ -343,7 +343,169 @@ def trace_metadata(headers: Optional[Mapping[str, Any]]) -> Tuple[Tuple[str, str
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class Journal:
+class _JournalBase:
+    """What the blocking Journal and the asyncio one (opjournal.aio.Journal)
+    share: the settings, the call metadata (token and trace context), and
+    the making of each RPC's request and reading of its answer. Only the
+    channel and the calls themselves differ."""
+
+    def _configure(self, target: str, token: Optional[str], timeout: Optional[float], worker_id: Optional[str],
+                   lease_seconds: int, trace_context: Optional[Callable[[], Optional[Mapping[str, str]]]]) -> None:
+        if trace_context is not None and not callable(trace_context):
+            raise TypeError("opjournal: trace_context must be a callable returning a mapping of header "
+                            "name to value, or None")
+        self._trace_context = trace_context
+        self.target = target
+        self.timeout = timeout
+        self.worker_id = worker_id or default_worker_id()
+        self.lease_seconds = int(lease_seconds)
+        md: Tuple[Tuple[str, str], ...] = ()
+        if token is not None:
+            token = token.strip()
+            if not token:
+                raise ValueError("opjournal: token is empty")
+            md = (("authorization", "Bearer " + token),)
+        self._metadata = md
+
+    def __repr__(self) -> str:
+        return "%s(%r, worker_id=%r)" % (type(self).__name__, self.target, self.worker_id)  # never the token
+
+    @property
+    def metadata(self) -> Tuple[Tuple[str, str], ...]:
+        """The call metadata: the bearer token, if any, and the caller's
+        current trace context (read on each access)."""
+        return self._metadata + self._trace_metadata()
+
+    #: Class defaults, for subclasses that do not run __init__.
+    _trace_context: Optional[Callable[[], Optional[Mapping[str, str]]]] = None
+    _trace_warned = False
+    _metadata: Tuple[Tuple[str, str], ...] = ()
+
+    def _trace_metadata(self) -> Tuple[Tuple[str, str], ...]:
+        """The trace-context metadata of this call: the trace_context hook's,
+        else OpenTelemetry's (when importable), else none. Never raises."""
+        hook = self._trace_context
+        try:
+            if hook is not None:
+                headers = hook()
+            else:
+                otel = _otel()
+                if otel is None:
+                    return ()
+                headers = {}
+                otel.inject(headers)
+            return trace_metadata(headers if isinstance(headers, Mapping) else None)
+        except Exception:
+            if not self._trace_warned:
+                self._trace_warned = True
+                _log.warning("opjournal: reading the trace context failed; calls go on without it",
+                             exc_info=True)
+            return ()
+
+    # -- requests and answers, shared ---------------------------------------
+
+    def _register_request(self, key: str, action: str, payload: Mapping[str, Any], *, claim: bool = False,
+                          worker_id: Optional[str] = None, lease_seconds: Optional[int] = None,
+                          refs: Optional[Mapping[str, str]] = None,
+                          parent_key: Optional[str] = None, view: Optional[str] = "basic") -> pb.RegisterRequest:
+        req = pb.RegisterRequest(operation_key=key, action_type=action, payload=_convert.to_struct("payload", payload),
+                                 refs=_convert.to_refs(refs), parent_key=_convert.to_key("parent_key", parent_key),
+                                 view=_view_value(view))
+        if claim:
+            req.claim.worker_id = worker_id or self.worker_id
+            req.claim.lease_seconds = self.lease_seconds if lease_seconds is None else int(lease_seconds)
+        return req
+
+    def _registration(self, resp: pb.RegisterResponse) -> Registration:
+        return Registration(
+            operation=Operation.from_pb(resp.operation),
+            created=resp.created,
+            claimed=resp.claimed,
+            attempt=resp.attempt,
+            lease_until=_convert.timestamp(resp, "lease_until"),
+            retry_after_seconds=resp.retry_after_seconds,
+            next=next_step_name(resp.next),
+            lease_seconds=resp.lease_seconds,
+        )
+
+    def _claim_request(self, key: str, worker_id: Optional[str], lease_seconds: Optional[int],
+                       view: Optional[str]) -> pb.ClaimRequest:
+        return pb.ClaimRequest(
+            operation_key=key,
+            worker_id=worker_id or self.worker_id,
+            lease_seconds=self.lease_seconds if lease_seconds is None else int(lease_seconds),
+            view=_view_value(view),
+        )
+
+    @staticmethod
+    def _claim_result(resp: pb.ClaimResponse) -> ClaimResult:
+        return ClaimResult(
+            operation=Operation.from_pb(resp.operation),
+            claimed=resp.claimed,
+            attempt=resp.attempt,
+            lease_until=_convert.timestamp(resp, "lease_until"),
+            retry_after_seconds=resp.retry_after_seconds,
+            next=next_step_name(resp.next),
+            lease_seconds=resp.lease_seconds,
+        )
+
+    @staticmethod
+    def _extend_request(key: str, attempt: int, lease_seconds: int, view: Optional[str]) -> pb.ExtendLeaseRequest:
+        return pb.ExtendLeaseRequest(operation_key=key, attempt=attempt, lease_seconds=int(lease_seconds),
+                                     view=_view_value(view))
+
+    @staticmethod
+    def _lease_extension(resp: pb.ExtendLeaseResponse) -> LeaseExtension:
+        return LeaseExtension(
+            operation=Operation.from_pb(resp.operation),
+            lease_seconds=resp.lease_seconds,
+            lease_until=_convert.timestamp(resp, "lease_until"),
+        )
+
+    @staticmethod
+    def _mark_succeeded_request(key: str, attempt: int, external_id: str, result: Optional[Mapping[str, Any]],
+                                actor: str, view: Optional[str]) -> pb.MarkSucceededRequest:
+        req = pb.MarkSucceededRequest(operation_key=key, attempt=attempt, external_id=external_id, actor=actor,
+                                      view=_view_value(view))
+        if result is not None:
+            req.result.CopyFrom(_convert.to_struct("result", result))
+        return req
+
+    @staticmethod
+    def _list_operations_request(statuses: Iterable[str], needs_review: Optional[bool], action_type: str,
+                                 due_for_check: bool, page_size: int, page_token: str, view: Optional[str],
+                                 refs: Optional[Mapping[str, str]],
+                                 parent_key: Optional[str]) -> pb.ListOperationsRequest:
+        req = pb.ListOperationsRequest(statuses=[_status_value(s) for s in statuses], action_type=action_type,
+                                       due_for_check=due_for_check, page_size=int(page_size),
+                                       page_token=page_token, view=_view_value(view),
+                                       refs=_convert.to_refs(refs),
+                                       parent_key=_convert.to_key("parent_key", parent_key))
+        if needs_review is not None:
+            req.needs_review = bool(needs_review)
+        return req
+
+    @staticmethod
+    def _operation_page(resp: pb.ListOperationsResponse) -> OperationPage:
+        return OperationPage(tuple(Operation.from_pb(op) for op in resp.operations), resp.next_page_token)
+
+    @staticmethod
+    def _event_page(resp: pb.ListEventsResponse) -> EventPage:
+        return EventPage(tuple(Event.from_pb(e) for e in resp.events), resp.next_page_token)
+
+
+def _tls_roots(tls_ca: Union[None, PathLike, bytes]) -> Optional[bytes]:
+    """The PEM roots of ``tls_ca`` (a file, or its bytes); None for the
+    system's."""
+    if isinstance(tls_ca, bytes):
+        return tls_ca
+    if tls_ca is not None:
+        with open(tls_ca, "rb") as f:
+            return f.read()
+    return None
+
+
+class Journal(_JournalBase):
     """A connection to an opjournal server's gRPC API.
 
     ``target`` is host:port. The channel is plaintext unless ``tls_ca`` (a
@@ -387,31 +549,12 @@ class Journal:
         options: Sequence[Tuple[str, Any]] = (),
         trace_context: Optional[Callable[[], Optional[Mapping[str, str]]]] = None,
     ):
-        if trace_context is not None and not callable(trace_context):
-            raise TypeError("opjournal: trace_context must be a callable returning a mapping of header "
-                            "name to value, or None")
-        self._trace_context = trace_context
-        self.target = target
-        self.timeout = timeout
-        self.worker_id = worker_id or default_worker_id()
-        self.lease_seconds = int(lease_seconds)
-        md: Tuple[Tuple[str, str], ...] = ()
-        if token is not None:
-            token = token.strip()
-            if not token:
-                raise ValueError("opjournal: token is empty")
-            md = (("authorization", "Bearer " + token),)
-        self._metadata = md
+        self._configure(target, token, timeout, worker_id, lease_seconds, trace_context)
         self._owns_channel = channel is None
         if channel is None:
             if tls_ca is not None or tls:
-                roots = None
-                if isinstance(tls_ca, bytes):
-                    roots = tls_ca
-                elif tls_ca is not None:
-                    with open(tls_ca, "rb") as f:
-                        roots = f.read()
-                channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=roots), options=list(options))
+                creds = grpc.ssl_channel_credentials(root_certificates=_tls_roots(tls_ca))
+                channel = grpc.secure_channel(target, creds, options=list(options))
             else:
                 channel = grpc.insecure_channel(target, options=list(options))
         self._channel = channel
@@ -430,45 +573,11 @@ class Journal:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return "Journal(%r, worker_id=%r)" % (self.target, self.worker_id)  # never the token
-
     @property
     def stub(self) -> pb_grpc.JournalServiceStub:
         """The generated stub, for RPCs this class does not wrap (Resolve,
         Escalate, ...); pass ``metadata=journal.metadata``."""
         return self._stub
-
-    @property
-    def metadata(self) -> Tuple[Tuple[str, str], ...]:
-        """The call metadata: the bearer token, if any, and the caller's
-        current trace context (read on each access)."""
-        return self._metadata + self._trace_metadata()
-
-    #: Class defaults, for subclasses that do not run __init__.
-    _trace_context: Optional[Callable[[], Optional[Mapping[str, str]]]] = None
-    _trace_warned = False
-
-    def _trace_metadata(self) -> Tuple[Tuple[str, str], ...]:
-        """The trace-context metadata of this call: the trace_context hook's,
-        else OpenTelemetry's (when importable), else none. Never raises."""
-        hook = self._trace_context
-        try:
-            if hook is not None:
-                headers = hook()
-            else:
-                otel = _otel()
-                if otel is None:
-                    return ()
-                headers = {}
-                otel.inject(headers)
-            return trace_metadata(headers if isinstance(headers, Mapping) else None)
-        except Exception:
-            if not self._trace_warned:
-                self._trace_warned = True
-                _log.warning("opjournal: reading the trace context failed; calls go on without it",
-                             exc_info=True)
-            return ()
 
     def _call(self, method: str, request, timeout: Optional[float] = _UNSET):
         """Every RPC goes through here. ``timeout`` overrides self.timeout
@@ -510,49 +619,11 @@ class Journal:
             key, action, payload, claim=claim, worker_id=worker_id, lease_seconds=lease_seconds,
             refs=refs, parent_key=parent_key, view=view)))
 
-    def _register_request(self, key: str, action: str, payload: Mapping[str, Any], *, claim: bool = False,
-                          worker_id: Optional[str] = None, lease_seconds: Optional[int] = None,
-                          refs: Optional[Mapping[str, str]] = None,
-                          parent_key: Optional[str] = None, view: Optional[str] = "basic") -> pb.RegisterRequest:
-        req = pb.RegisterRequest(operation_key=key, action_type=action, payload=_convert.to_struct("payload", payload),
-                                 refs=_convert.to_refs(refs), parent_key=_convert.to_key("parent_key", parent_key),
-                                 view=_view_value(view))
-        if claim:
-            req.claim.worker_id = worker_id or self.worker_id
-            req.claim.lease_seconds = self.lease_seconds if lease_seconds is None else int(lease_seconds)
-        return req
-
-    def _registration(self, resp: pb.RegisterResponse) -> Registration:
-        return Registration(
-            operation=Operation.from_pb(resp.operation),
-            created=resp.created,
-            claimed=resp.claimed,
-            attempt=resp.attempt,
-            lease_until=_convert.timestamp(resp, "lease_until"),
-            retry_after_seconds=resp.retry_after_seconds,
-            next=next_step_name(resp.next),
-            lease_seconds=resp.lease_seconds,
-        )
-
     def claim(self, key: str, *, worker_id: Optional[str] = None, lease_seconds: Optional[int] = None,
               view: Optional[str] = "basic") -> ClaimResult:
         """Asks for a lease so the caller may call the provider. ``view`` as
         for register() ("basic": no payload, the stored result if any)."""
-        resp = self._call("Claim", pb.ClaimRequest(
-            operation_key=key,
-            worker_id=worker_id or self.worker_id,
-            lease_seconds=self.lease_seconds if lease_seconds is None else int(lease_seconds),
-            view=_view_value(view),
-        ))
-        return ClaimResult(
-            operation=Operation.from_pb(resp.operation),
-            claimed=resp.claimed,
-            attempt=resp.attempt,
-            lease_until=_convert.timestamp(resp, "lease_until"),
-            retry_after_seconds=resp.retry_after_seconds,
-            next=next_step_name(resp.next),
-            lease_seconds=resp.lease_seconds,
-        )
+        return self._claim_result(self._call("Claim", self._claim_request(key, worker_id, lease_seconds, view)))
 
     def extend_lease(self, key: str, attempt: int, lease_seconds: int = 0, *,
                      view: Optional[str] = "basic") -> LeaseExtension:
@@ -568,14 +639,8 @@ class Journal:
 
     def _extend_lease(self, key: str, attempt: int, lease_seconds: int = 0,
                       timeout: Optional[float] = _UNSET, view: Optional[str] = "basic") -> LeaseExtension:
-        resp = self._call("ExtendLease", pb.ExtendLeaseRequest(
-            operation_key=key, attempt=attempt, lease_seconds=int(lease_seconds), view=_view_value(view)),
-            timeout=timeout)
-        return LeaseExtension(
-            operation=Operation.from_pb(resp.operation),
-            lease_seconds=resp.lease_seconds,
-            lease_until=_convert.timestamp(resp, "lease_until"),
-        )
+        return self._lease_extension(self._call("ExtendLease", self._extend_request(key, attempt, lease_seconds, view),
+                                                timeout=timeout))
 
     def mark_succeeded(self, key: str, attempt: int, external_id: str = "",
                        result: Optional[Mapping[str, Any]] = None, *, actor: str = "",
@@ -586,11 +651,7 @@ class Journal:
         payload and result (the caller sent the result); "full" returns the
         stored result (redacted by the policy; after a duplicate effect, the
         first one's) and the payload."""
-        req = pb.MarkSucceededRequest(operation_key=key, attempt=attempt, external_id=external_id, actor=actor,
-                                      view=_view_value(view))
-        if result is not None:
-            req.result.CopyFrom(_convert.to_struct("result", result))
-        return self._mark_succeeded(req)
+        return self._mark_succeeded(self._mark_succeeded_request(key, attempt, external_id, result, actor, view))
 
     def _mark_succeeded(self, req: pb.MarkSucceededRequest) -> Operation:
         return Operation.from_pb(self._call("MarkSucceeded", req).operation)
@@ -629,15 +690,9 @@ class Journal:
         MAX_PAGE_SIZE); pass the answer's ``next_page_token`` as
         ``page_token`` for the next page. ``view``: "basic" (the default:
         without payload and result) or "full"."""
-        req = pb.ListOperationsRequest(statuses=[_status_value(s) for s in statuses], action_type=action_type,
-                                       due_for_check=due_for_check, page_size=int(page_size),
-                                       page_token=page_token, view=_view_value(view),
-                                       refs=_convert.to_refs(refs),
-                                       parent_key=_convert.to_key("parent_key", parent_key))
-        if needs_review is not None:
-            req.needs_review = bool(needs_review)
-        resp = self._call("ListOperations", req)
-        return OperationPage(tuple(Operation.from_pb(op) for op in resp.operations), resp.next_page_token)
+        req = self._list_operations_request(statuses, needs_review, action_type, due_for_check, page_size,
+                                            page_token, view, refs, parent_key)
+        return self._operation_page(self._call("ListOperations", req))
 
     def list_events(self, key: str, page_size: int = 0, page_token: str = "") -> EventPage:
         """One page of the operation's history, oldest first. ``page_size``
@@ -646,7 +701,7 @@ class Journal:
         ``page_token`` for the next page (it is "" on the last)."""
         resp = self._call("ListEvents", pb.ListEventsRequest(operation_key=key, page_size=int(page_size),
                                                              page_token=page_token))
-        return EventPage(tuple(Event.from_pb(e) for e in resp.events), resp.next_page_token)
+        return self._event_page(resp)
 
     def iter_events(self, key: str, page_size: int = 0) -> Iterator[Event]:
         """The operation's whole history, oldest first, fetched page by page

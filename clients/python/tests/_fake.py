@@ -81,3 +81,41 @@ class FakeJournal(opjournal.Journal):
     def requests(self, method):
         with self._lock:
             return [r for m, r, _ in self.calls if m == method]
+
+
+class AioFakeJournal(opjournal.aio.Journal):
+    """FakeJournal's answers for the asyncio client: the same handlers,
+    behind an awaited _call. A handler may also be a coroutine function
+    (a slow journal answer)."""
+
+    def __init__(self, register, **handlers):
+        self._configure("fake", None, 5.0, "fake-worker", 0, None)
+        self._owns_channel = False
+        self._channel = None
+        self._closed = False
+        self.calls = []
+        self.handlers = {"MarkSucceeded": _mark_succeeded, "MarkUnknown": _mark_unknown,
+                         "MarkFailedFinal": _mark_failed_final, "Register": register}
+        self.handlers.update(handlers)
+
+    async def close(self):
+        pass
+
+    async def _call(self, method, request, timeout=None):
+        self.calls.append((method, request, time.monotonic()))
+        h = self.handlers.get(method)
+        if h is None:
+            raise AssertionError("AioFakeJournal: unexpected %s" % method)
+        r = h(request) if callable(h) else h
+        if hasattr(r, "__await__"):
+            r = await r
+        if isinstance(r, BaseException):
+            raise r
+        return r
+
+    def methods(self):
+        """The RPC names called, in order."""
+        return [m for m, _, _ in self.calls]
+
+    def requests(self, method):
+        return [r for m, r, _ in self.calls if m == method]

@@ -97,9 +97,10 @@ def new_key(prefix="payment") -> str:
 
 
 class Server:
-    """`opjournal serve` on free ports with a fresh SQLite journal."""
+    """`opjournal serve` on free ports with a fresh SQLite journal; ``env``
+    adds to (or overrides) its environment."""
 
-    def __init__(self, *extra_args: str, ready_timeout: float = 60.0):
+    def __init__(self, *extra_args: str, ready_timeout: float = 60.0, env=None):
         self.dir = tmpdir()
         self.lines = collections.deque(maxlen=500)
         self.info = None
@@ -108,7 +109,8 @@ class Server:
                 "--database-url", "sqlite://" + os.path.join(self.dir, "j.db"),
                 "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", *extra_args]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True,
+                                     env=None if env is None else {**os.environ, **env})
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         if not self._ready.wait(ready_timeout) or self.info is None:

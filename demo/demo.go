@@ -21,6 +21,7 @@ import (
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/fakeprovider"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/policy"
 
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -36,8 +37,16 @@ type Env struct {
 	Provider    *fakeprovider.ControlClient
 	// AgentTimeout is how long the agent waits for the provider (default 1 s).
 	AgentTimeout time.Duration
-	// SettleTimeout bounds the wait for the reconciler (default 60 s).
+	// SettleTimeout bounds each wait for the reconciler (default 60 s, plus
+	// the policy's visibility_lag + in_flight_window for a release).
 	SettleTimeout time.Duration
+	// Policy is the policy the journal and the reconciler run with (default:
+	// the shipped one): the narration says what a wait is for, and how long
+	// a release takes, by its numbers.
+	Policy *policy.Policy
+	// Progress is how often a wait for the reconciler prints where it is
+	// (default 5 s).
+	Progress time.Duration
 	// Out receives the narration.
 	Out io.Writer
 }
@@ -177,24 +186,52 @@ func expect(cond bool, format string, args ...any) error {
 	return fmt.Errorf("unexpected: "+format, args...)
 }
 
-// settle waits until the reconciler has moved key out of unknown, and
-// returns the operation.
-func (r *run) settle(ctx context.Context, key string, want pb.Status) (*pb.Operation, error) {
+func (e Env) policy() *policy.Policy {
+	if e.Policy == nil {
+		return policy.Default()
+	}
+	return e.Policy
+}
+
+// settle waits until the reconciler has moved key (of action) out of
+// unknown into want, and returns the operation. It says what it waits for
+// (for a release: the policy's visibility_lag + in_flight_window) and,
+// every Progress, how long it has waited and what the reconciler last
+// recorded, so that a long wait is visibly a wait and not a hang.
+func (r *run) settle(ctx context.Context, key, action string, want pb.Status) (*pb.Operation, error) {
 	limit := r.env.SettleTimeout
+	what := "the reconciler to find the effect at the provider"
+	if want == pb.Status_STATUS_PENDING {
+		what = "the release: the journal allows it " + describeRelease(r.env.policy(), action)
+	}
 	if limit == 0 {
 		limit = 60 * time.Second
+		if a, ok := r.env.policy().Action(action); ok && want == pb.Status_STATUS_PENDING {
+			limit += a.ReleaseAfter()
+		}
 	}
-	deadline := time.Now().Add(limit)
+	every := r.env.Progress
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	fmt.Fprintf(r.env.out(), "          waiting for %s (at most %s)\n", what, limit)
+	began := time.Now()
+	deadline, next := began.Add(limit), began.Add(every)
 	for {
 		op, err := r.lookup(ctx, key)
 		if err != nil {
 			return nil, err
 		}
 		if op.GetStatus() == want {
+			fmt.Fprintf(r.env.out(), "          … %s after %s\n", short(want), time.Since(began).Round(100*time.Millisecond))
 			return op, nil
 		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s is %s after %s, want %s (is the reconciler running?)", key, op.GetStatus(), limit, want)
+		if now := time.Now(); now.After(deadline) {
+			return nil, fmt.Errorf("%s is still %s after %s waiting for %s, want %s; last change: %s", key, short(op.GetStatus()), limit, what, short(want), r.lastChange(ctx, key))
+		} else if now.After(next) {
+			next = now.Add(every)
+			fmt.Fprintf(r.env.out(), "          … %s waited: %s, %d provider checks so far; last change: %s\n",
+				now.Sub(began).Round(time.Second), short(op.GetStatus()), op.GetCheckCount(), r.lastChange(ctx, key))
 		}
 		select {
 		case <-ctx.Done():
@@ -271,7 +308,7 @@ func Payment(ctx context.Context, env Env) error {
 	}
 
 	r.say("run reconciliation (the reconciler asks the provider by idempotency key)")
-	done, err := r.settle(ctx, key, pb.Status_STATUS_SUCCEEDED)
+	done, err := r.settle(ctx, key, op.Action, pb.Status_STATUS_SUCCEEDED)
 	if err != nil {
 		return err
 	}
@@ -344,7 +381,7 @@ func Email(ctx context.Context, env Env) error {
 		return err
 	}
 	r.say("reconciliation finds the email by its reference")
-	done, err := r.settle(ctx, key, pb.Status_STATUS_SUCCEEDED)
+	done, err := r.settle(ctx, key, op.Action, pb.Status_STATUS_SUCCEEDED)
 	if err != nil {
 		return err
 	}
@@ -355,7 +392,8 @@ func Email(ctx context.Context, env Env) error {
 }
 
 // AbsentThenRetried: the provider timed out BEFORE committing. The
-// reconciler proves absence (after the visibility lag), releases the
+// reconciler proves absence (once visibility_lag + in_flight_window have
+// passed since the attempt ended), releases the
 // operation, and the agent's next retry performs the payment once.
 func AbsentThenRetried(ctx context.Context, env Env) error {
 	r := &run{env: env}
@@ -377,8 +415,8 @@ func AbsentThenRetried(ctx context.Context, env Env) error {
 	if err := expect(out.Kind == client.VerificationRequired && n == 0, "want verification_required and no effect"); err != nil {
 		return err
 	}
-	r.say("reconciliation: not found, and still not found after the visibility lag → released")
-	if _, err := r.settle(ctx, key, pb.Status_STATUS_PENDING); err != nil {
+	r.say("reconciliation: not found, and still not found once visibility_lag + in_flight_window have passed → released")
+	if _, err := r.settle(ctx, key, op.Action, pb.Status_STATUS_PENDING); err != nil {
 		return err
 	}
 	r.saw("%s", r.lastChange(ctx, key))

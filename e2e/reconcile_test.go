@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -185,7 +186,11 @@ func TestDemoScenarios(t *testing.T) {
 	forEachStore(t, func(t *testing.T, dbURL string) {
 		s := startStack(t, stackOpts{dbURL: dbURL})
 		var out strings.Builder
-		err := demo.RunAll(ctxFor(t), demo.Env{Journal: s.sdk, RPC: s.rpc, ProviderURL: s.providerURL, Provider: s.provider, Out: &out})
+		pol, err := policy.Parse([]byte(testPolicy()), "test policy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = demo.RunAll(ctxFor(t), demo.Env{Journal: s.sdk, RPC: s.rpc, ProviderURL: s.providerURL, Provider: s.provider, Policy: pol, Out: &out})
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out.String())
 		}
@@ -195,6 +200,80 @@ func TestDemoScenarios(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestMakeDemoPassesAsDocumented runs opjournal-demo exactly as `make demo`
+// does (its own processes, its own policy): it passes, says which policy it
+// runs with and how long a release takes, and narrates the wait for the
+// release while it waits. With the shipped policy's 2-minute
+// in_flight_window it waited 60 s for a release the journal refuses for
+// 2 min 3 s, and failed.
+func TestMakeDemoPassesAsDocumented(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "opjournal-demo"), "--bin-dir", binDir)
+	cmd.Env = childEnv(nil)
+	out, err := cmd.CombinedOutput()
+	text := string(out)
+	if err != nil || !strings.Contains(text, "DEMO PASSED") {
+		t.Fatalf("opjournal-demo --bin-dir %s: %v\n%s", binDir, err, out)
+	}
+	for _, want := range []string{
+		"policy: the shipped policy with in_flight_window 5s instead of 2m",
+		"released 8s after the attempt ended (visibility_lag 3s + in_flight_window 5s) for create_payment",
+		"waiting for the release: the journal allows it 8s after the attempt ended",
+		"… pending after ",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the demo's output has no %q:\n%s", want, out)
+		}
+	}
+	// The README shows this output: each of its lines is a line of this
+	// run, in order ("…" stands for lines left out; the hash, the times
+	// waited and the state while waiting vary from run to run).
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "<!-- demo output: checked by TestMakeDemoPassesAsDocumented -->\n```\n"
+	i := strings.Index(string(readme), marker)
+	if i < 0 {
+		t.Fatalf("README.md has no %q block", marker)
+	}
+	block, _, _ := strings.Cut(string(readme)[i+len(marker):], "\n```")
+	got := strings.Split(text, "\n")
+	at := 0
+	for _, line := range strings.Split(block, "\n") {
+		if strings.TrimSpace(line) == "…" || strings.TrimSpace(line) == "" {
+			continue
+		}
+		re := demoLinePattern(line)
+		found := false
+		for ; at < len(got); at++ {
+			if re.MatchString(got[at]) {
+				found, at = true, at+1
+				break
+			}
+		}
+		if !found {
+			t.Errorf("README.md's demo output shows %q, which this run does not print (in that order):\n%s", line, out)
+			return
+		}
+	}
+}
+
+// demoLinePattern reads a line of the README's demo output as a pattern:
+// literal, except for what varies from run to run.
+func demoLinePattern(line string) *regexp.Regexp {
+	if strings.Contains(line, " waited: ") { // a progress line: its state is the moment's
+		return regexp.MustCompile(`^\s*… [0-9]+s waited: .+$`)
+	}
+	p := regexp.QuoteMeta(line)
+	p = regexp.MustCompile(`request_hash=[0-9a-f]+…`).ReplaceAllString(p, `request_hash=[0-9a-f]+…`)
+	p = regexp.MustCompile(`after [0-9]+(?:\\\.[0-9]+)?m?s$`).ReplaceAllString(p, `after [0-9.]+m?s`)
+	p = regexp.MustCompile(`[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:\\.]+Z`).ReplaceAllString(p, `[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z`)
+	return regexp.MustCompile("^" + p + "$")
 }
 
 // TestEveryCommittingFaultIsReconciled: whatever way the answer is lost

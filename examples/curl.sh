@@ -7,17 +7,30 @@
 #   bash examples/curl.sh [http://127.0.0.1:8080]
 #
 # With authentication, export OPJOURNAL_TOKEN=<token>.
+#
+# The first six calls are the README's walk-through ("The protocol with
+# curl"), request for request. With OPJOURNAL_TRANSCRIPT=FILE every call is
+# also appended to FILE as one JSON line {method, path, request, status,
+# response}: the e2e test (TestCurlExample) checks the README's shown
+# answers against it.
 set -euo pipefail
 BASE=${1:-${OPJOURNAL_URL:-http://127.0.0.1:8080}}
 KEY=${KEY:-payment:order-817:intent-$(date +%s)}
 auth=()
 if [ -n "${OPJOURNAL_TOKEN:-}" ]; then auth=(-H "Authorization: Bearer $OPJOURNAL_TOKEN"); fi
 
-call() { # METHOD PATH [JSON] → prints the HTTP status and the body
-	local method=$1 path=$2 body=${3:-}
+call() { # METHOD PATH [JSON] → prints the body and, on its own last line, the HTTP status
+	local method=$1 path=$2 body=${3:-} out
 	local args=(-sS -X "$method" -w '\n%{http_code}' "${auth[@]}" "$BASE$path")
 	[ -n "$body" ] && args+=(-H 'Content-Type: application/json' -d "$body")
-	curl "${args[@]}"
+	out=$(curl "${args[@]}")
+	if [ -n "${OPJOURNAL_TRANSCRIPT:-}" ]; then
+		jq -cn --arg method "$method" --arg path "$path" --arg request "$body" \
+			--arg status "$(tail -n1 <<<"$out")" --arg response "$(sed '$d' <<<"$out")" \
+			'{method: $method, path: $path, request: (if $request == "" then null else ($request | fromjson) end),
+			  status: ($status | tonumber), response: ($response | fromjson)}' >>"$OPJOURNAL_TRANSCRIPT"
+	fi
+	printf '%s\n' "$out"
 }
 step() { printf '\n== %s\n' "$*"; }
 expect() { # WANT_STATUS RESPONSE JQ → fails unless the status matches; prints the jq view
@@ -34,15 +47,15 @@ expect 200 "$(call POST /v1/operations:register "{\"operation_key\": \"$KEY\", \
 	'{created, status: .operation.status, request_hash: .operation.request_hash}'
 
 step "claim it: the attempt number is the fencing token"
-r=$(call POST /v1/operations:claim "{\"operation_key\": \"$KEY\", \"worker_id\": \"curl-agent\"}")
+r=$(call POST /v1/operations:claim "{\"operation_key\": \"$KEY\", \"worker_id\": \"agent-1\"}")
 expect 200 "$r" '{claimed, attempt, lease_until}'
 attempt=$(sed '$d' <<<"$r" | jq -r .attempt)
 
 step "a second worker is told to wait"
-expect 200 "$(call POST /v1/operations:claim "{\"operation_key\": \"$KEY\", \"worker_id\": \"other-agent\"}")" '{claimed, retry_after_seconds}'
+expect 200 "$(call POST /v1/operations:claim "{\"operation_key\": \"$KEY\", \"worker_id\": \"agent-2\"}")" '{claimed, retry_after_seconds}'
 
 step "the provider charged the card (pay_5f2c): record it"
-expect 200 "$(call POST /v1/operations:markSucceeded "{\"operation_key\": \"$KEY\", \"attempt\": $attempt, \"external_id\": \"pay_5f2c\", \"result\": {\"payment_id\": \"pay_5f2c\"}}")" \
+expect 200 "$(call POST /v1/operations:markSucceeded "{\"operation_key\": \"$KEY\", \"attempt\": $attempt, \"external_id\": \"pay_5f2c\", \"result\": {\"payment_id\": \"pay_5f2c\", \"status\": \"captured\"}}")" \
 	'{status: .operation.status, external_id: .operation.external_id}'
 
 step "a retry of the same intent (other key order, 4.9e5) replays the stored result"

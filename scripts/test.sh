@@ -58,6 +58,16 @@ fi
 
 full=0
 if [ $# -eq 0 ]; then set -- ./...; full=1; fi
+# What the suite needs beyond Go (PgBouncer, Chromium, Debian's Python
+# packages, ...), installed BEFORE the first test on a full run: go test
+# itself uses them, so on a fresh machine installing afterwards would fail
+# the first run and never reach the install. A targeted run (arguments)
+# skips it. DEPS is overridable for the test of this
+# order (TestTestScriptInstallsBeforeItTests).
+DEPS=${DEPS:-scripts/deps.sh}
+if [ "$full" = 1 ]; then
+	bash "$DEPS"
+fi
 # e2e's stripe-node test runs the npm package from its lock file.
 (cd e2e/stripe-node && { [ -d node_modules ] || npm ci --no-audit --no-fund >/dev/null; })
 # -count=1: never trust a cached pass; the database may have changed.
@@ -67,7 +77,6 @@ if [ $# -eq 0 ]; then set -- ./...; full=1; fi
 # (arguments mean a targeted go test). Never skipped: without their
 # packages the run fails and says what to install.
 if [ "$full" = 1 ]; then
-	bash scripts/deps.sh
 	mkdir -p bin
 	"$GO" build -o bin/opjournal ./cmd/opjournal
 	PYTHON=${PYTHON:-/usr/bin/python3} # deps.sh installed Debian's grpcio and protobuf for it

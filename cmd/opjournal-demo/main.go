@@ -4,6 +4,12 @@
 // scenarios of package demo, prints every step, and exits non-zero if any
 // observation differs from the SPEC. `make demo` builds the binaries and
 // runs it.
+//
+// Every process runs with the demo's policy (demo.PolicyYAML: the shipped
+// policy with a 5 s in_flight_window, the test provider's true one), so
+// that the release of a proven absence takes seconds, not the 2 min 3 s of
+// the shipped policy; --policy FILE runs with another one (--policy
+// policy/default.yaml waits the shipped window, printing its progress).
 package main
 
 import (
@@ -27,6 +33,7 @@ import (
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/internal/procs"
+	"github.com/opjournal/opjournal/policy"
 )
 
 func main() {
@@ -42,7 +49,7 @@ func main() {
 
 // newRoot is the command line; the demo runs in RunE.
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
-	var binDir string
+	var binDir, policyPath string
 	var verbose, withGateway bool
 	c := &cobra.Command{
 		Use:   "opjournal-demo [--bin-dir bin] [--gateway] [-v]",
@@ -56,7 +63,7 @@ doors. "make demo" and "make demo-gateway" build the binaries and run it.`,
 		Example: `  opjournal-demo --bin-dir bin
   opjournal-demo --gateway --bin-dir bin -v   # with the processes' logs`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := run(cmd.Context(), binDir, verbose, withGateway); err != nil {
+			if err := run(cmd.Context(), binDir, policyPath, verbose, withGateway); err != nil {
 				return err
 			}
 			fmt.Fprintln(stdout, "\nDEMO PASSED: every step observed what the SPEC says; one effect per intent.")
@@ -67,15 +74,20 @@ doors. "make demo" and "make demo-gateway" build the binaries and run it.`,
 	fs.StringVar(&binDir, "bin-dir", "bin", "where opjournal, opjournal-fakeprovider and opjournal-reconciler are")
 	fs.BoolVarP(&verbose, "v", "v", false, "also print the processes' logs")
 	fs.BoolVar(&withGateway, "gateway", false, "run the gateway scenarios (make demo-gateway): the agent calls only opjournal-gateway's HTTP and MCP doors")
+	fs.StringVar(&policyPath, "policy", "", "policy YAML file for every process (default: the shipped policy with a 5 s in_flight_window; policy/default.yaml waits the shipped 2 minutes)")
 	return cli.NewRoot(c, "", stdout, stderr)
 }
 
-func run(ctx context.Context, binDir string, verbose, withGateway bool) error {
+func run(ctx context.Context, binDir, policyPath string, verbose, withGateway bool) error {
 	dir, err := os.MkdirTemp("", "opjournal-demo-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	pol, policyArgs, err := demoPolicy(dir, policyPath)
+	if err != nil {
+		return err
+	}
 	var logw *os.File
 	if verbose {
 		logw = os.Stderr
@@ -102,7 +114,7 @@ func run(ctx context.Context, binDir string, verbose, withGateway bool) error {
 	// The gateway knows who calls: the journal authenticates the demo's
 	// callers (two agents, one of them with a rotated token), so it runs
 	// with a tokens file; the SDK scenarios run without, as the quick start.
-	journalArgs := []string{"serve", "--database-url", "sqlite://" + filepath.Join(dir, "journal.db"), "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}
+	journalArgs := append([]string{"serve", "--database-url", "sqlite://" + filepath.Join(dir, "journal.db"), "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, policyArgs...)
 	var callers demo.GatewayCallers
 	var recEnv []string
 	if withGateway {
@@ -120,7 +132,7 @@ func run(ctx context.Context, binDir string, verbose, withGateway bool) error {
 	grpcAddr := journal.Field("grpc_addr")
 
 	rec, err := start(procs.Spec{Name: "reconciler", Path: bin("opjournal-reconciler"), Ready: "reconciling",
-		Args: []string{"--journal-addr", grpcAddr, "--poll-interval", "200ms", "--id", "demo-reconciler"},
+		Args: append([]string{"--journal-addr", grpcAddr, "--poll-interval", "200ms", "--id", "demo-reconciler"}, policyArgs...),
 		Env:  append([]string{"PROVIDER_URL=" + providerURL}, recEnv...)})
 	if err != nil {
 		return err
@@ -136,8 +148,8 @@ func run(ctx context.Context, binDir string, verbose, withGateway bool) error {
 	control := fakeprovider.NewControlClient(providerURL, &http.Client{Timeout: 10 * time.Second})
 	if withGateway {
 		gw, err := start(procs.Spec{Name: "gateway", Path: bin("opjournal-gateway"), Ready: "serving",
-			Args: []string{"--journal-addr", grpcAddr, "--http-addr", "127.0.0.1:0", "--mcp-addr", "127.0.0.1:0",
-				"--mcp-upstream", providerURL + "/mcp", "--worker-id", "demo-gateway"},
+			Args: append([]string{"--journal-addr", grpcAddr, "--http-addr", "127.0.0.1:0", "--mcp-addr", "127.0.0.1:0",
+				"--mcp-upstream", providerURL + "/mcp", "--worker-id", "demo-gateway"}, policyArgs...),
 			Env: []string{"PROVIDER_URL=" + providerURL}})
 		if err != nil {
 			return err
@@ -154,6 +166,40 @@ func run(ctx context.Context, binDir string, verbose, withGateway bool) error {
 		RPC:         pb.NewJournalServiceClient(conn),
 		ProviderURL: providerURL,
 		Provider:    control,
+		Policy:      pol,
 		Out:         os.Stdout,
 	})
+}
+
+// demoPolicy writes the demo's policy into dir (or reads the one at path)
+// and says which it is: the --policy arguments of every process, and the
+// parsed policy for the narration.
+func demoPolicy(dir, path string) (*policy.Policy, []string, error) {
+	if path != "" {
+		p, err := policy.Load(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		fmt.Printf("policy: %s: %s\n", path, demo.PolicySummary(p))
+		return p, []string{"--policy", abs}, nil
+	}
+	src, err := demo.PolicyYAML()
+	if err != nil {
+		return nil, nil, err
+	}
+	path = filepath.Join(dir, "demo-policy.yaml")
+	if err := os.WriteFile(path, src, 0o600); err != nil {
+		return nil, nil, err
+	}
+	p, err := policy.Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Printf("policy: the shipped policy with in_flight_window %s instead of 2m (the test provider carries out nothing after it\n"+
+		"        answered or gave up; --policy policy/default.yaml waits the shipped window): %s\n", demo.InFlightWindow, demo.PolicySummary(p))
+	return p, []string{"--policy", path}, nil
 }

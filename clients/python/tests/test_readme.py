@@ -55,7 +55,7 @@ class ReadmeTest(unittest.TestCase):
         self.assertRegex(payment_key, r"^op_[a-z2-7]{26}$")
         self.assertEqual(provider.calls, 4)
         self.assertEqual(list(zip(provider.paths, provider.keys)), [
-            ("/payments", "payment:order-817:intent-01"), ("/payments", "payment:818:intent-01"),
+            ("/payments", "payment:order-901:intent-01"), ("/payments", "payment:818:intent-01"),
             ("/payments", payment_key), ("/emails", email_key)])
         self.assertEqual([op.operation_key for op in ns["children"]], [email_key])
         self.assertIn(payment_key, [op.operation_key for op in ns["orders"]])

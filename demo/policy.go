@@ -1,0 +1,62 @@
+package demo
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"github.com/opjournal/opjournal/policy"
+)
+
+// InFlightWindow is the in_flight_window of the demo's policy for
+// create_payment and send_email, instead of the shipped policy's 2 minutes.
+//
+// The shipped window is a real provider's processing timeout: a request
+// the provider received may still be carried out that long after the agent
+// gave up, so a release waits visibility_lag + in_flight_window. The test
+// provider has no such tail: a commit_then_timeout fault stores the effect
+// before it holds the answer, and a timeout_before_commit fault never
+// stores one. So a few seconds is its true window, and `make demo` shows a
+// proven absence released within seconds rather than waiting 2 min 3 s.
+// `opjournal-demo --policy policy/default.yaml` waits the real window.
+const InFlightWindow = 5 * time.Second
+
+// shippedWindow is what PolicyYAML replaces in the shipped policy.
+const shippedWindow = "in_flight_window: 2m\n"
+
+// PolicyYAML returns the policy `make demo` runs with: the shipped policy
+// (policy.DefaultYAML) whose create_payment and send_email in_flight_window
+// is InFlightWindow, with a header saying so. It fails if the shipped
+// policy no longer has the windows it replaces, rather than run the demo
+// with windows nobody chose.
+func PolicyYAML() ([]byte, error) {
+	src := policy.DefaultYAML()
+	if n := bytes.Count(src, []byte(shippedWindow)); n != 2 {
+		return nil, fmt.Errorf("demo policy: the shipped policy has %d lines %q, want 2 (create_payment, send_email)", n, shippedWindow)
+	}
+	header := fmt.Sprintf("# make demo's policy: the shipped policy (policy/default.yaml) with in_flight_window %s instead of 2m\n"+
+		"# for create_payment and send_email; the test provider carries out nothing after it answered or gave up.\n", InFlightWindow)
+	out := append([]byte(header), bytes.ReplaceAll(src, []byte(shippedWindow), fmt.Appendf(nil, "in_flight_window: %s\n", InFlightWindow))...)
+	if _, err := policy.Parse(out, "demo policy"); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// describeRelease says when the journal allows the release of an
+// operation of action, by the policy's numbers.
+func describeRelease(p *policy.Policy, action string) string {
+	a, ok := p.Action(action)
+	if !ok {
+		return "(no policy for " + action + ")"
+	}
+	rc := a.Reconcile
+	return fmt.Sprintf("%s after the attempt ended (visibility_lag %s + in_flight_window %s)", a.ReleaseAfter(), rc.VisibilityLag, rc.InFlightWindow)
+}
+
+// PolicySummary is the line the demo prints about the policy it runs
+// with: the release timing of each action it uses.
+func PolicySummary(p *policy.Policy) string {
+	return fmt.Sprintf("a proven absence is released %s for create_payment, %s for send_email",
+		describeRelease(p, "create_payment"), describeRelease(p, "send_email"))
+}

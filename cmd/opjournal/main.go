@@ -40,6 +40,7 @@ import (
 	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/hashkey"
 	"github.com/opjournal/opjournal/internal/cli"
+	"github.com/opjournal/opjournal/internal/cli/purgeprint"
 	"github.com/opjournal/opjournal/internal/hostcheck"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
@@ -481,7 +482,7 @@ func purgeCmd(ctx context.Context, o *options, p *purgeFlags, stdout, stderr io.
 		if errors.Is(err, journal.ErrPurgeBusy) {
 			return fmt.Errorf("purge: %w (waited %s; try again, or give a longer --lock-timeout)", err, *lockTimeout)
 		}
-		cli.PrintPurge(stdout, reports, *dryRun, time.Since(start))
+		purgeprint.Print(stdout, reports, *dryRun, time.Since(start))
 		if err != nil {
 			return fmt.Errorf("purge: %w", err)
 		}

@@ -1,4 +1,9 @@
-package cli
+// Package purgeprint writes what `opjournal purge` removed. It is apart
+// from package cli because it needs the journal's PurgeReport: cli is
+// linked by every command (the gateway and the reconciler too), and those
+// must not link the journal service, the stores and the hash keys only to
+// share flag parsing and logging.
+package purgeprint
 
 import (
 	"fmt"
@@ -9,9 +14,9 @@ import (
 	"github.com/opjournal/opjournal/journal"
 )
 
-// PrintPurge writes what a purge pass removed (or, dry, would remove):
+// Print writes what a purge pass removed (or, dry, would remove):
 // one line per action, then the total.
-func PrintPurge(w io.Writer, reports []journal.PurgeReport, dryRun bool, took time.Duration) {
+func Print(w io.Writer, reports []journal.PurgeReport, dryRun bool, took time.Duration) {
 	verb := "removed"
 	if dryRun {
 		verb = "would remove"
@@ -21,19 +26,19 @@ func PrintPurge(w io.Writer, reports []journal.PurgeReport, dryRun bool, took ti
 	for _, r := range reports {
 		ops, evs = ops+r.Operations, evs+r.Events
 		if r.Operations == 0 {
-			fmt.Fprintf(w, "%s (retention %s): nothing to remove\n", r.Action, FormatDuration(r.Retention))
+			fmt.Fprintf(w, "%s (retention %s): nothing to remove\n", r.Action, formatDuration(r.Retention))
 			continue
 		}
 		fmt.Fprintf(w, "%s (retention %s): %s %d operations and %d history entries, last changed from %s to %s\n",
-			r.Action, FormatDuration(r.Retention), verb, r.Operations, r.Events,
+			r.Action, formatDuration(r.Retention), verb, r.Operations, r.Events,
 			r.Oldest.UTC().Format(time.RFC3339), r.Newest.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "total: %s %d operations and %d history entries in %s\n", verb, ops, evs, took.Round(time.Millisecond))
 }
 
-// FormatDuration formats d without trailing zero units ("720h", not
+// formatDuration formats d without trailing zero units ("720h", not
 // "720h0m0s").
-func FormatDuration(d time.Duration) string {
+func formatDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = strings.TrimSuffix(s, "0s")

@@ -76,7 +76,7 @@ func TestProductDoesNotLinkHarnesses(t *testing.T) {
 		"./journal", "./migrations", "./ops", "./policy", "./reconciler", "./server", "./store",
 		"./store/postgres", "./store/sqlite", "./internal/cli/...", "./internal/groupq", "./internal/hostcheck",
 		"./internal/tracing", "./cmd/opjournal", "./cmd/opjournal-gateway", "./cmd/opjournal-reconciler"}
-	harness := []string{module + "/soak", module + "/demo", module + "/bench", module + "/e2e", module + "/deploy",
+	harness := []string{module + "/e2e", module + "/deploy",
 		module + "/fakeprovider", module + "/store/storetest", module + "/internal/pgtest", module + "/internal/testserver",
 		module + "/internal/await", module + "/internal/linearize", module + "/internal/procs", module + "/internal/tcpproxy",
 		module + "/internal/testclock", module + "/internal/soak", module + "/internal/demo", module + "/internal/bench"}
@@ -96,7 +96,7 @@ func TestProductDoesNotLinkHarnesses(t *testing.T) {
 // the test database (internal/pgenv) without linking the testing package.
 func TestSoakLinksNeitherTheDemoNorTestHelpers(t *testing.T) {
 	for pkg, deps := range linked(t, "./cmd/opjournal-soak", "./cmd/opjournal-soak-failover") {
-		if bad := forbidden(deps, module+"/demo", module+"/internal/demo", module+"/internal/pgtest"); len(bad) > 0 {
+		if bad := forbidden(deps, module+"/internal/demo", module+"/internal/pgtest"); len(bad) > 0 {
 			t.Errorf("%s links %v", pkg, bad)
 		}
 		if slices.Contains(deps, "testing") {

@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/demo"
 	"github.com/opjournal/opjournal/fakeprovider"
 	"github.com/opjournal/opjournal/fakeprovider/agenttool"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/demo"
 	"github.com/opjournal/opjournal/internal/procs"
 )
 

@@ -34,7 +34,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/opjournal/opjournal/soak"
+	"github.com/opjournal/opjournal/internal/soak"
 )
 
 func main() {

@@ -187,7 +187,7 @@ type Config struct {
 	// provider's records, as a person would.
 	Operator bool
 	// PgBouncer puts a real PgBouncer in transaction pooling mode between
-	// the journal replicas and PostgreSQL (soak/pgbouncer.go); the schema
+	// the journal replicas and PostgreSQL (internal/soak/pgbouncer.go); the schema
 	// is then migrated with `opjournal migrate` on a direct connection.
 	PgBouncer bool
 }

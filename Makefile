@@ -26,7 +26,7 @@ demo: binaries
 demo-gateway: binaries
 	./bin/opjournal-demo --gateway --bin-dir bin
 
-## soak: the soak and fault harness against the real processes (soak/doc.go);
+## soak: the soak and fault harness against the real processes (internal/soak/doc.go);
 ## e.g. make soak DURATION=10m AGENTS=96 SEED=42 SOAK_FLAGS="--keep --log-dir soak-logs"
 DURATION ?= 2m
 AGENTS ?= 16
@@ -48,7 +48,7 @@ bench-build:
 
 ## bench: the full run (10 s per point after a 2 s warm-up, growth at 1M operations; ~9 min);
 ## writes bench/results/{latest,summary}.json, bench/results/chart.svg and bench/RESULTS.md.
-## Both runs end with issue 16's targets as MET/MISS/SKIP lines (bench/targets.go); they exit 0
+## Both runs end with issue 16's targets as MET/MISS/SKIP lines (internal/bench/targets.go); they exit 0
 ## on a MISS unless BENCH_FLAGS=--require-targets (then status 3)
 bench: bench-build
 	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' $(BENCH_FLAGS)
@@ -157,13 +157,13 @@ ci: vet fmt-check lint generate-check test
 ## and a short soak (Debian's pgbouncer; scripts/deps.sh installs it)
 .PHONY: test-pgbouncer soak-pgbouncer
 test-pgbouncer:
-	$(GO) test -count=1 -run 'ThroughPgBouncer' ./internal/pgbouncer/ ./store/postgres/ ./soak/
+	$(GO) test -count=1 -run 'ThroughPgBouncer' ./internal/pgbouncer/ ./store/postgres/ ./internal/soak/
 
 ## soak-pgbouncer: `make soak` with every journal replica behind PgBouncer (transaction mode)
 soak-pgbouncer:
 	$(MAKE) soak SOAK_FLAGS="--pgbouncer $(SOAK_FLAGS)"
 
-## soak-failover: the failover harness (soak/failover): throwaway PostgreSQL 15 primary + streaming
+## soak-failover: the failover harness (internal/soak/failover): throwaway PostgreSQL 15 primary + streaming
 ## standby, two journal replicas on one multi-host URL, the reconciler and agents under load; kill -9
 ## of the primary and promotion of the standby FAILOVERS times per mode. MODE=sync|async|both;
 ## DURATION is the load per mode (75s unless given); e.g. make soak-failover MODE=async DURATION=5m

@@ -59,15 +59,6 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// PurgePass is one purge pass of the server, as the overview shows it.
-type PurgePass struct {
-	At     time.Time
-	Took   time.Duration
-	Result string // done, skipped, failed
-	// Reports are what it deleted, per action.
-	Reports []journal.PurgeReport
-}
-
 // Config configures a Console.
 type Config struct {
 	// Service is the journal the console reads and changes.
@@ -86,7 +77,7 @@ type Config struct {
 	HTTPStatus func(opjournal.Code) int
 	// Purges returns the server's recent purge passes, newest first (nil:
 	// none). Shown to admins only: they count every tenant's rows.
-	Purges func() []PurgePass
+	Purges func() []journal.PurgePass
 	// Logger receives warnings (failed sign-ins, refusals); never a token,
 	// payload or result.
 	Logger *slog.Logger

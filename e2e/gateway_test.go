@@ -15,8 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/opjournal/opjournal/demo"
 	"github.com/opjournal/opjournal/fakeprovider"
+	"github.com/opjournal/opjournal/internal/demo"
 	"github.com/opjournal/opjournal/internal/procs"
 )
 

@@ -20,9 +20,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/demo"
 	"github.com/opjournal/opjournal/fakeprovider"
+	"github.com/opjournal/opjournal/fakeprovider/agenttool"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/demo"
 	"github.com/opjournal/opjournal/internal/procs"
 )
 
@@ -291,7 +292,7 @@ func TestEveryCommittingFaultIsReconciled(t *testing.T) {
 			}
 			s.fault(t, f)
 			var calls atomic.Int32
-			fn := demo.ProviderCall(s.providerURL, "/payments", body, true, 500*time.Millisecond, &calls)
+			fn := agenttool.Post(s.providerURL, "/payments", body, true, 500*time.Millisecond, &calls)
 			out, err := s.sdk.Execute(ctxFor(t), op, fn)
 			if err != nil {
 				t.Fatal(err)
@@ -320,7 +321,7 @@ func TestLaggingSearchIsNotReadAsAbsence(t *testing.T) {
 	const key = "payment:lagging-search"
 	op, body := payment(key, 2500)
 	s.fault(t, fakeprovider.Fault{Path: "/payments", Kind: fakeprovider.CommitThenTimeout, Count: 1, Delay: 5 * time.Second})
-	out, err := s.sdk.Execute(ctxFor(t), op, demo.ProviderCall(s.providerURL, "/payments", body, true, 300*time.Millisecond, nil))
+	out, err := s.sdk.Execute(ctxFor(t), op, agenttool.Post(s.providerURL, "/payments", body, true, 300*time.Millisecond, nil))
 	if err != nil || out.Kind != client.VerificationRequired {
 		t.Fatalf("execute: %v %v", out.Kind, err)
 	}
@@ -376,7 +377,7 @@ func TestUnresolvableIsEscalatedAndResolvedByCLI(t *testing.T) {
 	op, body := payment(key, 7000)
 	s.fault(t, fakeprovider.Fault{Method: http.MethodGet, Path: "/payments", Kind: fakeprovider.Error, Probability: 1})
 	s.fault(t, fakeprovider.Fault{Path: "/payments", Kind: fakeprovider.ErrorAfterCommit, Count: 1})
-	out, err := s.sdk.Execute(ctxFor(t), op, demo.ProviderCall(s.providerURL, "/payments", body, true, time.Second, nil))
+	out, err := s.sdk.Execute(ctxFor(t), op, agenttool.Post(s.providerURL, "/payments", body, true, time.Second, nil))
 	if err != nil || out.Kind != client.VerificationRequired {
 		t.Fatalf("execute: %v %v", out.Kind, err)
 	}
@@ -466,7 +467,7 @@ func TestTwoReconcilersManyAgents(t *testing.T) {
 			order := rng.Perm(len(intents))
 			for _, i := range order {
 				in := intents[i]
-				fn := demo.ProviderCall(s.providerURL, in.path, in.body, in.idemp, 500*time.Millisecond, nil)
+				fn := agenttool.Post(s.providerURL, in.path, in.body, in.idemp, 500*time.Millisecond, nil)
 				// An agent retries until the journal says the intent is
 				// done: in progress elsewhere, or waiting for the
 				// reconciler, means "ask again later".

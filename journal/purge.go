@@ -53,6 +53,18 @@ type PurgeOptions struct {
 	Progress func(PurgeReport)
 }
 
+// PurgePass is one whole purge pass of a server, as its operators see it
+// (the console's overview). It lives here, beside PurgeReport, because the
+// server records passes and the console shows them: neither owns the
+// other's types.
+type PurgePass struct {
+	At     time.Time
+	Took   time.Duration
+	Result string // done, skipped, failed
+	// Reports are what it deleted, per action.
+	Reports []PurgeReport
+}
+
 // PurgeReport is what a pass did (or would do) for one action.
 type PurgeReport struct {
 	Action    string

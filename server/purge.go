@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/opjournal/opjournal/console"
 	"github.com/opjournal/opjournal/journal"
 )
 
@@ -88,7 +87,7 @@ func (s *Server) purgePass(ctx context.Context) {
 	}
 	result := "done"
 	defer func() {
-		s.purgeHistory.add(console.PurgePass{At: start, Took: time.Since(start).Round(time.Millisecond), Result: result, Reports: reports})
+		s.purgeHistory.add(journal.PurgePass{At: start, Took: time.Since(start).Round(time.Millisecond), Result: result, Reports: reports})
 	}()
 	switch {
 	case errors.Is(err, journal.ErrPurgeBusy):
@@ -122,20 +121,20 @@ const purgeHistoryLen = 20
 // purgeHistory keeps this server's latest purge passes, newest first.
 type purgeHistory struct {
 	mu     sync.Mutex
-	passes []console.PurgePass
+	passes []journal.PurgePass
 }
 
-func (h *purgeHistory) add(p console.PurgePass) {
+func (h *purgeHistory) add(p journal.PurgePass) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.passes = append([]console.PurgePass{p}, h.passes...)
+	h.passes = append([]journal.PurgePass{p}, h.passes...)
 	if len(h.passes) > purgeHistoryLen {
 		h.passes = h.passes[:purgeHistoryLen]
 	}
 }
 
-func (h *purgeHistory) list() []console.PurgePass {
+func (h *purgeHistory) list() []journal.PurgePass {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]console.PurgePass(nil), h.passes...)
+	return append([]journal.PurgePass(nil), h.passes...)
 }

@@ -31,7 +31,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/opjournal/opjournal/bench"
+	"github.com/opjournal/opjournal/internal/bench"
 )
 
 type config struct {

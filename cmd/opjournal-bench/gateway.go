@@ -13,7 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/opjournal/opjournal/bench"
+	"github.com/opjournal/opjournal/internal/bench"
 	"github.com/opjournal/opjournal/internal/procs"
 )
 

@@ -8,17 +8,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/opjournal/opjournal/bench"
+	"github.com/opjournal/opjournal/internal/bench"
 )
 
 // TestReportOnlyWritesIssue16 redraws the report of the full run of
-// 2026-11-30 (the rows kept in bench/testdata) from a summary written
+// 2026-11-30 (the rows kept in internal/bench/testdata) from a summary written
 // before issue 16's table: the table is computed again, the older names of
 // its figures leave the other targets, RESULTS.md and summary.json hold
 // it, and --require-targets turns its misses into errTargetsMissed.
 func TestReportOnlyWritesIssue16(t *testing.T) {
 	dir := t.TempDir()
-	rows, err := os.ReadFile("../../bench/testdata/rows-2026-11-30.json")
+	rows, err := os.ReadFile("../../internal/bench/testdata/rows-2026-11-30.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,10 +28,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/demo"
 	"github.com/opjournal/opjournal/fakeprovider"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/cli"
+	"github.com/opjournal/opjournal/internal/demo"
 	"github.com/opjournal/opjournal/internal/procs"
 	"github.com/opjournal/opjournal/policy"
 )

@@ -1,5 +1,5 @@
 // Command opjournal-soak-failover runs the failover harness (package
-// soak/failover) in one or both replication modes and prints its progress
+// internal/soak/failover) in one or both replication modes and prints its progress
 // and a report per mode. It exits 1 when a check failed, 2 when the run
 // could not be carried out.
 //
@@ -19,7 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/opjournal/opjournal/internal/cli"
-	"github.com/opjournal/opjournal/soak/failover"
+	"github.com/opjournal/opjournal/internal/soak/failover"
 )
 
 func main() {

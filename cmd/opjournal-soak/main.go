@@ -37,7 +37,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/opjournal/opjournal/internal/cli"
-	"github.com/opjournal/opjournal/soak"
+	"github.com/opjournal/opjournal/internal/soak"
 )
 
 func main() {

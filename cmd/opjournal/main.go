@@ -41,6 +41,7 @@ import (
 	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/hashkey"
 	"github.com/opjournal/opjournal/internal/cli"
+	"github.com/opjournal/opjournal/internal/cli/purgeprint"
 	"github.com/opjournal/opjournal/internal/hostcheck"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
@@ -480,11 +481,11 @@ func purgeCmd(ctx context.Context, o *options, p *purgeFlags, stdout, stderr io.
 			return fmt.Errorf("purge: %w (waited %s; try again, or give a longer --lock-timeout)", err, *lockTimeout)
 		}
 		if *p.output == cli.OutputJSON {
-			if jerr := cli.PrintPurgeJSON(stdout, reports, *dryRun); jerr != nil && err == nil {
+			if jerr := purgeprint.JSON(stdout, reports, *dryRun); jerr != nil && err == nil {
 				err = jerr
 			}
 		} else {
-			cli.PrintPurge(stdout, reports, *dryRun, time.Since(start))
+			purgeprint.Print(stdout, reports, *dryRun, time.Since(start))
 		}
 		if err != nil {
 			return fmt.Errorf("purge: %w", err)

@@ -12,23 +12,19 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/opjournal/opjournal/internal/pgenv"
 )
 
 // DefaultURL is used when TEST_DATABASE_URL is not set.
-const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+const DefaultURL = pgenv.DefaultTestURL
 
-// BaseURL returns the test server's URL.
-func BaseURL() string {
-	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
-		return u
-	}
-	return DefaultURL
-}
+// BaseURL returns the test server's URL (pgenv.TestURL).
+func BaseURL() string { return pgenv.TestURL() }
 
 // NewSchema creates an empty schema with a random name and returns a URL
 // whose connections use it (search_path). The schema is dropped when the

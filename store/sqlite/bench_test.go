@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/opjournal/opjournal/bench"
+	"github.com/opjournal/opjournal/internal/bench"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/sqlite"
 )

@@ -37,9 +37,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/opjournal/opjournal/bench"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/hashkey"
+	"github.com/opjournal/opjournal/internal/bench"
 	"github.com/opjournal/opjournal/internal/pgbouncer"
 	"github.com/opjournal/opjournal/internal/procs"
 	"github.com/opjournal/opjournal/store/postgres"

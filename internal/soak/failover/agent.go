@@ -17,7 +17,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/demo"
+	"github.com/opjournal/opjournal/fakeprovider/agenttool"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 )
 
@@ -164,7 +164,7 @@ func (a *agent) pursue(ctx context.Context, in intent) {
 	h := a.h
 	h.intents.Add(1)
 	op := client.Op{Key: in.key, Action: in.action, Payload: in.payload}
-	fn := demo.ProviderCall(h.providerURL, in.path, in.payload, in.idempotent, 10*time.Second, &h.providerCalls)
+	fn := agenttool.Post(h.providerURL, in.path, in.payload, in.idempotent, 10*time.Second, &h.providerCalls)
 	for ctx.Err() == nil {
 		a.mu.Lock()
 		a.current, a.markOK = in.key, false

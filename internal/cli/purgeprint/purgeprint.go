@@ -1,4 +1,9 @@
-package cli
+// Package purgeprint writes what `opjournal purge` removed. It is apart
+// from package cli because it needs the journal's PurgeReport: cli is
+// linked by every command (the gateway and the reconciler too), and those
+// must not link the journal service, the stores and the hash keys only to
+// share flag parsing and logging.
+package purgeprint
 
 import (
 	"encoding/json"
@@ -10,9 +15,9 @@ import (
 	"github.com/opjournal/opjournal/journal"
 )
 
-// PrintPurge writes what a purge pass removed (or, dry, would remove):
+// Print writes what a purge pass removed (or, dry, would remove):
 // one line per action, then the total.
-func PrintPurge(w io.Writer, reports []journal.PurgeReport, dryRun bool, took time.Duration) {
+func Print(w io.Writer, reports []journal.PurgeReport, dryRun bool, took time.Duration) {
 	verb := "removed"
 	if dryRun {
 		verb = "would remove"
@@ -22,17 +27,17 @@ func PrintPurge(w io.Writer, reports []journal.PurgeReport, dryRun bool, took ti
 	for _, r := range reports {
 		ops, evs = ops+r.Operations, evs+r.Events
 		if r.Operations == 0 {
-			fmt.Fprintf(w, "%s (retention %s): nothing to remove\n", r.Action, FormatDuration(r.Retention))
+			fmt.Fprintf(w, "%s (retention %s): nothing to remove\n", r.Action, formatDuration(r.Retention))
 			continue
 		}
 		fmt.Fprintf(w, "%s (retention %s): %s %d operations and %d history entries, last changed from %s to %s\n",
-			r.Action, FormatDuration(r.Retention), verb, r.Operations, r.Events,
+			r.Action, formatDuration(r.Retention), verb, r.Operations, r.Events,
 			r.Oldest.UTC().Format(time.RFC3339), r.Newest.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "total: %s %d operations and %d history entries in %s\n", verb, ops, evs, took.Round(time.Millisecond))
 }
 
-// purgeRecord is one action's line of PrintPurgeJSON.
+// purgeRecord is one action's line of JSON.
 type purgeRecord struct {
 	Action     string `json:"action"`
 	Retention  string `json:"retention"`
@@ -43,14 +48,14 @@ type purgeRecord struct {
 	Newest     string `json:"newest,omitempty"`
 }
 
-// PrintPurgeJSON writes what a purge pass removed (or, dry, would remove)
+// JSON writes what a purge pass removed (or, dry, would remove)
 // as one JSON object per action, a line each (-o json): the records
-// PrintPurge shows, for a program to read. Oldest and newest are RFC 3339
+// Print shows, for a program to read. Oldest and newest are RFC 3339
 // and left out when the action had nothing to remove.
-func PrintPurgeJSON(w io.Writer, reports []journal.PurgeReport, dryRun bool) error {
+func JSON(w io.Writer, reports []journal.PurgeReport, dryRun bool) error {
 	enc := json.NewEncoder(w)
 	for _, r := range reports {
-		rec := purgeRecord{Action: r.Action, Retention: FormatDuration(r.Retention), DryRun: dryRun,
+		rec := purgeRecord{Action: r.Action, Retention: formatDuration(r.Retention), DryRun: dryRun,
 			Operations: r.Operations, Events: r.Events}
 		if r.Operations > 0 {
 			rec.Oldest, rec.Newest = r.Oldest.UTC().Format(time.RFC3339), r.Newest.UTC().Format(time.RFC3339)
@@ -62,9 +67,9 @@ func PrintPurgeJSON(w io.Writer, reports []journal.PurgeReport, dryRun bool) err
 	return nil
 }
 
-// FormatDuration formats d without trailing zero units ("720h", not
+// formatDuration formats d without trailing zero units ("720h", not
 // "720h0m0s").
-func FormatDuration(d time.Duration) string {
+func formatDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = strings.TrimSuffix(s, "0s")

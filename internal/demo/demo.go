@@ -8,18 +8,16 @@
 package demo
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/fakeprovider"
+	"github.com/opjournal/opjournal/fakeprovider/agenttool"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/policy"
 
@@ -104,54 +102,7 @@ func (r *run) call(path string, body map[string]any, idempotent bool) func(conte
 	if t == 0 {
 		t = time.Second
 	}
-	return ProviderCall(r.env.ProviderURL, path, body, idempotent, t, &r.calls)
-}
-
-// ProviderCall returns an agent's tool function for client.Execute: it
-// POSTs body to the provider at baseURL+path, passing the operation key on
-// as the Idempotency-Key header (idempotent providers) or in the body's
-// "reference" field (providers that do not deduplicate but can be searched),
-// and classifies the answer with client.ClassifyHTTP. It waits at most
-// timeout for the provider and counts its calls in calls (if not nil).
-func ProviderCall(baseURL, path string, body map[string]any, idempotent bool, timeout time.Duration, calls *atomic.Int32) func(context.Context, client.Attempt) (client.Effect, error) {
-	hc := &http.Client{Timeout: timeout}
-	return func(ctx context.Context, a client.Attempt) (client.Effect, error) {
-		if calls != nil {
-			calls.Add(1)
-		}
-		fields := make(map[string]any, len(body)+1)
-		for k, v := range body {
-			fields[k] = v
-		}
-		if !idempotent {
-			fields["reference"] = a.Key
-		}
-		b, _ := json.Marshal(fields)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+path, bytes.NewReader(b))
-		if err != nil {
-			return client.Effect{}, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		if idempotent {
-			req.Header.Set("Idempotency-Key", a.Key)
-		}
-		resp, err := hc.Do(req)
-		if err := client.ClassifyHTTP(resp, err); err != nil {
-			if resp != nil {
-				resp.Body.Close()
-			}
-			return client.Effect{}, err
-		}
-		defer resp.Body.Close()
-		var created struct {
-			ID string `json:"id"`
-		}
-		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&created); err != nil || created.ID == "" {
-			// A 2xx we cannot read: the effect happened, its id is unknown.
-			return client.Effect{}, &client.UnknownError{Code: "unreadable_response", Err: fmt.Errorf("decode: %v", err)}
-		}
-		return client.Effect{ExternalID: created.ID, Result: map[string]any{"id": created.ID}}, nil
-	}
+	return agenttool.Post(r.env.ProviderURL, path, body, idempotent, t, &r.calls)
 }
 
 func (r *run) execute(ctx context.Context, op client.Op, fn func(context.Context, client.Attempt) (client.Effect, error)) (client.Outcome, error) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/demo"
+	"github.com/opjournal/opjournal/fakeprovider/agenttool"
 )
 
 // callSlack is what an agent's Execute may take beyond its provider
@@ -228,7 +228,7 @@ func (a *agent) crash(ctx context.Context, st *intentState, in Intent) {
 // and the start of the last call without an answer (the provider may
 // still be holding it).
 func (h *harness) tool(st *intentState, in Intent, noHeartbeat bool) func(context.Context, client.Attempt) (client.Effect, error) {
-	call := demo.ProviderCall(h.cluster.providerURL, in.Path, in.Payload, in.Idempotent, in.Timeout, &h.providerCalls)
+	call := agenttool.Post(h.cluster.providerURL, in.Path, in.Payload, in.Idempotent, in.Timeout, &h.providerCalls)
 	return func(ctx context.Context, a client.Attempt) (client.Effect, error) {
 		h.registered(st)
 		start := time.Now()

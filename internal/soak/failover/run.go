@@ -22,7 +22,7 @@ import (
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/hashkey"
 	"github.com/opjournal/opjournal/internal/procs"
-	"github.com/opjournal/opjournal/soak"
+	"github.com/opjournal/opjournal/internal/soak"
 )
 
 // Timeouts of waits on events (none is a synchronisation delay).

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal/internal/pgbouncer"
-	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/pgenv"
 )
 
 // FaultRates are the probabilities with which the test provider spoils a
@@ -187,7 +187,7 @@ type Config struct {
 	// provider's records, as a person would.
 	Operator bool
 	// PgBouncer puts a real PgBouncer in transaction pooling mode between
-	// the journal replicas and PostgreSQL (soak/pgbouncer.go); the schema
+	// the journal replicas and PostgreSQL (internal/soak/pgbouncer.go); the schema
 	// is then migrated with `opjournal migrate` on a direct connection.
 	PgBouncer bool
 }
@@ -202,7 +202,7 @@ func DefaultConfig() Config {
 		Replicas:    2,
 		Reconcilers: 2,
 		BinDir:      "bin",
-		DatabaseURL: pgtest.BaseURL(),
+		DatabaseURL: pgenv.TestURL(),
 		Progress:    5 * time.Second,
 		Faults: FaultRates{
 			CommitThenTimeout: 0.05, TimeoutBeforeCommit: 0.05, Reject: 0.03, ErrorAfterCommit: 0.05,

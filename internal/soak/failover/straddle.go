@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/demo"
+	"github.com/opjournal/opjournal/fakeprovider/agenttool"
 )
 
 // straddlesPerFailover is how many intents (half payments, half emails)
@@ -44,7 +44,7 @@ func (h *harness) startStraddles(ctx context.Context, n int) (*straddles, error)
 		}
 		a.conn, a.cli = conn, client.New(conn, client.WithWorkerID(fmt.Sprintf("failover-straddle-%d-%d", n, j)))
 		a.current = in.key
-		call := demo.ProviderCall(h.providerURL, in.path, in.payload, in.idempotent, 10*time.Second, &h.providerCalls)
+		call := agenttool.Post(h.providerURL, in.path, in.payload, in.idempotent, 10*time.Second, &h.providerCalls)
 		s.claimed.Add(1)
 		s.done.Add(1)
 		go func() {

@@ -81,12 +81,11 @@ type Command struct {
 	HashFor func(keyID string) (hash string, ok bool)
 	// Claim asks Register to claim a new operation in the same step.
 	Claim bool
-	// Refs are the business references (validated; nil for none) and
-	// RefsJSON their canonical JSON object (nil for none), as stores keep
-	// them. ParentKey is the parent operation's key ("" for none). Both
-	// are immutable: a replay must bring the same.
+	// Refs are the business references (validated; nil for none; the
+	// stores keep them as RefsJSON gives them). ParentKey is the parent
+	// operation's key ("" for none). Both are immutable: a replay must
+	// bring the same.
 	Refs      map[string]string
-	RefsJSON  json.RawMessage
 	ParentKey string
 
 	// Claim, ExtendLease.
@@ -596,7 +595,7 @@ func (c *Command) JSON(p Param) json.RawMessage {
 	case ParamPayload:
 		return c.Payload
 	case ParamRefs:
-		return c.RefsJSON
+		return RefsJSON(c.Refs)
 	}
 	panic(fmt.Sprintf("opjournal: %s is not a JSON parameter", p.Name()))
 }

@@ -97,7 +97,6 @@ func (s *sessions) end(id string) {
 	delete(s.by, id)
 }
 
-
 func (s *sessions) expired(e *heldSession, now time.Time) bool {
 	return now.Sub(e.seen) > s.idle || now.Sub(e.created) > s.lifetime
 }

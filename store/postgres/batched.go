@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/store"
 )
 
 // The three statements the batchers run (batch.go explains why): the first
@@ -80,14 +79,14 @@ func batchArgs(clockArg any, st *statement, sent []*opjournal.Command, tenants [
 // execBatch sends st over the calls whose key comes first in the batch
 // and hands every row, scanned with a leading "existed" flag when
 // withExisted is set, to the call it belongs to.
-func execBatch[In any](ctx context.Context, s *Store, what string, st *statement, calls []*call[In, batched],
-	cmd func(In) (tenant string, c *opjournal.Command), ruleOf func(*opjournal.Command) *opjournal.Rule, withExisted bool) error {
-	sent := firstPerKey(calls, func(in In) opKey { t, c := cmd(in); return opKey{t, c.Key} })
-	byKey := make(map[opKey]*call[In, batched], len(sent))
+func execBatch(ctx context.Context, s *Store, what string, st *statement, calls []*call[applyCall, batched],
+	ruleOf func(*opjournal.Command) *opjournal.Rule, withExisted bool) error {
+	sent := firstPerKey(calls, func(in applyCall) opKey { return opKey{in.tenant, in.c.Key} })
+	byKey := make(map[opKey]*call[applyCall, batched], len(sent))
 	cmds := make([]*opjournal.Command, len(sent))
 	tenants := make([]string, len(sent))
 	for j, i := range sent {
-		t, c := cmd(calls[i].in)
+		t, c := calls[i].in.tenant, calls[i].in.c
 		cmds[j], tenants[j] = c, t
 		byKey[opKey{t, c.Key}] = calls[i]
 	}
@@ -131,22 +130,19 @@ func fixedRule(r *opjournal.Rule) func(*opjournal.Command) *opjournal.Rule {
 // row committed by another transaction after the statement began, which
 // ON CONFLICT still skips): such a call comes back not applied and the
 // one-call path reads the row.
-func (s *Store) execRegister(ctx context.Context, calls []*call[store.RegisterParams, batched]) error {
-	return execBatch(ctx, s, "register", batchReg, calls,
-		func(p store.RegisterParams) (string, *opjournal.Command) { return p.Tenant, p.Command() }, insertRule, true)
+func (s *Store) execRegister(ctx context.Context, calls []*call[applyCall, batched]) error {
+	return execBatch(ctx, s, "register", batchReg, calls, insertRule, true)
 }
 
 // execClaim is claim's conditional UPDATE for many keys: a row comes back
 // for each call that now holds the lease.
-func (s *Store) execClaim(ctx context.Context, calls []*call[store.ClaimParams, batched]) error {
-	return execBatch(ctx, s, "claim", batchClaim, calls,
-		func(p store.ClaimParams) (string, *opjournal.Command) { return p.Tenant, p.Command() }, fixedRule(batchClaim.rule), false)
+func (s *Store) execClaim(ctx context.Context, calls []*call[applyCall, batched]) error {
+	return execBatch(ctx, s, "claim", batchClaim, calls, fixedRule(batchClaim.rule), false)
 }
 
 // execMarkSucceeded is MarkSucceeded's conditional UPDATE for many keys: a
 // row comes back for each call whose attempt was issued and whose
 // operation was not yet terminal.
-func (s *Store) execMarkSucceeded(ctx context.Context, calls []*call[store.MarkSucceededParams, batched]) error {
-	return execBatch(ctx, s, "mark succeeded", batchMark, calls,
-		func(p store.MarkSucceededParams) (string, *opjournal.Command) { return p.Tenant, p.Command() }, fixedRule(batchMark.rule), false)
+func (s *Store) execMarkSucceeded(ctx context.Context, calls []*call[applyCall, batched]) error {
+	return execBatch(ctx, s, "mark succeeded", batchMark, calls, fixedRule(batchMark.rule), false)
 }

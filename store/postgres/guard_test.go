@@ -79,7 +79,7 @@ func checkGuards(t *testing.T, s *Store, base time.Time, now *atomic.Pointer[tim
 			if c.Kind == opjournal.CmdRegister {
 				continue
 			}
-			cmd := storetest.StoreCommand(tenant, c)
+			cmd := c
 			var chosen *opjournal.Rule
 			if d, err := opjournal.Apply(sc.op, cmd, sc.dbNow); err == nil {
 				chosen = d.Rule
@@ -153,7 +153,7 @@ func TestDuplicateDuringAcknowledgeReachesAPerson(t *testing.T) {
 	if err := storetest.Call(s, tenant, &opjournal.Command{Kind: opjournal.CmdAcknowledge, Key: "k", Reason: "x5 refunded"}); err != nil {
 		t.Fatal(err)
 	}
-	x12 := storetest.StoreCommand(tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k", Attempt: 1, ExternalID: "x12"})
+	x12 := &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k", Attempt: 1, ExternalID: "x12"}
 	ex, err := s.execute(ctx, tenant, x12, &stale)
 	if err != nil {
 		t.Fatal(err)

@@ -156,7 +156,7 @@ func TestMigrationsThroughPgBouncer(t *testing.T) {
 		t.Fatalf("Open through pgbouncer after migrating: %v", err)
 	}
 	defer s.Close()
-	if _, err := s.Register(ctx, store.RegisterParams{Key: "k", Action: "a", RequestHash: "h", Payload: []byte(`{}`)}); err != nil {
+	if _, err := s.Apply(ctx, "", &opjournal.Command{Kind: opjournal.CmdRegister, Key: "k", Action: "a", RequestHash: "h", Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	b.AwaitTraffic(t, pgtest.Alias(through), 3)

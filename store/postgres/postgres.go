@@ -38,9 +38,9 @@ type Store struct {
 	closeOnce   sync.Once
 	parts       partitionState // the history's partitions' upkeep (partitions.go)
 	// The hot path's batchers (batch.go); nil when batching is off.
-	registers *batcher[store.RegisterParams, batched]
-	claims    *batcher[store.ClaimParams, batched]
-	marks     *batcher[store.MarkSucceededParams, batched]
+	registers *batcher[applyCall, batched]
+	claims    *batcher[applyCall, batched]
+	marks     *batcher[applyCall, batched]
 }
 
 var _ store.Store = (*Store)(nil)
@@ -612,39 +612,55 @@ func (s *Store) execute(ctx context.Context, tenant string, c *opjournal.Command
 	}
 }
 
-// execOp is execute for the commands that answer with the operation.
-func (s *Store) execOp(ctx context.Context, tenant string, c *opjournal.Command) (*opjournal.Operation, error) {
-	ex, err := s.execute(ctx, tenant, c, nil)
-	if err != nil {
-		return nil, err
-	}
-	return ex.sc.op, nil
+// applyCall is one command of a tenant, as the batchers carry it.
+type applyCall struct {
+	tenant string
+	c      *opjournal.Command
 }
 
-// Register inserts the operation, or returns the existing one with the same
-// hash (and claims it if asked). With a claim, a new key is inserted
+// Apply applies c. Register, Claim and MarkSucceeded, the calls an agent
+// makes once per operation, share their statements with concurrent calls
+// of the same kind (batch.go); every other command is applied by execute.
+func (s *Store) Apply(ctx context.Context, tenant string, c *opjournal.Command) (store.Applied, error) {
+	switch c.Kind {
+	case opjournal.CmdRegister:
+		return s.register(ctx, tenant, c)
+	case opjournal.CmdClaim:
+		return s.claim(ctx, tenant, c)
+	case opjournal.CmdMarkSucceeded:
+		return s.markSucceeded(ctx, tenant, c)
+	}
+	ex, err := s.execute(ctx, tenant, c, nil)
+	if err != nil {
+		return store.Applied{}, err
+	}
+	return store.Applied{Operation: ex.sc.op}, nil
+}
+
+// register inserts the operation, or returns the existing one with the
+// same hash (and claims it if asked). With a claim, a new key is inserted
 // directly as in_progress with attempt 1: one statement, one commit. The
 // statement is shared with concurrent calls (batch.go).
-func (s *Store) Register(ctx context.Context, p store.RegisterParams) (store.RegisterResult, error) {
+func (s *Store) register(ctx context.Context, tenant string, c *opjournal.Command) (store.Applied, error) {
 	if s.registers == nil {
-		return s.registerOne(ctx, p)
+		return s.registerOne(ctx, tenant, c)
 	}
 	if s.registers.tryAlone() {
 		defer s.registers.finished()
-		return s.registerOne(ctx, p)
+		return s.registerOne(ctx, tenant, c)
 	}
-	b, ok, err := s.registers.do(ctx, p)
+	b, ok, err := s.registers.do(ctx, applyCall{tenant, c})
 	switch {
 	case err != nil:
-		return store.RegisterResult{}, err
+		return store.Applied{}, err
 	case ok && !b.existed:
-		return registered(p, b.sc), nil
+		return registered(c, b.sc), nil
 	case ok:
-		return s.registerExisting(ctx, p, b.sc)
+		return s.registerExisting(ctx, tenant, c, b.sc)
 	}
 	// The key exists but the statement's snapshot did not show it, or it
 	// came twice in the batch: the one-call path decides.
-	return s.registerOne(ctx, p)
+	return s.registerOne(ctx, tenant, c)
 }
 
 // insertRule is the Register rule for a new key: claimed or not.
@@ -660,157 +676,109 @@ func insertRule(c *opjournal.Command) *opjournal.Rule {
 // registerOne is Register in a statement of its own. When the key
 // exists at the insert but is gone when read (a purge deleted it in
 // between), the key is new again: the insert is tried once more.
-func (s *Store) registerOne(ctx context.Context, p store.RegisterParams) (store.RegisterResult, error) {
-	c := p.Command()
+func (s *Store) registerOne(ctx context.Context, tenant string, c *opjournal.Command) (store.Applied, error) {
 	st := inserts[insertRule(c)]
 	for round := 0; ; round++ {
-		sc, created, err := s.one(ctx, "register", st.sql, st.args(s.clockArg(), p.Tenant, c, nil)...)
+		sc, created, err := s.one(ctx, "register", st.sql, st.args(s.clockArg(), tenant, c, nil)...)
 		if err != nil {
-			return store.RegisterResult{}, err
+			return store.Applied{}, err
 		}
 		if created {
-			return registered(p, sc), nil
+			return registered(c, sc), nil
 		}
-		existing, err := s.get(ctx, p.Tenant, p.Key)
+		existing, err := s.get(ctx, tenant, c.Key)
 		if opjournal.ErrorCode(err) == opjournal.CodeNotFound && round < maxApplyRounds {
 			continue
 		}
 		if err != nil {
-			return store.RegisterResult{}, err
+			return store.Applied{}, err
 		}
-		return s.registerExisting(ctx, p, existing)
+		return s.registerExisting(ctx, tenant, c, existing)
 	}
 }
 
 // registered is the result of a Register that inserted the row.
-func registered(p store.RegisterParams, sc scanned) store.RegisterResult {
-	res := store.RegisterResult{Operation: sc.op, Created: true}
-	if p.Claim != nil {
-		res.Claim = &store.ClaimResult{Operation: sc.op, Claimed: true}
-	}
-	return res
+func registered(c *opjournal.Command, sc scanned) store.Applied {
+	return store.Applied{Operation: sc.op, Created: true, Claimed: c.Claim}
 }
 
 // registerExisting answers a Register whose key exists: the table decides
 // (the same request → replay, and a claim if asked; another → conflict).
 // A claim is decided on the row just read, so a replay of a terminal or
 // reviewed operation costs no statement.
-func (s *Store) registerExisting(ctx context.Context, p store.RegisterParams, existing scanned) (store.RegisterResult, error) {
-	if _, err := opjournal.Apply(existing.op, p.Command(), existing.dbNow); err != nil {
-		return store.RegisterResult{}, err
+func (s *Store) registerExisting(ctx context.Context, tenant string, c *opjournal.Command, existing scanned) (store.Applied, error) {
+	if _, err := opjournal.Apply(existing.op, c, existing.dbNow); err != nil {
+		return store.Applied{}, err
 	}
-	res := store.RegisterResult{Operation: existing.op}
-	if p.Claim != nil {
-		ex, err := s.execute(ctx, p.Tenant, p.ClaimCommand(), &existing)
-		if err != nil {
-			return store.RegisterResult{}, err
-		}
-		cr := claimResult(ex)
-		res.Operation, res.Claim = cr.Operation, &cr
+	if !c.Claim {
+		return store.Applied{Operation: existing.op}, nil
 	}
-	return res, nil
+	ex, err := s.execute(ctx, tenant, store.ClaimOf(c), &existing)
+	if err != nil {
+		return store.Applied{}, err
+	}
+	return claimResult(ex), nil
 }
 
 // claimResult answers a claim.
-func claimResult(ex executed) store.ClaimResult {
-	res := store.ClaimResult{Operation: ex.sc.op, Claimed: ex.changed}
+func claimResult(ex executed) store.Applied {
+	res := store.Applied{Operation: ex.sc.op, Claimed: ex.changed}
 	if !ex.changed {
 		res.RetryAfter = store.RetryAfter(ex.sc.op, ex.sc.dbNow)
 	}
 	return res
 }
 
-// Claim takes a lease by one conditional UPDATE: exactly one of any number
+// claim takes a lease by one conditional UPDATE: exactly one of any number
 // of concurrent callers (in any number of processes) sees a row come back.
 // The statement is shared with concurrent calls (batch.go).
-func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+func (s *Store) claim(ctx context.Context, tenant string, c *opjournal.Command) (store.Applied, error) {
 	if s.claims == nil {
-		return s.claimOne(ctx, p)
+		return s.claimOne(ctx, tenant, c)
 	}
 	if s.claims.tryAlone() {
 		defer s.claims.finished()
-		return s.claimOne(ctx, p)
+		return s.claimOne(ctx, tenant, c)
 	}
-	b, ok, err := s.claims.do(ctx, p)
+	b, ok, err := s.claims.do(ctx, applyCall{tenant, c})
 	switch {
 	case err != nil:
-		return store.ClaimResult{}, err
+		return store.Applied{}, err
 	case ok:
-		return store.ClaimResult{Operation: b.sc.op, Claimed: true}, nil
+		return store.Applied{Operation: b.sc.op, Claimed: true}, nil
 	}
-	return s.claimOne(ctx, p)
+	return s.claimOne(ctx, tenant, c)
 }
 
-func (s *Store) claimOne(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	ex, err := s.execute(ctx, p.Tenant, p.Command(), nil)
+func (s *Store) claimOne(ctx context.Context, tenant string, c *opjournal.Command) (store.Applied, error) {
+	ex, err := s.execute(ctx, tenant, c, nil)
 	if err != nil {
-		return store.ClaimResult{}, err
+		return store.Applied{}, err
 	}
 	return claimResult(ex), nil
 }
 
-// ExtendLease extends the current holder's live lease.
-func (s *Store) ExtendLease(ctx context.Context, p store.ExtendLeaseParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command())
-}
-
-// MarkSucceeded records a confirmed effect from any issued attempt. The
+// markSucceeded records a confirmed effect from any issued attempt. The
 // statement is shared with concurrent calls (batch.go).
-func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) (*opjournal.Operation, error) {
-	if s.marks == nil {
-		return s.execOp(ctx, p.Tenant, p.Command())
+func (s *Store) markSucceeded(ctx context.Context, tenant string, c *opjournal.Command) (store.Applied, error) {
+	if s.marks != nil {
+		if !s.marks.tryAlone() {
+			b, ok, err := s.marks.do(ctx, applyCall{tenant, c})
+			switch {
+			case err != nil:
+				return store.Applied{}, err
+			case ok:
+				return store.Applied{Operation: b.sc.op}, nil
+			}
+		} else {
+			defer s.marks.finished()
+		}
 	}
-	if s.marks.tryAlone() {
-		defer s.marks.finished()
-		return s.execOp(ctx, p.Tenant, p.Command())
+	ex, err := s.execute(ctx, tenant, c, nil)
+	if err != nil {
+		return store.Applied{}, err
 	}
-	b, ok, err := s.marks.do(ctx, p)
-	switch {
-	case err != nil:
-		return nil, err
-	case ok:
-		return b.sc.op, nil
-	}
-	return s.execOp(ctx, p.Tenant, p.Command())
-}
-
-// MarkUnknown moves the current lease holder's operation to unknown.
-func (s *Store) MarkUnknown(ctx context.Context, p store.MarkParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command(opjournal.CmdMarkUnknown))
-}
-
-// MarkFailedFinal moves the current lease holder's operation to failed_final.
-func (s *Store) MarkFailedFinal(ctx context.Context, p store.MarkParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command(opjournal.CmdMarkFailedFinal))
-}
-
-// ReleaseForRetry moves an unknown operation back to pending.
-func (s *Store) ReleaseForRetry(ctx context.Context, p store.ReleaseParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command())
-}
-
-// RecordCheck counts an inconclusive check. An expired lease becomes
-// unknown for good (with unknown_since = the lease's end), so the history
-// shows the in_progress → unknown step.
-func (s *Store) RecordCheck(ctx context.Context, p store.RecordCheckParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command())
-}
-
-// Escalate sets needs_review on a non-terminal operation; escalating one
-// already under review returns it unchanged.
-func (s *Store) Escalate(ctx context.Context, p store.EscalateParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command())
-}
-
-// Resolve applies an operator's verdict. Nothing is deleted: the previous
-// values stay in the history.
-func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command())
-}
-
-// Acknowledge ends the review of a terminal operation.
-func (s *Store) Acknowledge(ctx context.Context, p store.AcknowledgeParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command())
+	return store.Applied{Operation: ex.sc.op}, nil
 }
 
 // List returns one page of operations in key order.

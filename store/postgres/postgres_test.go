@@ -87,7 +87,7 @@ func TestFailsFastAndRecovers(t *testing.T) {
 
 	payload := json.RawMessage(`{"n":1}`)
 	reg := func(key string) error {
-		_, err := s.Register(ctx, store.RegisterParams{Key: key, Action: "a", RequestHash: "h", Payload: payload})
+		_, err := s.Apply(ctx, "", &opjournal.Command{Kind: opjournal.CmdRegister, Key: key, Action: "a", RequestHash: "h", Payload: payload})
 		return err
 	}
 	if err := reg("k0"); err != nil {
@@ -96,7 +96,7 @@ func TestFailsFastAndRecovers(t *testing.T) {
 	calls := map[string]func() error{
 		"Register": func() error { return reg("k-down") },
 		"Claim": func() error {
-			_, err := s.Claim(ctx, store.ClaimParams{Key: "k0", ClaimPolicy: store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}})
+			_, err := s.Apply(ctx, "", storetest.Claiming(&opjournal.Command{Kind: opjournal.CmdClaim, Key: "k0"}, &storetest.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}))
 			return err
 		},
 		"Get":    func() error { _, err := s.Get(ctx, "", "k0"); return err },

@@ -127,7 +127,6 @@ func DrawCommand(rt *rapid.T, key string) *opjournal.Command {
 		c.Action, c.Payload = "pay", json.RawMessage(`{"n":1}`)
 		c.RequestHash = rapid.SampledFrom([]string{"h1", "h1", "h2"}).Draw(rt, "hash")
 		c.Refs = rapid.SampledFrom([]map[string]string{nil, nil, {"order_id": "817"}, {"order_id": "818"}}).Draw(rt, "refs")
-		c.RefsJSON = opjournal.RefsJSON(c.Refs)
 		c.ParentKey = rapid.SampledFrom([]string{"", "", "p"}).Draw(rt, "parent")
 		if c.Claim = rapid.Bool().Draw(rt, "claim"); c.Claim {
 			c.WorkerID = rapid.SampledFrom([]string{"w1", "w2"}).Draw(rt, "worker")
@@ -283,126 +282,48 @@ func (m *model) apply(ops map[string]*opjournal.Operation, events map[string][]o
 	return a, ops, events
 }
 
-// call runs c against the store through its typed methods.
+// call runs c against the store.
 func call(s store.Store, tenant string, c *opjournal.Command) answer {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var (
-		op  *opjournal.Operation
-		err error
-		a   answer
-	)
-	switch p := Params(tenant, c).(type) {
-	case store.RegisterParams:
-		var res store.RegisterResult
-		res, err = s.Register(ctx, p)
-		op, a.created = res.Operation, res.Created
-		if res.Claim != nil {
-			a.claimed, a.retryAfter = res.Claim.Claimed, res.Claim.RetryAfter
-		}
-	case store.ClaimParams:
-		var res store.ClaimResult
-		res, err = s.Claim(ctx, p)
-		op, a.claimed, a.retryAfter = res.Operation, res.Claimed, res.RetryAfter
-	case store.ExtendLeaseParams:
-		op, err = s.ExtendLease(ctx, p)
-	case store.MarkSucceededParams:
-		op, err = s.MarkSucceeded(ctx, p)
-	case store.MarkParams:
-		if c.Kind == opjournal.CmdMarkUnknown {
-			op, err = s.MarkUnknown(ctx, p)
-		} else {
-			op, err = s.MarkFailedFinal(ctx, p)
-		}
-	case store.ReleaseParams:
-		op, err = s.ReleaseForRetry(ctx, p)
-	case store.RecordCheckParams:
-		op, err = s.RecordCheck(ctx, p)
-	case store.EscalateParams:
-		op, err = s.Escalate(ctx, p)
-	case store.ResolveParams:
-		op, err = s.Resolve(ctx, p)
-	case store.AcknowledgeParams:
-		op, err = s.Acknowledge(ctx, p)
-	}
+	res, err := s.Apply(ctx, tenant, c)
 	if err != nil {
 		return answer{err: err}
 	}
-	a.op = op
-	return a
+	return answer{op: res.Operation, created: res.Created, claimed: res.Claimed, retryAfter: res.RetryAfter}
 }
 
-// Call runs c on s in tenant (through the store's method for c.Kind) and
-// returns the store's error.
+// Call runs c on s in tenant and returns the store's error.
 func Call(s store.Store, tenant string, c *opjournal.Command) error { return call(s, tenant, c).err }
 
-// Params returns the store's parameters of c in tenant: a
-// store.RegisterParams, ClaimParams, ... by c.Kind.
-func Params(tenant string, c *opjournal.Command) any {
-	claim := store.ClaimPolicy{WorkerID: c.WorkerID, LeaseSeconds: c.LeaseSeconds, AllowRetryAfterUnknown: c.Policy.RetryAfterUnknown,
-		ProviderWindow: c.Policy.ProviderWindow}
-	switch c.Kind {
-	case opjournal.CmdRegister:
-		p := store.RegisterParams{Tenant: tenant, Key: c.Key, Action: c.Action, RequestHash: c.RequestHash, Payload: c.Payload,
-			Refs: c.Refs, ParentKey: c.ParentKey, Actor: c.Actor, StatedActor: c.StatedActor}
-		if c.Claim {
-			p.Claim = &claim
-		}
-		return p
-	case opjournal.CmdClaim:
-		return store.ClaimParams{Tenant: tenant, Key: c.Key, ClaimPolicy: claim, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdExtendLease:
-		return store.ExtendLeaseParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, LeaseSeconds: c.LeaseSeconds,
-			MaxAttempt: c.Policy.MaxAttempt, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdMarkSucceeded:
-		return store.MarkSucceededParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, ExternalID: c.ExternalID,
-			Result: c.Result, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdMarkUnknown, opjournal.CmdMarkFailedFinal:
-		return store.MarkParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, ErrorCode: c.ErrorCode, Result: c.Result, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdReleaseForRetry:
-		return store.ReleaseParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, Reason: c.Reason,
-			DefinitiveAbsence: c.Policy.DefinitiveAbsence, ReleaseAfter: c.Policy.ReleaseAfter, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdRecordCheck:
-		return store.RecordCheckParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, Note: c.Reason,
-			NextCheckAfter: c.NextCheckAfter, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdEscalate:
-		return store.EscalateParams{Tenant: tenant, Key: c.Key, Reason: c.Reason, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdResolve:
-		return store.ResolveParams{Tenant: tenant, Key: c.Key, To: c.Resolution, ExternalID: c.ExternalID, Result: c.Result,
-			ErrorCode: c.ErrorCode, Reason: c.Reason, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdAcknowledge:
-		return store.AcknowledgeParams{Tenant: tenant, Key: c.Key, Reason: c.Reason, Actor: c.Actor, StatedActor: c.StatedActor}
-	}
-	panic("storetest: no command kind " + string(c.Kind))
+// ClaimPolicy is the claim part of a Claim command, or of a Register
+// that claims: what the journal takes from the action's policy.
+type ClaimPolicy struct {
+	WorkerID               string
+	LeaseSeconds           int
+	AllowRetryAfterUnknown bool
+	ProviderWindow         time.Duration
 }
 
-// StoreCommand is c as the store applies it: built from its Params, so
-// that the parameters the store derives (review reasons, policy flags)
-// are set as they are in the store.
-func StoreCommand(tenant string, c *opjournal.Command) *opjournal.Command {
-	switch p := Params(tenant, c).(type) {
-	case store.RegisterParams:
-		return p.Command()
-	case store.ClaimParams:
-		return p.Command()
-	case store.ExtendLeaseParams:
-		return p.Command()
-	case store.MarkSucceededParams:
-		return p.Command()
-	case store.MarkParams:
-		return p.Command(c.Kind)
-	case store.ReleaseParams:
-		return p.Command()
-	case store.RecordCheckParams:
-		return p.Command()
-	case store.EscalateParams:
-		return p.Command()
-	case store.ResolveParams:
-		return p.Command()
-	case store.AcknowledgeParams:
-		return p.Command()
+// Claiming sets the claim of c from cp and returns c; a nil cp leaves c
+// as it is. On a Register it asks for the claim (Command.Claim).
+func Claiming(c *opjournal.Command, cp *ClaimPolicy) *opjournal.Command {
+	if cp == nil {
+		return c
 	}
-	return nil
+	c.Claim = c.Kind == opjournal.CmdRegister
+	c.WorkerID, c.LeaseSeconds = cp.WorkerID, cp.LeaseSeconds
+	c.Policy.RetryAfterUnknown, c.Policy.ProviderWindow = cp.AllowRetryAfterUnknown, cp.ProviderWindow
+	return c
+}
+
+// Op is the operation of what Apply returned, for the commands that
+// answer with it: Op(s.Apply(ctx, tenant, c)).
+func Op(a store.Applied, err error) (*opjournal.Operation, error) {
+	if err != nil {
+		return nil, err
+	}
+	return a.Operation, nil
 }
 
 // concurrently fires cmds on key at once, with the clock standing still,

@@ -16,6 +16,7 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/hashkey"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/policy"
 	"github.com/opjournal/opjournal/store"
 )
@@ -187,7 +188,7 @@ func claimResult(a store.Applied) ClaimResult {
 // apply hands c to the store on behalf of caller, who is recorded as the
 // actor (with stated, what the request says it acts as, beside it: see
 // Caller.who), and names the command and key in the error.
-func (s *Service) apply(ctx context.Context, caller Caller, stated string, c *opjournal.Command) (store.Applied, error) {
+func (s *Service) apply(ctx context.Context, caller Caller, stated string, c *protocol.Command) (store.Applied, error) {
 	c.Actor, c.StatedActor = caller.who(stated)
 	a, err := s.store.Apply(ctx, caller.Tenant, c)
 	if err != nil {
@@ -197,7 +198,7 @@ func (s *Service) apply(ctx context.Context, caller Caller, stated string, c *op
 }
 
 // applyOp is apply for the commands that answer with the operation.
-func (s *Service) applyOp(ctx context.Context, caller Caller, stated string, c *opjournal.Command) (*opjournal.Operation, error) {
+func (s *Service) applyOp(ctx context.Context, caller Caller, stated string, c *protocol.Command) (*opjournal.Operation, error) {
 	a, err := s.apply(ctx, caller, stated, c)
 	return a.Operation, err
 }
@@ -228,7 +229,7 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 	if req.Payload == nil && req.Envelope == nil {
 		return RegisterResult{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "payload", "is required (a JSON object; {} for none)")
 	}
-	c := &opjournal.Command{Kind: opjournal.CmdRegister, Key: req.Key, Action: act.Name, Refs: req.Refs, ParentKey: req.ParentKey}
+	c := &protocol.Command{Kind: protocol.CmdRegister, Key: req.Key, Action: act.Name, Refs: req.Refs, ParentKey: req.ParentKey}
 	stated := ""
 	if req.Claim != nil {
 		if err := claimPolicy(c, act, req.Claim.WorkerID, req.Claim.LeaseSeconds, "claim."); err != nil {
@@ -440,7 +441,7 @@ func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, err
 	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim %q: %w", req.Key, err)
 	}
-	c := &opjournal.Command{Kind: opjournal.CmdClaim, Key: req.Key}
+	c := &protocol.Command{Kind: protocol.CmdClaim, Key: req.Key}
 	if err := claimPolicy(c, act, req.WorkerID, req.LeaseSeconds, ""); err != nil {
 		return ClaimResult{}, err
 	}
@@ -496,8 +497,8 @@ func (s *Service) ExtendLease(ctx context.Context, req ExtendLeaseRequest) (*opj
 		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "lease_seconds",
 			"%d is outside 1..%d (the lease_seconds of %s's policy); 0 takes the policy's value", lease, act.LeaseSeconds, act.Name)
 	}
-	return s.applyOp(ctx, req.Caller, "", &opjournal.Command{Kind: opjournal.CmdExtendLease, Key: req.Key, Attempt: req.Attempt,
-		LeaseSeconds: lease, Policy: opjournal.CommandPolicy{MaxAttempt: act.MaxAttempt}})
+	return s.applyOp(ctx, req.Caller, "", &protocol.Command{Kind: protocol.CmdExtendLease, Key: req.Key, Attempt: req.Attempt,
+		LeaseSeconds: lease, Policy: protocol.CommandPolicy{MaxAttempt: act.MaxAttempt}})
 }
 
 // MarkSucceededRequest records a confirmed effect.
@@ -534,7 +535,7 @@ func (s *Service) MarkSucceeded(ctx context.Context, req MarkSucceededRequest) (
 	if result, err = s.redactResult(ctx, req.Tenant, req.Key, result); err != nil {
 		return nil, fmt.Errorf("mark succeeded %q: %w", req.Key, err)
 	}
-	return s.applyOp(ctx, req.Caller, req.Actor, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: req.Key, Attempt: req.Attempt,
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: req.Key, Attempt: req.Attempt,
 		ExternalID: req.ExternalID, Result: result})
 }
 
@@ -555,22 +556,22 @@ type MarkRequest struct {
 // MarkUnknown records an attempt without a definite answer. Only the
 // current lease holder may; others get CodeStaleAttempt.
 func (s *Service) MarkUnknown(ctx context.Context, req MarkRequest) (*opjournal.Operation, error) {
-	return s.mark(ctx, opjournal.CmdMarkUnknown, req)
+	return s.mark(ctx, protocol.CmdMarkUnknown, req)
 }
 
 // MarkFailedFinal records a confirmed rejection. Only the current lease
 // holder may; others get CodeStaleAttempt.
 func (s *Service) MarkFailedFinal(ctx context.Context, req MarkRequest) (*opjournal.Operation, error) {
-	return s.mark(ctx, opjournal.CmdMarkFailedFinal, req)
+	return s.mark(ctx, protocol.CmdMarkFailedFinal, req)
 }
 
-func (s *Service) mark(ctx context.Context, kind opjournal.CommandKind, req MarkRequest) (*opjournal.Operation, error) {
+func (s *Service) mark(ctx context.Context, kind protocol.CommandKind, req MarkRequest) (*opjournal.Operation, error) {
 	if err := firstError(checkKey(req.Key), checkAttempt(req.Attempt), checkText("error_code", req.ErrorCode, MaxErrorCodeLen)); err != nil {
 		return nil, err
 	}
-	c := &opjournal.Command{Kind: kind, Key: req.Key, Attempt: req.Attempt, ErrorCode: req.ErrorCode}
+	c := &protocol.Command{Kind: kind, Key: req.Key, Attempt: req.Attempt, ErrorCode: req.ErrorCode}
 	if req.Result != nil {
-		if kind != opjournal.CmdMarkFailedFinal {
+		if kind != protocol.CmdMarkFailedFinal {
 			return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "result", "only a confirmed refusal (MarkFailedFinal) or effect (MarkSucceeded) stores a result")
 		}
 		result, err := s.checkedResult(req.Result, req.ResultCanonical)
@@ -614,7 +615,7 @@ func (s *Service) action(name string) (*policy.Action, error) {
 
 // claimPolicy sets the claim of c (Claim, or Register with a claim) from
 // a caller's claim options, bounding the lease by the action's policy.
-func claimPolicy(c *opjournal.Command, act *policy.Action, workerID string, leaseSeconds int, prefix string) error {
+func claimPolicy(c *protocol.Command, act *policy.Action, workerID string, leaseSeconds int, prefix string) error {
 	if err := checkToken(prefix+"worker_id", workerID, MaxWorkerIDLen); err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/canonjson"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -174,8 +175,8 @@ func (s *Service) ReleaseForRetry(ctx context.Context, req ReleaseRequest) (*opj
 	if err != nil {
 		return nil, fmt.Errorf("release %q: %w", req.Key, err)
 	}
-	return s.applyOp(ctx, req.Caller, req.Actor, &opjournal.Command{Kind: opjournal.CmdReleaseForRetry, Key: req.Key, Attempt: req.Attempt,
-		Reason: req.Reason, Policy: opjournal.CommandPolicy{DefinitiveAbsence: act.Reconcile.DefinitiveAbsence, ReleaseAfter: act.ReleaseAfter()}})
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdReleaseForRetry, Key: req.Key, Attempt: req.Attempt,
+		Reason: req.Reason, Policy: protocol.CommandPolicy{DefinitiveAbsence: act.Reconcile.DefinitiveAbsence, ReleaseAfter: act.ReleaseAfter()}})
 }
 
 // RecordCheckRequest records an inconclusive check.
@@ -198,7 +199,7 @@ func (s *Service) RecordCheck(ctx context.Context, req RecordCheckRequest) (*opj
 	if req.NextCheckAfter < time.Second || req.NextCheckAfter > MaxNextCheck {
 		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "next_check_after_seconds", "must be 1 … %d", int(MaxNextCheck.Seconds()))
 	}
-	return s.applyOp(ctx, req.Caller, req.Actor, &opjournal.Command{Kind: opjournal.CmdRecordCheck, Key: req.Key, Attempt: req.Attempt,
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdRecordCheck, Key: req.Key, Attempt: req.Attempt,
 		Reason: req.Note, NextCheckAfter: req.NextCheckAfter})
 }
 
@@ -217,7 +218,7 @@ func (s *Service) Escalate(ctx context.Context, req EscalateRequest) (*opjournal
 	if err := firstError(checkKey(req.Key), req.checkActor(req.Actor), checkReason(req.Reason)); err != nil {
 		return nil, err
 	}
-	return s.applyOp(ctx, req.Caller, req.Actor, &opjournal.Command{Kind: opjournal.CmdEscalate, Key: req.Key, Reason: req.Reason})
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdEscalate, Key: req.Key, Reason: req.Reason})
 }
 
 // ResolveRequest is an operator's verdict.
@@ -269,7 +270,7 @@ func (s *Service) Resolve(ctx context.Context, req ResolveRequest) (*opjournal.O
 	if result, err = s.redactResult(ctx, req.Tenant, req.Key, result); err != nil {
 		return nil, fmt.Errorf("resolve %q: %w", req.Key, err)
 	}
-	return s.applyOp(ctx, req.Caller, req.Actor, &opjournal.Command{Kind: opjournal.CmdResolve, Key: req.Key, Resolution: req.To,
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdResolve, Key: req.Key, Resolution: req.To,
 		ExternalID: req.ExternalID, Result: result, ErrorCode: req.ErrorCode, Reason: req.Reason})
 }
 
@@ -290,7 +291,7 @@ func (s *Service) Acknowledge(ctx context.Context, req AcknowledgeRequest) (*opj
 	if err := firstError(checkKey(req.Key), req.checkActor(req.Actor), checkReason(req.Reason)); err != nil {
 		return nil, err
 	}
-	return s.applyOp(ctx, req.Caller, req.Actor, &opjournal.Command{Kind: opjournal.CmdAcknowledge, Key: req.Key, Reason: req.Reason})
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdAcknowledge, Key: req.Key, Reason: req.Reason})
 }
 
 // EventsRequest asks for one page of an operation's history.

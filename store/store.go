@@ -15,11 +15,12 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 )
 
 // Store is the journal's durable storage. Apply, its one method that
 // changes an operation, applies one command of the protocol table
-// (opjournal.Apply, protocol.go) atomically: SQLite by applying the pure function inside its
+// (protocol.Apply, internal/protocol/table.go) atomically: SQLite by applying the pure function inside its
 // write transaction, PostgreSQL by running the table's rows as conditional
 // statements rendered from them. Methods return *opjournal.Error with the
 // refusal the table gives (and then change nothing), CodeNotFound for an
@@ -34,7 +35,7 @@ type Store interface {
 	// transition of an existing operation. A claim that loses is not an
 	// error (Applied.Claimed is false). The caller has validated and
 	// canonicalised the command; the store does not modify it.
-	Apply(ctx context.Context, tenant string, c *opjournal.Command) (Applied, error)
+	Apply(ctx context.Context, tenant string, c *protocol.Command) (Applied, error)
 	// Get returns the operation with its effective status.
 	Get(ctx context.Context, tenant, key string) (*opjournal.Operation, error)
 	// List returns one page of operations in key order and the key to
@@ -45,7 +46,7 @@ type Store interface {
 	// the operation does not exist.
 	Events(ctx context.Context, p EventsParams) (evs []opjournal.Event, next int64, err error)
 	// Purge deletes one batch of purgeable operations of one action
-	// (opjournal.Purgeable: terminal, not under review, unchanged for the
+	// (protocol.Purgeable: terminal, not under review, unchanged for the
 	// retention) with their history and refs, oldest first, without waiting
 	// for rows another transaction holds; with DryRun it deletes nothing and
 	// counts every purgeable operation instead.
@@ -101,27 +102,27 @@ type Applied struct {
 // ClaimOf is the Claim that a Register with c.Claim applies to an
 // operation that already exists: the same worker, lease, policy and
 // actors.
-func ClaimOf(c *opjournal.Command) *opjournal.Command {
-	return &opjournal.Command{Kind: opjournal.CmdClaim, Key: c.Key, Actor: c.Actor, StatedActor: c.StatedActor,
+func ClaimOf(c *protocol.Command) *protocol.Command {
+	return &protocol.Command{Kind: protocol.CmdClaim, Key: c.Key, Actor: c.Actor, StatedActor: c.StatedActor,
 		WorkerID: c.WorkerID, LeaseSeconds: c.LeaseSeconds,
-		Policy: opjournal.CommandPolicy{RetryAfterUnknown: c.Policy.RetryAfterUnknown, ProviderWindow: c.Policy.ProviderWindow}}
+		Policy: protocol.CommandPolicy{RetryAfterUnknown: c.Policy.RetryAfterUnknown, ProviderWindow: c.Policy.ProviderWindow}}
 }
 
 // Verb names a command in errors and logs ("mark succeeded"), as every
 // layer words it.
-func Verb(k opjournal.CommandKind) string {
+func Verb(k protocol.CommandKind) string {
 	if v, ok := verbs[k]; ok {
 		return v
 	}
 	return strings.ToLower(string(k))
 }
 
-var verbs = map[opjournal.CommandKind]string{
-	opjournal.CmdRegister: "register", opjournal.CmdClaim: "claim", opjournal.CmdExtendLease: "extend lease",
-	opjournal.CmdMarkSucceeded: "mark succeeded", opjournal.CmdMarkUnknown: "mark unknown",
-	opjournal.CmdMarkFailedFinal: "mark failed_final", opjournal.CmdReleaseForRetry: "release",
-	opjournal.CmdRecordCheck: "record check", opjournal.CmdEscalate: "escalate", opjournal.CmdResolve: "resolve",
-	opjournal.CmdAcknowledge: "acknowledge",
+var verbs = map[protocol.CommandKind]string{
+	protocol.CmdRegister: "register", protocol.CmdClaim: "claim", protocol.CmdExtendLease: "extend lease",
+	protocol.CmdMarkSucceeded: "mark succeeded", protocol.CmdMarkUnknown: "mark unknown",
+	protocol.CmdMarkFailedFinal: "mark failed_final", protocol.CmdReleaseForRetry: "release",
+	protocol.CmdRecordCheck: "record check", protocol.CmdEscalate: "escalate", protocol.CmdResolve: "resolve",
+	protocol.CmdAcknowledge: "acknowledge",
 }
 
 // ListParams filter and page List. Zero values do not filter.

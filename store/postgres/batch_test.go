@@ -13,6 +13,7 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/await"
 	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/storetest"
 )
@@ -80,7 +81,7 @@ var claim = &storetest.ClaimPolicy{WorkerID: "w", LeaseSeconds: 60}
 
 func register(t *testing.T, s *Store, tenant, key, hash string) {
 	t.Helper()
-	if _, err := s.registerOne(context.Background(), tenant, storetest.Claiming(&opjournal.Command{Kind: opjournal.CmdRegister, Key: key, Action: "a",
+	if _, err := s.registerOne(context.Background(), tenant, storetest.Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "a",
 		RequestHash: hash, Payload: json.RawMessage(`{"k":"` + key + `"}`)}, claim)); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func register(t *testing.T, s *Store, tenant, key, hash string) {
 
 // mark is a MarkSucceeded of tenant's key.
 func mark(tenant, key string, attempt int, externalID string, result json.RawMessage) applyCall {
-	return applyCall{tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: key, Attempt: attempt, ExternalID: externalID, Result: result}}
+	return applyCall{tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: key, Attempt: attempt, ExternalID: externalID, Result: result}}
 }
 
 func TestOneBatchOfMarkSucceededAnswersEachCallAsAlone(t *testing.T) {
@@ -175,11 +176,11 @@ func TestOneBatchOfRegisterAnswersEachCallAsAlone(t *testing.T) {
 	ctx := context.Background()
 	register(t, s, "", "r2", "h-first")
 	register(t, s, "", "r3", "h")
-	if _, err := storetest.Op(s.Apply(ctx, "", &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "r3", Attempt: 1, ExternalID: "x3"})); err != nil {
+	if _, err := storetest.Op(s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "r3", Attempt: 1, ExternalID: "x3"})); err != nil {
 		t.Fatal(err)
 	}
 	params := func(tenant, key, hash, payload string, c *storetest.ClaimPolicy) applyCall {
-		return applyCall{tenant, storetest.Claiming(&opjournal.Command{Kind: opjournal.CmdRegister, Key: key, Action: "a", RequestHash: hash, Payload: json.RawMessage(payload)}, c)}
+		return applyCall{tenant, storetest.Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "a", RequestHash: hash, Payload: json.RawMessage(payload)}, c)}
 	}
 	run := func(lockKey string, calls []applyCall) ([]store.Applied, []error) {
 		results, errs := make([]store.Applied, len(calls)), make([]error, len(calls))
@@ -270,7 +271,7 @@ func TestQueuedCallGivesUpAtItsOwnBound(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM operations WHERE operation_key = 'h1' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
-	m := &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "h1", Attempt: 1, ExternalID: "x"}
+	m := &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "h1", Attempt: 1, ExternalID: "x"}
 	first := make(chan error, 1)
 	go func() { _, err := storetest.Op(s.Apply(ctx, "", m)); first <- err }()
 	await.Until(t, "the first call to run", func() bool { n, _, _ := s.marks.q.Stats(); return n == 1 })

@@ -3,7 +3,7 @@ package postgres
 import (
 	"context"
 
-	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 )
 
 // The three statements the batchers run (batch.go explains why): the first
@@ -28,7 +28,7 @@ type opKey = [2]string
 // rule each call's computed parameters (its event's reason) come from.
 // The arrays are filled through the typed accessors, without boxing each
 // value: this runs for every call of the hot path.
-func batchArgs(clockArg any, st *statement, sent []*opjournal.Command, tenants []string, ruleOf func(*opjournal.Command) *opjournal.Rule) []any {
+func batchArgs(clockArg any, st *statement, sent []*protocol.Command, tenants []string, ruleOf func(*protocol.Command) *protocol.Rule) []any {
 	n := len(sent)
 	keys := make([]string, n)
 	for i, c := range sent {
@@ -38,25 +38,25 @@ func batchArgs(clockArg any, st *statement, sent []*opjournal.Command, tenants [
 	args = append(args, clockArg, tenants, keys)
 	for _, p := range st.params {
 		switch p.Type() {
-		case opjournal.TypeInt:
+		case protocol.TypeInt:
 			col := make([]int32, n)
 			for i, c := range sent {
 				col[i] = int32(c.Int(p))
 			}
 			args = append(args, col)
-		case opjournal.TypeBool:
+		case protocol.TypeBool:
 			col := make([]bool, n)
 			for i, c := range sent {
 				col[i] = c.Bool(p)
 			}
 			args = append(args, col)
-		case opjournal.TypeDuration:
+		case protocol.TypeDuration:
 			col := make([]float64, n)
 			for i, c := range sent {
 				col[i] = c.Duration(p).Seconds()
 			}
 			args = append(args, col)
-		case opjournal.TypeJSON:
+		case protocol.TypeJSON:
 			col := make([]*string, n)
 			for i, c := range sent {
 				if raw := c.JSON(p); raw != nil {
@@ -80,10 +80,10 @@ func batchArgs(clockArg any, st *statement, sent []*opjournal.Command, tenants [
 // and hands every row, scanned with a leading "existed" flag when
 // withExisted is set, to the call it belongs to.
 func execBatch(ctx context.Context, s *Store, what string, st *statement, calls []*call[applyCall, batched],
-	ruleOf func(*opjournal.Command) *opjournal.Rule, withExisted bool) error {
+	ruleOf func(*protocol.Command) *protocol.Rule, withExisted bool) error {
 	sent := firstPerKey(calls, func(in applyCall) opKey { return opKey{in.tenant, in.c.Key} })
 	byKey := make(map[opKey]*call[applyCall, batched], len(sent))
-	cmds := make([]*opjournal.Command, len(sent))
+	cmds := make([]*protocol.Command, len(sent))
 	tenants := make([]string, len(sent))
 	for j, i := range sent {
 		t, c := calls[i].in.tenant, calls[i].in.c
@@ -119,8 +119,8 @@ func execBatch(ctx context.Context, s *Store, what string, st *statement, calls 
 	return nil
 }
 
-func fixedRule(r *opjournal.Rule) func(*opjournal.Command) *opjournal.Rule {
-	return func(*opjournal.Command) *opjournal.Rule { return r }
+func fixedRule(r *protocol.Rule) func(*protocol.Command) *protocol.Rule {
+	return func(*protocol.Command) *protocol.Rule { return r }
 }
 
 // execRegister inserts every new key (pending, or in_progress with attempt

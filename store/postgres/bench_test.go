@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/bench"
 	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store/postgres"
 	"github.com/opjournal/opjournal/store/storetest"
 )
@@ -52,19 +52,19 @@ func benchCycle(b *testing.B, fused bool) {
 				ctx := context.Background()
 				for next() {
 					key := fmt.Sprintf("k%d", n.Add(1))
-					rc := &opjournal.Command{Kind: opjournal.CmdRegister, Key: key, Action: "create_payment", RequestHash: "h", Payload: payload}
+					rc := &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "create_payment", RequestHash: "h", Payload: payload}
 					if fused {
 						rc.Claim, rc.WorkerID, rc.LeaseSeconds = true, "w", 30
 					}
 					r, err := s.Apply(ctx, "", rc)
 					if err == nil && !fused {
-						r, err = s.Apply(ctx, "", &opjournal.Command{Kind: opjournal.CmdClaim, Key: key, WorkerID: "w", LeaseSeconds: 30})
+						r, err = s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdClaim, Key: key, WorkerID: "w", LeaseSeconds: 30})
 					}
 					if err != nil || !r.Claimed {
 						b.Errorf("register and claim: %v %+v", err, r)
 						return
 					}
-					if _, err := storetest.Op(s.Apply(ctx, "", &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: key, Attempt: 1, ExternalID: "x", Result: json.RawMessage(`{"ok":true}`)})); err != nil {
+					if _, err := storetest.Op(s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: key, Attempt: 1, ExternalID: "x", Result: json.RawMessage(`{"ok":true}`)})); err != nil {
 						b.Errorf("mark: %v", err)
 						return
 					}

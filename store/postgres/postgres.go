@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/migrations"
 	"github.com/opjournal/opjournal/store"
@@ -490,8 +491,8 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*opjournal.Operati
 
 // The statements of the table's rules, rendered once (render.go).
 var (
-	updates  = map[*opjournal.Rule]*statement{}
-	inserts  = map[*opjournal.Rule]*statement{}
+	updates  = map[*protocol.Rule]*statement{}
+	inserts  = map[*protocol.Rule]*statement{}
 	batchReg *statement
 	// The hot path's batched statements: the first rule of Claim and of
 	// MarkSucceeded.
@@ -499,29 +500,29 @@ var (
 )
 
 func init() {
-	for _, r := range opjournal.AllRules() {
+	for _, r := range protocol.AllRules() {
 		switch {
-		case r.Outcome != opjournal.Changed:
-		case r.Command == opjournal.CmdRegister:
+		case r.Outcome != protocol.Changed:
+		case r.Command == protocol.CmdRegister:
 			inserts[r] = renderInsert(r)
 		default:
 			updates[r] = renderUpdate(r)
 		}
 	}
-	reg := opjournal.Rules(opjournal.CmdRegister)
+	reg := protocol.Rules(protocol.CmdRegister)
 	batchReg = renderBatchedInsert(reg[0], reg[1])
-	batchClaim = renderBatchedUpdate(opjournal.Rules(opjournal.CmdClaim)[0])
-	batchMark = renderBatchedUpdate(opjournal.Rules(opjournal.CmdMarkSucceeded)[0])
+	batchClaim = renderBatchedUpdate(protocol.Rules(protocol.CmdClaim)[0])
+	batchMark = renderBatchedUpdate(protocol.Rules(protocol.CmdMarkSucceeded)[0])
 }
 
 // firstRule is the rule a command tries without reading the row: the
 // first of its rules whose conditions on the command alone (policy flags,
 // the resolution) hold. nil when that rule changes nothing (the row is
 // read first then).
-func firstRule(c *opjournal.Command) *opjournal.Rule {
-	for _, r := range opjournal.Rules(c.Kind) {
+func firstRule(c *protocol.Command) *protocol.Rule {
+	for _, r := range protocol.Rules(c.Kind) {
 		if paramsHold(r, c) {
-			if r.Outcome == opjournal.Changed {
+			if r.Outcome == protocol.Changed {
 				return r
 			}
 			return nil
@@ -532,7 +533,7 @@ func firstRule(c *opjournal.Command) *opjournal.Rule {
 
 // paramsHold evaluates the requirements of r that depend on the command
 // alone.
-func paramsHold(r *opjournal.Rule, c *opjournal.Command) bool {
+func paramsHold(r *protocol.Rule, c *protocol.Command) bool {
 	for _, req := range r.Requires {
 		if commandOnly(req.Cond) && !req.Cond.Eval(nil, c, time.Time{}) {
 			return false
@@ -541,11 +542,11 @@ func paramsHold(r *opjournal.Rule, c *opjournal.Command) bool {
 	return true
 }
 
-func commandOnly(c opjournal.Cond) bool {
+func commandOnly(c protocol.Cond) bool {
 	switch c.Kind {
-	case opjournal.CondFlag, opjournal.CondResolution:
+	case protocol.CondFlag, protocol.CondResolution:
 		return true
-	case opjournal.CondNot, opjournal.CondAnd, opjournal.CondOr:
+	case protocol.CondNot, protocol.CondAnd, protocol.CondOr:
 		for _, s := range c.Sub {
 			if !commandOnly(s) {
 				return false
@@ -564,7 +565,7 @@ const maxApplyRounds = 16
 // executed is what one command did.
 type executed struct {
 	sc      scanned
-	rule    *opjournal.Rule
+	rule    *protocol.Rule
 	changed bool
 }
 
@@ -574,7 +575,7 @@ type executed struct {
 // chosen rule runs as a conditional statement guarded by its own
 // conditions, so that a concurrent change is never overwritten: then the
 // row is read again. known, if set, is the row as just read.
-func (s *Store) execute(ctx context.Context, tenant string, c *opjournal.Command, known *scanned) (executed, error) {
+func (s *Store) execute(ctx context.Context, tenant string, c *protocol.Command, known *scanned) (executed, error) {
 	if known == nil {
 		if r := firstRule(c); r != nil {
 			st := updates[r]
@@ -594,11 +595,11 @@ func (s *Store) execute(ctx context.Context, tenant string, c *opjournal.Command
 			cur = &sc
 		}
 		known = nil
-		d, err := opjournal.Apply(cur.op, c, cur.dbNow)
+		d, err := protocol.Apply(cur.op, c, cur.dbNow)
 		if err != nil {
 			return executed{}, err
 		}
-		if d.Rule.Outcome != opjournal.Changed {
+		if d.Rule.Outcome != protocol.Changed {
 			return executed{sc: *cur, rule: d.Rule}, nil
 		}
 		st := updates[d.Rule]
@@ -615,19 +616,19 @@ func (s *Store) execute(ctx context.Context, tenant string, c *opjournal.Command
 // applyCall is one command of a tenant, as the batchers carry it.
 type applyCall struct {
 	tenant string
-	c      *opjournal.Command
+	c      *protocol.Command
 }
 
 // Apply applies c. Register, Claim and MarkSucceeded, the calls an agent
 // makes once per operation, share their statements with concurrent calls
 // of the same kind (batch.go); every other command is applied by execute.
-func (s *Store) Apply(ctx context.Context, tenant string, c *opjournal.Command) (store.Applied, error) {
+func (s *Store) Apply(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
 	switch c.Kind {
-	case opjournal.CmdRegister:
+	case protocol.CmdRegister:
 		return s.register(ctx, tenant, c)
-	case opjournal.CmdClaim:
+	case protocol.CmdClaim:
 		return s.claim(ctx, tenant, c)
-	case opjournal.CmdMarkSucceeded:
+	case protocol.CmdMarkSucceeded:
 		return s.markSucceeded(ctx, tenant, c)
 	}
 	ex, err := s.execute(ctx, tenant, c, nil)
@@ -641,7 +642,7 @@ func (s *Store) Apply(ctx context.Context, tenant string, c *opjournal.Command) 
 // same hash (and claims it if asked). With a claim, a new key is inserted
 // directly as in_progress with attempt 1: one statement, one commit. The
 // statement is shared with concurrent calls (batch.go).
-func (s *Store) register(ctx context.Context, tenant string, c *opjournal.Command) (store.Applied, error) {
+func (s *Store) register(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
 	if s.registers == nil {
 		return s.registerOne(ctx, tenant, c)
 	}
@@ -664,9 +665,9 @@ func (s *Store) register(ctx context.Context, tenant string, c *opjournal.Comman
 }
 
 // insertRule is the Register rule for a new key: claimed or not.
-func insertRule(c *opjournal.Command) *opjournal.Rule {
-	for _, r := range opjournal.Rules(opjournal.CmdRegister) {
-		if paramsHold(r, c) && r.Outcome == opjournal.Changed {
+func insertRule(c *protocol.Command) *protocol.Rule {
+	for _, r := range protocol.Rules(protocol.CmdRegister) {
+		if paramsHold(r, c) && r.Outcome == protocol.Changed {
 			return r
 		}
 	}
@@ -676,7 +677,7 @@ func insertRule(c *opjournal.Command) *opjournal.Rule {
 // registerOne is Register in a statement of its own. When the key
 // exists at the insert but is gone when read (a purge deleted it in
 // between), the key is new again: the insert is tried once more.
-func (s *Store) registerOne(ctx context.Context, tenant string, c *opjournal.Command) (store.Applied, error) {
+func (s *Store) registerOne(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
 	st := inserts[insertRule(c)]
 	for round := 0; ; round++ {
 		sc, created, err := s.one(ctx, "register", st.sql, st.args(s.clockArg(), tenant, c, nil)...)
@@ -698,7 +699,7 @@ func (s *Store) registerOne(ctx context.Context, tenant string, c *opjournal.Com
 }
 
 // registered is the result of a Register that inserted the row.
-func registered(c *opjournal.Command, sc scanned) store.Applied {
+func registered(c *protocol.Command, sc scanned) store.Applied {
 	return store.Applied{Operation: sc.op, Created: true, Claimed: c.Claim}
 }
 
@@ -706,8 +707,8 @@ func registered(c *opjournal.Command, sc scanned) store.Applied {
 // (the same request → replay, and a claim if asked; another → conflict).
 // A claim is decided on the row just read, so a replay of a terminal or
 // reviewed operation costs no statement.
-func (s *Store) registerExisting(ctx context.Context, tenant string, c *opjournal.Command, existing scanned) (store.Applied, error) {
-	if _, err := opjournal.Apply(existing.op, c, existing.dbNow); err != nil {
+func (s *Store) registerExisting(ctx context.Context, tenant string, c *protocol.Command, existing scanned) (store.Applied, error) {
+	if _, err := protocol.Apply(existing.op, c, existing.dbNow); err != nil {
 		return store.Applied{}, err
 	}
 	if !c.Claim {
@@ -732,7 +733,7 @@ func claimResult(ex executed) store.Applied {
 // claim takes a lease by one conditional UPDATE: exactly one of any number
 // of concurrent callers (in any number of processes) sees a row come back.
 // The statement is shared with concurrent calls (batch.go).
-func (s *Store) claim(ctx context.Context, tenant string, c *opjournal.Command) (store.Applied, error) {
+func (s *Store) claim(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
 	if s.claims == nil {
 		return s.claimOne(ctx, tenant, c)
 	}
@@ -750,7 +751,7 @@ func (s *Store) claim(ctx context.Context, tenant string, c *opjournal.Command) 
 	return s.claimOne(ctx, tenant, c)
 }
 
-func (s *Store) claimOne(ctx context.Context, tenant string, c *opjournal.Command) (store.Applied, error) {
+func (s *Store) claimOne(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
 	ex, err := s.execute(ctx, tenant, c, nil)
 	if err != nil {
 		return store.Applied{}, err
@@ -760,7 +761,7 @@ func (s *Store) claimOne(ctx context.Context, tenant string, c *opjournal.Comman
 
 // markSucceeded records a confirmed effect from any issued attempt. The
 // statement is shared with concurrent calls (batch.go).
-func (s *Store) markSucceeded(ctx context.Context, tenant string, c *opjournal.Command) (store.Applied, error) {
+func (s *Store) markSucceeded(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
 	if s.marks != nil {
 		if !s.marks.tryAlone() {
 			b, ok, err := s.marks.do(ctx, applyCall{tenant, c})

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/bench"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store/sqlite"
 	"github.com/opjournal/opjournal/store/storetest"
 )
@@ -35,12 +35,12 @@ func BenchmarkFused(b *testing.B) {
 		ctx := context.Background()
 		for pb.Next() {
 			key := fmt.Sprintf("k%d", n.Add(1))
-			r, err := s.Apply(ctx, "", storetest.Claiming(&opjournal.Command{Kind: opjournal.CmdRegister, Key: key, Action: "create_payment", RequestHash: "h", Payload: payload}, &storetest.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}))
+			r, err := s.Apply(ctx, "", storetest.Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "create_payment", RequestHash: "h", Payload: payload}, &storetest.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}))
 			if err != nil || !r.Claimed {
 				b.Errorf("register and claim: %v %+v", err, r)
 				return
 			}
-			if _, err := storetest.Op(s.Apply(ctx, "", &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: key, Attempt: 1, ExternalID: "x", Result: json.RawMessage(`{"ok":true}`)})); err != nil {
+			if _, err := storetest.Op(s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: key, Attempt: 1, ExternalID: "x", Result: json.RawMessage(`{"ok":true}`)})); err != nil {
 				b.Errorf("mark: %v", err)
 				return
 			}

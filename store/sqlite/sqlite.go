@@ -29,6 +29,7 @@ import (
 	zsqlite "zombiezen.com/go/sqlite"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/migrations"
 	"github.com/opjournal/opjournal/store"
 )
@@ -350,17 +351,17 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*opjournal.Operati
 // applied is what one command did inside a transaction.
 type applied struct {
 	op       *opjournal.Operation
-	rule     *opjournal.Rule
+	rule     *protocol.Rule
 	dbNow    time.Time
 	existed  bool // the operation was there before (Register)
 	claimed  bool
 	retryFor time.Duration
 }
 
-// apply reads the operation inside tx, applies c with opjournal.Apply on
+// apply reads the operation inside tx, applies c with protocol.Apply on
 // the database clock, and writes the change and its event. It is the
 // whole store: SQLite runs the protocol table itself.
-func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *opjournal.Command) (applied, error) {
+func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *protocol.Command) (applied, error) {
 	cur, found, err := s.getTx(ctx, tx, tenant, c.Key)
 	if err != nil {
 		return applied{}, err
@@ -372,12 +373,12 @@ func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *opjournal.
 	} else if dbNow, err = s.now(ctx, tx); err != nil {
 		return applied{}, err
 	}
-	d, err := opjournal.Apply(op, c, dbNow)
+	d, err := protocol.Apply(op, c, dbNow)
 	if err != nil {
 		return applied{}, err
 	}
 	res := applied{op: d.Op, rule: d.Rule, dbNow: dbNow, existed: found}
-	if d.Rule.Outcome == opjournal.Changed {
+	if d.Rule.Outcome == protocol.Changed {
 		d.Op.Tenant = tenant
 		if err := s.write(ctx, tx, d.Op, !found); err != nil {
 			return applied{}, err
@@ -389,8 +390,8 @@ func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *opjournal.
 		}
 	}
 	switch {
-	case c.Kind == opjournal.CmdClaim || (c.Kind == opjournal.CmdRegister && !found && c.Claim):
-		res.claimed = d.Rule.Outcome == opjournal.Changed
+	case c.Kind == protocol.CmdClaim || (c.Kind == protocol.CmdRegister && !found && c.Claim):
+		res.claimed = d.Rule.Outcome == protocol.Changed
 		if !res.claimed {
 			res.retryFor = store.RetryAfter(d.Op, dbNow)
 		}
@@ -479,14 +480,14 @@ func nonNil(ids []string) []string {
 // Apply applies c in one write transaction (shared with concurrent ones,
 // groupcommit.go): Register with a claim of a key that exists claims it
 // in the same transaction.
-func (s *Store) Apply(ctx context.Context, tenant string, c *opjournal.Command) (res store.Applied, err error) {
+func (s *Store) Apply(ctx context.Context, tenant string, c *protocol.Command) (res store.Applied, err error) {
 	err = s.commit.do(ctx, store.Verb(c.Kind), func(ctx context.Context, tx *wtx) error {
 		a, err := s.apply(ctx, tx, tenant, c)
 		if err != nil {
 			return err
 		}
-		res = store.Applied{Operation: a.op, Created: c.Kind == opjournal.CmdRegister && !a.existed, Claimed: a.claimed, RetryAfter: a.retryFor}
-		if c.Kind != opjournal.CmdRegister || !c.Claim || !a.existed {
+		res = store.Applied{Operation: a.op, Created: c.Kind == protocol.CmdRegister && !a.existed, Claimed: a.claimed, RetryAfter: a.retryFor}
+		if c.Kind != protocol.CmdRegister || !c.Claim || !a.existed {
 			return nil
 		}
 		a, err = s.apply(ctx, tx, tenant, store.ClaimOf(c))
@@ -734,7 +735,7 @@ func classify(what string, err error) error {
 	return &opjournal.Error{Code: opjournal.CodeInternal, Message: "database error during " + what, Err: err}
 }
 
-// purgeable matches the rows opjournal.Purgeable allows (?2: the action,
+// purgeable matches the rows protocol.Purgeable allows (?2: the action,
 // ?3: the retention in milliseconds), through operations_terminal_idx.
 const purgeable = `action_type = ?2 AND status IN ('succeeded', 'failed_final') AND needs_review = 0
 	AND updated_at <= ` + nowSQL + ` - ?3`

@@ -13,6 +13,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/storetest"
 )
@@ -53,7 +54,7 @@ func transactions(s *Store) int64 {
 // afterwards the same write applies.
 func TestWriterQueueIsBoundedByTheCaller(t *testing.T) {
 	s := openTemp(t)
-	p := &opjournal.Command{Kind: opjournal.CmdRegister, Key: "k", Action: "a", RequestHash: "h", Payload: json.RawMessage(`{}`)}
+	p := &protocol.Command{Kind: protocol.CmdRegister, Key: "k", Action: "a", RequestHash: "h", Payload: json.RawMessage(`{}`)}
 
 	release := hold(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -81,8 +82,8 @@ func TestWriterQueueIsBoundedByTheCaller(t *testing.T) {
 func TestGroupCommitAnswersEachCallAsAlone(t *testing.T) {
 	s := openTemp(t)
 	ctx := context.Background()
-	reg := func(key, hash string, claim bool) *opjournal.Command {
-		p := &opjournal.Command{Kind: opjournal.CmdRegister, Key: key, Action: "a", RequestHash: hash, Payload: json.RawMessage(`{"k":"` + key + `"}`)}
+	reg := func(key, hash string, claim bool) *protocol.Command {
+		p := &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "a", RequestHash: hash, Payload: json.RawMessage(`{"k":"` + key + `"}`)}
 		if claim {
 			p.Claim, p.WorkerID, p.LeaseSeconds = true, "w", 60
 		}
@@ -111,11 +112,11 @@ func TestGroupCommitAnswersEachCallAsAlone(t *testing.T) {
 			return result{"a other payload", nil, opjournal.ErrorCode(err) == opjournal.CodePayloadMismatch}
 		},
 		func() result {
-			_, err := storetest.Op(s.Apply(ctx, "", &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "existing", Attempt: 5, ExternalID: "x"}))
+			_, err := storetest.Op(s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "existing", Attempt: 5, ExternalID: "x"}))
 			return result{"existing, attempt never issued", nil, opjournal.ErrorCode(err) == opjournal.CodeInvalidArgument}
 		},
 		func() result {
-			op, err := storetest.Op(s.Apply(ctx, "", &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "existing", Attempt: 1, ExternalID: "x"}))
+			op, err := storetest.Op(s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "existing", Attempt: 1, ExternalID: "x"}))
 			return result{"existing succeeded", err, err == nil && op.Status == opjournal.StatusSucceeded}
 		},
 		func() result { r, err := s.Apply(ctx, "", reg("b", "h", false)); return result{"b", err, r.Created} },

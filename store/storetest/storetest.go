@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -122,7 +123,7 @@ func setup(t *testing.T, newDB NewDatabase) (store.Store, context.Context) {
 
 func register(t *testing.T, s store.Store, key string) *opjournal.Operation {
 	t.Helper()
-	res, err := s.Apply(ctxT(t), tenant, &opjournal.Command{Kind: opjournal.CmdRegister, Key: key, Action: action, RequestHash: hashA, Payload: payload})
+	res, err := s.Apply(ctxT(t), tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: action, RequestHash: hashA, Payload: payload})
 	if err != nil {
 		t.Fatalf("register %q: %v", key, err)
 	}
@@ -131,7 +132,7 @@ func register(t *testing.T, s store.Store, key string) *opjournal.Operation {
 
 func claim(t *testing.T, s store.Store, key string, cp ClaimPolicy) store.Applied {
 	t.Helper()
-	res, err := s.Apply(ctxT(t), tenant, Claiming(&opjournal.Command{Kind: opjournal.CmdClaim, Key: key}, &cp))
+	res, err := s.Apply(ctxT(t), tenant, Claiming(&protocol.Command{Kind: protocol.CmdClaim, Key: key}, &cp))
 	if err != nil {
 		t.Fatalf("claim %q: %v", key, err)
 	}
@@ -218,7 +219,7 @@ func clockOf(t *testing.T, s store.Store) *testclock.Clock {
 
 func testRegisterNew(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
-	res, err := s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
+	res, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func testRegisterNew(t *testing.T, newDB NewDatabase) {
 func testRegisterReplay(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	first := register(t, s, "k1")
-	res, err := s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
+	res, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,10 +249,10 @@ func testRegisterReplay(t *testing.T, newDB NewDatabase) {
 
 	// Once succeeded, a replay returns the stored result.
 	cr := claim(t, s, "k1", noRetry)
-	if _, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"payment_id":"pay_1"}`)})); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"payment_id":"pay_1"}`)})); err != nil {
 		t.Fatal(err)
 	}
-	res, err = s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
+	res, err = s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func testRegisterPayloadMismatch(t *testing.T, newDB NewDatabase) {
 	cr := claim(t, s, "k1", noRetry)
 	before := get(t, s, "k1")
 	for _, withClaim := range []*ClaimPolicy{nil, &sameKey} {
-		_, err := s.Apply(ctx, tenant, Claiming(&opjournal.Command{Kind: opjournal.CmdRegister, Key: "k1", Action: action, RequestHash: hashB, Payload: json.RawMessage(`{"amount_minor":1}`)}, withClaim))
+		_, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashB, Payload: json.RawMessage(`{"amount_minor":1}`)}, withClaim))
 		wantCode(t, err, opjournal.CodePayloadMismatch)
 		if !errors.Is(err, opjournal.ErrPayloadMismatch) {
 			t.Fatalf("errors.Is(%v, ErrPayloadMismatch) = false", err)
@@ -282,7 +283,7 @@ func testRegisterPayloadMismatch(t *testing.T, newDB NewDatabase) {
 func testRegisterWithClaim(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cp := ClaimPolicy{WorkerID: "agent-7", LeaseSeconds: 45}
-	res, err := s.Apply(ctx, tenant, Claiming(&opjournal.Command{Kind: opjournal.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
+	res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func testRegisterWithClaimExisting(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	register(t, s, "k1")
 	cp := ClaimPolicy{WorkerID: "w2", LeaseSeconds: 30}
-	res, err := s.Apply(ctx, tenant, Claiming(&opjournal.Command{Kind: opjournal.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
+	res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +314,7 @@ func testRegisterWithClaimExisting(t *testing.T, newDB NewDatabase) {
 		t.Fatalf("register-with-claim of pending: created=%v result=%+v", res.Created, res)
 	}
 	// The lease is live: a second register-with-claim loses, with a hint.
-	res, err = s.Apply(ctx, tenant, Claiming(&opjournal.Command{Kind: opjournal.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
+	res, err = s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +330,7 @@ func testRegisterWithClaimExisting(t *testing.T, newDB NewDatabase) {
 func testTenants(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	for _, tn := range []string{"a", "b"} {
-		res, err := s.Apply(ctx, tn, &opjournal.Command{Kind: opjournal.CmdRegister, Key: "shared-key", Action: action, RequestHash: map[string]string{"a": hashA, "b": hashB}[tn], Payload: payload})
+		res, err := s.Apply(ctx, tn, &protocol.Command{Kind: protocol.CmdRegister, Key: "shared-key", Action: action, RequestHash: map[string]string{"a": hashA, "b": hashB}[tn], Payload: payload})
 		if err != nil || !res.Created {
 			t.Fatalf("tenant %s: created=%v err=%v", tn, res.Created, err)
 		}
@@ -362,7 +363,7 @@ func testClaimPendingOnce(t *testing.T, newDB NewDatabase) {
 
 func testClaimNotFound(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
-	_, err := s.Apply(ctx, tenant, Claiming(&opjournal.Command{Kind: opjournal.CmdClaim, Key: "nope"}, &noRetry))
+	_, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdClaim, Key: "nope"}, &noRetry))
 	wantCode(t, err, opjournal.CodeNotFound)
 	_, err = s.Get(ctx, tenant, "nope")
 	wantCode(t, err, opjournal.CodeNotFound)
@@ -371,7 +372,7 @@ func testClaimNotFound(t *testing.T, newDB NewDatabase) {
 func testClaimFromUnknown(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	if _, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"})); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"})); err != nil {
 		t.Fatal(err)
 	}
 	// reconcile_before_retry: waits for the reconciler.
@@ -391,11 +392,11 @@ func testClaimFromUnknown(t *testing.T, newDB NewDatabase) {
 func testClaimTerminal(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "ok", noRetry)
-	if _, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "ok", Attempt: cr.Operation.AttemptCount, ExternalID: "x1", Result: json.RawMessage(`{"id":"x1"}`)})); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "ok", Attempt: cr.Operation.AttemptCount, ExternalID: "x1", Result: json.RawMessage(`{"id":"x1"}`)})); err != nil {
 		t.Fatal(err)
 	}
 	cr = claimed(t, s, "no", noRetry)
-	if _, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkFailedFinal, Key: "no", Attempt: cr.Operation.AttemptCount, ErrorCode: "card_declined"})); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "no", Attempt: cr.Operation.AttemptCount, ErrorCode: "card_declined"})); err != nil {
 		t.Fatal(err)
 	}
 	for key, st := range map[string]opjournal.Status{"ok": opjournal.StatusSucceeded, "no": opjournal.StatusFailedFinal} {
@@ -436,9 +437,9 @@ func testLeaseExpiry(t *testing.T, newDB NewDatabase) {
 	if res := claim(t, s, "k1", noRetry); res.Claimed || res.Operation.Status != opjournal.StatusUnknown {
 		t.Fatalf("claim of an expired lease under reconcile_before_retry: %+v", res)
 	}
-	_, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkFailedFinal, Key: "k1", Attempt: 1, ErrorCode: "late"}))
+	_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "k1", Attempt: 1, ErrorCode: "late"}))
 	wantCode(t, err, opjournal.CodeStaleAttempt)
-	_, err = Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkUnknown, Key: "k1", Attempt: 1}))
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: 1}))
 	wantCode(t, err, opjournal.CodeStaleAttempt)
 	// Under retry_same_key the expired lease is claimable with a new attempt.
 	res := claim(t, s, "k1", ClaimPolicy{WorkerID: "w2", LeaseSeconds: 30, AllowRetryAfterUnknown: true})
@@ -446,7 +447,7 @@ func testLeaseExpiry(t *testing.T, newDB NewDatabase) {
 		t.Fatalf("claim of an expired lease under retry_same_key: %+v", res)
 	}
 	// The vanished worker's late confirmation is still a fact.
-	op, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k1", Attempt: 1, ExternalID: "pay_1"}))
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: 1, ExternalID: "pay_1"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +475,7 @@ func testConcurrentClaims(t *testing.T, newDB NewDatabase) {
 	register(t, s, "k1")
 	var won, lost, failed atomic.Int64
 	race(64, func(i int) {
-		res, err := s.Apply(ctx, tenant, Claiming(&opjournal.Command{Kind: opjournal.CmdClaim, Key: "k1"}, &ClaimPolicy{WorkerID: fmt.Sprintf("w%d", i), LeaseSeconds: 30}))
+		res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdClaim, Key: "k1"}, &ClaimPolicy{WorkerID: fmt.Sprintf("w%d", i), LeaseSeconds: 30}))
 		switch {
 		case err != nil:
 			t.Errorf("claim %d: %v", i, err)
@@ -499,7 +500,7 @@ func testRegisterWithClaimRace(t *testing.T, newDB NewDatabase) {
 	race(64, func(i int) {
 		cp := ClaimPolicy{WorkerID: fmt.Sprintf("w%d", i), LeaseSeconds: 30}
 		if i%2 == 0 {
-			res, err := s.Apply(ctx, tenant, Claiming(&opjournal.Command{Kind: opjournal.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
+			res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
 			if err != nil {
 				t.Errorf("register-with-claim %d: %v", i, err)
 				return
@@ -512,7 +513,7 @@ func testRegisterWithClaimRace(t *testing.T, newDB NewDatabase) {
 			}
 			return
 		}
-		res, err := s.Apply(ctx, tenant, Claiming(&opjournal.Command{Kind: opjournal.CmdClaim, Key: "k1"}, &cp))
+		res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdClaim, Key: "k1"}, &cp))
 		if opjournal.ErrorCode(err) == opjournal.CodeNotFound {
 			return // claimed before anyone registered: a correct answer
 		}
@@ -536,7 +537,7 @@ func testConcurrentRegisters(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	var created atomic.Int64
 	race(64, func(i int) {
-		res, err := s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
+		res, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
 		if err != nil {
 			t.Errorf("register %d: %v", i, err)
 			return
@@ -558,7 +559,7 @@ func testConcurrentConflictingRegisters(t *testing.T, newDB NewDatabase) {
 		if i%2 == 1 {
 			h = hashB
 		}
-		res, err := s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdRegister, Key: "k1", Action: action, RequestHash: h, Payload: payload})
+		res, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: h, Payload: payload})
 		switch {
 		case opjournal.ErrorCode(err) == opjournal.CodePayloadMismatch:
 			mismatched.Add(1)
@@ -591,7 +592,7 @@ func testTwoProcesses(t *testing.T, newDB NewDatabase) {
 		for k := 0; k < keys; k++ {
 			key := fmt.Sprintf("k%d", k)
 			cp := ClaimPolicy{WorkerID: fmt.Sprintf("p%d", i), LeaseSeconds: 30}
-			res, err := s.Apply(ctx, tenant, Claiming(&opjournal.Command{Kind: opjournal.CmdRegister, Key: key, Action: action, RequestHash: hashA, Payload: payload}, &cp))
+			res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: action, RequestHash: hashA, Payload: payload}, &cp))
 			if err != nil {
 				t.Errorf("register-with-claim: %v", err)
 				return
@@ -611,7 +612,7 @@ func testTwoProcesses(t *testing.T, newDB NewDatabase) {
 func testMarkSucceeded(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	op, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"payment_id":"pay_1","status":"captured"}`)}))
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"payment_id":"pay_1","status":"captured"}`)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -625,7 +626,7 @@ func testMarkSucceeded(t *testing.T, newDB NewDatabase) {
 func testMarkSucceededNoop(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	p := opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"a":1}`)}
+	p := protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"a":1}`)}
 	first, err := Op(s.Apply(ctx, tenant, &p))
 	if err != nil {
 		t.Fatal(err)
@@ -654,10 +655,10 @@ func testMarkSucceededNoop(t *testing.T, newDB NewDatabase) {
 func testMarkSucceededDuplicate(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	if _, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"n":1}`)})); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"n":1}`)})); err != nil {
 		t.Fatal(err)
 	}
-	op, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_2", Result: json.RawMessage(`{"n":2}`)}))
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_2", Result: json.RawMessage(`{"n":2}`)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -671,7 +672,7 @@ func testMarkSucceededDuplicate(t *testing.T, newDB NewDatabase) {
 func testMarkSucceededStale(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	if _, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"})); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"})); err != nil {
 		t.Fatal(err)
 	}
 	second := claim(t, s, "k1", sameKey)
@@ -679,7 +680,7 @@ func testMarkSucceededStale(t *testing.T, newDB NewDatabase) {
 		t.Fatalf("reclaim: %+v", second)
 	}
 	// Attempt 1 learns its call went through: accepted, a confirmed effect is a fact.
-	op, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k1", Attempt: 1, ExternalID: "pay_1"}))
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: 1, ExternalID: "pay_1"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -688,7 +689,7 @@ func testMarkSucceededStale(t *testing.T, newDB NewDatabase) {
 		t.Fatalf("stale MarkSucceeded: %+v", *op)
 	}
 	// Attempt 2 may no longer fail the operation.
-	_, err = Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkFailedFinal, Key: "k1", Attempt: 2, ErrorCode: "x"}))
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "k1", Attempt: 2, ErrorCode: "x"}))
 	wantCode(t, err, opjournal.CodeStaleAttempt)
 }
 
@@ -701,7 +702,7 @@ func testMarkSucceededNeverIssued(t *testing.T, newDB NewDatabase) {
 		attempt int
 	}{{"pending", 1}, {"pending", 0}, {"claimed", 0}, {"claimed", 2}, {"claimed", -1}} {
 		before := get(t, s, tc.key)
-		_, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: tc.key, Attempt: tc.attempt, ExternalID: "x"}))
+		_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: tc.key, Attempt: tc.attempt, ExternalID: "x"}))
 		wantCode(t, err, opjournal.CodeInvalidArgument)
 		sameRecord(t, before, get(t, s, tc.key))
 	}
@@ -710,10 +711,10 @@ func testMarkSucceededNeverIssued(t *testing.T, newDB NewDatabase) {
 func testMarkSucceededAfterFailedFinal(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	if _, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkFailedFinal, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "declined"})); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "declined"})); err != nil {
 		t.Fatal(err)
 	}
-	op, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k1", Attempt: 1, ExternalID: "pay_9"}))
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: 1, ExternalID: "pay_9"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -729,7 +730,7 @@ func testConcurrentMarkSucceeded(t *testing.T, newDB NewDatabase) {
 	cr := claimed(t, s, "k1", noRetry)
 	var ok atomic.Int64
 	race(16, func(i int) {
-		_, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: fmt.Sprintf("pay_%d", i)}))
+		_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: fmt.Sprintf("pay_%d", i)}))
 		if err != nil {
 			t.Errorf("mark %d: %v", i, err)
 			return
@@ -746,7 +747,7 @@ func testConcurrentMarkSucceeded(t *testing.T, newDB NewDatabase) {
 func testMarkUnknown(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	op, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"}))
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -760,7 +761,7 @@ func testMarkUnknown(t *testing.T, newDB NewDatabase) {
 func testMarkFailedFinal(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	op, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkFailedFinal, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "card_declined"}))
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "card_declined"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -769,7 +770,7 @@ func testMarkFailedFinal(t *testing.T, newDB NewDatabase) {
 		t.Fatalf("after MarkFailedFinal: %+v", *op)
 	}
 	// Terminal: a replay returns it, a late MarkUnknown is stale.
-	_, err = Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkUnknown, Key: "k1", Attempt: 1}))
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: 1}))
 	wantCode(t, err, opjournal.CodeStaleAttempt)
 	sameRecord(t, op, get(t, s, "k1"))
 }
@@ -777,26 +778,26 @@ func testMarkFailedFinal(t *testing.T, newDB NewDatabase) {
 func testStaleAttempt(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	if _, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount})); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount})); err != nil {
 		t.Fatal(err)
 	}
 	if res := claim(t, s, "k1", sameKey); !res.Claimed || res.Operation.AttemptCount != 2 {
 		t.Fatalf("reclaim: %+v", res)
 	}
 	before := get(t, s, "k1")
-	for _, mark := range []opjournal.CommandKind{opjournal.CmdMarkUnknown, opjournal.CmdMarkFailedFinal} {
-		_, err := s.Apply(ctx, tenant, &opjournal.Command{Kind: mark, Key: "k1", Attempt: 1, ErrorCode: "late"})
+	for _, mark := range []protocol.CommandKind{protocol.CmdMarkUnknown, protocol.CmdMarkFailedFinal} {
+		_, err := s.Apply(ctx, tenant, &protocol.Command{Kind: mark, Key: "k1", Attempt: 1, ErrorCode: "late"})
 		wantCode(t, err, opjournal.CodeStaleAttempt)
 		if !errors.Is(err, opjournal.ErrStaleAttempt) {
 			t.Fatal("errors.Is(ErrStaleAttempt) = false")
 		}
-		_, err = s.Apply(ctx, tenant, &opjournal.Command{Kind: mark, Key: "k1", Attempt: 3})
+		_, err = s.Apply(ctx, tenant, &protocol.Command{Kind: mark, Key: "k1", Attempt: 3})
 		wantCode(t, err, opjournal.CodeInvalidArgument)
 	}
 	sameRecord(t, before, get(t, s, "k1"))
 	// A pending operation has no holder at all.
 	register(t, s, "p")
-	_, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkUnknown, Key: "p", Attempt: 1}))
+	_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "p", Attempt: 1}))
 	wantCode(t, err, opjournal.CodeInvalidArgument)
 }
 
@@ -805,11 +806,11 @@ func testConcurrentHolderMarks(t *testing.T, newDB NewDatabase) {
 	cr := claimed(t, s, "k1", noRetry)
 	var ok, stale atomic.Int64
 	race(32, func(i int) {
-		mark := opjournal.CmdMarkUnknown
+		mark := protocol.CmdMarkUnknown
 		if i%2 == 1 {
-			mark = opjournal.CmdMarkFailedFinal
+			mark = protocol.CmdMarkFailedFinal
 		}
-		_, err := s.Apply(ctx, tenant, &opjournal.Command{Kind: mark, Key: "k1", Attempt: cr.Operation.AttemptCount})
+		_, err := s.Apply(ctx, tenant, &protocol.Command{Kind: mark, Key: "k1", Attempt: cr.Operation.AttemptCount})
 		switch opjournal.ErrorCode(err) {
 		case "":
 			ok.Add(1)
@@ -826,11 +827,11 @@ func testConcurrentHolderMarks(t *testing.T, newDB NewDatabase) {
 
 func testMarkNotFound(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
-	_, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "nope", Attempt: 1}))
+	_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "nope", Attempt: 1}))
 	wantCode(t, err, opjournal.CodeNotFound)
-	_, err = Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkUnknown, Key: "nope", Attempt: 1}))
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "nope", Attempt: 1}))
 	wantCode(t, err, opjournal.CodeNotFound)
-	_, err = Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkFailedFinal, Key: "nope", Attempt: 1}))
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "nope", Attempt: 1}))
 	wantCode(t, err, opjournal.CodeNotFound)
 }
 
@@ -841,7 +842,7 @@ func testRestart(t *testing.T, newDB NewDatabase) {
 	register(t, s, "pending")
 	cr := claimed(t, s, "leased", noRetry)
 	cr2 := claimed(t, s, "done", noRetry)
-	if _, err := Op(s.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "done", Attempt: cr2.Operation.AttemptCount, ExternalID: "e1", Result: json.RawMessage(`{"x":[1,2]}`)})); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "done", Attempt: cr2.Operation.AttemptCount, ExternalID: "e1", Result: json.RawMessage(`{"x":[1,2]}`)})); err != nil {
 		t.Fatal(err)
 	}
 	before := map[string]*opjournal.Operation{}
@@ -860,7 +861,7 @@ func testRestart(t *testing.T, newDB NewDatabase) {
 		sameRecord(t, op, after)
 	}
 	// The lease survives the restart: the holder can still finish.
-	if _, err := Op(s2.Apply(ctx, tenant, &opjournal.Command{Kind: opjournal.CmdMarkUnknown, Key: "leased", Attempt: cr.Operation.AttemptCount})); err != nil {
+	if _, err := Op(s2.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "leased", Attempt: cr.Operation.AttemptCount})); err != nil {
 		t.Fatalf("holder after restart: %v", err)
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store/postgres"
 )
 
@@ -28,7 +28,7 @@ func TestPostgresBatchTrace(t *testing.T) {
 	defer s.Close()
 	payload := json.RawMessage(`{"amount_minor":4900,"card":"` + secret + `"}`)
 	register := func(ctx context.Context, key string) {
-		_, err := s.Apply(ctx, "", &opjournal.Command{Kind: opjournal.CmdRegister, Key: key, Action: "create_payment", RequestHash: "h", Payload: payload,
+		_, err := s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "create_payment", RequestHash: "h", Payload: payload,
 			Claim: true, WorkerID: "w", LeaseSeconds: 30})
 		if err != nil {
 			t.Error(err)

@@ -1,11 +1,13 @@
-package opjournal
+package protocol
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/opjournal/opjournal"
 )
 
-// ProtocolMarkdown renders the protocol table (protocol.go) as the
+// ProtocolMarkdown renders the protocol table (table.go) as the
 // Markdown table the README shows, one row per rule: the command, its
 // case, its guard, what it sets and the event it writes. The README's
 // copy is generated from it (go run ./internal/cmd/protocoldoc) and a test
@@ -47,8 +49,8 @@ func ProtocolMarkdown() string {
 
 // refusalCode is the code a requirement refuses with, found by asking it
 // about a made-up operation (refusals depend on the code alone).
-func refusalCode(r *Rule, req Requirement) Code {
-	op := &Operation{Key: "k", Status: StatusPending}
+func refusalCode(r *Rule, req Requirement) opjournal.Code {
+	op := &opjournal.Operation{Key: "k", Status: opjournal.StatusPending}
 	return req.Refuse(op, &Command{Kind: r.Command}, op.CreatedAt).Code
 }
 
@@ -78,7 +80,7 @@ func describeCond(c Cond) string {
 	case CondSameOrNoExternalID:
 		return "external_id empty or the confirmed one"
 	case CondNewDuplicate:
-		return fmt.Sprintf("a new other external_id (fewer than %d kept)", MaxDuplicateExternalIDs)
+		return fmt.Sprintf("a new other external_id (fewer than %d kept)", opjournal.MaxDuplicateExternalIDs)
 	case CondResolution:
 		return "resolution " + string(c.Status)
 	case CondAbsent:

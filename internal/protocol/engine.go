@@ -1,4 +1,12 @@
-package opjournal
+// Package protocol is the journal's state machine: the table of rules
+// (table.go) that says, for every command and case, what must hold, what
+// changes and what the history records, and the engine that evaluates it
+// (Apply). Both stores apply this one table: SQLite by calling Apply inside
+// its write transaction, PostgreSQL by running the rules rendered as SQL
+// (store/postgres/render.go). The vocabulary that SDK callers see
+// (Operation, Status, Error, Event) stays in the root package; this
+// package is the server's.
+package protocol
 
 import (
 	"encoding/json"
@@ -6,9 +14,11 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/opjournal/opjournal"
 )
 
-// This file is the machinery of the state machine; protocol.go is the
+// This file is the machinery of the state machine; table.go is the
 // table itself. A Rule is data: its guard (Requirements), the fields it
 // sets (Sets) and the event it writes are values that Apply evaluates in
 // Go and that store/postgres renders into SQL. So every store applies the
@@ -106,7 +116,7 @@ type Command struct {
 	// RecordCheck.
 	NextCheckAfter time.Duration
 	// Resolve: StatusSucceeded or StatusFailedFinal.
-	Resolution Status
+	Resolution opjournal.Status
 
 	Policy CommandPolicy
 }
@@ -147,7 +157,7 @@ type Rule struct {
 	Outcome Outcome
 	// ReviewReason computes the review_reason the rule may set
 	// (ParamReviewReason); op is the row as read.
-	ReviewReason func(op *Operation, c *Command) string
+	ReviewReason func(op *opjournal.Operation, c *Command) string
 }
 
 // Requirement is one condition of a guard and the refusal when it fails.
@@ -155,7 +165,7 @@ type Requirement struct {
 	Cond Cond
 	// Refuse explains the refusal; nil when a failure of this condition
 	// only means another rule applies.
-	Refuse func(op *Operation, c *Command, now time.Time) *Error
+	Refuse func(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error
 }
 
 // EventSpec says what a rule writes to the history. From and To are the
@@ -171,7 +181,7 @@ type EventSpec struct {
 	// when a store applies the command's first rule without reading the
 	// row first (PostgreSQL's one-statement path): the first rule of a
 	// command must not look at op.
-	Reason func(op *Operation, c *Command) string
+	Reason func(op *opjournal.Operation, c *Command) string
 	// ExternalID is the event's external_id; the zero Expr records none.
 	ExternalID Expr
 	// FromRaw records the stored status as From: an expired lease is
@@ -236,10 +246,10 @@ const (
 // Apply evaluates and that store/postgres renders as SQL.
 type Cond struct {
 	Kind     CondKind
-	Statuses []Status
+	Statuses []opjournal.Status
 	Want     bool
 	Param    Param
-	Status   Status
+	Status   opjournal.Status
 	Sub      []Cond
 }
 
@@ -497,7 +507,7 @@ func (p Param) Type() ParamType {
 // the row as read (nil on a store's one-statement path, see EventSpec).
 // Its type is the parameter's (Param.Type); the typed accessors (Text,
 // Int, Bool, Duration, JSON) give the same values without boxing them.
-func (c *Command) Value(p Param, r *Rule, op *Operation) any {
+func (c *Command) Value(p Param, r *Rule, op *opjournal.Operation) any {
 	switch p.Type() {
 	case TypeInt:
 		return c.Int(p)
@@ -512,7 +522,7 @@ func (c *Command) Value(p Param, r *Rule, op *Operation) any {
 }
 
 // Text returns a text parameter (TypeText) of c under rule r.
-func (c *Command) Text(p Param, r *Rule, op *Operation) string {
+func (c *Command) Text(p Param, r *Rule, op *opjournal.Operation) string {
 	switch p {
 	case ParamWorkerID:
 		return c.WorkerID
@@ -595,7 +605,7 @@ func (c *Command) JSON(p Param) json.RawMessage {
 	case ParamPayload:
 		return c.Payload
 	case ParamRefs:
-		return RefsJSON(c.Refs)
+		return opjournal.RefsJSON(c.Refs)
 	}
 	panic(fmt.Sprintf("opjournal: %s is not a JSON parameter", p.Name()))
 }
@@ -620,10 +630,10 @@ type Decision struct {
 	Rule *Rule
 	// Op is the operation after the rule, as read at the same instant
 	// (its effective status); op itself when the rule changed nothing.
-	Op *Operation
+	Op *opjournal.Operation
 	// Event is the history entry the rule writes, nil if none (its ID is
 	// assigned by the store).
-	Event *Event
+	Event *opjournal.Event
 }
 
 // Apply applies command c to op, the operation as read at now (nil when
@@ -631,13 +641,13 @@ type Decision struct {
 // next state and event, or the refusal (an *Error). It is pure: op is not
 // modified, and the same inputs always give the same answer. Every store
 // gives the answers Apply gives (store/storetest checks it).
-func Apply(op *Operation, c *Command, now time.Time) (Decision, error) {
+func Apply(op *opjournal.Operation, c *Command, now time.Time) (Decision, error) {
 	if op == nil && c.Kind != CmdRegister {
-		return Decision{}, Errorf(CodeNotFound, "operation_key", "no operation %q", c.Key)
+		return Decision{}, opjournal.Errorf(opjournal.CodeNotFound, "operation_key", "no operation %q", c.Key)
 	}
 	rules := Rules(c.Kind)
 	if len(rules) == 0 {
-		return Decision{}, Errorf(CodeInternal, "", "no rule for command %q", c.Kind)
+		return Decision{}, opjournal.Errorf(opjournal.CodeInternal, "", "no rule for command %q", c.Kind)
 	}
 	for _, r := range rules {
 		if r.Holds(op, c, now) {
@@ -648,7 +658,7 @@ func Apply(op *Operation, c *Command, now time.Time) (Decision, error) {
 }
 
 // Holds reports whether every requirement of r holds.
-func (r *Rule) Holds(op *Operation, c *Command, now time.Time) bool {
+func (r *Rule) Holds(op *opjournal.Operation, c *Command, now time.Time) bool {
 	for _, req := range r.Requires {
 		if !req.Cond.Eval(op, c, now) {
 			return false
@@ -659,23 +669,23 @@ func (r *Rule) Holds(op *Operation, c *Command, now time.Time) bool {
 
 // Refusal returns the refusal of r's first failing requirement that has
 // one (CodeInternal if none: a hole in the table).
-func Refusal(r *Rule, op *Operation, c *Command, now time.Time) *Error {
+func Refusal(r *Rule, op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
 	for _, req := range r.Requires {
 		if req.Refuse != nil && !req.Cond.Eval(op, c, now) {
 			return req.Refuse(op, c, now)
 		}
 	}
-	return Errorf(CodeInternal, "", "no rule of %s applies to operation %q (%s)", c.Kind, opKey(op), statusOf(op, now))
+	return opjournal.Errorf(opjournal.CodeInternal, "", "no rule of %s applies to operation %q (%s)", c.Kind, opKey(op), statusOf(op, now))
 }
 
-func opKey(op *Operation) string {
+func opKey(op *opjournal.Operation) string {
 	if op == nil {
 		return ""
 	}
 	return op.Key
 }
 
-func statusOf(op *Operation, now time.Time) Status {
+func statusOf(op *opjournal.Operation, now time.Time) opjournal.Status {
 	if op == nil {
 		return ""
 	}
@@ -683,17 +693,17 @@ func statusOf(op *Operation, now time.Time) Status {
 }
 
 // apply evaluates r's sets and event on op.
-func (r *Rule) apply(op *Operation, c *Command, now time.Time) Decision {
+func (r *Rule) apply(op *opjournal.Operation, c *Command, now time.Time) Decision {
 	if r.Outcome != Changed {
 		return Decision{Rule: r, Op: op}
 	}
-	var next *Operation
+	var next *opjournal.Operation
 	if op == nil {
-		next = &Operation{Key: c.Key, CreatedAt: now}
+		next = &opjournal.Operation{Key: c.Key, CreatedAt: now}
 	} else {
 		next = op.Clone()
 	}
-	from := Status("")
+	from := opjournal.Status("")
 	switch {
 	case op != nil && r.Event != nil && r.Event.FromRaw:
 		from = op.Raw()
@@ -718,7 +728,7 @@ func (r *Rule) apply(op *Operation, c *Command, now time.Time) Decision {
 	next.UnknownSince = next.EffectiveUnknownSince(now)
 	d := Decision{Rule: r, Op: next}
 	if r.Event != nil {
-		ev := &Event{At: now, From: from, To: next.Status, StatedActor: c.StatedActor}
+		ev := &opjournal.Event{At: now, From: from, To: next.Status, StatedActor: c.StatedActor}
 		ev.Attempt = asInt(r.Event.Attempt.Eval(next, 0, r, c, now))
 		ev.Actor = asString(r.Event.Actor.Eval(next, 0, r, c, now))
 		ev.Reason = r.Event.Reason(op, c)
@@ -731,7 +741,7 @@ func (r *Rule) apply(op *Operation, c *Command, now time.Time) Decision {
 }
 
 // Eval evaluates the condition.
-func (cd Cond) Eval(op *Operation, c *Command, now time.Time) bool {
+func (cd Cond) Eval(op *opjournal.Operation, c *Command, now time.Time) bool {
 	switch cd.Kind {
 	case CondAbsent:
 		return op == nil
@@ -778,7 +788,7 @@ func (cd Cond) Eval(op *Operation, c *Command, now time.Time) bool {
 		return c.ExternalID == "" || c.ExternalID == op.ExternalID
 	case CondNewDuplicate:
 		return c.ExternalID != "" && c.ExternalID != op.ExternalID &&
-			!slices.Contains(op.DuplicateExternalIDs, c.ExternalID) && len(op.DuplicateExternalIDs) < MaxDuplicateExternalIDs
+			!slices.Contains(op.DuplicateExternalIDs, c.ExternalID) && len(op.DuplicateExternalIDs) < opjournal.MaxDuplicateExternalIDs
 	case CondSameRequest:
 		return sameRequest(op, c)
 	case CondHashKeyKnown:
@@ -798,7 +808,7 @@ func (cd Cond) Eval(op *Operation, c *Command, now time.Time) bool {
 }
 
 // sameRequest compares c's request hash with op's, under op's hash key.
-func sameRequest(op *Operation, c *Command) bool {
+func sameRequest(op *opjournal.Operation, c *Command) bool {
 	if op.HashKeyID == c.HashKeyID {
 		return op.RequestHash == c.RequestHash
 	}
@@ -811,7 +821,7 @@ func sameRequest(op *Operation, c *Command) bool {
 
 // Eval evaluates the expression for field f (its current value is the
 // starting point of ExprIncrement and the like) on op.
-func (e Expr) Eval(op *Operation, f Field, r *Rule, c *Command, now time.Time) any {
+func (e Expr) Eval(op *opjournal.Operation, f Field, r *Rule, c *Command, now time.Time) any {
 	switch e.Kind {
 	case ExprLit:
 		return e.Value
@@ -828,7 +838,7 @@ func (e Expr) Eval(op *Operation, f Field, r *Rule, c *Command, now time.Time) a
 		return now.Add(paramDuration(c.Value(e.Param, r, op), e.Param))
 	}
 	if op == nil { // Register: a new row has no previous values
-		op = &Operation{}
+		op = &opjournal.Operation{}
 	}
 	switch e.Kind {
 	case ExprIncrement:
@@ -845,7 +855,7 @@ func (e Expr) Eval(op *Operation, f Field, r *Rule, c *Command, now time.Time) a
 		}
 		return until
 	case ExprLeaseEndIfHeld:
-		if op.Raw() == StatusInProgress {
+		if op.Raw() == opjournal.StatusInProgress {
 			return op.LeaseUntil
 		}
 		return op.UnknownSince
@@ -916,7 +926,7 @@ func asTime(v any) time.Time {
 
 // getField returns op's value of f: a Status, int, string, bool,
 // time.Time (zero for NULL), json.RawMessage or []string.
-func getField(op *Operation, f Field) any {
+func getField(op *opjournal.Operation, f Field) any {
 	switch f {
 	case FieldStatus:
 		return op.Raw()
@@ -957,14 +967,14 @@ func getField(op *Operation, f Field) any {
 }
 
 // setField assigns v (nil for NULL) to op's field f.
-func setField(op *Operation, f Field, v any) {
+func setField(op *opjournal.Operation, f Field, v any) {
 	switch f {
 	case FieldStatus:
 		switch s := v.(type) {
-		case Status:
+		case opjournal.Status:
 			op.Status = s
 		case string:
-			op.Status = Status(s)
+			op.Status = opjournal.Status(s)
 		}
 	case FieldAttemptCount:
 		op.AttemptCount = asInt(v)

@@ -1,8 +1,10 @@
-package opjournal
+package protocol
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/opjournal/opjournal"
 )
 
 // The protocol: every command, the case it handles, its guard, what it
@@ -22,19 +24,19 @@ var table = []*Rule{
 		Doc:      "a new key with a claim: inserted already in progress, attempt 1 (one statement, one commit)",
 		Requires: reqs(absent(), claimAsked()),
 		Sets: []Set{
-			set(FieldStatus, lit(StatusInProgress)), set(FieldAttemptCount, lit(1)),
+			set(FieldStatus, lit(opjournal.StatusInProgress)), set(FieldAttemptCount, lit(1)),
 			set(FieldLeaseOwner, param(ParamWorkerID)), set(FieldLeaseUntil, nowPlus(ParamLeaseSeconds)),
 			set(FieldAttemptStartedAt, now()), set(FieldFirstAttemptAt, now()),
 		},
-		Event:   event(fieldAttempt, ReasonRegisteredClaimed, Expr{}),
+		Event:   event(fieldAttempt, opjournal.ReasonRegisteredClaimed, Expr{}),
 		Outcome: Changed,
 	},
 	{
 		Command: CmdRegister, Case: "new",
 		Doc:      "a new key: inserted as pending",
 		Requires: reqs(absent(), not(claimAsked())),
-		Sets:     []Set{set(FieldStatus, lit(StatusPending)), set(FieldAttemptCount, lit(0))},
-		Event:    event(fieldAttempt, ReasonRegistered, Expr{}),
+		Sets:     []Set{set(FieldStatus, lit(opjournal.StatusPending)), set(FieldAttemptCount, lit(0))},
+		Event:    event(fieldAttempt, opjournal.ReasonRegistered, Expr{}),
 		Outcome:  Changed,
 	},
 	{
@@ -54,16 +56,16 @@ var table = []*Rule{
 		Command: CmdClaim, Case: "win",
 		Doc: "pending, or unknown (an expired lease included) under on_timeout: retry_same_key while the provider still remembers the key (retry.provider_dedup_window from the first attempt); never under review",
 		Requires: reqs(notUnderReview(),
-			or(status(StatusPending), and(flag(ParamRetryAfterUnknown), status(StatusUnknown),
+			or(status(opjournal.StatusPending), and(flag(ParamRetryAfterUnknown), status(opjournal.StatusUnknown),
 				Cond{Kind: CondWithinProviderWindow, Param: ParamProviderWindow}))),
 		Sets: []Set{
-			set(FieldStatus, lit(StatusInProgress)), set(FieldAttemptCount, Expr{Kind: ExprIncrement}),
+			set(FieldStatus, lit(opjournal.StatusInProgress)), set(FieldAttemptCount, Expr{Kind: ExprIncrement}),
 			set(FieldLeaseOwner, param(ParamWorkerID)), set(FieldLeaseUntil, nowPlus(ParamLeaseSeconds)),
 			set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()), set(FieldAttemptStartedAt, now()),
 			set(FieldFirstAttemptAt, Expr{Kind: ExprKeepOrNow}),
 			set(FieldErrorCode, null()), // a new attempt starts clean; the last one's error stays in the history
 		},
-		Event:   event(fieldAttempt, ReasonClaimed, Expr{}),
+		Event:   event(fieldAttempt, opjournal.ReasonClaimed, Expr{}),
 		Outcome: Changed,
 	},
 	{
@@ -78,11 +80,11 @@ var table = []*Rule{
 		Doc: "the holder's live lease: lease_until = now + lease, at most attempt_started_at + max_attempt_seconds",
 		Requires: []Requirement{
 			issued(), latestForHolder(),
-			{Cond: status(StatusInProgress), Refuse: refuseNotHolder},
+			{Cond: status(opjournal.StatusInProgress), Refuse: refuseNotHolder},
 			{Cond: Cond{Kind: CondAttemptYounger, Param: ParamMaxAttempt}, Refuse: refuseAttemptTooOld},
 		},
 		Sets:    []Set{set(FieldLeaseUntil, Expr{Kind: ExprExtendedLease, Param: ParamLeaseSeconds, Param2: ParamMaxAttempt})},
-		Event:   event(paramAttempt, ReasonLeaseExtended, Expr{}),
+		Event:   event(paramAttempt, opjournal.ReasonLeaseExtended, Expr{}),
 		Outcome: Changed,
 	},
 
@@ -90,25 +92,25 @@ var table = []*Rule{
 	{
 		Command: CmdMarkSucceeded, Case: "confirm",
 		Doc:      "any issued attempt (stale ones too) of a non-terminal operation",
-		Requires: []Requirement{issued(), {Cond: status(StatusPending, StatusInProgress, StatusUnknown)}},
+		Requires: []Requirement{issued(), {Cond: status(opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown)}},
 		Sets: []Set{
-			set(FieldStatus, lit(StatusSucceeded)), set(FieldExternalID, param(ParamExternalID)),
+			set(FieldStatus, lit(opjournal.StatusSucceeded)), set(FieldExternalID, param(ParamExternalID)),
 			set(FieldResult, param(ParamResult)), set(FieldLeaseUntil, null()),
 			set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()),
 		},
-		Event:   event(paramAttempt, ReasonConfirmed, param(ParamExternalID)),
+		Event:   event(paramAttempt, opjournal.ReasonConfirmed, param(ParamExternalID)),
 		Outcome: Changed,
 	},
 	{
 		Command: CmdMarkSucceeded, Case: "repeat",
 		Doc:      "succeeded, and the same external_id again (or none): a no-op",
-		Requires: []Requirement{issued(), {Cond: status(StatusSucceeded)}, {Cond: Cond{Kind: CondSameOrNoExternalID}}},
+		Requires: []Requirement{issued(), {Cond: status(opjournal.StatusSucceeded)}, {Cond: Cond{Kind: CondSameOrNoExternalID}}},
 		Outcome:  Unchanged,
 	},
 	{
 		Command: CmdMarkSucceeded, Case: "effect after failed_final",
 		Doc:      "failed_final, not under review: an effect the journal thought absent; a person must look",
-		Requires: []Requirement{issued(), {Cond: status(StatusFailedFinal)}, {Cond: notUnderReview()}},
+		Requires: []Requirement{issued(), {Cond: status(opjournal.StatusFailedFinal)}, {Cond: notUnderReview()}},
 		Sets: []Set{
 			set(FieldNeedsReview, lit(true)), set(FieldReviewReason, param(ParamReviewReason)),
 			set(FieldDuplicateExternalIDs, Expr{Kind: ExprAppendDuplicate}), set(FieldDuplicateReports, Expr{Kind: ExprIncrement}),
@@ -120,7 +122,7 @@ var table = []*Rule{
 	{
 		Command: CmdMarkSucceeded, Case: "duplicate effect",
 		Doc:      "terminal, not under review, another external_id not seen before: keep the first, record this one, a person must look",
-		Requires: []Requirement{issued(), {Cond: status(StatusSucceeded, StatusFailedFinal)}, {Cond: Cond{Kind: CondNewDuplicate}}, {Cond: notUnderReview()}},
+		Requires: []Requirement{issued(), {Cond: status(opjournal.StatusSucceeded, opjournal.StatusFailedFinal)}, {Cond: Cond{Kind: CondNewDuplicate}}, {Cond: notUnderReview()}},
 		Sets: []Set{
 			set(FieldNeedsReview, lit(true)), set(FieldReviewReason, param(ParamReviewReason)),
 			set(FieldDuplicateExternalIDs, Expr{Kind: ExprAppendDuplicate}), set(FieldDuplicateReports, Expr{Kind: ExprIncrement}),
@@ -132,7 +134,7 @@ var table = []*Rule{
 	{
 		Command: CmdMarkSucceeded, Case: "another duplicate",
 		Doc:      "terminal, under review, another external_id not seen before: recorded too (up to 10 are kept)",
-		Requires: []Requirement{issued(), {Cond: status(StatusSucceeded, StatusFailedFinal)}, {Cond: Cond{Kind: CondNewDuplicate}}},
+		Requires: []Requirement{issued(), {Cond: status(opjournal.StatusSucceeded, opjournal.StatusFailedFinal)}, {Cond: Cond{Kind: CondNewDuplicate}}},
 		Sets: []Set{
 			set(FieldDuplicateExternalIDs, Expr{Kind: ExprAppendDuplicate}), set(FieldDuplicateReports, Expr{Kind: ExprIncrement}),
 		},
@@ -142,7 +144,7 @@ var table = []*Rule{
 	{
 		Command: CmdMarkSucceeded, Case: "repeated report",
 		Doc:      "terminal, an external_id already recorded (or no room left): only counted, no event, so reports cannot flood the history",
-		Requires: []Requirement{issued(), {Cond: status(StatusSucceeded, StatusFailedFinal)}},
+		Requires: []Requirement{issued(), {Cond: status(opjournal.StatusSucceeded, opjournal.StatusFailedFinal)}},
 		Sets:     []Set{set(FieldDuplicateReports, Expr{Kind: ExprIncrement})},
 		Outcome:  Changed,
 	},
@@ -153,10 +155,10 @@ var table = []*Rule{
 		Doc:      "the holder of the live lease (latest attempt, in progress)",
 		Requires: holderOnly(),
 		Sets: []Set{
-			set(FieldStatus, lit(StatusUnknown)), set(FieldErrorCode, Expr{Kind: ExprParamOrNull, Param: ParamErrorCode}),
+			set(FieldStatus, lit(opjournal.StatusUnknown)), set(FieldErrorCode, Expr{Kind: ExprParamOrNull, Param: ParamErrorCode}),
 			set(FieldLeaseUntil, null()), set(FieldUnknownSince, now()),
 		},
-		Event:   event(paramAttempt, "", Expr{}, markReason(ReasonUnknown)),
+		Event:   event(paramAttempt, "", Expr{}, markReason(opjournal.ReasonUnknown)),
 		Outcome: Changed,
 	},
 	{
@@ -164,11 +166,11 @@ var table = []*Rule{
 		Doc:      "the holder of the live lease (latest attempt, in progress)",
 		Requires: holderOnly(),
 		Sets: []Set{
-			set(FieldStatus, lit(StatusFailedFinal)), set(FieldErrorCode, Expr{Kind: ExprParamOrNull, Param: ParamErrorCode}),
+			set(FieldStatus, lit(opjournal.StatusFailedFinal)), set(FieldErrorCode, Expr{Kind: ExprParamOrNull, Param: ParamErrorCode}),
 			set(FieldResult, param(ParamResult)), // the refusal as the provider gave it, if the caller stores one
 			set(FieldLeaseUntil, null()), set(FieldUnknownSince, null()),
 		},
-		Event:   event(paramAttempt, "", Expr{}, markReason(ReasonRejected)),
+		Event:   event(paramAttempt, "", Expr{}, markReason(opjournal.ReasonRejected)),
 		Outcome: Changed,
 	},
 
@@ -178,16 +180,16 @@ var table = []*Rule{
 		Doc: "unknown, latest attempt, not under review, the policy's search is definitive, and unknown for visibility_lag + in_flight_window",
 		Requires: []Requirement{
 			issued(), latest(),
-			{Cond: status(StatusUnknown), Refuse: refuseNotUnknown("only an unknown outcome is released for retry")},
+			{Cond: status(opjournal.StatusUnknown), Refuse: refuseNotUnknown("only an unknown outcome is released for retry")},
 			{Cond: notUnderReview(), Refuse: refuseUnderReview},
 			{Cond: flag(ParamDefinitiveAbsence), Refuse: refuseNotDefinitive},
 			{Cond: Cond{Kind: CondUnknownFor, Param: ParamReleaseAfter}, Refuse: refuseTooEarly},
 		},
 		Sets: []Set{
-			set(FieldStatus, lit(StatusPending)), set(FieldLeaseUntil, null()),
+			set(FieldStatus, lit(opjournal.StatusPending)), set(FieldLeaseUntil, null()),
 			set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()),
 		},
-		Event:   event(fieldAttempt, "", Expr{}, prefixed(ReasonReleasedPrefix)),
+		Event:   event(fieldAttempt, "", Expr{}, prefixed(opjournal.ReasonReleasedPrefix)),
 		Outcome: Changed,
 	},
 	{
@@ -195,23 +197,23 @@ var table = []*Rule{
 		Doc: "unknown, latest attempt: count the check, schedule the next; an expired lease becomes unknown for good",
 		Requires: []Requirement{
 			issued(), latest(),
-			{Cond: status(StatusUnknown), Refuse: refuseNotUnknown("there is nothing to check")},
+			{Cond: status(opjournal.StatusUnknown), Refuse: refuseNotUnknown("there is nothing to check")},
 		},
 		Sets: []Set{
-			set(FieldStatus, lit(StatusUnknown)), set(FieldUnknownSince, Expr{Kind: ExprLeaseEndIfHeld}),
+			set(FieldStatus, lit(opjournal.StatusUnknown)), set(FieldUnknownSince, Expr{Kind: ExprLeaseEndIfHeld}),
 			set(FieldLeaseUntil, null()), set(FieldCheckCount, Expr{Kind: ExprIncrement}),
 			set(FieldLastCheckedAt, now()), set(FieldNextCheckAt, nowPlus(ParamNextCheckAfter)),
 		},
-		Event:   &EventSpec{Attempt: fieldAttempt, Actor: actorOrOwner(), Reason: prefixed(ReasonCheckedPrefix), FromRaw: true},
+		Event:   &EventSpec{Attempt: fieldAttempt, Actor: actorOrOwner(), Reason: prefixed(opjournal.ReasonCheckedPrefix), FromRaw: true},
 		Outcome: Changed,
 	},
 	{
 		Command: CmdEscalate, Case: "escalate",
 		Doc:      "non-terminal, not yet under review: needs_review with the reason",
-		Requires: reqs(status(StatusPending, StatusInProgress, StatusUnknown), notUnderReview()),
+		Requires: reqs(status(opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown), notUnderReview()),
 		Sets:     []Set{set(FieldNeedsReview, lit(true)), set(FieldReviewReason, param(ParamReviewReason))},
-		Event:    event(fieldAttempt, "", Expr{}, prefixed(ReasonEscalatedPrefix)),
-		ReviewReason: func(_ *Operation, c *Command) string {
+		Event:    event(fieldAttempt, "", Expr{}, prefixed(opjournal.ReasonEscalatedPrefix)),
+		ReviewReason: func(_ *opjournal.Operation, c *Command) string {
 			return c.Reason
 		},
 		Outcome: Changed,
@@ -227,36 +229,36 @@ var table = []*Rule{
 	{
 		Command: CmdResolve, Case: "as succeeded",
 		Doc:      "non-terminal and unknown or under review: succeeded with the operator's external_id",
-		Requires: resolveGuard(StatusSucceeded),
+		Requires: resolveGuard(opjournal.StatusSucceeded),
 		Sets: []Set{
-			set(FieldStatus, lit(StatusSucceeded)), set(FieldExternalID, param(ParamExternalID)),
+			set(FieldStatus, lit(opjournal.StatusSucceeded)), set(FieldExternalID, param(ParamExternalID)),
 			set(FieldResult, Expr{Kind: ExprParamOrKeep, Param: ParamResult}), set(FieldNeedsReview, lit(false)),
 			set(FieldLeaseUntil, null()), set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()),
 		},
-		Event:   event(fieldAttempt, "", param(ParamExternalID), prefixed(ReasonResolvedPrefix)),
+		Event:   event(fieldAttempt, "", param(ParamExternalID), prefixed(opjournal.ReasonResolvedPrefix)),
 		Outcome: Changed,
 	},
 	{
 		Command: CmdResolve, Case: "as failed_final",
 		Doc:      "non-terminal and unknown or under review: failed_final; terminal states never go backwards",
-		Requires: resolveGuard(StatusFailedFinal),
+		Requires: resolveGuard(opjournal.StatusFailedFinal),
 		Sets: []Set{
-			set(FieldStatus, lit(StatusFailedFinal)), set(FieldErrorCode, Expr{Kind: ExprParamOrKeep, Param: ParamErrorCode}),
+			set(FieldStatus, lit(opjournal.StatusFailedFinal)), set(FieldErrorCode, Expr{Kind: ExprParamOrKeep, Param: ParamErrorCode}),
 			set(FieldNeedsReview, lit(false)),
 			set(FieldLeaseUntil, null()), set(FieldUnknownSince, null()), set(FieldNextCheckAt, null()),
 		},
-		Event:   event(fieldAttempt, "", Expr{}, prefixed(ReasonResolvedPrefix)),
+		Event:   event(fieldAttempt, "", Expr{}, prefixed(opjournal.ReasonResolvedPrefix)),
 		Outcome: Changed,
 	},
 	{
 		Command: CmdAcknowledge, Case: "acknowledge",
 		Doc: "terminal and under review (a duplicate effect): the review ends, the status stays",
 		Requires: []Requirement{
-			{Cond: status(StatusSucceeded, StatusFailedFinal), Refuse: refuseAcknowledgeOpen},
+			{Cond: status(opjournal.StatusSucceeded, opjournal.StatusFailedFinal), Refuse: refuseAcknowledgeOpen},
 			{Cond: underReview(), Refuse: refuseNothingToAcknowledge},
 		},
 		Sets:    []Set{set(FieldNeedsReview, lit(false))},
-		Event:   event(fieldAttempt, "", Expr{}, prefixed(ReasonAcknowledgedPrefix)),
+		Event:   event(fieldAttempt, "", Expr{}, prefixed(opjournal.ReasonAcknowledgedPrefix)),
 		Outcome: Changed,
 	},
 }
@@ -271,26 +273,26 @@ func reqs(cs ...Cond) []Requirement {
 	return out
 }
 
-func set(f Field, e Expr) Set  { return Set{Field: f, Expr: e} }
-func lit(v any) Expr           { return Expr{Kind: ExprLit, Value: v} }
-func null() Expr               { return Expr{Kind: ExprLit} }
-func now() Expr                { return Expr{Kind: ExprNow} }
-func param(p Param) Expr       { return Expr{Kind: ExprParam, Param: p} }
-func nowPlus(p Param) Expr     { return Expr{Kind: ExprNowPlus, Param: p} }
-func status(s ...Status) Cond  { return Cond{Kind: CondStatus, Statuses: s} }
-func underReview() Cond        { return Cond{Kind: CondReview, Want: true} }
-func notUnderReview() Cond     { return Cond{Kind: CondReview, Want: false} }
-func flag(p Param) Cond        { return Cond{Kind: CondFlag, Param: p} }
-func absent() Cond             { return Cond{Kind: CondAbsent} }
-func claimAsked() Cond         { return flag(ParamClaim) }
-func not(c Cond) Cond          { return Cond{Kind: CondNot, Sub: []Cond{c}} }
-func or(cs ...Cond) Cond       { return Cond{Kind: CondOr, Sub: cs} }
-func and(cs ...Cond) Cond      { return Cond{Kind: CondAnd, Sub: cs} }
-func resolution(s Status) Cond { return Cond{Kind: CondResolution, Status: s} }
-func fieldOf(f Field) Expr     { return Expr{Kind: ExprField, Field: f} }
-func actorOrOwner() Expr       { return Expr{Kind: ExprActorOrOwner} }
-func constReason(s string) func(*Operation, *Command) string {
-	return func(*Operation, *Command) string { return s }
+func set(f Field, e Expr) Set            { return Set{Field: f, Expr: e} }
+func lit(v any) Expr                     { return Expr{Kind: ExprLit, Value: v} }
+func null() Expr                         { return Expr{Kind: ExprLit} }
+func now() Expr                          { return Expr{Kind: ExprNow} }
+func param(p Param) Expr                 { return Expr{Kind: ExprParam, Param: p} }
+func nowPlus(p Param) Expr               { return Expr{Kind: ExprNowPlus, Param: p} }
+func status(s ...opjournal.Status) Cond  { return Cond{Kind: CondStatus, Statuses: s} }
+func underReview() Cond                  { return Cond{Kind: CondReview, Want: true} }
+func notUnderReview() Cond               { return Cond{Kind: CondReview, Want: false} }
+func flag(p Param) Cond                  { return Cond{Kind: CondFlag, Param: p} }
+func absent() Cond                       { return Cond{Kind: CondAbsent} }
+func claimAsked() Cond                   { return flag(ParamClaim) }
+func not(c Cond) Cond                    { return Cond{Kind: CondNot, Sub: []Cond{c}} }
+func or(cs ...Cond) Cond                 { return Cond{Kind: CondOr, Sub: cs} }
+func and(cs ...Cond) Cond                { return Cond{Kind: CondAnd, Sub: cs} }
+func resolution(s opjournal.Status) Cond { return Cond{Kind: CondResolution, Status: s} }
+func fieldOf(f Field) Expr               { return Expr{Kind: ExprField, Field: f} }
+func actorOrOwner() Expr                 { return Expr{Kind: ExprActorOrOwner} }
+func constReason(s string) func(*opjournal.Operation, *Command) string {
+	return func(*opjournal.Operation, *Command) string { return s }
 }
 
 var (
@@ -301,7 +303,7 @@ var (
 // event builds an EventSpec with the actor rule every command shares:
 // the authenticated principal (or what the caller stated), else the lease
 // owner. reason is a constant, or computed by the optional fn.
-func event(attempt Expr, reason string, extID Expr, fn ...func(*Operation, *Command) string) *EventSpec {
+func event(attempt Expr, reason string, extID Expr, fn ...func(*opjournal.Operation, *Command) string) *EventSpec {
 	r := constReason(reason)
 	if len(fn) > 0 {
 		r = fn[0]
@@ -309,8 +311,8 @@ func event(attempt Expr, reason string, extID Expr, fn ...func(*Operation, *Comm
 	return &EventSpec{Attempt: attempt, Actor: actorOrOwner(), Reason: r, ExternalID: extID}
 }
 
-func markReason(what string) func(*Operation, *Command) string {
-	return func(_ *Operation, c *Command) string {
+func markReason(what string) func(*opjournal.Operation, *Command) string {
+	return func(_ *opjournal.Operation, c *Command) string {
 		if c.ErrorCode != "" {
 			return what + ": " + c.ErrorCode
 		}
@@ -318,41 +320,41 @@ func markReason(what string) func(*Operation, *Command) string {
 	}
 }
 
-func prefixed(prefix string) func(*Operation, *Command) string {
-	return func(_ *Operation, c *Command) string { return prefix + c.Reason }
+func prefixed(prefix string) func(*opjournal.Operation, *Command) string {
+	return func(_ *opjournal.Operation, c *Command) string { return prefix + c.Reason }
 }
 
 // duplicateReason is the review reason and event reason of an effect
 // reported after the operation became terminal. op is the row as read
 // (the rules that use it are never a command's first rule).
-func duplicateReason(op *Operation, c *Command) string {
+func duplicateReason(op *opjournal.Operation, c *Command) string {
 	id := fmt.Sprintf("%q", c.ExternalID)
 	if c.ExternalID == "" {
 		id = "without an external_id"
 	}
-	if op.Status == StatusFailedFinal {
-		return fmt.Sprintf(reasonLateEffectPrefix+"%s confirmed after the operation was marked failed_final", id)
+	if op.Status == opjournal.StatusFailedFinal {
+		return fmt.Sprintf(opjournal.ReasonLateEffectPrefix+"%s confirmed after the operation was marked failed_final", id)
 	}
-	return fmt.Sprintf(reasonDuplicatePrefix+"external_id %s reported after %q was confirmed", id, op.ExternalID)
+	return fmt.Sprintf(opjournal.ReasonDuplicatePrefix+"external_id %s reported after %q was confirmed", id, op.ExternalID)
 }
 
 func issued() Requirement {
-	return Requirement{Cond: Cond{Kind: CondAttemptIssued}, Refuse: func(op *Operation, c *Command, _ time.Time) *Error {
-		return Errorf(CodeInvalidArgument, "attempt", "attempt %d was never issued for operation %q (attempts so far: %d)", c.Attempt, op.Key, op.AttemptCount)
+	return Requirement{Cond: Cond{Kind: CondAttemptIssued}, Refuse: func(op *opjournal.Operation, c *Command, _ time.Time) *opjournal.Error {
+		return opjournal.Errorf(opjournal.CodeInvalidArgument, "attempt", "attempt %d was never issued for operation %q (attempts so far: %d)", c.Attempt, op.Key, op.AttemptCount)
 	}}
 }
 
 // latest refuses an attempt that is not the latest (the reconciler's commands).
 func latest() Requirement {
-	return Requirement{Cond: Cond{Kind: CondAttemptLatest}, Refuse: func(op *Operation, c *Command, _ time.Time) *Error {
-		return Errorf(CodeStaleAttempt, "attempt", "attempt %d of operation %q was superseded by attempt %d", c.Attempt, op.Key, op.AttemptCount)
+	return Requirement{Cond: Cond{Kind: CondAttemptLatest}, Refuse: func(op *opjournal.Operation, c *Command, _ time.Time) *opjournal.Error {
+		return opjournal.Errorf(opjournal.CodeStaleAttempt, "attempt", "attempt %d of operation %q was superseded by attempt %d", c.Attempt, op.Key, op.AttemptCount)
 	}}
 }
 
 // latestForHolder refuses an attempt that is not the latest, in the words
 // of the lease holder's commands.
 func latestForHolder() Requirement {
-	return Requirement{Cond: Cond{Kind: CondAttemptLatest}, Refuse: func(op *Operation, c *Command, now time.Time) *Error {
+	return Requirement{Cond: Cond{Kind: CondAttemptLatest}, Refuse: func(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
 		return notHolder(op, c, fmt.Sprintf("attempt %d was superseded by attempt %d", c.Attempt, op.AttemptCount))
 	}}
 }
@@ -360,92 +362,92 @@ func latestForHolder() Requirement {
 func holderOnly() []Requirement {
 	return []Requirement{
 		issued(), latestForHolder(),
-		{Cond: not(status(StatusUnknown)), Refuse: refuseNotHolder},
-		{Cond: status(StatusInProgress), Refuse: refuseNotHolder},
+		{Cond: not(status(opjournal.StatusUnknown)), Refuse: refuseNotHolder},
+		{Cond: status(opjournal.StatusInProgress), Refuse: refuseNotHolder},
 	}
 }
 
-func resolveGuard(to Status) []Requirement {
+func resolveGuard(to opjournal.Status) []Requirement {
 	return []Requirement{
 		{Cond: resolution(to)},
-		{Cond: status(StatusPending, StatusInProgress, StatusUnknown), Refuse: refuseResolveTerminal},
-		{Cond: or(status(StatusUnknown), underReview()), Refuse: func(op *Operation, c *Command, now time.Time) *Error {
-			return Errorf(CodeInvalidState, "", "operation %q is %s and not under review: an operator resolves only unknown or needs_review operations", op.Key, op.EffectiveAt(now))
+		{Cond: status(opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown), Refuse: refuseResolveTerminal},
+		{Cond: or(status(opjournal.StatusUnknown), underReview()), Refuse: func(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
+			return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s and not under review: an operator resolves only unknown or needs_review operations", op.Key, op.EffectiveAt(now))
 		}},
 	}
 }
 
-func notHolder(op *Operation, c *Command, why string) *Error {
-	return Errorf(CodeStaleAttempt, "attempt", "attempt %d of operation %q no longer holds the lease: %s", c.Attempt, op.Key, why)
+func notHolder(op *opjournal.Operation, c *Command, why string) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodeStaleAttempt, "attempt", "attempt %d of operation %q no longer holds the lease: %s", c.Attempt, op.Key, why)
 }
 
-func refuseNotHolder(op *Operation, c *Command, now time.Time) *Error {
-	if st := op.EffectiveAt(now); st != StatusUnknown {
+func refuseNotHolder(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
+	if st := op.EffectiveAt(now); st != opjournal.StatusUnknown {
 		return notHolder(op, c, fmt.Sprintf("the operation is %s, not in progress", st))
 	}
 	return notHolder(op, c, "the operation is unknown (its lease expired or it was marked unknown) and goes to reconciliation")
 }
 
-func refuseAttemptTooOld(op *Operation, c *Command, now time.Time) *Error {
-	return Errorf(CodeInvalidState, "", "attempt %d of operation %q was claimed %s ago: the policy's max_attempt_seconds (%s) allows no longer lease; let the call end or give up (the outcome is then unknown)",
+func refuseAttemptTooOld(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodeInvalidState, "", "attempt %d of operation %q was claimed %s ago: the policy's max_attempt_seconds (%s) allows no longer lease; let the call end or give up (the outcome is then unknown)",
 		c.Attempt, op.Key, now.Sub(op.AttemptStartedAt).Round(time.Millisecond), c.Policy.MaxAttempt)
 }
 
-func refuseNotUnknown(why string) func(*Operation, *Command, time.Time) *Error {
-	return func(op *Operation, _ *Command, now time.Time) *Error {
-		return Errorf(CodeInvalidState, "", "operation %q is %s, not unknown: %s", op.Key, op.EffectiveAt(now), why)
+func refuseNotUnknown(why string) func(*opjournal.Operation, *Command, time.Time) *opjournal.Error {
+	return func(op *opjournal.Operation, _ *Command, now time.Time) *opjournal.Error {
+		return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s, not unknown: %s", op.Key, op.EffectiveAt(now), why)
 	}
 }
 
-func refuseUnderReview(op *Operation, _ *Command, _ time.Time) *Error {
-	return Errorf(CodeInvalidState, "", "operation %q is under review (%s): a person resolves it", op.Key, op.ReviewReason)
+func refuseUnderReview(op *opjournal.Operation, _ *Command, _ time.Time) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is under review (%s): a person resolves it", op.Key, op.ReviewReason)
 }
 
-func refuseNotDefinitive(op *Operation, _ *Command, _ time.Time) *Error {
-	return Errorf(CodeInvalidState, "",
+func refuseNotDefinitive(op *opjournal.Operation, _ *Command, _ time.Time) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodeInvalidState, "",
 		"the policy of %s says its provider's search is not definitive (reconcile.definitive_absence: false): absence cannot be proven, so the operation is never released automatically; escalate it", op.Action)
 }
 
-func refuseTooEarly(op *Operation, c *Command, now time.Time) *Error {
-	return Errorf(CodeInvalidState, "",
+func refuseTooEarly(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodeInvalidState, "",
 		"operation %q has been unknown for %s; absence only counts %s after the attempt ended (the policy's visibility_lag plus in_flight_window, database clock)",
 		op.Key, now.Sub(op.EffectiveUnknownSince(now)).Round(time.Millisecond), c.Policy.ReleaseAfter)
 }
 
-func refuseEscalateTerminal(op *Operation, _ *Command, now time.Time) *Error {
-	return Errorf(CodeInvalidState, "", "operation %q is %s: a terminal operation is not escalated", op.Key, op.EffectiveAt(now))
+func refuseEscalateTerminal(op *opjournal.Operation, _ *Command, now time.Time) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s: a terminal operation is not escalated", op.Key, op.EffectiveAt(now))
 }
 
-func refuseResolveTerminal(op *Operation, _ *Command, now time.Time) *Error {
-	return Errorf(CodeInvalidState, "",
+func refuseResolveTerminal(op *opjournal.Operation, _ *Command, now time.Time) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodeInvalidState, "",
 		"operation %q is %s, a terminal state, and terminal states never change: to end its review, acknowledge it (Acknowledge, `opjournal ops acknowledge`)", op.Key, op.EffectiveAt(now))
 }
 
-func refuseAcknowledgeOpen(op *Operation, _ *Command, now time.Time) *Error {
-	return Errorf(CodeInvalidState, "", "operation %q is %s, not terminal: decide its outcome with Resolve instead", op.Key, op.EffectiveAt(now))
+func refuseAcknowledgeOpen(op *opjournal.Operation, _ *Command, now time.Time) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s, not terminal: decide its outcome with Resolve instead", op.Key, op.EffectiveAt(now))
 }
 
-func refuseNothingToAcknowledge(op *Operation, _ *Command, now time.Time) *Error {
-	return Errorf(CodeInvalidState, "", "operation %q is %s and not under review: there is nothing to acknowledge", op.Key, op.EffectiveAt(now))
+func refuseNothingToAcknowledge(op *opjournal.Operation, _ *Command, now time.Time) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s and not under review: there is nothing to acknowledge", op.Key, op.EffectiveAt(now))
 }
 
-func refuseHashKeyGone(op *Operation, _ *Command, _ time.Time) *Error {
-	return Errorf(CodeInvalidState, "payload",
+func refuseHashKeyGone(op *opjournal.Operation, _ *Command, _ time.Time) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodeInvalidState, "payload",
 		"operation %q was registered under request-hash key %q, which this server no longer holds, so this request cannot be compared with it; add the key back to --hash-key-file (keys may be retired only after the retention of the operations made with them)", op.Key, op.HashKeyID)
 }
 
-func refuseOtherRefs(op *Operation, _ *Command, _ time.Time) *Error {
-	return Errorf(CodePayloadMismatch, "refs",
+func refuseOtherRefs(op *opjournal.Operation, _ *Command, _ time.Time) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodePayloadMismatch, "refs",
 		"operation %q is registered with other refs; refs cannot change after registration: send the ones it was registered with (Lookup shows them), or use a new operation key for a new intent", op.Key)
 }
 
-func refuseOtherParent(op *Operation, _ *Command, _ time.Time) *Error {
-	return Errorf(CodePayloadMismatch, "parent_key",
+func refuseOtherParent(op *opjournal.Operation, _ *Command, _ time.Time) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodePayloadMismatch, "parent_key",
 		"operation %q is registered with another parent_key; it cannot change after registration", op.Key)
 }
 
-func refusePayloadMismatch(op *Operation, _ *Command, _ time.Time) *Error {
-	return Errorf(CodePayloadMismatch, "payload",
+func refusePayloadMismatch(op *opjournal.Operation, _ *Command, _ time.Time) *opjournal.Error {
+	return opjournal.Errorf(opjournal.CodePayloadMismatch, "payload",
 		"operation %q is registered with other parameters; use a new operation key for a new intent", op.Key)
 }
 
@@ -463,6 +465,6 @@ func WithinProviderWindow(firstAttempt time.Time, window time.Duration, now time
 // retention. A non-terminal operation, or one a person must still look
 // at, is never purged. Every store's purge deletes exactly these rows
 // (store/storetest checks it).
-func Purgeable(op *Operation, retention time.Duration, now time.Time) bool {
+func Purgeable(op *opjournal.Operation, retention time.Duration, now time.Time) bool {
 	return op.Raw().Terminal() && !op.NeedsReview && retention > 0 && !op.UpdatedAt.After(now.Add(-retention))
 }

@@ -163,9 +163,24 @@ type Rule struct {
 // Requirement is one condition of a guard and the refusal when it fails.
 type Requirement struct {
 	Cond Cond
-	// Refuse explains the refusal; nil when a failure of this condition
-	// only means another rule applies.
-	Refuse func(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error
+	// Refuse is the refusal; nil when a failure of this condition only
+	// means another rule applies.
+	Refuse *RefusalSpec
+}
+
+// RefusalSpec is how a requirement refuses: the error code and the
+// request field it is about are data (the docs and the stores read them
+// without evaluating anything); Why words the message for the operation
+// at hand.
+type RefusalSpec struct {
+	Code  opjournal.Code
+	Field string // "" for none
+	Why   func(op *opjournal.Operation, c *Command, now time.Time) string
+}
+
+// Error is the refusal of c on op at now.
+func (r *RefusalSpec) Error(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
+	return &opjournal.Error{Code: r.Code, Field: r.Field, Message: r.Why(op, c, now)}
 }
 
 // EventSpec says what a rule writes to the history. From and To are the
@@ -336,59 +351,6 @@ const (
 	FieldParentKey
 )
 
-// Column is the field's column name in every store.
-func (f Field) Column() string {
-	switch f {
-	case FieldStatus:
-		return "status"
-	case FieldAttemptCount:
-		return "attempt_count"
-	case FieldLeaseOwner:
-		return "lease_owner"
-	case FieldLeaseUntil:
-		return "lease_until"
-	case FieldExternalID:
-		return "external_id"
-	case FieldResult:
-		return "result"
-	case FieldErrorCode:
-		return "error_code"
-	case FieldNeedsReview:
-		return "needs_review"
-	case FieldReviewReason:
-		return "review_reason"
-	case FieldUnknownSince:
-		return "unknown_since"
-	case FieldCheckCount:
-		return "check_count"
-	case FieldLastCheckedAt:
-		return "last_checked_at"
-	case FieldNextCheckAt:
-		return "next_check_at"
-	case FieldAttemptStartedAt:
-		return "attempt_started_at"
-	case FieldDuplicateExternalIDs:
-		return "duplicate_external_ids"
-	case FieldDuplicateReports:
-		return "duplicate_reports"
-	case FieldFirstAttemptAt:
-		return "first_attempt_at"
-	case FieldAction:
-		return "action_type"
-	case FieldRequestHash:
-		return "request_hash"
-	case FieldHashKeyID:
-		return "hash_key_id"
-	case FieldPayload:
-		return "payload"
-	case FieldRefs:
-		return "refs"
-	case FieldParentKey:
-		return "parent_key"
-	}
-	return fmt.Sprintf("field(%d)", int(f))
-}
-
 // Param is a value a command brings to a rule.
 type Param int
 
@@ -432,183 +394,6 @@ const (
 	TypeDuration                      // time.Duration
 	TypeJSON                          // json.RawMessage, nil for NULL
 )
-
-// Name is the parameter's name in generated SQL and in the docs.
-func (p Param) Name() string {
-	switch p {
-	case ParamWorkerID:
-		return "worker_id"
-	case ParamLeaseSeconds:
-		return "lease_seconds"
-	case ParamAttempt:
-		return "attempt"
-	case ParamExternalID:
-		return "external_id"
-	case ParamResult:
-		return "result"
-	case ParamErrorCode:
-		return "error_code"
-	case ParamActor:
-		return "actor"
-	case ParamStatedActor:
-		return "stated_actor"
-	case ParamEventReason:
-		return "event_reason"
-	case ParamReviewReason:
-		return "review_reason"
-	case ParamNextCheckAfter:
-		return "next_check_after"
-	case ParamRetryAfterUnknown:
-		return "retry_after_unknown"
-	case ParamDefinitiveAbsence:
-		return "definitive_absence"
-	case ParamReleaseAfter:
-		return "release_after"
-	case ParamMaxAttempt:
-		return "max_attempt"
-	case ParamResolution:
-		return "resolution"
-	case ParamAction:
-		return "action_type"
-	case ParamRequestHash:
-		return "request_hash"
-	case ParamHashKeyID:
-		return "hash_key_id"
-	case ParamPayload:
-		return "payload"
-	case ParamClaim:
-		return "claim"
-	case ParamRefs:
-		return "refs"
-	case ParamParentKey:
-		return "parent_key"
-	case ParamProviderWindow:
-		return "provider_dedup_window"
-	}
-	return fmt.Sprintf("param(%d)", int(p))
-}
-
-// Type is the type of the parameter's value.
-func (p Param) Type() ParamType {
-	switch p {
-	case ParamLeaseSeconds, ParamAttempt:
-		return TypeInt
-	case ParamRetryAfterUnknown, ParamDefinitiveAbsence, ParamClaim:
-		return TypeBool
-	case ParamNextCheckAfter, ParamReleaseAfter, ParamMaxAttempt, ParamProviderWindow:
-		return TypeDuration
-	case ParamResult, ParamPayload, ParamRefs:
-		return TypeJSON
-	}
-	return TypeText
-}
-
-// Value returns the parameter's value for command c under rule r; op is
-// the row as read (nil on a store's one-statement path, see EventSpec).
-// Its type is the parameter's (Param.Type); the typed accessors (Text,
-// Int, Bool, Duration, JSON) give the same values without boxing them.
-func (c *Command) Value(p Param, r *Rule, op *opjournal.Operation) any {
-	switch p.Type() {
-	case TypeInt:
-		return c.Int(p)
-	case TypeBool:
-		return c.Bool(p)
-	case TypeDuration:
-		return c.Duration(p)
-	case TypeJSON:
-		return c.JSON(p)
-	}
-	return c.Text(p, r, op)
-}
-
-// Text returns a text parameter (TypeText) of c under rule r.
-func (c *Command) Text(p Param, r *Rule, op *opjournal.Operation) string {
-	switch p {
-	case ParamWorkerID:
-		return c.WorkerID
-	case ParamExternalID:
-		return c.ExternalID
-	case ParamErrorCode:
-		return c.ErrorCode
-	case ParamActor:
-		return c.Actor
-	case ParamStatedActor:
-		return c.StatedActor
-	case ParamEventReason:
-		if r.Event == nil {
-			return ""
-		}
-		return r.Event.Reason(op, c)
-	case ParamReviewReason:
-		if r.ReviewReason == nil {
-			return ""
-		}
-		return r.ReviewReason(op, c)
-	case ParamResolution:
-		return string(c.Resolution)
-	case ParamAction:
-		return c.Action
-	case ParamRequestHash:
-		return c.RequestHash
-	case ParamHashKeyID:
-		return c.HashKeyID
-	case ParamParentKey:
-		return c.ParentKey
-	}
-	panic(fmt.Sprintf("opjournal: %s is not a text parameter", p.Name()))
-}
-
-// Int returns an integer parameter (TypeInt) of c.
-func (c *Command) Int(p Param) int {
-	switch p {
-	case ParamLeaseSeconds:
-		return c.LeaseSeconds
-	case ParamAttempt:
-		return c.Attempt
-	}
-	panic(fmt.Sprintf("opjournal: %s is not an integer parameter", p.Name()))
-}
-
-// Bool returns a boolean parameter (TypeBool) of c.
-func (c *Command) Bool(p Param) bool {
-	switch p {
-	case ParamRetryAfterUnknown:
-		return c.Policy.RetryAfterUnknown
-	case ParamDefinitiveAbsence:
-		return c.Policy.DefinitiveAbsence
-	case ParamClaim:
-		return c.Claim
-	}
-	panic(fmt.Sprintf("opjournal: %s is not a boolean parameter", p.Name()))
-}
-
-// Duration returns a duration parameter (TypeDuration) of c.
-func (c *Command) Duration(p Param) time.Duration {
-	switch p {
-	case ParamNextCheckAfter:
-		return c.NextCheckAfter
-	case ParamReleaseAfter:
-		return c.Policy.ReleaseAfter
-	case ParamMaxAttempt:
-		return c.Policy.MaxAttempt
-	case ParamProviderWindow:
-		return c.Policy.ProviderWindow
-	}
-	panic(fmt.Sprintf("opjournal: %s is not a duration parameter", p.Name()))
-}
-
-// JSON returns a JSON parameter (TypeJSON) of c; nil is NULL.
-func (c *Command) JSON(p Param) json.RawMessage {
-	switch p {
-	case ParamResult:
-		return c.Result
-	case ParamPayload:
-		return c.Payload
-	case ParamRefs:
-		return opjournal.RefsJSON(c.Refs)
-	}
-	panic(fmt.Sprintf("opjournal: %s is not a JSON parameter", p.Name()))
-}
 
 // Rules returns the rules of a command, in the order they are tried.
 func Rules(cmd CommandKind) []*Rule { return rulesByCommand[cmd] }
@@ -672,7 +457,7 @@ func (r *Rule) Holds(op *opjournal.Operation, c *Command, now time.Time) bool {
 func Refusal(r *Rule, op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
 	for _, req := range r.Requires {
 		if req.Refuse != nil && !req.Cond.Eval(op, c, now) {
-			return req.Refuse(op, c, now)
+			return req.Refuse.Error(op, c, now)
 		}
 	}
 	return opjournal.Errorf(opjournal.CodeInternal, "", "no rule of %s applies to operation %q (%s)", c.Kind, opKey(op), statusOf(op, now))
@@ -922,100 +707,4 @@ func asDuration(v any) time.Duration {
 func asTime(v any) time.Time {
 	t, _ := v.(time.Time)
 	return t
-}
-
-// getField returns op's value of f: a Status, int, string, bool,
-// time.Time (zero for NULL), json.RawMessage or []string.
-func getField(op *opjournal.Operation, f Field) any {
-	switch f {
-	case FieldStatus:
-		return op.Raw()
-	case FieldAttemptCount:
-		return op.AttemptCount
-	case FieldLeaseOwner:
-		return op.LeaseOwner
-	case FieldLeaseUntil:
-		return op.LeaseUntil
-	case FieldExternalID:
-		return op.ExternalID
-	case FieldResult:
-		return op.Result
-	case FieldErrorCode:
-		return op.ErrorCode
-	case FieldNeedsReview:
-		return op.NeedsReview
-	case FieldReviewReason:
-		return op.ReviewReason
-	case FieldUnknownSince:
-		return op.UnknownSince
-	case FieldCheckCount:
-		return op.CheckCount
-	case FieldLastCheckedAt:
-		return op.LastCheckedAt
-	case FieldNextCheckAt:
-		return op.NextCheckAt
-	case FieldAttemptStartedAt:
-		return op.AttemptStartedAt
-	case FieldDuplicateExternalIDs:
-		return op.DuplicateExternalIDs
-	case FieldDuplicateReports:
-		return op.DuplicateReports
-	case FieldFirstAttemptAt:
-		return op.FirstAttemptAt
-	}
-	panic(fmt.Sprintf("opjournal: no value of %s", f.Column()))
-}
-
-// setField assigns v (nil for NULL) to op's field f.
-func setField(op *opjournal.Operation, f Field, v any) {
-	switch f {
-	case FieldStatus:
-		switch s := v.(type) {
-		case opjournal.Status:
-			op.Status = s
-		case string:
-			op.Status = opjournal.Status(s)
-		}
-	case FieldAttemptCount:
-		op.AttemptCount = asInt(v)
-	case FieldLeaseOwner:
-		op.LeaseOwner = asString(v)
-	case FieldLeaseUntil:
-		op.LeaseUntil = asTime(v)
-	case FieldExternalID:
-		op.ExternalID = asString(v)
-	case FieldResult:
-		r, _ := v.(json.RawMessage)
-		op.Result = r
-	case FieldErrorCode:
-		op.ErrorCode = asString(v)
-	case FieldNeedsReview:
-		b, _ := v.(bool)
-		op.NeedsReview = b
-	case FieldReviewReason:
-		op.ReviewReason = asString(v)
-	case FieldUnknownSince:
-		op.UnknownSince = asTime(v)
-	case FieldCheckCount:
-		op.CheckCount = asInt(v)
-	case FieldLastCheckedAt:
-		op.LastCheckedAt = asTime(v)
-	case FieldNextCheckAt:
-		op.NextCheckAt = asTime(v)
-	case FieldAttemptStartedAt:
-		op.AttemptStartedAt = asTime(v)
-	case FieldDuplicateExternalIDs:
-		ids, _ := v.([]string)
-		op.DuplicateExternalIDs = ids
-		op.DuplicateExternalID = ""
-		if len(ids) > 0 {
-			op.DuplicateExternalID = ids[0]
-		}
-	case FieldDuplicateReports:
-		op.DuplicateReports = asInt(v)
-	case FieldFirstAttemptAt:
-		op.FirstAttemptAt = asTime(v)
-	default:
-		panic(fmt.Sprintf("opjournal: %s is not set by rules", f.Column()))
-	}
 }

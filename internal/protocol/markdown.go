@@ -21,7 +21,7 @@ func ProtocolMarkdown() string {
 		for _, req := range r.Requires {
 			g := describeCond(req.Cond)
 			if req.Refuse != nil {
-				g += " ⟶ " + string(refusalCode(r, req))
+				g += " ⟶ " + string(req.Refuse.Code)
 			}
 			guard = append(guard, g)
 		}
@@ -45,13 +45,6 @@ func ProtocolMarkdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Command, r.Case, strings.Join(guard, "<br>"), strings.Join(sets, "<br>"), ev)
 	}
 	return b.String()
-}
-
-// refusalCode is the code a requirement refuses with, found by asking it
-// about a made-up operation (refusals depend on the code alone).
-func refusalCode(r *Rule, req Requirement) opjournal.Code {
-	op := &opjournal.Operation{Key: "k", Status: opjournal.StatusPending}
-	return req.Refuse(op, &Command{Kind: r.Command}, op.CreatedAt).Code
 }
 
 func describeCond(c Cond) string {

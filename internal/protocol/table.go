@@ -339,24 +339,26 @@ func duplicateReason(op *opjournal.Operation, c *Command) string {
 }
 
 func issued() Requirement {
-	return Requirement{Cond: Cond{Kind: CondAttemptIssued}, Refuse: func(op *opjournal.Operation, c *Command, _ time.Time) *opjournal.Error {
-		return opjournal.Errorf(opjournal.CodeInvalidArgument, "attempt", "attempt %d was never issued for operation %q (attempts so far: %d)", c.Attempt, op.Key, op.AttemptCount)
-	}}
+	return Requirement{Cond: Cond{Kind: CondAttemptIssued}, Refuse: &RefusalSpec{Code: opjournal.CodeInvalidArgument, Field: "attempt",
+		Why: func(op *opjournal.Operation, c *Command, _ time.Time) string {
+			return fmt.Sprintf("attempt %d was never issued for operation %q (attempts so far: %d)", c.Attempt, op.Key, op.AttemptCount)
+		}}}
 }
 
 // latest refuses an attempt that is not the latest (the reconciler's commands).
 func latest() Requirement {
-	return Requirement{Cond: Cond{Kind: CondAttemptLatest}, Refuse: func(op *opjournal.Operation, c *Command, _ time.Time) *opjournal.Error {
-		return opjournal.Errorf(opjournal.CodeStaleAttempt, "attempt", "attempt %d of operation %q was superseded by attempt %d", c.Attempt, op.Key, op.AttemptCount)
-	}}
+	return Requirement{Cond: Cond{Kind: CondAttemptLatest}, Refuse: &RefusalSpec{Code: opjournal.CodeStaleAttempt, Field: "attempt",
+		Why: func(op *opjournal.Operation, c *Command, _ time.Time) string {
+			return fmt.Sprintf("attempt %d of operation %q was superseded by attempt %d", c.Attempt, op.Key, op.AttemptCount)
+		}}}
 }
 
 // latestForHolder refuses an attempt that is not the latest, in the words
 // of the lease holder's commands.
 func latestForHolder() Requirement {
-	return Requirement{Cond: Cond{Kind: CondAttemptLatest}, Refuse: func(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
-		return notHolder(op, c, fmt.Sprintf("attempt %d was superseded by attempt %d", c.Attempt, op.AttemptCount))
-	}}
+	return Requirement{Cond: Cond{Kind: CondAttemptLatest}, Refuse: notHolder(func(op *opjournal.Operation, c *Command, _ time.Time) string {
+		return fmt.Sprintf("attempt %d was superseded by attempt %d", c.Attempt, op.AttemptCount)
+	})}
 }
 
 func holderOnly() []Requirement {
@@ -371,85 +373,87 @@ func resolveGuard(to opjournal.Status) []Requirement {
 	return []Requirement{
 		{Cond: resolution(to)},
 		{Cond: status(opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown), Refuse: refuseResolveTerminal},
-		{Cond: or(status(opjournal.StatusUnknown), underReview()), Refuse: func(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
-			return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s and not under review: an operator resolves only unknown or needs_review operations", op.Key, op.EffectiveAt(now))
-		}},
+		{Cond: or(status(opjournal.StatusUnknown), underReview()), Refuse: invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
+			return fmt.Sprintf("operation %q is %s and not under review: an operator resolves only unknown or needs_review operations", op.Key, op.EffectiveAt(now))
+		})},
 	}
 }
 
-func notHolder(op *opjournal.Operation, c *Command, why string) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodeStaleAttempt, "attempt", "attempt %d of operation %q no longer holds the lease: %s", c.Attempt, op.Key, why)
+// notHolder is a STALE_ATTEMPT refusal of the lease holder's commands:
+// why says how the caller lost the lease.
+func notHolder(why func(op *opjournal.Operation, c *Command, now time.Time) string) *RefusalSpec {
+	return &RefusalSpec{Code: opjournal.CodeStaleAttempt, Field: "attempt", Why: func(op *opjournal.Operation, c *Command, now time.Time) string {
+		return fmt.Sprintf("attempt %d of operation %q no longer holds the lease: %s", c.Attempt, op.Key, why(op, c, now))
+	}}
 }
 
-func refuseNotHolder(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
+// invalidState is an INVALID_STATE refusal about no field of the request.
+func invalidState(why func(op *opjournal.Operation, c *Command, now time.Time) string) *RefusalSpec {
+	return &RefusalSpec{Code: opjournal.CodeInvalidState, Why: why}
+}
+
+var refuseNotHolder = notHolder(func(op *opjournal.Operation, _ *Command, now time.Time) string {
 	if st := op.EffectiveAt(now); st != opjournal.StatusUnknown {
-		return notHolder(op, c, fmt.Sprintf("the operation is %s, not in progress", st))
+		return fmt.Sprintf("the operation is %s, not in progress", st)
 	}
-	return notHolder(op, c, "the operation is unknown (its lease expired or it was marked unknown) and goes to reconciliation")
-}
+	return "the operation is unknown (its lease expired or it was marked unknown) and goes to reconciliation"
+})
 
-func refuseAttemptTooOld(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodeInvalidState, "", "attempt %d of operation %q was claimed %s ago: the policy's max_attempt_seconds (%s) allows no longer lease; let the call end or give up (the outcome is then unknown)",
+var refuseAttemptTooOld = invalidState(func(op *opjournal.Operation, c *Command, now time.Time) string {
+	return fmt.Sprintf("attempt %d of operation %q was claimed %s ago: the policy's max_attempt_seconds (%s) allows no longer lease; let the call end or give up (the outcome is then unknown)",
 		c.Attempt, op.Key, now.Sub(op.AttemptStartedAt).Round(time.Millisecond), c.Policy.MaxAttempt)
+})
+
+func refuseNotUnknown(why string) *RefusalSpec {
+	return invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
+		return fmt.Sprintf("operation %q is %s, not unknown: %s", op.Key, op.EffectiveAt(now), why)
+	})
 }
 
-func refuseNotUnknown(why string) func(*opjournal.Operation, *Command, time.Time) *opjournal.Error {
-	return func(op *opjournal.Operation, _ *Command, now time.Time) *opjournal.Error {
-		return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s, not unknown: %s", op.Key, op.EffectiveAt(now), why)
-	}
-}
+var refuseUnderReview = invalidState(func(op *opjournal.Operation, _ *Command, _ time.Time) string {
+	return fmt.Sprintf("operation %q is under review (%s): a person resolves it", op.Key, op.ReviewReason)
+})
 
-func refuseUnderReview(op *opjournal.Operation, _ *Command, _ time.Time) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is under review (%s): a person resolves it", op.Key, op.ReviewReason)
-}
+var refuseNotDefinitive = invalidState(func(op *opjournal.Operation, _ *Command, _ time.Time) string {
+	return fmt.Sprintf("the policy of %s says its provider's search is not definitive (reconcile.definitive_absence: false): absence cannot be proven, so the operation is never released automatically; escalate it", op.Action)
+})
 
-func refuseNotDefinitive(op *opjournal.Operation, _ *Command, _ time.Time) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodeInvalidState, "",
-		"the policy of %s says its provider's search is not definitive (reconcile.definitive_absence: false): absence cannot be proven, so the operation is never released automatically; escalate it", op.Action)
-}
-
-func refuseTooEarly(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodeInvalidState, "",
-		"operation %q has been unknown for %s; absence only counts %s after the attempt ended (the policy's visibility_lag plus in_flight_window, database clock)",
+var refuseTooEarly = invalidState(func(op *opjournal.Operation, c *Command, now time.Time) string {
+	return fmt.Sprintf("operation %q has been unknown for %s; absence only counts %s after the attempt ended (the policy's visibility_lag plus in_flight_window, database clock)",
 		op.Key, now.Sub(op.EffectiveUnknownSince(now)).Round(time.Millisecond), c.Policy.ReleaseAfter)
-}
+})
 
-func refuseEscalateTerminal(op *opjournal.Operation, _ *Command, now time.Time) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s: a terminal operation is not escalated", op.Key, op.EffectiveAt(now))
-}
+var refuseEscalateTerminal = invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
+	return fmt.Sprintf("operation %q is %s: a terminal operation is not escalated", op.Key, op.EffectiveAt(now))
+})
 
-func refuseResolveTerminal(op *opjournal.Operation, _ *Command, now time.Time) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodeInvalidState, "",
-		"operation %q is %s, a terminal state, and terminal states never change: to end its review, acknowledge it (Acknowledge, `opjournal ops acknowledge`)", op.Key, op.EffectiveAt(now))
-}
+var refuseResolveTerminal = invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
+	return fmt.Sprintf("operation %q is %s, a terminal state, and terminal states never change: to end its review, acknowledge it (Acknowledge, `opjournal ops acknowledge`)", op.Key, op.EffectiveAt(now))
+})
 
-func refuseAcknowledgeOpen(op *opjournal.Operation, _ *Command, now time.Time) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s, not terminal: decide its outcome with Resolve instead", op.Key, op.EffectiveAt(now))
-}
+var refuseAcknowledgeOpen = invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
+	return fmt.Sprintf("operation %q is %s, not terminal: decide its outcome with Resolve instead", op.Key, op.EffectiveAt(now))
+})
 
-func refuseNothingToAcknowledge(op *opjournal.Operation, _ *Command, now time.Time) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodeInvalidState, "", "operation %q is %s and not under review: there is nothing to acknowledge", op.Key, op.EffectiveAt(now))
-}
+var refuseNothingToAcknowledge = invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
+	return fmt.Sprintf("operation %q is %s and not under review: there is nothing to acknowledge", op.Key, op.EffectiveAt(now))
+})
 
-func refuseHashKeyGone(op *opjournal.Operation, _ *Command, _ time.Time) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodeInvalidState, "payload",
-		"operation %q was registered under request-hash key %q, which this server no longer holds, so this request cannot be compared with it; add the key back to --hash-key-file (keys may be retired only after the retention of the operations made with them)", op.Key, op.HashKeyID)
-}
+var refuseHashKeyGone = &RefusalSpec{Code: opjournal.CodeInvalidState, Field: "payload", Why: func(op *opjournal.Operation, _ *Command, _ time.Time) string {
+	return fmt.Sprintf("operation %q was registered under request-hash key %q, which this server no longer holds, so this request cannot be compared with it; add the key back to --hash-key-file (keys may be retired only after the retention of the operations made with them)", op.Key, op.HashKeyID)
+}}
 
-func refuseOtherRefs(op *opjournal.Operation, _ *Command, _ time.Time) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodePayloadMismatch, "refs",
-		"operation %q is registered with other refs; refs cannot change after registration: send the ones it was registered with (Lookup shows them), or use a new operation key for a new intent", op.Key)
-}
+var refuseOtherRefs = &RefusalSpec{Code: opjournal.CodePayloadMismatch, Field: "refs", Why: func(op *opjournal.Operation, _ *Command, _ time.Time) string {
+	return fmt.Sprintf("operation %q is registered with other refs; refs cannot change after registration: send the ones it was registered with (Lookup shows them), or use a new operation key for a new intent", op.Key)
+}}
 
-func refuseOtherParent(op *opjournal.Operation, _ *Command, _ time.Time) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodePayloadMismatch, "parent_key",
-		"operation %q is registered with another parent_key; it cannot change after registration", op.Key)
-}
+var refuseOtherParent = &RefusalSpec{Code: opjournal.CodePayloadMismatch, Field: "parent_key", Why: func(op *opjournal.Operation, _ *Command, _ time.Time) string {
+	return fmt.Sprintf("operation %q is registered with another parent_key; it cannot change after registration", op.Key)
+}}
 
-func refusePayloadMismatch(op *opjournal.Operation, _ *Command, _ time.Time) *opjournal.Error {
-	return opjournal.Errorf(opjournal.CodePayloadMismatch, "payload",
-		"operation %q is registered with other parameters; use a new operation key for a new intent", op.Key)
-}
+var refusePayloadMismatch = &RefusalSpec{Code: opjournal.CodePayloadMismatch, Field: "payload", Why: func(op *opjournal.Operation, _ *Command, _ time.Time) string {
+	return fmt.Sprintf("operation %q is registered with other parameters; use a new operation key for a new intent", op.Key)
+}}
 
 // WithinProviderWindow reports whether a provider that remembers keys for
 // window still remembers one first sent at firstAttempt: window 0 (it

@@ -160,6 +160,10 @@ type Rule struct {
 	ReviewReason func(op *opjournal.Operation, c *Command) string
 }
 
+// Name names the rule wherever it shows (traces, the statements' golden
+// file): "Claim: win".
+func (r *Rule) Name() string { return string(r.Command) + ": " + r.Case }
+
 // Requirement is one condition of a guard and the refusal when it fails.
 type Requirement struct {
 	Cond Cond

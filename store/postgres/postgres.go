@@ -262,9 +262,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, err
 	}
 	if w := cs.batchWorkers; w > 0 {
-		s.registers = newBatcher("register", w, cs.batchSize, s.bound, s.execRegister)
-		s.claims = newBatcher("claim", w, cs.batchSize, s.bound, s.execClaim)
-		s.marks = newBatcher("mark succeeded", w, cs.batchSize, s.bound, s.execMarkSucceeded)
+		s.registers = newBatcher("register", batchReg.name, w, cs.batchSize, s.bound, s.execRegister)
+		s.claims = newBatcher("claim", batchClaim.name, w, cs.batchSize, s.bound, s.execClaim)
+		s.marks = newBatcher("mark succeeded", batchMark.name, w, cs.batchSize, s.bound, s.execMarkSucceeded)
 	}
 	return s, nil
 }
@@ -456,10 +456,19 @@ var _ store.Clock = (*Store)(nil)
 // answers UNAVAILABLE and the caller's retry, idempotent by key or fenced
 // by attempt, finds out.
 func (s *Store) one(ctx context.Context, what, sql string, args ...any) (sc scanned, found bool, err error) {
+	return s.oneRule(ctx, what, "", sql, args...)
+}
+
+// run is one for a rule's statement: its span names the rule.
+func (s *Store) run(ctx context.Context, what string, st *statement, args []any) (scanned, bool, error) {
+	return s.oneRule(ctx, what, st.name, st.sql, args...)
+}
+
+func (s *Store) oneRule(ctx context.Context, what, rule, sql string, args ...any) (sc scanned, found bool, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if tracing.Enabled() {
-		ctx = tracing.WithStatementName(ctx, what)
+		ctx = tracing.WithStatementName(ctx, what, rule)
 	}
 	sc, err = scanOp(s.pool.QueryRow(ctx, sql, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -509,10 +518,71 @@ func init() {
 			updates[r] = renderUpdate(r)
 		}
 	}
-	reg := protocol.Rules(protocol.CmdRegister)
-	batchReg = renderBatchedInsert(reg[0], reg[1])
-	batchClaim = renderBatchedUpdate(protocol.Rules(protocol.CmdClaim)[0])
-	batchMark = renderBatchedUpdate(protocol.Rules(protocol.CmdMarkSucceeded)[0])
+	claimed, plain := insertRules()
+	batchReg = renderBatchedInsert(claimed, plain)
+	batchClaim = renderBatchedUpdate(batchedRule(protocol.CmdClaim))
+	batchMark = renderBatchedUpdate(batchedRule(protocol.CmdMarkSucceeded))
+}
+
+// insertRules are Register's rules for a new key, chosen by what they
+// require (the key absent; a claim asked for, or not) rather than by their
+// place in the table. The batched insert decides between the two by the
+// call's claim alone, so it panics at start-up unless exactly two rules
+// insert and the claim tells them apart.
+func insertRules() (claimed, plain *protocol.Rule) {
+	var inserting []*protocol.Rule
+	for _, r := range protocol.Rules(protocol.CmdRegister) {
+		if r.Outcome == protocol.Changed && requires(r, protocol.CondAbsent) {
+			inserting = append(inserting, r)
+		}
+	}
+	for _, r := range inserting {
+		switch {
+		case paramsHold(r, &protocol.Command{Kind: protocol.CmdRegister, Claim: true}) && !paramsHold(r, &protocol.Command{Kind: protocol.CmdRegister}):
+			claimed = r
+		case paramsHold(r, &protocol.Command{Kind: protocol.CmdRegister}) && !paramsHold(r, &protocol.Command{Kind: protocol.CmdRegister, Claim: true}):
+			plain = r
+		}
+	}
+	if len(inserting) != 2 || claimed == nil || plain == nil {
+		panic(fmt.Sprintf("postgres: the batched Register needs two rules for a new key told apart by the claim; the table has %d", len(inserting)))
+	}
+	return claimed, plain
+}
+
+// batchedRule is the rule a batched statement of cmd applies without
+// reading the rows: the command's first rule that changes an operation.
+// It panics at start-up unless that rule is the command's first (no rule
+// tried before it could apply instead) and its guard is all in SQL (no
+// requirement on the command alone, which one statement for many calls
+// could not tell apart).
+func batchedRule(cmd protocol.CommandKind) *protocol.Rule {
+	rules := protocol.Rules(cmd)
+	for _, r := range rules {
+		if r.Outcome != protocol.Changed {
+			continue
+		}
+		if r != rules[0] {
+			panic(fmt.Sprintf("postgres: the batched %s applies %q without reading the row, but rule %q is tried before it", cmd, r.Case, rules[0].Case))
+		}
+		for _, req := range r.Requires {
+			if commandOnly(req.Cond) {
+				panic(fmt.Sprintf("postgres: the batched %s cannot apply %q: its guard depends on the command (%v)", cmd, r.Case, req.Cond.Kind))
+			}
+		}
+		return r
+	}
+	panic(fmt.Sprintf("postgres: %s has no rule that changes an operation to batch", cmd))
+}
+
+// requires reports whether one of r's requirements is a condition of kind.
+func requires(r *protocol.Rule, kind protocol.CondKind) bool {
+	for _, req := range r.Requires {
+		if req.Cond.Kind == kind {
+			return true
+		}
+	}
+	return false
 }
 
 // firstRule is the rule a command tries without reading the row: the
@@ -579,7 +649,7 @@ func (s *Store) execute(ctx context.Context, tenant string, c *protocol.Command,
 	if known == nil {
 		if r := firstRule(c); r != nil {
 			st := updates[r]
-			sc, done, err := s.one(ctx, strings.ToLower(string(c.Kind)), st.sql, st.args(s.clockArg(), tenant, c, nil)...)
+			sc, done, err := s.run(ctx, strings.ToLower(string(c.Kind)), st, st.args(s.clockArg(), tenant, c, nil))
 			if err != nil || done {
 				return executed{sc: sc, rule: r, changed: done}, err
 			}
@@ -603,7 +673,7 @@ func (s *Store) execute(ctx context.Context, tenant string, c *protocol.Command,
 			return executed{sc: *cur, rule: d.Rule}, nil
 		}
 		st := updates[d.Rule]
-		sc, done, err := s.one(ctx, strings.ToLower(string(c.Kind)), st.sql, st.args(s.clockArg(), tenant, c, cur.op)...)
+		sc, done, err := s.run(ctx, strings.ToLower(string(c.Kind)), st, st.args(s.clockArg(), tenant, c, cur.op))
 		if err != nil || done {
 			return executed{sc: sc, rule: d.Rule, changed: done}, err
 		}
@@ -680,7 +750,7 @@ func insertRule(c *protocol.Command) *protocol.Rule {
 func (s *Store) registerOne(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
 	st := inserts[insertRule(c)]
 	for round := 0; ; round++ {
-		sc, created, err := s.one(ctx, "register", st.sql, st.args(s.clockArg(), tenant, c, nil)...)
+		sc, created, err := s.run(ctx, "register", st, st.args(s.clockArg(), tenant, c, nil))
 		if err != nil {
 			return store.Applied{}, err
 		}

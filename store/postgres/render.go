@@ -58,7 +58,10 @@ const (
 // statement is a rule rendered as SQL, and the parameters it takes after
 // $1–$3 (or, batched, the unnest's columns after tenant and key).
 type statement struct {
-	rule   *protocol.Rule
+	rule *protocol.Rule
+	// name is the rules it applies ("Claim: win"), for traces and the
+	// golden file of statements.
+	name   string
 	sql    string
 	params []protocol.Param
 }
@@ -364,7 +367,7 @@ func renderUpdate(rule *protocol.Rule) *statement {
 	}
 	sql += `
 	SELECT ` + fullColumns + ` FROM upd`
-	return &statement{rule: rule, sql: sql, params: r.params}
+	return &statement{rule: rule, name: rule.Name(), sql: sql, params: r.params}
 }
 
 // renderBatchedUpdate renders a rule over unnest()ed arrays: one row of
@@ -388,7 +391,7 @@ func renderBatchedUpdate(rule *protocol.Rule) *statement {
 	}
 	sql := `WITH ` + unnest(r.params) + `, ` + body + `
 	SELECT ` + fullColumns + ` FROM upd`
-	return &statement{rule: rule, sql: sql, params: r.params}
+	return &statement{rule: rule, name: rule.Name(), sql: sql, params: r.params}
 }
 
 // unnest renders the CTE i of a batched statement.
@@ -434,7 +437,7 @@ func renderInsert(rule *protocol.Rule) *statement {
 		` + r.eventInsert(rule, "ins", "NULL") + `
 	)
 	SELECT ` + fullColumns + ` FROM ins`
-	return &statement{rule: rule, sql: sql, params: r.params}
+	return &statement{rule: rule, name: rule.Name(), sql: sql, params: r.params}
 }
 
 // renderBatchedInsert renders both Register rules (claimed and not) over
@@ -481,5 +484,5 @@ func renderBatchedInsert(claimed, plain *protocol.Rule) *statement {
 	UNION ALL
 	SELECT true, ` + fullColumns + ` FROM operations
 	WHERE (tenant, operation_key) IN (SELECT in_tenant, in_key FROM i)`
-	return &statement{rule: claimed, sql: sql, params: r.params}
+	return &statement{rule: claimed, name: claimed.Name() + " | " + plain.Case, sql: sql, params: r.params}
 }

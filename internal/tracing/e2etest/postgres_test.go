@@ -44,6 +44,7 @@ func TestPostgresBatchTrace(t *testing.T) {
 	wantChild(t, st, find(t, spans, "alone", trace.SpanKindInternal))
 	wantAttr(t, st, "db.system.name", "postgresql")
 	wantAttr(t, st, "opjournal.batch.size", "1")
+	wantAttr(t, st, "opjournal.rule", "Register: new, claimed")
 	noSecrets(t, spans)
 
 	// Concurrent calls share statements (how many depends on timing: try

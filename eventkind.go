@@ -40,8 +40,8 @@ const (
 	ReasonEscalatedPrefix    = "escalated: "
 	ReasonResolvedPrefix     = "resolved by operator: "
 	ReasonAcknowledgedPrefix = "acknowledged by operator: "
-	reasonDuplicatePrefix    = "duplicate effect: "
-	reasonLateEffectPrefix   = "effect "
+	ReasonDuplicatePrefix    = "duplicate effect: "
+	ReasonLateEffectPrefix   = "effect "
 )
 
 // EventReason is one row of EventReasons: events whose reason is Text
@@ -71,8 +71,8 @@ var EventReasons = []EventReason{
 	{KindEscalated, ReasonEscalatedPrefix, true},
 	{KindResolved, ReasonResolvedPrefix, true},
 	{KindAcknowledged, ReasonAcknowledgedPrefix, true},
-	{KindDuplicate, reasonDuplicatePrefix, true},
-	{KindDuplicate, reasonLateEffectPrefix, true},
+	{KindDuplicate, ReasonDuplicatePrefix, true},
+	{KindDuplicate, ReasonLateEffectPrefix, true},
 }
 
 // KindOf returns the kind of an event with this reason.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/store"
+	"github.com/opjournal/opjournal/journal"
 )
 
 // series is a chart's data: per bucket, a count per kind.
@@ -27,7 +27,7 @@ type bucket struct {
 
 // seriesOf lays the activity rows of kinds over every bucket from since
 // to now, empty buckets included.
-func seriesOf(rows []store.ActivityRow, since, now time.Time, width time.Duration, kinds []opjournal.EventKind) series {
+func seriesOf(rows []journal.ActivityRow, since, now time.Time, width time.Duration, kinds []opjournal.EventKind) series {
 	s := series{Kinds: kinds}
 	index := map[int64]int{}
 	for t := since; !t.After(now); t = t.Add(width) {

@@ -7,7 +7,6 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/policy"
-	"github.com/opjournal/opjournal/store"
 )
 
 // pageSize is how many operations a queue page lists.
@@ -28,12 +27,12 @@ type queueCount struct {
 }
 
 // tally sums the store's count groups into the queues' figures.
-func tally(rows []store.CountRow) map[string]*queueCount {
+func tally(rows []journal.CountRow) map[string]*queueCount {
 	out := map[string]*queueCount{}
 	for _, q := range queues {
 		out[q.ID] = &queueCount{Queue: q}
 	}
-	add := func(id string, r store.CountRow) {
+	add := func(id string, r journal.CountRow) {
 		qc := out[id]
 		qc.Count += r.Count
 		if qc.Oldest.IsZero() || (!r.OldestUpdate.IsZero() && r.OldestUpdate.Before(qc.Oldest)) {

@@ -16,6 +16,7 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/hashkey"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/policy"
 	"github.com/opjournal/opjournal/store"
 )
@@ -117,9 +118,14 @@ func (s *Service) Limits() Limits { return s.limits }
 // Ping checks the store.
 func (s *Service) Ping(ctx context.Context) error { return s.store.Ping(ctx) }
 
+// BatchStat describes how the store groups one kind of call
+// (store.BatchStat; named here so that transports need not know the
+// store).
+type BatchStat = store.BatchStat
+
 // BatchStats reports how the store groups calls into shared statements
 // (nil for a store that does not).
-func (s *Service) BatchStats() []store.BatchStat {
+func (s *Service) BatchStats() []BatchStat {
 	if b, ok := s.store.(store.Batching); ok {
 		return b.BatchStats()
 	}
@@ -154,31 +160,85 @@ type RegisterRequest struct {
 	Claim     *ClaimOptions
 }
 
+// RegisterResult is what Register did.
+type RegisterResult struct {
+	Operation *opjournal.Operation
+	// Created is true when this call inserted the operation.
+	Created bool
+	// Claim is set when RegisterRequest.Claim was.
+	Claim *ClaimResult
+}
+
+// ClaimResult is the outcome of a claim.
+type ClaimResult struct {
+	Operation *opjournal.Operation
+	// Claimed is true when the caller now holds the lease; the attempt is
+	// Operation.AttemptCount and the lease ends at Operation.LeaseUntil.
+	Claimed bool
+	// RetryAfter is how long another worker's live lease still runs (by the
+	// database clock), when that is why the claim was lost.
+	RetryAfter time.Duration
+}
+
+// claimResult is the claim part of what the store applied.
+func claimResult(a store.Applied) ClaimResult {
+	return ClaimResult{Operation: a.Operation, Claimed: a.Claimed, RetryAfter: a.RetryAfter}
+}
+
+// apply hands c to the store on behalf of caller, who is recorded as the
+// actor (with stated, what the request says it acts as, beside it: see
+// Caller.who), and names the command and key in the error.
+func (s *Service) apply(ctx context.Context, caller Caller, stated string, c *protocol.Command) (store.Applied, error) {
+	c.Actor, c.StatedActor = caller.who(stated)
+	a, err := s.store.Apply(ctx, caller.Tenant, c)
+	if err != nil {
+		return store.Applied{}, fmt.Errorf("%s %q: %w", store.Verb(c.Kind), c.Key, err)
+	}
+	return a, nil
+}
+
+// applyOp is apply for the commands that answer with the operation.
+func (s *Service) applyOp(ctx context.Context, caller Caller, stated string, c *protocol.Command) (*opjournal.Operation, error) {
+	a, err := s.apply(ctx, caller, stated, c)
+	return a.Operation, err
+}
+
+// firstError is the first of the checks that failed, nil if none did:
+// the validations of a request, in the order they are reported.
+func firstError(checks ...error) error {
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Register validates req, computes its request hash and records it. It
 // returns CodeInvalidArgument, CodeUnknownAction or CodeTooLarge for bad
 // input and CodePayloadMismatch when the key holds another request, and in
 // those cases changes nothing.
-func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.RegisterResult, error) {
+func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterResult, error) {
 	if err := checkKey(req.Key); err != nil {
-		return store.RegisterResult{}, err
+		return RegisterResult{}, err
 	}
 	act, err := s.action(req.Action)
 	if err != nil {
-		return store.RegisterResult{}, err
+		return RegisterResult{}, err
 	}
 	if req.Payload == nil && req.Envelope == nil {
-		return store.RegisterResult{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "payload", "is required (a JSON object; {} for none)")
+		return RegisterResult{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "payload", "is required (a JSON object; {} for none)")
 	}
-	var cp *store.ClaimPolicy
+	c := &protocol.Command{Kind: protocol.CmdRegister, Key: req.Key, Action: act.Name, Refs: req.Refs, ParentKey: req.ParentKey}
+	stated := ""
 	if req.Claim != nil {
-		c, err := claimPolicy(act, req.Claim.WorkerID, req.Claim.LeaseSeconds, "claim.")
-		if err != nil {
-			return store.RegisterResult{}, err
+		if err := claimPolicy(c, act, req.Claim.WorkerID, req.Claim.LeaseSeconds, "claim."); err != nil {
+			return RegisterResult{}, err
 		}
-		cp = &c
+		c.Claim, stated = true, req.Claim.WorkerID
 	}
 	if err := checkLinks(act, req.Key, req.Refs, req.ParentKey); err != nil {
-		return store.RegisterResult{}, err
+		return RegisterResult{}, err
 	}
 	var envelope, canonical json.RawMessage
 	if req.Envelope != nil {
@@ -187,32 +247,29 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (store.Regi
 		envelope, canonical, err = s.checkPayload(act, req.Payload)
 	}
 	if err != nil {
-		return store.RegisterResult{}, err
+		return RegisterResult{}, err
 	}
 	if err := checkSchema(act, canonical); err != nil {
-		return store.RegisterResult{}, err
+		return RegisterResult{}, err
 	}
 	// The hash covers the whole payload; what is stored has the policy's
 	// redact_fields blanked, so no secret reaches the table.
 	stored, err := redact(canonical, act.RedactFields)
 	if err != nil {
-		return store.RegisterResult{}, err
+		return RegisterResult{}, err
 	}
-	p := store.RegisterParams{
-		Tenant: req.Tenant, Key: req.Key, Action: act.Name, Payload: stored, Claim: cp,
-		Refs: req.Refs, ParentKey: req.ParentKey,
-	}
-	p.RequestHash, p.HashKeyID, p.HashFor = s.requestHash(act, envelope)
-	if cp != nil {
-		p.Actor, p.StatedActor = req.who(cp.WorkerID)
-	} else {
-		p.Actor, _ = req.who("")
-	}
-	res, err := s.store.Register(ctx, p)
+	c.Payload = stored
+	c.RequestHash, c.HashKeyID, c.HashFor = s.requestHash(act, envelope)
+	a, err := s.apply(ctx, req.Caller, stated, c)
 	if err != nil {
-		return res, fmt.Errorf("register %q: %w", req.Key, err)
+		return RegisterResult{}, err
 	}
-	s.actions.put(req.Tenant, req.Key, res.Operation.Action)
+	s.actions.put(req.Tenant, req.Key, a.Operation.Action)
+	res := RegisterResult{Operation: a.Operation, Created: a.Created}
+	if c.Claim {
+		cr := claimResult(a)
+		res.Claim = &cr
+	}
 	return res, nil
 }
 
@@ -373,31 +430,26 @@ type ClaimRequest struct {
 
 // Claim applies the action's policy to a claim. Losing is not an error:
 // the result says Claimed = false with the current state.
-func (s *Service) Claim(ctx context.Context, req ClaimRequest) (store.ClaimResult, error) {
-	if err := checkKey(req.Key); err != nil {
-		return store.ClaimResult{}, err
-	}
-	if err := checkToken("worker_id", req.WorkerID, MaxWorkerIDLen); err != nil {
-		return store.ClaimResult{}, err
+func (s *Service) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	if err := firstError(checkKey(req.Key), checkToken("worker_id", req.WorkerID, MaxWorkerIDLen)); err != nil {
+		return ClaimResult{}, err
 	}
 	// The policy belongs to the operation's action, which is immutable, so
 	// reading it before the conditional update cannot race with anything;
 	// and remembering it (actioncache.go) cannot be wrong.
 	act, err := s.actionOf(ctx, req.Tenant, req.Key)
 	if err != nil {
-		return store.ClaimResult{}, fmt.Errorf("claim %q: %w", req.Key, err)
+		return ClaimResult{}, fmt.Errorf("claim %q: %w", req.Key, err)
 	}
-	cp, err := claimPolicy(act, req.WorkerID, req.LeaseSeconds, "")
+	c := &protocol.Command{Kind: protocol.CmdClaim, Key: req.Key}
+	if err := claimPolicy(c, act, req.WorkerID, req.LeaseSeconds, ""); err != nil {
+		return ClaimResult{}, err
+	}
+	a, err := s.apply(ctx, req.Caller, req.WorkerID, c)
 	if err != nil {
-		return store.ClaimResult{}, err
+		return ClaimResult{}, err
 	}
-	p := store.ClaimParams{Tenant: req.Tenant, Key: req.Key, ClaimPolicy: cp}
-	p.Actor, p.StatedActor = req.who(req.WorkerID)
-	res, err := s.store.Claim(ctx, p)
-	if err != nil {
-		return res, fmt.Errorf("claim %q: %w", req.Key, err)
-	}
-	return res, nil
+	return claimResult(a), nil
 }
 
 // actionOf returns the policy of the operation's action (immutable, so
@@ -430,10 +482,7 @@ type ExtendLeaseRequest struct {
 // longer holds the lease (an expired lease is never revived) and
 // CodeInvalidState once max_attempt_seconds is reached.
 func (s *Service) ExtendLease(ctx context.Context, req ExtendLeaseRequest) (*opjournal.Operation, error) {
-	if err := checkKey(req.Key); err != nil {
-		return nil, err
-	}
-	if err := checkAttempt(req.Attempt); err != nil {
+	if err := firstError(checkKey(req.Key), checkAttempt(req.Attempt)); err != nil {
 		return nil, err
 	}
 	act, err := s.actionOf(ctx, req.Tenant, req.Key)
@@ -448,13 +497,8 @@ func (s *Service) ExtendLease(ctx context.Context, req ExtendLeaseRequest) (*opj
 		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "lease_seconds",
 			"%d is outside 1..%d (the lease_seconds of %s's policy); 0 takes the policy's value", lease, act.LeaseSeconds, act.Name)
 	}
-	p := store.ExtendLeaseParams{Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, LeaseSeconds: lease, MaxAttempt: act.MaxAttempt}
-	p.Actor, p.StatedActor = req.who("")
-	op, err := s.store.ExtendLease(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("extend lease %q: %w", req.Key, err)
-	}
-	return op, nil
+	return s.applyOp(ctx, req.Caller, "", &protocol.Command{Kind: protocol.CmdExtendLease, Key: req.Key, Attempt: req.Attempt,
+		LeaseSeconds: lease, Policy: protocol.CommandPolicy{MaxAttempt: act.MaxAttempt}})
 }
 
 // MarkSucceededRequest records a confirmed effect.
@@ -476,13 +520,7 @@ type MarkSucceededRequest struct {
 
 // MarkSucceeded records a confirmed effect; see store.Store.MarkSucceeded.
 func (s *Service) MarkSucceeded(ctx context.Context, req MarkSucceededRequest) (*opjournal.Operation, error) {
-	if err := checkKey(req.Key); err != nil {
-		return nil, err
-	}
-	if err := checkAttempt(req.Attempt); err != nil {
-		return nil, err
-	}
-	if err := checkText("external_id", req.ExternalID, MaxExternalIDLen); err != nil {
+	if err := firstError(checkKey(req.Key), checkAttempt(req.Attempt), checkText("external_id", req.ExternalID, MaxExternalIDLen)); err != nil {
 		return nil, err
 	}
 	if req.Actor != "" {
@@ -497,13 +535,8 @@ func (s *Service) MarkSucceeded(ctx context.Context, req MarkSucceededRequest) (
 	if result, err = s.redactResult(ctx, req.Tenant, req.Key, result); err != nil {
 		return nil, fmt.Errorf("mark succeeded %q: %w", req.Key, err)
 	}
-	p := store.MarkSucceededParams{Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, ExternalID: req.ExternalID, Result: result}
-	p.Actor, p.StatedActor = req.who(req.Actor)
-	op, err := s.store.MarkSucceeded(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("mark succeeded %q: %w", req.Key, err)
-	}
-	return op, nil
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: req.Key, Attempt: req.Attempt,
+		ExternalID: req.ExternalID, Result: result})
 }
 
 // MarkRequest is the argument of MarkUnknown and MarkFailedFinal.
@@ -523,44 +556,33 @@ type MarkRequest struct {
 // MarkUnknown records an attempt without a definite answer. Only the
 // current lease holder may; others get CodeStaleAttempt.
 func (s *Service) MarkUnknown(ctx context.Context, req MarkRequest) (*opjournal.Operation, error) {
-	return s.mark(ctx, "mark unknown", s.store.MarkUnknown, req)
+	return s.mark(ctx, protocol.CmdMarkUnknown, req)
 }
 
 // MarkFailedFinal records a confirmed rejection. Only the current lease
 // holder may; others get CodeStaleAttempt.
 func (s *Service) MarkFailedFinal(ctx context.Context, req MarkRequest) (*opjournal.Operation, error) {
-	return s.mark(ctx, "mark failed_final", s.store.MarkFailedFinal, req)
+	return s.mark(ctx, protocol.CmdMarkFailedFinal, req)
 }
 
-func (s *Service) mark(ctx context.Context, what string, fn func(context.Context, store.MarkParams) (*opjournal.Operation, error), req MarkRequest) (*opjournal.Operation, error) {
-	if err := checkKey(req.Key); err != nil {
+func (s *Service) mark(ctx context.Context, kind protocol.CommandKind, req MarkRequest) (*opjournal.Operation, error) {
+	if err := firstError(checkKey(req.Key), checkAttempt(req.Attempt), checkText("error_code", req.ErrorCode, MaxErrorCodeLen)); err != nil {
 		return nil, err
 	}
-	if err := checkAttempt(req.Attempt); err != nil {
-		return nil, err
-	}
-	if err := checkText("error_code", req.ErrorCode, MaxErrorCodeLen); err != nil {
-		return nil, err
-	}
-	p := store.MarkParams{Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, ErrorCode: req.ErrorCode}
+	c := &protocol.Command{Kind: kind, Key: req.Key, Attempt: req.Attempt, ErrorCode: req.ErrorCode}
 	if req.Result != nil {
-		if what != "mark failed_final" {
+		if kind != protocol.CmdMarkFailedFinal {
 			return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "result", "only a confirmed refusal (MarkFailedFinal) or effect (MarkSucceeded) stores a result")
 		}
 		result, err := s.checkedResult(req.Result, req.ResultCanonical)
 		if err != nil {
 			return nil, err
 		}
-		if p.Result, err = s.redactResult(ctx, req.Tenant, req.Key, result); err != nil {
-			return nil, fmt.Errorf("%s %q: %w", what, req.Key, err)
+		if c.Result, err = s.redactResult(ctx, req.Tenant, req.Key, result); err != nil {
+			return nil, fmt.Errorf("%s %q: %w", store.Verb(kind), req.Key, err)
 		}
 	}
-	p.Actor, p.StatedActor = req.who("")
-	op, err := fn(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("%s %q: %w", what, req.Key, err)
-	}
-	return op, nil
+	return s.applyOp(ctx, req.Caller, "", c)
 }
 
 // Lookup returns an operation by key, or CodeNotFound.
@@ -591,25 +613,22 @@ func (s *Service) action(name string) (*policy.Action, error) {
 	return act, nil
 }
 
-// claimPolicy turns a caller's claim options into what the store needs,
-// bounding the lease by the action's policy.
-func claimPolicy(act *policy.Action, workerID string, leaseSeconds int, prefix string) (store.ClaimPolicy, error) {
+// claimPolicy sets the claim of c (Claim, or Register with a claim) from
+// a caller's claim options, bounding the lease by the action's policy.
+func claimPolicy(c *protocol.Command, act *policy.Action, workerID string, leaseSeconds int, prefix string) error {
 	if err := checkToken(prefix+"worker_id", workerID, MaxWorkerIDLen); err != nil {
-		return store.ClaimPolicy{}, err
+		return err
 	}
 	switch {
 	case leaseSeconds == 0:
 		leaseSeconds = act.LeaseSeconds
 	case leaseSeconds < 0 || leaseSeconds > act.LeaseSeconds:
-		return store.ClaimPolicy{}, opjournal.Errorf(opjournal.CodeInvalidArgument, prefix+"lease_seconds",
+		return opjournal.Errorf(opjournal.CodeInvalidArgument, prefix+"lease_seconds",
 			"%d is outside 1..%d (the lease_seconds of %s's policy); 0 takes the policy's value", leaseSeconds, act.LeaseSeconds, act.Name)
 	}
-	return store.ClaimPolicy{
-		WorkerID:               workerID,
-		LeaseSeconds:           leaseSeconds,
-		AllowRetryAfterUnknown: act.AllowsRetryAfterUnknown(),
-		ProviderWindow:         act.ProviderDedupWindow,
-	}, nil
+	c.WorkerID, c.LeaseSeconds = workerID, leaseSeconds
+	c.Policy.RetryAfterUnknown, c.Policy.ProviderWindow = act.AllowsRetryAfterUnknown(), act.ProviderDedupWindow
+	return nil
 }
 
 // checkKey enforces 1–200 visible ASCII characters: keys travel in HTTP

@@ -11,7 +11,7 @@ import (
 
 // Retention: the journal keeps an operation's records for its action's
 // retention after the operation last changed, then purges them if it is
-// terminal and no person must look at it (opjournal.Purgeable). A
+// terminal and no person must look at it (protocol.Purgeable). A
 // non-terminal operation is never purged, however old. A purged key is
 // unknown again: registering it makes a NEW operation, which is why
 // retention must be longer than any retry (queues, manual retries,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/canonjson"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -167,32 +168,15 @@ type ReleaseRequest struct {
 // CodeInvalidState when the policy or the operation's state forbids the
 // release, CodeStaleAttempt when attempt is not the latest.
 func (s *Service) ReleaseForRetry(ctx context.Context, req ReleaseRequest) (*opjournal.Operation, error) {
-	if err := checkKey(req.Key); err != nil {
-		return nil, err
-	}
-	if err := checkAttempt(req.Attempt); err != nil {
-		return nil, err
-	}
-	if err := req.checkActor(req.Actor); err != nil {
-		return nil, err
-	}
-	if err := checkText("reason", req.Reason, MaxReasonLen); err != nil {
+	if err := firstError(checkKey(req.Key), checkAttempt(req.Attempt), req.checkActor(req.Actor), checkText("reason", req.Reason, MaxReasonLen)); err != nil {
 		return nil, err
 	}
 	act, err := s.actionOf(ctx, req.Tenant, req.Key)
 	if err != nil {
 		return nil, fmt.Errorf("release %q: %w", req.Key, err)
 	}
-	p := store.ReleaseParams{
-		Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, Reason: req.Reason,
-		DefinitiveAbsence: act.Reconcile.DefinitiveAbsence, ReleaseAfter: act.ReleaseAfter(),
-	}
-	p.Actor, p.StatedActor = req.who(req.Actor)
-	op, err := s.store.ReleaseForRetry(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("release %q: %w", req.Key, err)
-	}
-	return op, nil
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdReleaseForRetry, Key: req.Key, Attempt: req.Attempt,
+		Reason: req.Reason, Policy: protocol.CommandPolicy{DefinitiveAbsence: act.Reconcile.DefinitiveAbsence, ReleaseAfter: act.ReleaseAfter()}})
 }
 
 // RecordCheckRequest records an inconclusive check.
@@ -209,28 +193,14 @@ type RecordCheckRequest struct {
 // returns CodeInvalidState unless the operation is unknown, and
 // CodeStaleAttempt when attempt is not the latest.
 func (s *Service) RecordCheck(ctx context.Context, req RecordCheckRequest) (*opjournal.Operation, error) {
-	if err := checkKey(req.Key); err != nil {
-		return nil, err
-	}
-	if err := checkAttempt(req.Attempt); err != nil {
-		return nil, err
-	}
-	if err := req.checkActor(req.Actor); err != nil {
-		return nil, err
-	}
-	if err := checkText("note", req.Note, MaxReasonLen); err != nil {
+	if err := firstError(checkKey(req.Key), checkAttempt(req.Attempt), req.checkActor(req.Actor), checkText("note", req.Note, MaxReasonLen)); err != nil {
 		return nil, err
 	}
 	if req.NextCheckAfter < time.Second || req.NextCheckAfter > MaxNextCheck {
 		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "next_check_after_seconds", "must be 1 … %d", int(MaxNextCheck.Seconds()))
 	}
-	p := store.RecordCheckParams{Tenant: req.Tenant, Key: req.Key, Attempt: req.Attempt, Note: req.Note, NextCheckAfter: req.NextCheckAfter}
-	p.Actor, p.StatedActor = req.who(req.Actor)
-	op, err := s.store.RecordCheck(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("record check %q: %w", req.Key, err)
-	}
-	return op, nil
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdRecordCheck, Key: req.Key, Attempt: req.Attempt,
+		Reason: req.Note, NextCheckAfter: req.NextCheckAfter})
 }
 
 // EscalateRequest hands an operation to a person.
@@ -245,22 +215,10 @@ type EscalateRequest struct {
 // already under review returns it unchanged; a terminal one is
 // CodeInvalidState.
 func (s *Service) Escalate(ctx context.Context, req EscalateRequest) (*opjournal.Operation, error) {
-	if err := checkKey(req.Key); err != nil {
+	if err := firstError(checkKey(req.Key), req.checkActor(req.Actor), checkReason(req.Reason)); err != nil {
 		return nil, err
 	}
-	if err := req.checkActor(req.Actor); err != nil {
-		return nil, err
-	}
-	if err := checkReason(req.Reason); err != nil {
-		return nil, err
-	}
-	p := store.EscalateParams{Tenant: req.Tenant, Key: req.Key, Reason: req.Reason}
-	p.Actor, p.StatedActor = req.who(req.Actor)
-	op, err := s.store.Escalate(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("escalate %q: %w", req.Key, err)
-	}
-	return op, nil
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdEscalate, Key: req.Key, Reason: req.Reason})
 }
 
 // ResolveRequest is an operator's verdict.
@@ -284,13 +242,7 @@ type ResolveRequest struct {
 // any other operation: a terminal one is never resolved again (see
 // Acknowledge).
 func (s *Service) Resolve(ctx context.Context, req ResolveRequest) (*opjournal.Operation, error) {
-	if err := checkKey(req.Key); err != nil {
-		return nil, err
-	}
-	if err := req.checkActor(req.Actor); err != nil {
-		return nil, err
-	}
-	if err := checkReason(req.Reason); err != nil {
+	if err := firstError(checkKey(req.Key), req.checkActor(req.Actor), checkReason(req.Reason)); err != nil {
 		return nil, err
 	}
 	switch req.To {
@@ -308,10 +260,7 @@ func (s *Service) Resolve(ctx context.Context, req ResolveRequest) (*opjournal.O
 	default:
 		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "resolution", "must be SUCCEEDED or FAILED_FINAL")
 	}
-	if err := checkText("external_id", req.ExternalID, MaxExternalIDLen); err != nil {
-		return nil, err
-	}
-	if err := checkText("error_code", req.ErrorCode, MaxErrorCodeLen); err != nil {
+	if err := firstError(checkText("external_id", req.ExternalID, MaxExternalIDLen), checkText("error_code", req.ErrorCode, MaxErrorCodeLen)); err != nil {
 		return nil, err
 	}
 	result, err := s.checkedResult(req.Result, req.ResultCanonical)
@@ -321,14 +270,8 @@ func (s *Service) Resolve(ctx context.Context, req ResolveRequest) (*opjournal.O
 	if result, err = s.redactResult(ctx, req.Tenant, req.Key, result); err != nil {
 		return nil, fmt.Errorf("resolve %q: %w", req.Key, err)
 	}
-	p := store.ResolveParams{Tenant: req.Tenant, Key: req.Key, To: req.To, ExternalID: req.ExternalID, Result: result,
-		ErrorCode: req.ErrorCode, Reason: req.Reason}
-	p.Actor, p.StatedActor = req.who(req.Actor)
-	op, err := s.store.Resolve(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("resolve %q: %w", req.Key, err)
-	}
-	return op, nil
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdResolve, Key: req.Key, Resolution: req.To,
+		ExternalID: req.ExternalID, Result: result, ErrorCode: req.ErrorCode, Reason: req.Reason})
 }
 
 // AcknowledgeRequest ends the review of a terminal operation.
@@ -345,22 +288,10 @@ type AcknowledgeRequest struct {
 // It returns CodeInvalidState for an operation that is not terminal (use
 // Resolve) or not under review.
 func (s *Service) Acknowledge(ctx context.Context, req AcknowledgeRequest) (*opjournal.Operation, error) {
-	if err := checkKey(req.Key); err != nil {
+	if err := firstError(checkKey(req.Key), req.checkActor(req.Actor), checkReason(req.Reason)); err != nil {
 		return nil, err
 	}
-	if err := req.checkActor(req.Actor); err != nil {
-		return nil, err
-	}
-	if err := checkReason(req.Reason); err != nil {
-		return nil, err
-	}
-	p := store.AcknowledgeParams{Tenant: req.Tenant, Key: req.Key, Reason: req.Reason}
-	p.Actor, p.StatedActor = req.who(req.Actor)
-	op, err := s.store.Acknowledge(ctx, p)
-	if err != nil {
-		return nil, fmt.Errorf("acknowledge %q: %w", req.Key, err)
-	}
-	return op, nil
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdAcknowledge, Key: req.Key, Reason: req.Reason})
 }
 
 // EventsRequest asks for one page of an operation's history.

@@ -9,10 +9,18 @@ import (
 	"github.com/opjournal/opjournal/store"
 )
 
+// CountRow is one group of Counts (store.CountRow; named here so that
+// transports need not know the store).
+type CountRow = store.CountRow
+
+// ActivityRow counts the events of one kind in one bucket of Activity
+// (store.ActivityRow, named here for the same reason).
+type ActivityRow = store.ActivityRow
+
 // Counts returns how many of the caller's operations there are per action,
 // effective status, review flag, expired lease and due check, with the
 // oldest last change of each group: the console's counts at a glance.
-func (s *Service) Counts(ctx context.Context, c Caller) ([]store.CountRow, error) {
+func (s *Service) Counts(ctx context.Context, c Caller) ([]CountRow, error) {
 	rows, err := s.store.Counts(ctx, c.Tenant)
 	if err != nil {
 		return nil, fmt.Errorf("count operations: %w", err)
@@ -27,7 +35,7 @@ const MaxActivityBuckets = 1000
 // the given width and event kind (opjournal.KindOf). It returns
 // CodeInvalidArgument for a bucket the stores refuse (store.CheckBucket)
 // or a span of more than MaxActivityBuckets buckets.
-func (s *Service) Activity(ctx context.Context, c Caller, since time.Time, bucket time.Duration, now time.Time) ([]store.ActivityRow, error) {
+func (s *Service) Activity(ctx context.Context, c Caller, since time.Time, bucket time.Duration, now time.Time) ([]ActivityRow, error) {
 	if err := store.CheckBucket(bucket); err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
 )
@@ -467,7 +468,7 @@ func (r *Reconciler) handle(ctx context.Context, op *opjournalv1.Operation) Deci
 	if v == nil {
 		now := r.cfg.Now()
 		first := op.GetFirstAttemptAt().AsTime()
-		remembers := op.GetFirstAttemptAt() == nil || opjournal.WithinProviderWindow(first, act.ProviderDedupWindow, now)
+		remembers := op.GetFirstAttemptAt() == nil || protocol.WithinProviderWindow(first, act.ProviderDedupWindow, now)
 		if act.AllowsRetryAfterUnknown() && unknownFor < act.UnknownAfter && remembers {
 			// The caller retries with the same key, which the provider
 			// deduplicates; only an operation nobody retries needs a

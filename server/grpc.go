@@ -16,7 +16,6 @@ import (
 	"github.com/opjournal/opjournal/canonjson"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/journal"
-	"github.com/opjournal/opjournal/store"
 )
 
 // journalServer implements pb.JournalServiceServer over a journal.Service.
@@ -80,7 +79,7 @@ type claimAnswer struct {
 	leaseSeconds int32
 }
 
-func (s *journalServer) claimFields(cr store.ClaimResult) claimAnswer {
+func (s *journalServer) claimFields(cr journal.ClaimResult) claimAnswer {
 	if cr.Claimed {
 		s.metrics.outcome(cr.Operation.Action, "claim_won")
 		op := cr.Operation

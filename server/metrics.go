@@ -17,7 +17,6 @@ import (
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
-	"github.com/opjournal/opjournal/store"
 )
 
 // metrics are the service's Prometheus series, on their own registry so
@@ -55,11 +54,11 @@ func newMetrics() *metrics {
 // batch.go): statements run and calls carried per kind, whose ratio is
 // the mean batch size, and the calls waiting now.
 type batchCollector struct {
-	stats                      func() []store.BatchStat
+	stats                      func() []journal.BatchStat
 	statements, calls, waiting *prometheus.Desc
 }
 
-func newBatchCollector(stats func() []store.BatchStat) *batchCollector {
+func newBatchCollector(stats func() []journal.BatchStat) *batchCollector {
 	return &batchCollector{
 		stats: stats,
 		statements: prometheus.NewDesc("opjournal_store_batch_statements_total",

@@ -11,58 +11,42 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"time"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 )
 
-// Store is the journal's durable storage. Every method that changes an
-// operation applies one command of the protocol table (opjournal.Apply,
-// protocol.go) atomically: SQLite by applying the pure function inside its
+// Store is the journal's durable storage. Apply, its one method that
+// changes an operation, applies one command of the protocol table
+// (protocol.Apply, internal/protocol/table.go) atomically: SQLite by applying the pure function inside its
 // write transaction, PostgreSQL by running the table's rows as conditional
 // statements rendered from them. Methods return *opjournal.Error with the
 // refusal the table gives (and then change nothing), CodeNotFound for an
 // unknown key, CodeUnavailable when the database cannot be reached, and
 // CodeInternal otherwise.
 type Store interface {
-	// Register inserts a new operation (pending, or in_progress with attempt
-	// 1 when Claim is set) or returns the existing one with the same hash
-	// (and claims it when Claim is set).
-	Register(ctx context.Context, p RegisterParams) (RegisterResult, error)
-	// Claim takes a lease by one conditional update; losing is not an error.
-	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
-	// ExtendLease extends the current holder's live lease (a heartbeat).
-	ExtendLease(ctx context.Context, p ExtendLeaseParams) (*opjournal.Operation, error)
-	// MarkSucceeded records a confirmed effect (from any issued attempt).
-	MarkSucceeded(ctx context.Context, p MarkSucceededParams) (*opjournal.Operation, error)
-	// MarkUnknown moves the current lease holder's operation to unknown.
-	MarkUnknown(ctx context.Context, p MarkParams) (*opjournal.Operation, error)
-	// MarkFailedFinal moves the current lease holder's operation to failed_final.
-	MarkFailedFinal(ctx context.Context, p MarkParams) (*opjournal.Operation, error)
+	// Apply applies one command of the protocol table to the tenant's
+	// operation c.Key, atomically: Register inserts a new operation
+	// (pending, or in_progress with attempt 1 when c.Claim is set) or
+	// answers with the existing one of the same request (and claims it
+	// when c.Claim is set); every other command is one conditional
+	// transition of an existing operation. A claim that loses is not an
+	// error (Applied.Claimed is false). The caller has validated and
+	// canonicalised the command; the store does not modify it.
+	Apply(ctx context.Context, tenant string, c *protocol.Command) (Applied, error)
 	// Get returns the operation with its effective status.
 	Get(ctx context.Context, tenant, key string) (*opjournal.Operation, error)
 	// List returns one page of operations in key order and the key to
 	// continue after ("" on the last page).
 	List(ctx context.Context, p ListParams) (ops []*opjournal.Operation, next string, err error)
-	// ReleaseForRetry moves an unknown operation back to pending.
-	ReleaseForRetry(ctx context.Context, p ReleaseParams) (*opjournal.Operation, error)
-	// RecordCheck counts an inconclusive check and schedules the next one.
-	RecordCheck(ctx context.Context, p RecordCheckParams) (*opjournal.Operation, error)
-	// Escalate sets needs_review on a non-terminal operation.
-	Escalate(ctx context.Context, p EscalateParams) (*opjournal.Operation, error)
-	// Resolve applies an operator's verdict to a non-terminal operation
-	// that is unknown or under review.
-	Resolve(ctx context.Context, p ResolveParams) (*opjournal.Operation, error)
-	// Acknowledge ends the review of a terminal operation.
-	Acknowledge(ctx context.Context, p AcknowledgeParams) (*opjournal.Operation, error)
 	// Events returns one page of the operation's history, oldest first,
 	// and the id to continue after (0 on the last page); CodeNotFound if
 	// the operation does not exist.
 	Events(ctx context.Context, p EventsParams) (evs []opjournal.Event, next int64, err error)
 	// Purge deletes one batch of purgeable operations of one action
-	// (opjournal.Purgeable: terminal, not under review, unchanged for the
+	// (protocol.Purgeable: terminal, not under review, unchanged for the
 	// retention) with their history and refs, oldest first, without waiting
 	// for rows another transaction holds; with DryRun it deletes nothing and
 	// counts every purgeable operation instead.
@@ -98,160 +82,47 @@ type Clock interface {
 	SetClock(now func() time.Time)
 }
 
-// ClaimPolicy is what the action's policy says about claiming.
-type ClaimPolicy struct {
-	// WorkerID is stored as the lease owner.
-	WorkerID string
-	// LeaseSeconds is the lease length, already bounded by the policy (≥ 1).
-	LeaseSeconds int
-	// AllowRetryAfterUnknown permits claiming from unknown or from an expired
-	// lease (policy on_timeout: retry_same_key).
-	AllowRetryAfterUnknown bool
-	// ProviderWindow is retry.provider_dedup_window: under
-	// AllowRetryAfterUnknown, no blind retry once the first attempt is
-	// older (0: no limit).
-	ProviderWindow time.Duration
-}
-
-// RegisterParams are the arguments of Register. The caller has validated and
-// canonicalised everything.
-type RegisterParams struct {
-	Tenant      string
-	Key         string
-	Action      string
-	RequestHash string
-	// HashKeyID names the key of a keyed request hash ("" for plain SHA-256).
-	HashKeyID string
-	// HashFor returns the request's hash under another key, to compare with
-	// an operation registered under it (nil: only HashKeyID).
-	HashFor func(keyID string) (string, bool)
-	Payload json.RawMessage
-	// Refs are the validated business references (nil for none) and
-	// ParentKey the parent operation's key ("" for none); both immutable.
-	Refs      map[string]string
-	ParentKey string
-	// Claim, if set, claims the operation in the same call.
-	Claim *ClaimPolicy
-	// Actor is recorded as the event's actor: the authenticated principal,
-	// or without authentication what the caller stated ("" records the
-	// lease owner). StatedActor is what the caller said it acts as.
-	Actor, StatedActor string
-}
-
-// Command returns the protocol command of p.
-func (p RegisterParams) Command() *opjournal.Command {
-	c := &opjournal.Command{Kind: opjournal.CmdRegister, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
-		Action: p.Action, RequestHash: p.RequestHash, HashKeyID: p.HashKeyID, HashFor: p.HashFor, Payload: p.Payload,
-		Refs: p.Refs, RefsJSON: opjournal.RefsJSON(p.Refs), ParentKey: p.ParentKey}
-	if p.Claim != nil {
-		c.Claim, c.WorkerID, c.LeaseSeconds = true, p.Claim.WorkerID, p.Claim.LeaseSeconds
-		c.Policy.RetryAfterUnknown = p.Claim.AllowRetryAfterUnknown
-		c.Policy.ProviderWindow = p.Claim.ProviderWindow
-	}
-	return c
-}
-
-// ClaimCommand is the Claim that Register with a claim applies to an
-// operation that already exists.
-func (p RegisterParams) ClaimCommand() *opjournal.Command {
-	return ClaimParams{Tenant: p.Tenant, Key: p.Key, ClaimPolicy: *p.Claim, Actor: p.Actor, StatedActor: p.StatedActor}.Command()
-}
-
-// RegisterResult is what Register did.
-type RegisterResult struct {
+// Applied is what Apply did.
+type Applied struct {
+	// Operation is the operation after the command, with its effective
+	// status (as it is when the command changed nothing).
 	Operation *opjournal.Operation
-	// Created is true when this call inserted the operation.
+	// Created (Register) is true when this call inserted the operation.
 	Created bool
-	// Claim is set when RegisterParams.Claim was.
-	Claim *ClaimResult
-}
-
-// ClaimParams are the arguments of Claim.
-type ClaimParams struct {
-	Tenant string
-	Key    string
-	ClaimPolicy
-	// Actor is recorded as the event's actor: the authenticated principal,
-	// or without authentication what the caller stated ("" records the
-	// lease owner). StatedActor is what the caller said it acts as.
-	Actor, StatedActor string
-}
-
-// Command returns the protocol command of p.
-func (p ClaimParams) Command() *opjournal.Command {
-	return &opjournal.Command{Kind: opjournal.CmdClaim, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
-		WorkerID: p.WorkerID, LeaseSeconds: p.LeaseSeconds,
-		Policy: opjournal.CommandPolicy{RetryAfterUnknown: p.AllowRetryAfterUnknown, ProviderWindow: p.ProviderWindow}}
-}
-
-// ClaimResult is the outcome of a claim.
-type ClaimResult struct {
-	Operation *opjournal.Operation
-	// Claimed is true when the caller now holds the lease; the attempt is
-	// Operation.AttemptCount and the lease ends at Operation.LeaseUntil.
+	// Claimed (Claim, Register with c.Claim) is true when the caller now
+	// holds the lease; the attempt is Operation.AttemptCount and the lease
+	// ends at Operation.LeaseUntil.
 	Claimed bool
-	// RetryAfter is how long another worker's live lease still runs (by the
-	// database clock), when that is why the claim was lost.
+	// RetryAfter (Claim, Register with c.Claim) is how long another
+	// worker's live lease still runs (by the database clock), when that is
+	// why the claim was lost.
 	RetryAfter time.Duration
 }
 
-// ExtendLeaseParams are the arguments of ExtendLease.
-type ExtendLeaseParams struct {
-	Tenant       string
-	Key          string
-	Attempt      int
-	LeaseSeconds int           // already bounded by the policy (≥ 1)
-	MaxAttempt   time.Duration // the policy's max_attempt_seconds
-	// Actor is recorded as the event's actor: the authenticated principal,
-	// or without authentication what the caller stated ("" records the
-	// lease owner). StatedActor is what the caller said it acts as.
-	Actor, StatedActor string
+// ClaimOf is the Claim that a Register with c.Claim applies to an
+// operation that already exists: the same worker, lease, policy and
+// actors.
+func ClaimOf(c *protocol.Command) *protocol.Command {
+	return &protocol.Command{Kind: protocol.CmdClaim, Key: c.Key, Actor: c.Actor, StatedActor: c.StatedActor,
+		WorkerID: c.WorkerID, LeaseSeconds: c.LeaseSeconds,
+		Policy: protocol.CommandPolicy{RetryAfterUnknown: c.Policy.RetryAfterUnknown, ProviderWindow: c.Policy.ProviderWindow}}
 }
 
-// Command returns the protocol command of p.
-func (p ExtendLeaseParams) Command() *opjournal.Command {
-	return &opjournal.Command{Kind: opjournal.CmdExtendLease, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
-		Attempt: p.Attempt, LeaseSeconds: p.LeaseSeconds, Policy: opjournal.CommandPolicy{MaxAttempt: p.MaxAttempt}}
+// Verb names a command in errors and logs ("mark succeeded"), as every
+// layer words it.
+func Verb(k protocol.CommandKind) string {
+	if v, ok := verbs[k]; ok {
+		return v
+	}
+	return strings.ToLower(string(k))
 }
 
-// MarkSucceededParams are the arguments of MarkSucceeded.
-type MarkSucceededParams struct {
-	Tenant     string
-	Key        string
-	Attempt    int
-	ExternalID string
-	Result     json.RawMessage // canonical JSON object or nil
-	// Actor is recorded as the event's actor: the authenticated principal,
-	// or without authentication what the caller stated ("" records the
-	// lease owner). StatedActor is what the caller said it acts as.
-	Actor, StatedActor string
-}
-
-// Command returns the protocol command of p.
-func (p MarkSucceededParams) Command() *opjournal.Command {
-	return &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
-		Attempt: p.Attempt, ExternalID: p.ExternalID, Result: p.Result}
-}
-
-// MarkParams are the arguments of MarkUnknown and MarkFailedFinal.
-type MarkParams struct {
-	Tenant    string
-	Key       string
-	Attempt   int
-	ErrorCode string
-	// Result (MarkFailedFinal only): the refusal as the provider gave it,
-	// canonical JSON object or nil.
-	Result json.RawMessage
-	// Actor is recorded as the event's actor: the authenticated principal,
-	// or without authentication what the caller stated ("" records the
-	// lease owner). StatedActor is what the caller said it acts as.
-	Actor, StatedActor string
-}
-
-// Command returns the protocol command kind of p.
-func (p MarkParams) Command(kind opjournal.CommandKind) *opjournal.Command {
-	return &opjournal.Command{Kind: kind, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
-		Attempt: p.Attempt, ErrorCode: p.ErrorCode, Result: p.Result}
+var verbs = map[protocol.CommandKind]string{
+	protocol.CmdRegister: "register", protocol.CmdClaim: "claim", protocol.CmdExtendLease: "extend lease",
+	protocol.CmdMarkSucceeded: "mark succeeded", protocol.CmdMarkUnknown: "mark unknown",
+	protocol.CmdMarkFailedFinal: "mark failed_final", protocol.CmdReleaseForRetry: "release",
+	protocol.CmdRecordCheck: "record check", protocol.CmdEscalate: "escalate", protocol.CmdResolve: "resolve",
+	protocol.CmdAcknowledge: "acknowledge",
 }
 
 // ListParams filter and page List. Zero values do not filter.
@@ -338,104 +209,6 @@ func KindCase(param func(v string) string, prefix func(p string) string) string 
 	}
 	b.WriteString(" ELSE " + param(string(opjournal.KindOther)) + " END)")
 	return b.String()
-}
-
-// ReleaseParams are the arguments of ReleaseForRetry.
-type ReleaseParams struct {
-	Tenant  string
-	Key     string
-	Attempt int // must be the latest attempt
-	Reason  string
-	// DefinitiveAbsence: the action's policy says its provider's search is
-	// complete and current (reconcile.definitive_absence); without it
-	// nothing is released.
-	DefinitiveAbsence bool
-	// ReleaseAfter: absence only counts once the outcome has been unknown
-	// this long (database clock): visibility_lag + in_flight_window.
-	ReleaseAfter time.Duration
-	// Actor is recorded as the event's actor: the authenticated principal,
-	// or without authentication what the caller stated ("" records the
-	// lease owner). StatedActor is what the caller said it acts as.
-	Actor, StatedActor string
-}
-
-// Command returns the protocol command of p.
-func (p ReleaseParams) Command() *opjournal.Command {
-	return &opjournal.Command{Kind: opjournal.CmdReleaseForRetry, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
-		Attempt: p.Attempt, Reason: p.Reason,
-		Policy: opjournal.CommandPolicy{DefinitiveAbsence: p.DefinitiveAbsence, ReleaseAfter: p.ReleaseAfter}}
-}
-
-// RecordCheckParams are the arguments of RecordCheck.
-type RecordCheckParams struct {
-	Tenant         string
-	Key            string
-	Attempt        int // must be the latest attempt
-	Note           string
-	NextCheckAfter time.Duration
-	// Actor is recorded as the event's actor: the authenticated principal,
-	// or without authentication what the caller stated ("" records the
-	// lease owner). StatedActor is what the caller said it acts as.
-	Actor, StatedActor string
-}
-
-// Command returns the protocol command of p.
-func (p RecordCheckParams) Command() *opjournal.Command {
-	return &opjournal.Command{Kind: opjournal.CmdRecordCheck, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
-		Attempt: p.Attempt, Reason: p.Note, NextCheckAfter: p.NextCheckAfter}
-}
-
-// EscalateParams are the arguments of Escalate.
-type EscalateParams struct {
-	Tenant string
-	Key    string
-	Reason string
-	// Actor is recorded as the event's actor: the authenticated principal,
-	// or without authentication what the caller stated ("" records the
-	// lease owner). StatedActor is what the caller said it acts as.
-	Actor, StatedActor string
-}
-
-// Command returns the protocol command of p.
-func (p EscalateParams) Command() *opjournal.Command {
-	return &opjournal.Command{Kind: opjournal.CmdEscalate, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor, Reason: p.Reason}
-}
-
-// ResolveParams are the arguments of Resolve.
-type ResolveParams struct {
-	Tenant     string
-	Key        string
-	To         opjournal.Status // StatusSucceeded or StatusFailedFinal
-	ExternalID string           // with StatusSucceeded
-	Result     json.RawMessage  // with StatusSucceeded, optional
-	ErrorCode  string           // with StatusFailedFinal, optional
-	Reason     string
-	// Actor is recorded as the event's actor: the authenticated principal,
-	// or without authentication what the caller stated ("" records the
-	// lease owner). StatedActor is what the caller said it acts as.
-	Actor, StatedActor string
-}
-
-// Command returns the protocol command of p.
-func (p ResolveParams) Command() *opjournal.Command {
-	return &opjournal.Command{Kind: opjournal.CmdResolve, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor,
-		Resolution: p.To, ExternalID: p.ExternalID, Result: p.Result, ErrorCode: p.ErrorCode, Reason: p.Reason}
-}
-
-// AcknowledgeParams are the arguments of Acknowledge.
-type AcknowledgeParams struct {
-	Tenant string
-	Key    string
-	Reason string
-	// Actor is recorded as the event's actor: the authenticated principal,
-	// or without authentication what the caller stated ("" records the
-	// lease owner). StatedActor is what the caller said it acts as.
-	Actor, StatedActor string
-}
-
-// Command returns the protocol command of p.
-func (p AcknowledgeParams) Command() *opjournal.Command {
-	return &opjournal.Command{Kind: opjournal.CmdAcknowledge, Key: p.Key, Actor: p.Actor, StatedActor: p.StatedActor, Reason: p.Reason}
 }
 
 // PurgeParams are the arguments of Purge.

@@ -6,7 +6,7 @@
 // sequential model of the protocol gives every answer the journal gave.
 //
 // The model (this file) is written from the README's protocol table (the
-// section "The protocol"), not from opjournal.Apply: it is an independent
+// section "The protocol"), not from protocol.Apply: it is an independent
 // reading of the specification, so that a store which agrees with Apply
 // on every single call but applies a rule it should not under concurrency
 // (a guard checked on a stale read) is still caught. Where the README

@@ -72,18 +72,27 @@ func EndStore(span trace.Span, err error, code string) {
 
 type stmtKey struct{}
 
-type stmtName struct{ what string }
+type stmtName struct{ what, rule string }
 
 // WithStatementName names the statements run on ctx (a store's "get",
-// "claim"), for their spans. Call only when Enabled.
-func WithStatementName(ctx context.Context, what string) context.Context {
-	return context.WithValue(ctx, stmtKey{}, stmtName{what})
+// "claim") and the protocol rule they apply ("Claim: win"; "" for none),
+// for their spans. Call only when Enabled.
+func WithStatementName(ctx context.Context, what, rule string) context.Context {
+	return context.WithValue(ctx, stmtKey{}, stmtName{what, rule})
 }
 
 // StatementName is the name WithStatementName gave ctx, or "".
 func StatementName(ctx context.Context) string {
 	if n, ok := ctx.Value(stmtKey{}).(stmtName); ok {
 		return n.what
+	}
+	return ""
+}
+
+// StatementRule is the rule WithStatementName gave ctx, or "".
+func StatementRule(ctx context.Context) string {
+	if n, ok := ctx.Value(stmtKey{}).(stmtName); ok {
+		return n.rule
 	}
 	return ""
 }

@@ -40,6 +40,7 @@ const (
 	KeyErrorCode    = attribute.Key("opjournal.error_code")
 	KeyTransport    = attribute.Key("opjournal.transport")
 	KeyBatchSize    = attribute.Key("opjournal.batch.size")
+	KeyRule         = attribute.Key("opjournal.rule")
 	KeyLink         = attribute.Key("opjournal.link")
 	KeyAttempt      = attribute.Key("opjournal.attempt")
 	KeyOutcome      = attribute.Key("opjournal.outcome")

@@ -48,6 +48,7 @@ type call[In, Out any] struct {
 // statement; the batcher runs the statements.
 type batcher[In, Out any] struct {
 	what string // for errors: "register", "claim", …
+	rule string // the rules its statement applies, for its span
 	// exec applies the calls in one statement, setting out and ok on each
 	// call it applied. An error means the statement as a whole failed
 	// (nothing of it was committed).
@@ -60,9 +61,9 @@ type batcher[In, Out any] struct {
 // errClosed answers calls made after Close.
 var errClosed = opjournal.Errorf(opjournal.CodeUnavailable, "", "the store is closed")
 
-func newBatcher[In, Out any](what string, workers, max int, bound func(context.Context) (context.Context, context.CancelFunc),
+func newBatcher[In, Out any](what, rule string, workers, max int, bound func(context.Context) (context.Context, context.CancelFunc),
 	exec func(context.Context, []*call[In, Out]) error) *batcher[In, Out] {
-	b := &batcher[In, Out]{what: what, exec: exec, bound: bound}
+	b := &batcher[In, Out]{what: what, rule: rule, exec: exec, bound: bound}
 	b.q = groupq.New(workers, max, b.run)
 	return b
 }
@@ -164,6 +165,7 @@ func (b *batcher[In, Out]) execBounded(calls []*call[In, Out]) error {
 			ctxs[i] = c.ctx
 		}
 		ctx, span = tracing.StartBatch(ctx, "postgresql", b.what, ctxs)
+		span.SetAttributes(tracing.KeyRule.String(b.rule))
 	}
 	err := b.exec(ctx, calls)
 	var oe *opjournal.Error

@@ -13,7 +13,9 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/await"
 	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
+	"github.com/opjournal/opjournal/store/storetest"
 )
 
 // These tests make a batch deterministically: with one worker per kind, a
@@ -75,14 +77,19 @@ func inOneBatch[In, Out any](t *testing.T, conn *pgx.Conn, lockSQL string, b *ba
 	}
 }
 
-var claim = &store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 60}
+var claim = &storetest.ClaimPolicy{WorkerID: "w", LeaseSeconds: 60}
 
 func register(t *testing.T, s *Store, tenant, key, hash string) {
 	t.Helper()
-	if _, err := s.registerOne(context.Background(), store.RegisterParams{Tenant: tenant, Key: key, Action: "a",
-		RequestHash: hash, Payload: json.RawMessage(`{"k":"` + key + `"}`), Claim: claim}); err != nil {
+	if _, err := s.registerOne(context.Background(), tenant, storetest.Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "a",
+		RequestHash: hash, Payload: json.RawMessage(`{"k":"` + key + `"}`)}, claim)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// mark is a MarkSucceeded of tenant's key.
+func mark(tenant, key string, attempt int, externalID string, result json.RawMessage) applyCall {
+	return applyCall{tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: key, Attempt: attempt, ExternalID: externalID, Result: result}}
 }
 
 func TestOneBatchOfMarkSucceededAnswersEachCallAsAlone(t *testing.T) {
@@ -97,43 +104,43 @@ func TestOneBatchOfMarkSucceededAnswersEachCallAsAlone(t *testing.T) {
 		op  *opjournal.Operation
 		err error
 	}
-	run := func(lockKey string, calls []store.MarkSucceededParams) []outcome {
+	run := func(lockKey string, calls []applyCall) []outcome {
 		out := make([]outcome, len(calls))
 		fns := make([]func(), len(calls))
 		for i := range calls {
-			fns[i] = func() { op, err := s.MarkSucceeded(ctx, calls[i]); out[i] = outcome{op, err} }
+			fns[i] = func() { op, err := storetest.Op(s.Apply(ctx, calls[i].tenant, calls[i].c)); out[i] = outcome{op, err} }
 		}
 		inOneBatch(t, conn, `SELECT 1 FROM operations WHERE operation_key = '`+lockKey+`' FOR UPDATE`, s.marks, fns)
 		return out
 	}
-	calls := []store.MarkSucceededParams{
-		{Key: "m0", Attempt: 1, ExternalID: "e0"},
-		{Key: "m1", Attempt: 1, ExternalID: "e1"},
-		{Key: "m1", Attempt: 9, ExternalID: "e1-never"}, // the same key again, an attempt never issued
-		{Key: "m2", Attempt: 7, ExternalID: "e2"},       // never issued
-		{Key: "m3", Attempt: 1, ExternalID: "e3", Result: json.RawMessage(`{"ok":true}`)},
-		{Tenant: "t2", Key: "m4", Attempt: 1, ExternalID: "e4"},
+	calls := []applyCall{
+		mark("", "m0", 1, "e0", nil),
+		mark("", "m1", 1, "e1", nil),
+		mark("", "m1", 9, "e1-never", nil), // the same key again, an attempt never issued
+		mark("", "m2", 7, "e2", nil),       // never issued
+		mark("", "m3", 1, "e3", json.RawMessage(`{"ok":true}`)),
+		mark("t2", "m4", 1, "e4", nil),
 	}
 	results := run("m0", calls)
 	for i, want := range []string{"e0", "e1", "", "", "e3", "e4"} {
 		r := results[i]
 		if want == "" {
 			if got := opjournal.ErrorCode(r.err); got != opjournal.CodeInvalidArgument {
-				t.Errorf("%s with an attempt never issued: %+v, %v; want INVALID_ARGUMENT", calls[i].Key, r.op, r.err)
+				t.Errorf("%s with an attempt never issued: %+v, %v; want INVALID_ARGUMENT", calls[i].c.Key, r.op, r.err)
 			}
 			continue
 		}
 		if r.err != nil || r.op == nil || r.op.Status != opjournal.StatusSucceeded || r.op.ExternalID != want {
-			t.Errorf("call %d (%s): %+v, %v; want succeeded with %s", i, calls[i].Key, r.op, r.err, want)
+			t.Errorf("call %d (%s): %+v, %v; want succeeded with %s", i, calls[i].c.Key, r.op, r.err, want)
 		}
 	}
 
 	// A call the database refuses fails the statement: the others are
 	// then applied one by one, and only it fails.
-	poisoned := run("m5", []store.MarkSucceededParams{
-		{Key: "m5", Attempt: 1, ExternalID: "e5"},
-		{Key: "m6", Attempt: 1, ExternalID: "e6", Result: json.RawMessage(`{not json`)},
-		{Key: "m7", Attempt: 1, ExternalID: "e7"},
+	poisoned := run("m5", []applyCall{
+		mark("", "m5", 1, "e5", nil),
+		mark("", "m6", 1, "e6", json.RawMessage(`{not json`)),
+		mark("", "m7", 1, "e7", nil),
 	})
 	if poisoned[1].err == nil {
 		t.Errorf("m6 with a result that is not JSON: no error")
@@ -169,24 +176,24 @@ func TestOneBatchOfRegisterAnswersEachCallAsAlone(t *testing.T) {
 	ctx := context.Background()
 	register(t, s, "", "r2", "h-first")
 	register(t, s, "", "r3", "h")
-	if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Key: "r3", Attempt: 1, ExternalID: "x3"}); err != nil {
+	if _, err := storetest.Op(s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "r3", Attempt: 1, ExternalID: "x3"})); err != nil {
 		t.Fatal(err)
 	}
-	params := func(tenant, key, hash, payload string, c *store.ClaimPolicy) store.RegisterParams {
-		return store.RegisterParams{Tenant: tenant, Key: key, Action: "a", RequestHash: hash, Payload: json.RawMessage(payload), Claim: c}
+	params := func(tenant, key, hash, payload string, c *storetest.ClaimPolicy) applyCall {
+		return applyCall{tenant, storetest.Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "a", RequestHash: hash, Payload: json.RawMessage(payload)}, c)}
 	}
-	run := func(lockKey string, calls []store.RegisterParams) ([]store.RegisterResult, []error) {
-		results, errs := make([]store.RegisterResult, len(calls)), make([]error, len(calls))
+	run := func(lockKey string, calls []applyCall) ([]store.Applied, []error) {
+		results, errs := make([]store.Applied, len(calls)), make([]error, len(calls))
 		fns := make([]func(), len(calls))
 		for i := range calls {
-			fns[i] = func() { results[i], errs[i] = s.Register(ctx, calls[i]) }
+			fns[i] = func() { results[i], errs[i] = s.Apply(ctx, calls[i].tenant, calls[i].c) }
 		}
 		// The first call's insert waits for our uncommitted insert of the same key.
 		inOneBatch(t, conn, `INSERT INTO operations (tenant, operation_key, action_type, request_hash, payload, status)
 			VALUES ('', '`+lockKey+`', 'a', 'h', '{"k":"`+lockKey+`"}', 'pending')`, s.registers, fns)
 		return results, errs
 	}
-	results, errs := run("r0", []store.RegisterParams{
+	results, errs := run("r0", []applyCall{
 		params("", "r0", "h", `{"k":"r0"}`, nil),
 		params("", "r1", "h", `{"k":"r1"}`, claim),
 		params("", "r1", "h-other", `{"k":"r1","other":1}`, claim), // the same key, other parameters
@@ -199,19 +206,19 @@ func TestOneBatchOfRegisterAnswersEachCallAsAlone(t *testing.T) {
 	if errs[0] != nil || results[0].Created || results[0].Operation.Status != opjournal.StatusPending {
 		t.Errorf("r0: %+v, %v; want the existing pending operation, not created", results[0], errs[0])
 	}
-	if errs[1] != nil || !results[1].Created || results[1].Claim == nil || !results[1].Claim.Claimed || results[1].Operation.AttemptCount != 1 {
+	if errs[1] != nil || !results[1].Created || !results[1].Claimed || results[1].Operation.AttemptCount != 1 {
 		t.Errorf("r1, first: %+v, %v; want created and claimed", results[1], errs[1])
 	}
 	if opjournal.ErrorCode(errs[2]) != opjournal.CodePayloadMismatch {
 		t.Errorf("r1 with other parameters in the same batch: %+v, %v; want PAYLOAD_MISMATCH", results[2], errs[2])
 	}
-	if errs[3] != nil || results[3].Created || results[3].Claim == nil || results[3].Claim.Claimed || results[3].Claim.RetryAfter <= 0 {
+	if errs[3] != nil || results[3].Created || results[3].Claimed || results[3].RetryAfter <= 0 {
 		t.Errorf("r1 again: %+v, %v; want the lease held elsewhere, with a retry-after", results[3], errs[3])
 	}
 	if opjournal.ErrorCode(errs[4]) != opjournal.CodePayloadMismatch {
 		t.Errorf("r2 with other parameters: %v, want PAYLOAD_MISMATCH", errs[4])
 	}
-	if errs[5] != nil || results[5].Created || results[5].Claim == nil || results[5].Claim.Claimed ||
+	if errs[5] != nil || results[5].Created || results[5].Claimed ||
 		results[5].Operation.Status != opjournal.StatusSucceeded || results[5].Operation.ExternalID != "x3" {
 		t.Errorf("r3 replay: %+v, %v; want the succeeded operation, unclaimed", results[5], errs[5])
 	}
@@ -221,7 +228,7 @@ func TestOneBatchOfRegisterAnswersEachCallAsAlone(t *testing.T) {
 
 	// A call the database refuses fails the statement: the others are
 	// then applied one by one, and only it fails.
-	results, errs = run("r4", []store.RegisterParams{
+	results, errs = run("r4", []applyCall{
 		params("", "r4", "h", `{"k":"r4"}`, nil),
 		params("", "r5", "h", `{not json`, nil),
 		params("", "r6", "h", `{"k":"r6"}`, claim),
@@ -229,7 +236,7 @@ func TestOneBatchOfRegisterAnswersEachCallAsAlone(t *testing.T) {
 	if errs[1] == nil {
 		t.Errorf("r5 with a payload that is not JSON: no error")
 	}
-	if errs[2] != nil || !results[2].Created || !results[2].Claim.Claimed {
+	if errs[2] != nil || !results[2].Created || !results[2].Claimed {
 		t.Errorf("r6 beside the refused one: %+v, %v; want created and claimed", results[2], errs[2])
 	}
 	var n int
@@ -264,12 +271,12 @@ func TestQueuedCallGivesUpAtItsOwnBound(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM operations WHERE operation_key = 'h1' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
-	mark := store.MarkSucceededParams{Key: "h1", Attempt: 1, ExternalID: "x"}
+	m := &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "h1", Attempt: 1, ExternalID: "x"}
 	first := make(chan error, 1)
-	go func() { _, err := s.MarkSucceeded(ctx, mark); first <- err }()
+	go func() { _, err := storetest.Op(s.Apply(ctx, "", m)); first <- err }()
 	await.Until(t, "the first call to run", func() bool { n, _, _ := s.marks.q.Stats(); return n == 1 })
 	start := time.Now()
-	_, err = s.MarkSucceeded(ctx, mark)
+	_, err = storetest.Op(s.Apply(ctx, "", m))
 	elapsed := time.Since(start)
 	if opjournal.ErrorCode(err) != opjournal.CodeUnavailable {
 		t.Errorf("queued call: %v, want UNAVAILABLE", err)
@@ -284,7 +291,7 @@ func TestQueuedCallGivesUpAtItsOwnBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The lock is gone: the same call now applies.
-	if op, err := s.MarkSucceeded(ctx, mark); err != nil || op.Status != opjournal.StatusSucceeded {
+	if op, err := storetest.Op(s.Apply(ctx, "", m)); err != nil || op.Status != opjournal.StatusSucceeded {
 		t.Errorf("after the lock: %+v, %v", op, err)
 	}
 }

@@ -3,8 +3,7 @@ package postgres
 import (
 	"context"
 
-	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/store"
+	"github.com/opjournal/opjournal/internal/protocol"
 )
 
 // The three statements the batchers run (batch.go explains why): the first
@@ -29,7 +28,7 @@ type opKey = [2]string
 // rule each call's computed parameters (its event's reason) come from.
 // The arrays are filled through the typed accessors, without boxing each
 // value: this runs for every call of the hot path.
-func batchArgs(clockArg any, st *statement, sent []*opjournal.Command, tenants []string, ruleOf func(*opjournal.Command) *opjournal.Rule) []any {
+func batchArgs(clockArg any, st *statement, sent []*protocol.Command, tenants []string, ruleOf func(*protocol.Command) *protocol.Rule) []any {
 	n := len(sent)
 	keys := make([]string, n)
 	for i, c := range sent {
@@ -39,25 +38,25 @@ func batchArgs(clockArg any, st *statement, sent []*opjournal.Command, tenants [
 	args = append(args, clockArg, tenants, keys)
 	for _, p := range st.params {
 		switch p.Type() {
-		case opjournal.TypeInt:
+		case protocol.TypeInt:
 			col := make([]int32, n)
 			for i, c := range sent {
 				col[i] = int32(c.Int(p))
 			}
 			args = append(args, col)
-		case opjournal.TypeBool:
+		case protocol.TypeBool:
 			col := make([]bool, n)
 			for i, c := range sent {
 				col[i] = c.Bool(p)
 			}
 			args = append(args, col)
-		case opjournal.TypeDuration:
+		case protocol.TypeDuration:
 			col := make([]float64, n)
 			for i, c := range sent {
 				col[i] = c.Duration(p).Seconds()
 			}
 			args = append(args, col)
-		case opjournal.TypeJSON:
+		case protocol.TypeJSON:
 			col := make([]*string, n)
 			for i, c := range sent {
 				if raw := c.JSON(p); raw != nil {
@@ -80,14 +79,14 @@ func batchArgs(clockArg any, st *statement, sent []*opjournal.Command, tenants [
 // execBatch sends st over the calls whose key comes first in the batch
 // and hands every row, scanned with a leading "existed" flag when
 // withExisted is set, to the call it belongs to.
-func execBatch[In any](ctx context.Context, s *Store, what string, st *statement, calls []*call[In, batched],
-	cmd func(In) (tenant string, c *opjournal.Command), ruleOf func(*opjournal.Command) *opjournal.Rule, withExisted bool) error {
-	sent := firstPerKey(calls, func(in In) opKey { t, c := cmd(in); return opKey{t, c.Key} })
-	byKey := make(map[opKey]*call[In, batched], len(sent))
-	cmds := make([]*opjournal.Command, len(sent))
+func execBatch(ctx context.Context, s *Store, what string, st *statement, calls []*call[applyCall, batched],
+	ruleOf func(*protocol.Command) *protocol.Rule, withExisted bool) error {
+	sent := firstPerKey(calls, func(in applyCall) opKey { return opKey{in.tenant, in.c.Key} })
+	byKey := make(map[opKey]*call[applyCall, batched], len(sent))
+	cmds := make([]*protocol.Command, len(sent))
 	tenants := make([]string, len(sent))
 	for j, i := range sent {
-		t, c := cmd(calls[i].in)
+		t, c := calls[i].in.tenant, calls[i].in.c
 		cmds[j], tenants[j] = c, t
 		byKey[opKey{t, c.Key}] = calls[i]
 	}
@@ -120,8 +119,8 @@ func execBatch[In any](ctx context.Context, s *Store, what string, st *statement
 	return nil
 }
 
-func fixedRule(r *opjournal.Rule) func(*opjournal.Command) *opjournal.Rule {
-	return func(*opjournal.Command) *opjournal.Rule { return r }
+func fixedRule(r *protocol.Rule) func(*protocol.Command) *protocol.Rule {
+	return func(*protocol.Command) *protocol.Rule { return r }
 }
 
 // execRegister inserts every new key (pending, or in_progress with attempt
@@ -131,22 +130,19 @@ func fixedRule(r *opjournal.Rule) func(*opjournal.Command) *opjournal.Rule {
 // row committed by another transaction after the statement began, which
 // ON CONFLICT still skips): such a call comes back not applied and the
 // one-call path reads the row.
-func (s *Store) execRegister(ctx context.Context, calls []*call[store.RegisterParams, batched]) error {
-	return execBatch(ctx, s, "register", batchReg, calls,
-		func(p store.RegisterParams) (string, *opjournal.Command) { return p.Tenant, p.Command() }, insertRule, true)
+func (s *Store) execRegister(ctx context.Context, calls []*call[applyCall, batched]) error {
+	return execBatch(ctx, s, "register", batchReg, calls, insertRule, true)
 }
 
 // execClaim is claim's conditional UPDATE for many keys: a row comes back
 // for each call that now holds the lease.
-func (s *Store) execClaim(ctx context.Context, calls []*call[store.ClaimParams, batched]) error {
-	return execBatch(ctx, s, "claim", batchClaim, calls,
-		func(p store.ClaimParams) (string, *opjournal.Command) { return p.Tenant, p.Command() }, fixedRule(batchClaim.rule), false)
+func (s *Store) execClaim(ctx context.Context, calls []*call[applyCall, batched]) error {
+	return execBatch(ctx, s, "claim", batchClaim, calls, fixedRule(batchClaim.rule), false)
 }
 
 // execMarkSucceeded is MarkSucceeded's conditional UPDATE for many keys: a
 // row comes back for each call whose attempt was issued and whose
 // operation was not yet terminal.
-func (s *Store) execMarkSucceeded(ctx context.Context, calls []*call[store.MarkSucceededParams, batched]) error {
-	return execBatch(ctx, s, "mark succeeded", batchMark, calls,
-		func(p store.MarkSucceededParams) (string, *opjournal.Command) { return p.Tenant, p.Command() }, fixedRule(batchMark.rule), false)
+func (s *Store) execMarkSucceeded(ctx context.Context, calls []*call[applyCall, batched]) error {
+	return execBatch(ctx, s, "mark succeeded", batchMark, calls, fixedRule(batchMark.rule), false)
 }

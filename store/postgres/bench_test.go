@@ -10,8 +10,9 @@ import (
 
 	"github.com/opjournal/opjournal/internal/bench"
 	"github.com/opjournal/opjournal/internal/pgtest"
-	"github.com/opjournal/opjournal/store"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store/postgres"
+	"github.com/opjournal/opjournal/store/storetest"
 )
 
 // BenchmarkFused measures the store alone on the fused path (register with
@@ -51,23 +52,19 @@ func benchCycle(b *testing.B, fused bool) {
 				ctx := context.Background()
 				for next() {
 					key := fmt.Sprintf("k%d", n.Add(1))
-					cp := &store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}
-					rp := store.RegisterParams{Key: key, Action: "create_payment", RequestHash: "h", Payload: payload}
+					rc := &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "create_payment", RequestHash: "h", Payload: payload}
 					if fused {
-						rp.Claim = cp
+						rc.Claim, rc.WorkerID, rc.LeaseSeconds = true, "w", 30
 					}
-					r, err := s.Register(ctx, rp)
+					r, err := s.Apply(ctx, "", rc)
 					if err == nil && !fused {
-						var cr store.ClaimResult
-						cr, err = s.Claim(ctx, store.ClaimParams{Key: key, ClaimPolicy: *cp})
-						r.Claim = &cr
+						r, err = s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdClaim, Key: key, WorkerID: "w", LeaseSeconds: 30})
 					}
-					if err != nil || r.Claim == nil || !r.Claim.Claimed {
+					if err != nil || !r.Claimed {
 						b.Errorf("register and claim: %v %+v", err, r)
 						return
 					}
-					if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Key: key, Attempt: 1, ExternalID: "x",
-						Result: json.RawMessage(`{"ok":true}`)}); err != nil {
+					if _, err := storetest.Op(s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: key, Attempt: 1, ExternalID: "x", Result: json.RawMessage(`{"ok":true}`)})); err != nil {
 						b.Errorf("mark: %v", err)
 						return
 					}

@@ -9,8 +9,8 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store/storetest"
 )
 
@@ -31,12 +31,12 @@ func TestGuardIsFirstMatch(t *testing.T) {
 	base := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	now.Store(&base)
 	s.SetClock(func() time.Time { return *now.Load() })
-	probes := map[*opjournal.Rule]*statement{}
+	probes := map[*protocol.Rule]*statement{}
 	for r := range updates {
 		probes[r] = renderProbe(r)
 	}
 	var run atomic.Int64
-	checked := map[*opjournal.Rule]int{}
+	checked := map[*protocol.Rule]int{}
 	covered := func() bool {
 		for r := range updates {
 			if checked[r] == 0 {
@@ -58,7 +58,7 @@ func TestGuardIsFirstMatch(t *testing.T) {
 }
 
 func checkGuards(t *testing.T, s *Store, base time.Time, now *atomic.Pointer[time.Time], run *atomic.Int64,
-	probes map[*opjournal.Rule]*statement, checked map[*opjournal.Rule]int) {
+	probes map[*protocol.Rule]*statement, checked map[*protocol.Rule]int) {
 	ctx := context.Background()
 	rapid.Check(t, func(rt *rapid.T) {
 		n := run.Add(1)
@@ -76,15 +76,15 @@ func checkGuards(t *testing.T, s *Store, base time.Time, now *atomic.Pointer[tim
 				continue // not registered yet
 			}
 			c := storetest.DrawCommand(rt, "a")
-			if c.Kind == opjournal.CmdRegister {
+			if c.Kind == protocol.CmdRegister {
 				continue
 			}
-			cmd := storetest.StoreCommand(tenant, c)
-			var chosen *opjournal.Rule
-			if d, err := opjournal.Apply(sc.op, cmd, sc.dbNow); err == nil {
+			cmd := c
+			var chosen *protocol.Rule
+			if d, err := protocol.Apply(sc.op, cmd, sc.dbNow); err == nil {
 				chosen = d.Rule
 			}
-			for _, r := range opjournal.Rules(cmd.Kind) {
+			for _, r := range protocol.Rules(cmd.Kind) {
 				st := probes[r]
 				if st == nil {
 					continue // a rule that changes nothing has no statement
@@ -105,7 +105,7 @@ func checkGuards(t *testing.T, s *Store, base time.Time, now *atomic.Pointer[tim
 	})
 }
 
-func ruleCase(r *opjournal.Rule) string {
+func ruleCase(r *protocol.Rule) string {
 	if r == nil {
 		return "a refusal"
 	}
@@ -114,7 +114,7 @@ func ruleCase(r *opjournal.Rule) string {
 
 // renderProbe renders the guard of rule's UPDATE as a SELECT of whether
 // it holds on the row, with the UPDATE's parameters.
-func renderProbe(rule *opjournal.Rule) *statement {
+func renderProbe(rule *protocol.Rule) *statement {
 	r := newRenderer(false)
 	g := r.guard(rule)
 	return &statement{rule: rule, sql: `SELECT ` + g + ` FROM operations WHERE tenant = $2 AND operation_key = $3`, params: r.params}
@@ -136,10 +136,10 @@ func TestDuplicateDuringAcknowledgeReachesAPerson(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	const tenant = "race"
-	steps := []*opjournal.Command{
-		{Kind: opjournal.CmdRegister, Key: "k", Action: "pay", RequestHash: "p1", Payload: []byte(`{}`), Claim: true, WorkerID: "w5", LeaseSeconds: 30},
-		{Kind: opjournal.CmdMarkSucceeded, Key: "k", Attempt: 1, ExternalID: "x7"},
-		{Kind: opjournal.CmdMarkSucceeded, Key: "k", Attempt: 1, ExternalID: "x5"},
+	steps := []*protocol.Command{
+		{Kind: protocol.CmdRegister, Key: "k", Action: "pay", RequestHash: "p1", Payload: []byte(`{}`), Claim: true, WorkerID: "w5", LeaseSeconds: 30},
+		{Kind: protocol.CmdMarkSucceeded, Key: "k", Attempt: 1, ExternalID: "x7"},
+		{Kind: protocol.CmdMarkSucceeded, Key: "k", Attempt: 1, ExternalID: "x5"},
 	}
 	for _, c := range steps {
 		if err := storetest.Call(s, tenant, c); err != nil {
@@ -150,10 +150,10 @@ func TestDuplicateDuringAcknowledgeReachesAPerson(t *testing.T) {
 	if err != nil || !stale.op.NeedsReview {
 		t.Fatalf("after x5: %+v %v, want under review", stale.op, err)
 	}
-	if err := storetest.Call(s, tenant, &opjournal.Command{Kind: opjournal.CmdAcknowledge, Key: "k", Reason: "x5 refunded"}); err != nil {
+	if err := storetest.Call(s, tenant, &protocol.Command{Kind: protocol.CmdAcknowledge, Key: "k", Reason: "x5 refunded"}); err != nil {
 		t.Fatal(err)
 	}
-	x12 := storetest.StoreCommand(tenant, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k", Attempt: 1, ExternalID: "x12"})
+	x12 := &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k", Attempt: 1, ExternalID: "x12"}
 	ex, err := s.execute(ctx, tenant, x12, &stale)
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 // history in it, so a purge releases a week of history with one catalog
 // change instead of a delete per row.
 //
-// The purge rule stays the protocol's (opjournal.Purgeable): an operation
+// The purge rule stays the protocol's (protocol.Purgeable): an operation
 // goes when it is terminal, not under review and unchanged for its
 // action's retention. What changes is how its history goes:
 //

@@ -17,10 +17,12 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/internal/testclock"
 	"github.com/opjournal/opjournal/migrations"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/postgres"
+	"github.com/opjournal/opjournal/store/storetest"
 )
 
 // The history's weekly partitions (partitions.go): created ahead, rows
@@ -102,7 +104,7 @@ func (f *partFixture) register(t *testing.T, key string) { f.registerAs(t, key, 
 
 func (f *partFixture) registerAs(t *testing.T, key, action string) {
 	t.Helper()
-	if _, err := f.s.Register(f.ctx, store.RegisterParams{Key: key, Action: action, RequestHash: "h", Payload: partPayload}); err != nil {
+	if _, err := f.s.Apply(f.ctx, "", &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: action, RequestHash: "h", Payload: partPayload}); err != nil {
 		t.Fatalf("register %s: %v", key, err)
 	}
 }
@@ -113,11 +115,11 @@ func (f *partFixture) succeed(t *testing.T, key string) { f.succeedAs(t, key, "p
 func (f *partFixture) succeedAs(t *testing.T, key, action string) {
 	t.Helper()
 	f.registerAs(t, key, action)
-	cr, err := f.s.Claim(f.ctx, store.ClaimParams{Key: key, ClaimPolicy: store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}})
+	cr, err := f.s.Apply(f.ctx, "", storetest.Claiming(&protocol.Command{Kind: protocol.CmdClaim, Key: key}, &storetest.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}))
 	if err != nil || !cr.Claimed {
 		t.Fatalf("claim %s: %+v %v", key, cr, err)
 	}
-	if _, err := f.s.MarkSucceeded(f.ctx, store.MarkSucceededParams{Key: key, Attempt: 1, ExternalID: "x_" + key}); err != nil {
+	if _, err := storetest.Op(f.s.Apply(f.ctx, "", &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: key, Attempt: 1, ExternalID: "x_" + key})); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -286,7 +288,7 @@ func TestPurgeDropsPartitions(t *testing.T) {
 		t.Fatalf("history of a1 registered again: %+v, %v", evs, err)
 	}
 	// A duplicate report puts c2 under review: week 2 is pinned now.
-	if _, err := f.s.MarkSucceeded(f.ctx, store.MarkSucceededParams{Key: "c2", Attempt: 1, ExternalID: "other"}); err != nil {
+	if _, err := storetest.Op(f.s.Apply(f.ctx, "", &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "c2", Attempt: 1, ExternalID: "other"})); err != nil {
 		t.Fatal(err)
 	}
 
@@ -323,11 +325,11 @@ func TestPurgeDropsPartitions(t *testing.T) {
 	// Once b2 is done and its retention has passed, the purge's own
 	// maintenance drains week 1, the purge leaves b2's row there, and the
 	// next maintenance drops it.
-	cr, err := f.s.Claim(f.ctx, store.ClaimParams{Key: "b2", ClaimPolicy: store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}})
+	cr, err := f.s.Apply(f.ctx, "", storetest.Claiming(&protocol.Command{Kind: protocol.CmdClaim, Key: "b2"}, &storetest.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}))
 	if err != nil || !cr.Claimed {
 		t.Fatal(cr, err)
 	}
-	if _, err := f.s.MarkFailedFinal(f.ctx, store.MarkParams{Key: "b2", Attempt: 1, ErrorCode: "declined"}); err != nil {
+	if _, err := storetest.Op(f.s.Apply(f.ctx, "", &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "b2", Attempt: 1, ErrorCode: "declined"})); err != nil {
 		t.Fatal(err)
 	}
 	f.clk.Advance(2 * retention)
@@ -471,7 +473,7 @@ func TestPartitionMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Register(ctx, store.RegisterParams{Tenant: "t", Key: "k3", Action: "pay", RequestHash: "h", Payload: partPayload}); err != nil {
+	if _, err := s.Apply(ctx, "t", &protocol.Command{Kind: protocol.CmdRegister, Key: "k3", Action: "pay", RequestHash: "h", Payload: partPayload}); err != nil {
 		t.Fatal(err)
 	}
 	evs, _, err := s.Events(ctx, store.EventsParams{Tenant: "t", Key: "k3"})

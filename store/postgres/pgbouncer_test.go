@@ -13,6 +13,7 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/pgbouncer"
 	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/postgres"
 	"github.com/opjournal/opjournal/store/storetest"
@@ -156,7 +157,7 @@ func TestMigrationsThroughPgBouncer(t *testing.T) {
 		t.Fatalf("Open through pgbouncer after migrating: %v", err)
 	}
 	defer s.Close()
-	if _, err := s.Register(ctx, store.RegisterParams{Key: "k", Action: "a", RequestHash: "h", Payload: []byte(`{}`)}); err != nil {
+	if _, err := s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdRegister, Key: "k", Action: "a", RequestHash: "h", Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	b.AwaitTraffic(t, pgtest.Alias(through), 3)

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/migrations"
 	"github.com/opjournal/opjournal/store"
@@ -38,9 +39,9 @@ type Store struct {
 	closeOnce   sync.Once
 	parts       partitionState // the history's partitions' upkeep (partitions.go)
 	// The hot path's batchers (batch.go); nil when batching is off.
-	registers *batcher[store.RegisterParams, batched]
-	claims    *batcher[store.ClaimParams, batched]
-	marks     *batcher[store.MarkSucceededParams, batched]
+	registers *batcher[applyCall, batched]
+	claims    *batcher[applyCall, batched]
+	marks     *batcher[applyCall, batched]
 }
 
 var _ store.Store = (*Store)(nil)
@@ -261,9 +262,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, err
 	}
 	if w := cs.batchWorkers; w > 0 {
-		s.registers = newBatcher("register", w, cs.batchSize, s.bound, s.execRegister)
-		s.claims = newBatcher("claim", w, cs.batchSize, s.bound, s.execClaim)
-		s.marks = newBatcher("mark succeeded", w, cs.batchSize, s.bound, s.execMarkSucceeded)
+		s.registers = newBatcher("register", batchReg.name, w, cs.batchSize, s.bound, s.execRegister)
+		s.claims = newBatcher("claim", batchClaim.name, w, cs.batchSize, s.bound, s.execClaim)
+		s.marks = newBatcher("mark succeeded", batchMark.name, w, cs.batchSize, s.bound, s.execMarkSucceeded)
 	}
 	return s, nil
 }
@@ -455,10 +456,19 @@ var _ store.Clock = (*Store)(nil)
 // answers UNAVAILABLE and the caller's retry, idempotent by key or fenced
 // by attempt, finds out.
 func (s *Store) one(ctx context.Context, what, sql string, args ...any) (sc scanned, found bool, err error) {
+	return s.oneRule(ctx, what, "", sql, args...)
+}
+
+// run is one for a rule's statement: its span names the rule.
+func (s *Store) run(ctx context.Context, what string, st *statement, args []any) (scanned, bool, error) {
+	return s.oneRule(ctx, what, st.name, st.sql, args...)
+}
+
+func (s *Store) oneRule(ctx context.Context, what, rule, sql string, args ...any) (sc scanned, found bool, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if tracing.Enabled() {
-		ctx = tracing.WithStatementName(ctx, what)
+		ctx = tracing.WithStatementName(ctx, what, rule)
 	}
 	sc, err = scanOp(s.pool.QueryRow(ctx, sql, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -490,8 +500,8 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*opjournal.Operati
 
 // The statements of the table's rules, rendered once (render.go).
 var (
-	updates  = map[*opjournal.Rule]*statement{}
-	inserts  = map[*opjournal.Rule]*statement{}
+	updates  = map[*protocol.Rule]*statement{}
+	inserts  = map[*protocol.Rule]*statement{}
 	batchReg *statement
 	// The hot path's batched statements: the first rule of Claim and of
 	// MarkSucceeded.
@@ -499,29 +509,90 @@ var (
 )
 
 func init() {
-	for _, r := range opjournal.AllRules() {
+	for _, r := range protocol.AllRules() {
 		switch {
-		case r.Outcome != opjournal.Changed:
-		case r.Command == opjournal.CmdRegister:
+		case r.Outcome != protocol.Changed:
+		case r.Command == protocol.CmdRegister:
 			inserts[r] = renderInsert(r)
 		default:
 			updates[r] = renderUpdate(r)
 		}
 	}
-	reg := opjournal.Rules(opjournal.CmdRegister)
-	batchReg = renderBatchedInsert(reg[0], reg[1])
-	batchClaim = renderBatchedUpdate(opjournal.Rules(opjournal.CmdClaim)[0])
-	batchMark = renderBatchedUpdate(opjournal.Rules(opjournal.CmdMarkSucceeded)[0])
+	claimed, plain := insertRules()
+	batchReg = renderBatchedInsert(claimed, plain)
+	batchClaim = renderBatchedUpdate(batchedRule(protocol.CmdClaim))
+	batchMark = renderBatchedUpdate(batchedRule(protocol.CmdMarkSucceeded))
+}
+
+// insertRules are Register's rules for a new key, chosen by what they
+// require (the key absent; a claim asked for, or not) rather than by their
+// place in the table. The batched insert decides between the two by the
+// call's claim alone, so it panics at start-up unless exactly two rules
+// insert and the claim tells them apart.
+func insertRules() (claimed, plain *protocol.Rule) {
+	var inserting []*protocol.Rule
+	for _, r := range protocol.Rules(protocol.CmdRegister) {
+		if r.Outcome == protocol.Changed && requires(r, protocol.CondAbsent) {
+			inserting = append(inserting, r)
+		}
+	}
+	for _, r := range inserting {
+		switch {
+		case paramsHold(r, &protocol.Command{Kind: protocol.CmdRegister, Claim: true}) && !paramsHold(r, &protocol.Command{Kind: protocol.CmdRegister}):
+			claimed = r
+		case paramsHold(r, &protocol.Command{Kind: protocol.CmdRegister}) && !paramsHold(r, &protocol.Command{Kind: protocol.CmdRegister, Claim: true}):
+			plain = r
+		}
+	}
+	if len(inserting) != 2 || claimed == nil || plain == nil {
+		panic(fmt.Sprintf("postgres: the batched Register needs two rules for a new key told apart by the claim; the table has %d", len(inserting)))
+	}
+	return claimed, plain
+}
+
+// batchedRule is the rule a batched statement of cmd applies without
+// reading the rows: the command's first rule that changes an operation.
+// It panics at start-up unless that rule is the command's first (no rule
+// tried before it could apply instead) and its guard is all in SQL (no
+// requirement on the command alone, which one statement for many calls
+// could not tell apart).
+func batchedRule(cmd protocol.CommandKind) *protocol.Rule {
+	rules := protocol.Rules(cmd)
+	for _, r := range rules {
+		if r.Outcome != protocol.Changed {
+			continue
+		}
+		if r != rules[0] {
+			panic(fmt.Sprintf("postgres: the batched %s applies %q without reading the row, but rule %q is tried before it", cmd, r.Case, rules[0].Case))
+		}
+		for _, req := range r.Requires {
+			if commandOnly(req.Cond) {
+				panic(fmt.Sprintf("postgres: the batched %s cannot apply %q: its guard depends on the command (%v)", cmd, r.Case, req.Cond.Kind))
+			}
+		}
+		return r
+	}
+	panic(fmt.Sprintf("postgres: %s has no rule that changes an operation to batch", cmd))
+}
+
+// requires reports whether one of r's requirements is a condition of kind.
+func requires(r *protocol.Rule, kind protocol.CondKind) bool {
+	for _, req := range r.Requires {
+		if req.Cond.Kind == kind {
+			return true
+		}
+	}
+	return false
 }
 
 // firstRule is the rule a command tries without reading the row: the
 // first of its rules whose conditions on the command alone (policy flags,
 // the resolution) hold. nil when that rule changes nothing (the row is
 // read first then).
-func firstRule(c *opjournal.Command) *opjournal.Rule {
-	for _, r := range opjournal.Rules(c.Kind) {
+func firstRule(c *protocol.Command) *protocol.Rule {
+	for _, r := range protocol.Rules(c.Kind) {
 		if paramsHold(r, c) {
-			if r.Outcome == opjournal.Changed {
+			if r.Outcome == protocol.Changed {
 				return r
 			}
 			return nil
@@ -532,7 +603,7 @@ func firstRule(c *opjournal.Command) *opjournal.Rule {
 
 // paramsHold evaluates the requirements of r that depend on the command
 // alone.
-func paramsHold(r *opjournal.Rule, c *opjournal.Command) bool {
+func paramsHold(r *protocol.Rule, c *protocol.Command) bool {
 	for _, req := range r.Requires {
 		if commandOnly(req.Cond) && !req.Cond.Eval(nil, c, time.Time{}) {
 			return false
@@ -541,11 +612,11 @@ func paramsHold(r *opjournal.Rule, c *opjournal.Command) bool {
 	return true
 }
 
-func commandOnly(c opjournal.Cond) bool {
+func commandOnly(c protocol.Cond) bool {
 	switch c.Kind {
-	case opjournal.CondFlag, opjournal.CondResolution:
+	case protocol.CondFlag, protocol.CondResolution:
 		return true
-	case opjournal.CondNot, opjournal.CondAnd, opjournal.CondOr:
+	case protocol.CondNot, protocol.CondAnd, protocol.CondOr:
 		for _, s := range c.Sub {
 			if !commandOnly(s) {
 				return false
@@ -564,7 +635,7 @@ const maxApplyRounds = 16
 // executed is what one command did.
 type executed struct {
 	sc      scanned
-	rule    *opjournal.Rule
+	rule    *protocol.Rule
 	changed bool
 }
 
@@ -574,11 +645,11 @@ type executed struct {
 // chosen rule runs as a conditional statement guarded by its own
 // conditions, so that a concurrent change is never overwritten: then the
 // row is read again. known, if set, is the row as just read.
-func (s *Store) execute(ctx context.Context, tenant string, c *opjournal.Command, known *scanned) (executed, error) {
+func (s *Store) execute(ctx context.Context, tenant string, c *protocol.Command, known *scanned) (executed, error) {
 	if known == nil {
 		if r := firstRule(c); r != nil {
 			st := updates[r]
-			sc, done, err := s.one(ctx, strings.ToLower(string(c.Kind)), st.sql, st.args(s.clockArg(), tenant, c, nil)...)
+			sc, done, err := s.run(ctx, strings.ToLower(string(c.Kind)), st, st.args(s.clockArg(), tenant, c, nil))
 			if err != nil || done {
 				return executed{sc: sc, rule: r, changed: done}, err
 			}
@@ -594,15 +665,15 @@ func (s *Store) execute(ctx context.Context, tenant string, c *opjournal.Command
 			cur = &sc
 		}
 		known = nil
-		d, err := opjournal.Apply(cur.op, c, cur.dbNow)
+		d, err := protocol.Apply(cur.op, c, cur.dbNow)
 		if err != nil {
 			return executed{}, err
 		}
-		if d.Rule.Outcome != opjournal.Changed {
+		if d.Rule.Outcome != protocol.Changed {
 			return executed{sc: *cur, rule: d.Rule}, nil
 		}
 		st := updates[d.Rule]
-		sc, done, err := s.one(ctx, strings.ToLower(string(c.Kind)), st.sql, st.args(s.clockArg(), tenant, c, cur.op)...)
+		sc, done, err := s.run(ctx, strings.ToLower(string(c.Kind)), st, st.args(s.clockArg(), tenant, c, cur.op))
 		if err != nil || done {
 			return executed{sc: sc, rule: d.Rule, changed: done}, err
 		}
@@ -612,45 +683,61 @@ func (s *Store) execute(ctx context.Context, tenant string, c *opjournal.Command
 	}
 }
 
-// execOp is execute for the commands that answer with the operation.
-func (s *Store) execOp(ctx context.Context, tenant string, c *opjournal.Command) (*opjournal.Operation, error) {
-	ex, err := s.execute(ctx, tenant, c, nil)
-	if err != nil {
-		return nil, err
-	}
-	return ex.sc.op, nil
+// applyCall is one command of a tenant, as the batchers carry it.
+type applyCall struct {
+	tenant string
+	c      *protocol.Command
 }
 
-// Register inserts the operation, or returns the existing one with the same
-// hash (and claims it if asked). With a claim, a new key is inserted
+// Apply applies c. Register, Claim and MarkSucceeded, the calls an agent
+// makes once per operation, share their statements with concurrent calls
+// of the same kind (batch.go); every other command is applied by execute.
+func (s *Store) Apply(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
+	switch c.Kind {
+	case protocol.CmdRegister:
+		return s.register(ctx, tenant, c)
+	case protocol.CmdClaim:
+		return s.claim(ctx, tenant, c)
+	case protocol.CmdMarkSucceeded:
+		return s.markSucceeded(ctx, tenant, c)
+	}
+	ex, err := s.execute(ctx, tenant, c, nil)
+	if err != nil {
+		return store.Applied{}, err
+	}
+	return store.Applied{Operation: ex.sc.op}, nil
+}
+
+// register inserts the operation, or returns the existing one with the
+// same hash (and claims it if asked). With a claim, a new key is inserted
 // directly as in_progress with attempt 1: one statement, one commit. The
 // statement is shared with concurrent calls (batch.go).
-func (s *Store) Register(ctx context.Context, p store.RegisterParams) (store.RegisterResult, error) {
+func (s *Store) register(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
 	if s.registers == nil {
-		return s.registerOne(ctx, p)
+		return s.registerOne(ctx, tenant, c)
 	}
 	if s.registers.tryAlone() {
 		defer s.registers.finished()
-		return s.registerOne(ctx, p)
+		return s.registerOne(ctx, tenant, c)
 	}
-	b, ok, err := s.registers.do(ctx, p)
+	b, ok, err := s.registers.do(ctx, applyCall{tenant, c})
 	switch {
 	case err != nil:
-		return store.RegisterResult{}, err
+		return store.Applied{}, err
 	case ok && !b.existed:
-		return registered(p, b.sc), nil
+		return registered(c, b.sc), nil
 	case ok:
-		return s.registerExisting(ctx, p, b.sc)
+		return s.registerExisting(ctx, tenant, c, b.sc)
 	}
 	// The key exists but the statement's snapshot did not show it, or it
 	// came twice in the batch: the one-call path decides.
-	return s.registerOne(ctx, p)
+	return s.registerOne(ctx, tenant, c)
 }
 
 // insertRule is the Register rule for a new key: claimed or not.
-func insertRule(c *opjournal.Command) *opjournal.Rule {
-	for _, r := range opjournal.Rules(opjournal.CmdRegister) {
-		if paramsHold(r, c) && r.Outcome == opjournal.Changed {
+func insertRule(c *protocol.Command) *protocol.Rule {
+	for _, r := range protocol.Rules(protocol.CmdRegister) {
+		if paramsHold(r, c) && r.Outcome == protocol.Changed {
 			return r
 		}
 	}
@@ -660,157 +747,109 @@ func insertRule(c *opjournal.Command) *opjournal.Rule {
 // registerOne is Register in a statement of its own. When the key
 // exists at the insert but is gone when read (a purge deleted it in
 // between), the key is new again: the insert is tried once more.
-func (s *Store) registerOne(ctx context.Context, p store.RegisterParams) (store.RegisterResult, error) {
-	c := p.Command()
+func (s *Store) registerOne(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
 	st := inserts[insertRule(c)]
 	for round := 0; ; round++ {
-		sc, created, err := s.one(ctx, "register", st.sql, st.args(s.clockArg(), p.Tenant, c, nil)...)
+		sc, created, err := s.run(ctx, "register", st, st.args(s.clockArg(), tenant, c, nil))
 		if err != nil {
-			return store.RegisterResult{}, err
+			return store.Applied{}, err
 		}
 		if created {
-			return registered(p, sc), nil
+			return registered(c, sc), nil
 		}
-		existing, err := s.get(ctx, p.Tenant, p.Key)
+		existing, err := s.get(ctx, tenant, c.Key)
 		if opjournal.ErrorCode(err) == opjournal.CodeNotFound && round < maxApplyRounds {
 			continue
 		}
 		if err != nil {
-			return store.RegisterResult{}, err
+			return store.Applied{}, err
 		}
-		return s.registerExisting(ctx, p, existing)
+		return s.registerExisting(ctx, tenant, c, existing)
 	}
 }
 
 // registered is the result of a Register that inserted the row.
-func registered(p store.RegisterParams, sc scanned) store.RegisterResult {
-	res := store.RegisterResult{Operation: sc.op, Created: true}
-	if p.Claim != nil {
-		res.Claim = &store.ClaimResult{Operation: sc.op, Claimed: true}
-	}
-	return res
+func registered(c *protocol.Command, sc scanned) store.Applied {
+	return store.Applied{Operation: sc.op, Created: true, Claimed: c.Claim}
 }
 
 // registerExisting answers a Register whose key exists: the table decides
 // (the same request → replay, and a claim if asked; another → conflict).
 // A claim is decided on the row just read, so a replay of a terminal or
 // reviewed operation costs no statement.
-func (s *Store) registerExisting(ctx context.Context, p store.RegisterParams, existing scanned) (store.RegisterResult, error) {
-	if _, err := opjournal.Apply(existing.op, p.Command(), existing.dbNow); err != nil {
-		return store.RegisterResult{}, err
+func (s *Store) registerExisting(ctx context.Context, tenant string, c *protocol.Command, existing scanned) (store.Applied, error) {
+	if _, err := protocol.Apply(existing.op, c, existing.dbNow); err != nil {
+		return store.Applied{}, err
 	}
-	res := store.RegisterResult{Operation: existing.op}
-	if p.Claim != nil {
-		ex, err := s.execute(ctx, p.Tenant, p.ClaimCommand(), &existing)
-		if err != nil {
-			return store.RegisterResult{}, err
-		}
-		cr := claimResult(ex)
-		res.Operation, res.Claim = cr.Operation, &cr
+	if !c.Claim {
+		return store.Applied{Operation: existing.op}, nil
 	}
-	return res, nil
+	ex, err := s.execute(ctx, tenant, store.ClaimOf(c), &existing)
+	if err != nil {
+		return store.Applied{}, err
+	}
+	return claimResult(ex), nil
 }
 
 // claimResult answers a claim.
-func claimResult(ex executed) store.ClaimResult {
-	res := store.ClaimResult{Operation: ex.sc.op, Claimed: ex.changed}
+func claimResult(ex executed) store.Applied {
+	res := store.Applied{Operation: ex.sc.op, Claimed: ex.changed}
 	if !ex.changed {
 		res.RetryAfter = store.RetryAfter(ex.sc.op, ex.sc.dbNow)
 	}
 	return res
 }
 
-// Claim takes a lease by one conditional UPDATE: exactly one of any number
+// claim takes a lease by one conditional UPDATE: exactly one of any number
 // of concurrent callers (in any number of processes) sees a row come back.
 // The statement is shared with concurrent calls (batch.go).
-func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+func (s *Store) claim(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
 	if s.claims == nil {
-		return s.claimOne(ctx, p)
+		return s.claimOne(ctx, tenant, c)
 	}
 	if s.claims.tryAlone() {
 		defer s.claims.finished()
-		return s.claimOne(ctx, p)
+		return s.claimOne(ctx, tenant, c)
 	}
-	b, ok, err := s.claims.do(ctx, p)
+	b, ok, err := s.claims.do(ctx, applyCall{tenant, c})
 	switch {
 	case err != nil:
-		return store.ClaimResult{}, err
+		return store.Applied{}, err
 	case ok:
-		return store.ClaimResult{Operation: b.sc.op, Claimed: true}, nil
+		return store.Applied{Operation: b.sc.op, Claimed: true}, nil
 	}
-	return s.claimOne(ctx, p)
+	return s.claimOne(ctx, tenant, c)
 }
 
-func (s *Store) claimOne(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	ex, err := s.execute(ctx, p.Tenant, p.Command(), nil)
+func (s *Store) claimOne(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
+	ex, err := s.execute(ctx, tenant, c, nil)
 	if err != nil {
-		return store.ClaimResult{}, err
+		return store.Applied{}, err
 	}
 	return claimResult(ex), nil
 }
 
-// ExtendLease extends the current holder's live lease.
-func (s *Store) ExtendLease(ctx context.Context, p store.ExtendLeaseParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command())
-}
-
-// MarkSucceeded records a confirmed effect from any issued attempt. The
+// markSucceeded records a confirmed effect from any issued attempt. The
 // statement is shared with concurrent calls (batch.go).
-func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) (*opjournal.Operation, error) {
-	if s.marks == nil {
-		return s.execOp(ctx, p.Tenant, p.Command())
+func (s *Store) markSucceeded(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
+	if s.marks != nil {
+		if !s.marks.tryAlone() {
+			b, ok, err := s.marks.do(ctx, applyCall{tenant, c})
+			switch {
+			case err != nil:
+				return store.Applied{}, err
+			case ok:
+				return store.Applied{Operation: b.sc.op}, nil
+			}
+		} else {
+			defer s.marks.finished()
+		}
 	}
-	if s.marks.tryAlone() {
-		defer s.marks.finished()
-		return s.execOp(ctx, p.Tenant, p.Command())
+	ex, err := s.execute(ctx, tenant, c, nil)
+	if err != nil {
+		return store.Applied{}, err
 	}
-	b, ok, err := s.marks.do(ctx, p)
-	switch {
-	case err != nil:
-		return nil, err
-	case ok:
-		return b.sc.op, nil
-	}
-	return s.execOp(ctx, p.Tenant, p.Command())
-}
-
-// MarkUnknown moves the current lease holder's operation to unknown.
-func (s *Store) MarkUnknown(ctx context.Context, p store.MarkParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command(opjournal.CmdMarkUnknown))
-}
-
-// MarkFailedFinal moves the current lease holder's operation to failed_final.
-func (s *Store) MarkFailedFinal(ctx context.Context, p store.MarkParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command(opjournal.CmdMarkFailedFinal))
-}
-
-// ReleaseForRetry moves an unknown operation back to pending.
-func (s *Store) ReleaseForRetry(ctx context.Context, p store.ReleaseParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command())
-}
-
-// RecordCheck counts an inconclusive check. An expired lease becomes
-// unknown for good (with unknown_since = the lease's end), so the history
-// shows the in_progress → unknown step.
-func (s *Store) RecordCheck(ctx context.Context, p store.RecordCheckParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command())
-}
-
-// Escalate sets needs_review on a non-terminal operation; escalating one
-// already under review returns it unchanged.
-func (s *Store) Escalate(ctx context.Context, p store.EscalateParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command())
-}
-
-// Resolve applies an operator's verdict. Nothing is deleted: the previous
-// values stay in the history.
-func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command())
-}
-
-// Acknowledge ends the review of a terminal operation.
-func (s *Store) Acknowledge(ctx context.Context, p store.AcknowledgeParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, p.Tenant, p.Command())
+	return store.Applied{Operation: ex.sc.op}, nil
 }
 
 // List returns one page of operations in key order.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/internal/tcpproxy"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/postgres"
@@ -87,7 +88,7 @@ func TestFailsFastAndRecovers(t *testing.T) {
 
 	payload := json.RawMessage(`{"n":1}`)
 	reg := func(key string) error {
-		_, err := s.Register(ctx, store.RegisterParams{Key: key, Action: "a", RequestHash: "h", Payload: payload})
+		_, err := s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "a", RequestHash: "h", Payload: payload})
 		return err
 	}
 	if err := reg("k0"); err != nil {
@@ -96,7 +97,7 @@ func TestFailsFastAndRecovers(t *testing.T) {
 	calls := map[string]func() error{
 		"Register": func() error { return reg("k-down") },
 		"Claim": func() error {
-			_, err := s.Claim(ctx, store.ClaimParams{Key: "k0", ClaimPolicy: store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}})
+			_, err := s.Apply(ctx, "", storetest.Claiming(&protocol.Command{Kind: protocol.CmdClaim, Key: "k0"}, &storetest.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}))
 			return err
 		},
 		"Get":    func() error { _, err := s.Get(ctx, "", "k0"); return err },

@@ -9,7 +9,7 @@ import (
 	"github.com/opjournal/opjournal/store"
 )
 
-// purgeable matches the rows opjournal.Purgeable allows ($2: the action,
+// purgeable matches the rows protocol.Purgeable allows ($2: the action,
 // $3: the retention in seconds), through operations_terminal_idx.
 const purgeable = `action_type = $2 AND status IN ('succeeded', 'failed_final') AND NOT needs_review
 	  AND updated_at <= ` + clock + ` - make_interval(secs => $3::float8)`

@@ -6,9 +6,10 @@ import (
 	"strings"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 )
 
-// The protocol table (protocol.go) rendered as SQL. Every rule that changes
+// The protocol table (internal/protocol/table.go) rendered as SQL. Every rule that changes
 // an operation becomes one statement: a conditional UPDATE whose WHERE is
 // the rule's guard, whose SET is the rule's assignments, and which writes
 // the rule's event in the same statement (a data-modifying CTE). The batched
@@ -57,25 +58,28 @@ const (
 // statement is a rule rendered as SQL, and the parameters it takes after
 // $1–$3 (or, batched, the unnest's columns after tenant and key).
 type statement struct {
-	rule   *opjournal.Rule
+	rule *protocol.Rule
+	// name is the rules it applies ("Claim: win"), for traces and the
+	// golden file of statements.
+	name   string
 	sql    string
-	params []opjournal.Param
+	params []protocol.Param
 }
 
 // args returns the statement's arguments for command c (op: the row as
 // read, nil on the one-statement path).
-func (st *statement) args(clockArg any, tenant string, c *opjournal.Command, op *opjournal.Operation) []any {
+func (st *statement) args(clockArg any, tenant string, c *protocol.Command, op *opjournal.Operation) []any {
 	args := make([]any, 0, 3+len(st.params))
 	args = append(args, clockArg, tenant, c.Key)
 	for _, p := range st.params {
 		switch p.Type() {
-		case opjournal.TypeInt:
+		case protocol.TypeInt:
 			args = append(args, int32(c.Int(p)))
-		case opjournal.TypeBool:
+		case protocol.TypeBool:
 			args = append(args, c.Bool(p))
-		case opjournal.TypeDuration:
+		case protocol.TypeDuration:
 			args = append(args, c.Duration(p).Seconds())
-		case opjournal.TypeJSON:
+		case protocol.TypeJSON:
 			if raw := c.JSON(p); raw != nil {
 				s := string(raw)
 				args = append(args, &s)
@@ -92,16 +96,16 @@ func (st *statement) args(clockArg any, tenant string, c *opjournal.Command, op 
 // renderer renders one statement, numbering its parameters.
 type renderer struct {
 	batched bool
-	params  []opjournal.Param
-	index   map[opjournal.Param]int
+	params  []protocol.Param
+	index   map[protocol.Param]int
 }
 
 func newRenderer(batched bool) *renderer {
-	return &renderer{batched: batched, index: map[opjournal.Param]int{}}
+	return &renderer{batched: batched, index: map[protocol.Param]int{}}
 }
 
 // param renders a reference to parameter p.
-func (r *renderer) param(p opjournal.Param) string {
+func (r *renderer) param(p protocol.Param) string {
 	i, ok := r.index[p]
 	if !ok {
 		r.params = append(r.params, p)
@@ -109,38 +113,38 @@ func (r *renderer) param(p opjournal.Param) string {
 		r.index[p] = i
 	}
 	if r.batched {
-		if p.Type() == opjournal.TypeJSON {
+		if p.Type() == protocol.TypeJSON {
 			return "in_" + p.Name() + "::json"
 		}
 		return "in_" + p.Name()
 	}
 	n := "$" + strconv.Itoa(3+i)
 	switch p.Type() {
-	case opjournal.TypeInt:
+	case protocol.TypeInt:
 		return n + "::int"
-	case opjournal.TypeBool:
+	case protocol.TypeBool:
 		return n + "::boolean"
-	case opjournal.TypeDuration:
+	case protocol.TypeDuration:
 		return n + "::float8"
-	case opjournal.TypeJSON:
+	case protocol.TypeJSON:
 		return n + "::json"
 	}
 	return n + "::text"
 }
 
 // seconds renders a duration (or whole-seconds int) parameter as an interval.
-func (r *renderer) seconds(p opjournal.Param) string {
+func (r *renderer) seconds(p protocol.Param) string {
 	return "make_interval(secs => " + r.param(p) + ")"
 }
 
 // arrayType is the unnest array type of a parameter in a batched statement.
-func arrayType(p opjournal.Param) string {
+func arrayType(p protocol.Param) string {
 	switch p.Type() {
-	case opjournal.TypeInt:
+	case protocol.TypeInt:
 		return "int[]"
-	case opjournal.TypeBool:
+	case protocol.TypeBool:
 		return "bool[]"
-	case opjournal.TypeDuration:
+	case protocol.TypeDuration:
 		return "float8[]"
 	}
 	return "text[]"
@@ -149,18 +153,18 @@ func arrayType(p opjournal.Param) string {
 // renderable reports whether a condition can be rendered: the Register
 // conditions are decided by the insert itself (the primary key) or in Go
 // on the row read back.
-func renderable(c opjournal.Cond) bool {
+func renderable(c protocol.Cond) bool {
 	switch c.Kind {
-	case opjournal.CondAbsent, opjournal.CondSameRequest, opjournal.CondHashKeyKnown, opjournal.CondSameRefs, opjournal.CondSameParent:
+	case protocol.CondAbsent, protocol.CondSameRequest, protocol.CondHashKeyKnown, protocol.CondSameRefs, protocol.CondSameParent:
 		return false
 	}
 	return true
 }
 
 // cond renders a condition.
-func (r *renderer) cond(c opjournal.Cond) string {
+func (r *renderer) cond(c protocol.Cond) string {
 	switch c.Kind {
-	case opjournal.CondStatus:
+	case protocol.CondStatus:
 		if len(c.Statuses) == 1 && c.Statuses[0] == opjournal.StatusUnknown {
 			return isUnknown
 		}
@@ -169,38 +173,38 @@ func (r *renderer) cond(c opjournal.Cond) string {
 			q[i] = "'" + string(s) + "'"
 		}
 		return effectiveStatus + " IN (" + strings.Join(q, ", ") + ")"
-	case opjournal.CondReview:
+	case protocol.CondReview:
 		if c.Want {
 			return "needs_review"
 		}
 		return "NOT needs_review"
-	case opjournal.CondAttemptIssued:
-		return "(" + r.param(opjournal.ParamAttempt) + " BETWEEN 1 AND attempt_count)"
-	case opjournal.CondAttemptLatest:
-		return "(attempt_count = " + r.param(opjournal.ParamAttempt) + ")"
-	case opjournal.CondFlag:
+	case protocol.CondAttemptIssued:
+		return "(" + r.param(protocol.ParamAttempt) + " BETWEEN 1 AND attempt_count)"
+	case protocol.CondAttemptLatest:
+		return "(attempt_count = " + r.param(protocol.ParamAttempt) + ")"
+	case protocol.CondFlag:
 		return r.param(c.Param)
-	case opjournal.CondUnknownFor:
+	case protocol.CondUnknownFor:
 		return "((CASE WHEN status = 'in_progress' THEN lease_until ELSE unknown_since END) <= " + clock + " - " + r.seconds(c.Param) + ")"
-	case opjournal.CondAttemptYounger:
+	case protocol.CondAttemptYounger:
 		return "(attempt_started_at + " + r.seconds(c.Param) + " > " + clock + ")"
-	case opjournal.CondWithinProviderWindow:
+	case protocol.CondWithinProviderWindow:
 		w := r.param(c.Param)
 		return "(" + w + " <= 0 OR first_attempt_at IS NULL OR first_attempt_at + " + r.seconds(c.Param) + " > " + clock + ")"
-	case opjournal.CondSameOrNoExternalID:
-		x := r.param(opjournal.ParamExternalID)
+	case protocol.CondSameOrNoExternalID:
+		x := r.param(protocol.ParamExternalID)
 		return "(" + x + " = '' OR " + x + " = coalesce(external_id, ''))"
-	case opjournal.CondNewDuplicate:
-		x := r.param(opjournal.ParamExternalID)
+	case protocol.CondNewDuplicate:
+		x := r.param(protocol.ParamExternalID)
 		return fmt.Sprintf("(%s <> '' AND %s <> coalesce(external_id, '') AND NOT (%s = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < %d)",
 			x, x, x, opjournal.MaxDuplicateExternalIDs)
-	case opjournal.CondResolution:
-		return "(" + r.param(opjournal.ParamResolution) + " = '" + string(c.Status) + "')"
-	case opjournal.CondNot:
+	case protocol.CondResolution:
+		return "(" + r.param(protocol.ParamResolution) + " = '" + string(c.Status) + "')"
+	case protocol.CondNot:
 		return "NOT " + r.cond(c.Sub[0])
-	case opjournal.CondOr, opjournal.CondAnd:
+	case protocol.CondOr, protocol.CondAnd:
 		op := " OR "
-		if c.Kind == opjournal.CondAnd {
+		if c.Kind == protocol.CondAnd {
 			op = " AND "
 		}
 		parts := make([]string, len(c.Sub))
@@ -222,12 +226,12 @@ func (r *renderer) cond(c opjournal.Cond) string {
 // part is coalesced to false, so a NULL column decides "does not hold" in
 // the rule's own guard and in its negation alike (TestGuardIsFirstMatch
 // compares both with Apply on real rows).
-func (r *renderer) guard(rule *opjournal.Rule) string {
+func (r *renderer) guard(rule *protocol.Rule) string {
 	parts := []string{}
 	if own := r.holds(rule); own != "" {
 		parts = append(parts, own)
 	}
-	for _, e := range opjournal.Rules(rule.Command) {
+	for _, e := range protocol.Rules(rule.Command) {
 		if e == rule {
 			break
 		}
@@ -247,11 +251,11 @@ func (r *renderer) guard(rule *opjournal.Rule) string {
 // for a rule without requirements. A rule whose requirements cannot all
 // be rendered is decided in Go (Register's, on the row read back) and
 // never guards an UPDATE.
-func (r *renderer) holds(rule *opjournal.Rule) string {
+func (r *renderer) holds(rule *protocol.Rule) string {
 	var conds []string
 	for _, req := range rule.Requires {
 		if !renderable(req.Cond) {
-			if rule.Command != opjournal.CmdRegister {
+			if rule.Command != protocol.CmdRegister {
 				panic(fmt.Sprintf("postgres: %s rule %q has a condition SQL cannot render", rule.Command, rule.Case))
 			}
 			continue
@@ -265,10 +269,10 @@ func (r *renderer) holds(rule *opjournal.Rule) string {
 }
 
 // expr renders the value e assigns to field f.
-func (r *renderer) expr(f opjournal.Field, e opjournal.Expr) string {
+func (r *renderer) expr(f protocol.Field, e protocol.Expr) string {
 	col := f.Column()
 	switch e.Kind {
-	case opjournal.ExprLit:
+	case protocol.ExprLit:
 		switch v := e.Value.(type) {
 		case nil:
 			return "NULL"
@@ -280,40 +284,40 @@ func (r *renderer) expr(f opjournal.Field, e opjournal.Expr) string {
 			return strconv.Itoa(v)
 		}
 		panic(fmt.Sprintf("postgres: literal %T", e.Value))
-	case opjournal.ExprParam:
+	case protocol.ExprParam:
 		return r.param(e.Param)
-	case opjournal.ExprParamOrNull:
+	case protocol.ExprParamOrNull:
 		return "nullif(" + r.param(e.Param) + ", '')"
-	case opjournal.ExprNow:
+	case protocol.ExprNow:
 		return clock
-	case opjournal.ExprNowPlus:
+	case protocol.ExprNowPlus:
 		return "(" + clock + " + " + r.seconds(e.Param) + ")"
-	case opjournal.ExprIncrement:
+	case protocol.ExprIncrement:
 		return "(" + col + " + 1)"
-	case opjournal.ExprParamOrKeep:
-		if e.Param.Type() == opjournal.TypeJSON {
+	case protocol.ExprParamOrKeep:
+		if e.Param.Type() == protocol.TypeJSON {
 			return "coalesce(" + r.param(e.Param) + ", " + col + ")"
 		}
 		return "coalesce(nullif(" + r.param(e.Param) + ", ''), " + col + ")"
-	case opjournal.ExprExtendedLease:
+	case protocol.ExprExtendedLease:
 		return "least(" + clock + " + " + r.seconds(e.Param) + ", attempt_started_at + " + r.seconds(e.Param2) + ")"
-	case opjournal.ExprLeaseEndIfHeld:
+	case protocol.ExprLeaseEndIfHeld:
 		return "(CASE WHEN status = 'in_progress' THEN lease_until ELSE unknown_since END)"
-	case opjournal.ExprAppendDuplicate:
-		return "(CASE WHEN " + r.cond(opjournal.Cond{Kind: opjournal.CondNewDuplicate}) +
-			" THEN array_append(duplicate_external_ids, " + r.param(opjournal.ParamExternalID) + ") ELSE duplicate_external_ids END)"
-	case opjournal.ExprField:
+	case protocol.ExprAppendDuplicate:
+		return "(CASE WHEN " + r.cond(protocol.Cond{Kind: protocol.CondNewDuplicate}) +
+			" THEN array_append(duplicate_external_ids, " + r.param(protocol.ParamExternalID) + ") ELSE duplicate_external_ids END)"
+	case protocol.ExprField:
 		return e.Field.Column()
-	case opjournal.ExprActorOrOwner:
-		return "coalesce(nullif(" + r.param(opjournal.ParamActor) + ", ''), lease_owner, '')"
-	case opjournal.ExprKeepOrNow:
+	case protocol.ExprActorOrOwner:
+		return "coalesce(nullif(" + r.param(protocol.ParamActor) + ", ''), lease_owner, '')"
+	case protocol.ExprKeepOrNow:
 		return "coalesce(" + col + ", " + clock + ")"
 	}
 	panic(fmt.Sprintf("postgres: expression kind %d cannot be rendered", e.Kind))
 }
 
 // sets renders a rule's SET list.
-func (r *renderer) sets(rule *opjournal.Rule) string {
+func (r *renderer) sets(rule *protocol.Rule) string {
 	parts := make([]string, len(rule.Sets))
 	for i, s := range rule.Sets {
 		parts[i] = s.Field.Column() + " = " + r.expr(s.Field, s.Expr)
@@ -323,7 +327,7 @@ func (r *renderer) sets(rule *opjournal.Rule) string {
 
 // eventInsert renders the INSERT of a rule's event, selecting from the
 // CTE named from (the changed rows).
-func (r *renderer) eventInsert(rule *opjournal.Rule, from, fromStatus string) string {
+func (r *renderer) eventInsert(rule *protocol.Rule, from, fromStatus string) string {
 	ev := rule.Event
 	ext := "NULL"
 	if ev.ExternalID.Kind != 0 {
@@ -331,13 +335,13 @@ func (r *renderer) eventInsert(rule *opjournal.Rule, from, fromStatus string) st
 	}
 	return `INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
 		SELECT tenant, operation_key, ` + clock + `, ` + fromStatus + `, ` + effectiveStatus + `, ` + r.expr(0, ev.Attempt) + `, ` +
-		r.expr(0, ev.Actor) + `, ` + r.param(opjournal.ParamStatedActor) + `, ` + r.param(opjournal.ParamEventReason) + `, ` + ext + `
+		r.expr(0, ev.Actor) + `, ` + r.param(protocol.ParamStatedActor) + `, ` + r.param(protocol.ParamEventReason) + `, ` + ext + `
 		FROM ` + from
 }
 
 // fromStatus is the status a rule's event records as From, evaluated on
 // the row before the change (prev_status).
-func fromStatus(rule *opjournal.Rule) string {
+func fromStatus(rule *protocol.Rule) string {
 	if rule.Event != nil && rule.Event.FromRaw {
 		return "status"
 	}
@@ -346,7 +350,7 @@ func fromStatus(rule *opjournal.Rule) string {
 
 // renderUpdate renders a rule that changes an existing operation as one
 // statement.
-func renderUpdate(rule *opjournal.Rule) *statement {
+func renderUpdate(rule *protocol.Rule) *statement {
 	r := newRenderer(false)
 	sql := `WITH upd AS (
 		UPDATE operations SET prev_status = ` + fromStatus(rule) + `,
@@ -363,13 +367,13 @@ func renderUpdate(rule *opjournal.Rule) *statement {
 	}
 	sql += `
 	SELECT ` + fullColumns + ` FROM upd`
-	return &statement{rule: rule, sql: sql, params: r.params}
+	return &statement{rule: rule, name: rule.Name(), sql: sql, params: r.params}
 }
 
 // renderBatchedUpdate renders a rule over unnest()ed arrays: one row of
 // arrays per call, $2 the tenants, $3 the keys, then one array per
 // parameter in the order of statement.params.
-func renderBatchedUpdate(rule *opjournal.Rule) *statement {
+func renderBatchedUpdate(rule *protocol.Rule) *statement {
 	r := newRenderer(true)
 	body := `upd AS (
 		UPDATE operations SET prev_status = ` + fromStatus(rule) + `,
@@ -387,11 +391,11 @@ func renderBatchedUpdate(rule *opjournal.Rule) *statement {
 	}
 	sql := `WITH ` + unnest(r.params) + `, ` + body + `
 	SELECT ` + fullColumns + ` FROM upd`
-	return &statement{rule: rule, sql: sql, params: r.params}
+	return &statement{rule: rule, name: rule.Name(), sql: sql, params: r.params}
 }
 
 // unnest renders the CTE i of a batched statement.
-func unnest(params []opjournal.Param) string {
+func unnest(params []protocol.Param) string {
 	arrays := []string{"$2::text[]", "$3::text[]"}
 	names := []string{"in_tenant", "in_key"}
 	for i, p := range params {
@@ -410,14 +414,14 @@ const registerColumns = `tenant, operation_key, action_type, request_hash, hash_
 // registerValues renders the values of registerColumns after the tenant
 // and key.
 func (r *renderer) registerValues() string {
-	return r.param(opjournal.ParamAction) + ", " + r.param(opjournal.ParamRequestHash) + ", " +
-		r.param(opjournal.ParamHashKeyID) + ", " + r.param(opjournal.ParamPayload) + ", " +
-		r.param(opjournal.ParamRefs) + "::jsonb, nullif(" + r.param(opjournal.ParamParentKey) + ", ''), " + clock + ", " + clock
+	return r.param(protocol.ParamAction) + ", " + r.param(protocol.ParamRequestHash) + ", " +
+		r.param(protocol.ParamHashKeyID) + ", " + r.param(protocol.ParamPayload) + ", " +
+		r.param(protocol.ParamRefs) + "::jsonb, nullif(" + r.param(protocol.ParamParentKey) + ", ''), " + clock + ", " + clock
 }
 
 // renderInsert renders a Register rule as an INSERT that does nothing when
 // the key exists (the primary key is the rule's "absent" guard).
-func renderInsert(rule *opjournal.Rule) *statement {
+func renderInsert(rule *protocol.Rule) *statement {
 	r := newRenderer(false)
 	cols, vals := []string{registerColumns}, []string{"$2, $3, " + r.registerValues()}
 	for _, s := range rule.Sets {
@@ -433,19 +437,19 @@ func renderInsert(rule *opjournal.Rule) *statement {
 		` + r.eventInsert(rule, "ins", "NULL") + `
 	)
 	SELECT ` + fullColumns + ` FROM ins`
-	return &statement{rule: rule, sql: sql, params: r.params}
+	return &statement{rule: rule, name: rule.Name(), sql: sql, params: r.params}
 }
 
 // renderBatchedInsert renders both Register rules (claimed and not) over
 // unnest()ed arrays: each column takes the value of the call's rule
 // (in_claim), NULL where that rule sets none. It returns the inserted rows
 // and, flagged as existing, the rows of the keys that were there already.
-func renderBatchedInsert(claimed, plain *opjournal.Rule) *statement {
+func renderBatchedInsert(claimed, plain *protocol.Rule) *statement {
 	r := newRenderer(true)
-	claim := r.param(opjournal.ParamClaim)
-	var fields []opjournal.Field
-	seen := map[opjournal.Field]bool{}
-	for _, rule := range []*opjournal.Rule{claimed, plain} {
+	claim := r.param(protocol.ParamClaim)
+	var fields []protocol.Field
+	seen := map[protocol.Field]bool{}
+	for _, rule := range []*protocol.Rule{claimed, plain} {
 		for _, s := range rule.Sets {
 			if !seen[s.Field] {
 				seen[s.Field] = true
@@ -453,7 +457,7 @@ func renderBatchedInsert(claimed, plain *opjournal.Rule) *statement {
 			}
 		}
 	}
-	value := func(rule *opjournal.Rule, f opjournal.Field) string {
+	value := func(rule *protocol.Rule, f protocol.Field) string {
 		for _, s := range rule.Sets {
 			if s.Field == f {
 				return r.expr(f, s.Expr)
@@ -480,5 +484,5 @@ func renderBatchedInsert(claimed, plain *opjournal.Rule) *statement {
 	UNION ALL
 	SELECT true, ` + fullColumns + ` FROM operations
 	WHERE (tenant, operation_key) IN (SELECT in_tenant, in_key FROM i)`
-	return &statement{rule: claimed, sql: sql, params: r.params}
+	return &statement{rule: claimed, name: claimed.Name() + " | " + plain.Case, sql: sql, params: r.params}
 }

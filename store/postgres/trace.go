@@ -30,6 +30,9 @@ func (queryTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.Tr
 		what = verb
 	}
 	ctx, span := tracing.StartBatch(ctx, "postgresql", what, nil)
+	if rule := tracing.StatementRule(ctx); rule != "" {
+		span.SetAttributes(tracing.KeyRule.String(rule))
+	}
 	return context.WithValue(ctx, querySpanKey{}, span)
 }
 

@@ -9,8 +9,9 @@ import (
 	"testing"
 
 	"github.com/opjournal/opjournal/internal/bench"
-	"github.com/opjournal/opjournal/store"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store/sqlite"
+	"github.com/opjournal/opjournal/store/storetest"
 )
 
 // BenchmarkFused measures the embedded store alone on the fused path
@@ -34,14 +35,12 @@ func BenchmarkFused(b *testing.B) {
 		ctx := context.Background()
 		for pb.Next() {
 			key := fmt.Sprintf("k%d", n.Add(1))
-			r, err := s.Register(ctx, store.RegisterParams{Key: key, Action: "create_payment", RequestHash: "h", Payload: payload,
-				Claim: &store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}})
-			if err != nil || r.Claim == nil || !r.Claim.Claimed {
+			r, err := s.Apply(ctx, "", storetest.Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "create_payment", RequestHash: "h", Payload: payload}, &storetest.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}))
+			if err != nil || !r.Claimed {
 				b.Errorf("register and claim: %v %+v", err, r)
 				return
 			}
-			if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Key: key, Attempt: 1, ExternalID: "x",
-				Result: json.RawMessage(`{"ok":true}`)}); err != nil {
+			if _, err := storetest.Op(s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: key, Attempt: 1, ExternalID: "x", Result: json.RawMessage(`{"ok":true}`)})); err != nil {
 				b.Errorf("mark: %v", err)
 				return
 			}

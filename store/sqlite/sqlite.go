@@ -29,6 +29,7 @@ import (
 	zsqlite "zombiezen.com/go/sqlite"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/migrations"
 	"github.com/opjournal/opjournal/store"
 )
@@ -350,17 +351,17 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*opjournal.Operati
 // applied is what one command did inside a transaction.
 type applied struct {
 	op       *opjournal.Operation
-	rule     *opjournal.Rule
+	rule     *protocol.Rule
 	dbNow    time.Time
 	existed  bool // the operation was there before (Register)
 	claimed  bool
 	retryFor time.Duration
 }
 
-// apply reads the operation inside tx, applies c with opjournal.Apply on
+// apply reads the operation inside tx, applies c with protocol.Apply on
 // the database clock, and writes the change and its event. It is the
 // whole store: SQLite runs the protocol table itself.
-func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *opjournal.Command) (applied, error) {
+func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *protocol.Command) (applied, error) {
 	cur, found, err := s.getTx(ctx, tx, tenant, c.Key)
 	if err != nil {
 		return applied{}, err
@@ -372,12 +373,12 @@ func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *opjournal.
 	} else if dbNow, err = s.now(ctx, tx); err != nil {
 		return applied{}, err
 	}
-	d, err := opjournal.Apply(op, c, dbNow)
+	d, err := protocol.Apply(op, c, dbNow)
 	if err != nil {
 		return applied{}, err
 	}
 	res := applied{op: d.Op, rule: d.Rule, dbNow: dbNow, existed: found}
-	if d.Rule.Outcome == opjournal.Changed {
+	if d.Rule.Outcome == protocol.Changed {
 		d.Op.Tenant = tenant
 		if err := s.write(ctx, tx, d.Op, !found); err != nil {
 			return applied{}, err
@@ -389,8 +390,8 @@ func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *opjournal.
 		}
 	}
 	switch {
-	case c.Kind == opjournal.CmdClaim || (c.Kind == opjournal.CmdRegister && !found && c.Claim):
-		res.claimed = d.Rule.Outcome == opjournal.Changed
+	case c.Kind == protocol.CmdClaim || (c.Kind == protocol.CmdRegister && !found && c.Claim):
+		res.claimed = d.Rule.Outcome == protocol.Changed
 		if !res.claimed {
 			res.retryFor = store.RetryAfter(d.Op, dbNow)
 		}
@@ -476,104 +477,27 @@ func nonNil(ids []string) []string {
 	return ids
 }
 
-// exec applies one command in a write transaction (shared with concurrent
-// ones, groupcommit.go).
-func (s *Store) exec(ctx context.Context, what, tenant string, c *opjournal.Command) (res applied, err error) {
-	err = s.commit.do(ctx, what, func(ctx context.Context, tx *wtx) error {
-		res, err = s.apply(ctx, tx, tenant, c)
-		return err
-	})
-	return res, err
-}
-
-// execOp is exec for the commands that answer with the operation.
-func (s *Store) execOp(ctx context.Context, what, tenant string, c *opjournal.Command) (*opjournal.Operation, error) {
-	res, err := s.exec(ctx, what, tenant, c)
-	if err != nil {
-		return nil, err
-	}
-	return res.op, nil
-}
-
-// Register inserts the operation, or returns the existing one with the same
-// hash (and claims it if asked), in one transaction.
-func (s *Store) Register(ctx context.Context, p store.RegisterParams) (res store.RegisterResult, err error) {
-	err = s.commit.do(ctx, "register", func(ctx context.Context, tx *wtx) error {
-		a, err := s.apply(ctx, tx, p.Tenant, p.Command())
+// Apply applies c in one write transaction (shared with concurrent ones,
+// groupcommit.go): Register with a claim of a key that exists claims it
+// in the same transaction.
+func (s *Store) Apply(ctx context.Context, tenant string, c *protocol.Command) (res store.Applied, err error) {
+	err = s.commit.do(ctx, store.Verb(c.Kind), func(ctx context.Context, tx *wtx) error {
+		a, err := s.apply(ctx, tx, tenant, c)
 		if err != nil {
 			return err
 		}
-		res = store.RegisterResult{Operation: a.op, Created: !a.existed}
-		if p.Claim == nil {
+		res = store.Applied{Operation: a.op, Created: c.Kind == protocol.CmdRegister && !a.existed, Claimed: a.claimed, RetryAfter: a.retryFor}
+		if c.Kind != protocol.CmdRegister || !c.Claim || !a.existed {
 			return nil
 		}
-		if !a.existed {
-			res.Claim = &store.ClaimResult{Operation: a.op, Claimed: true}
-			return nil
-		}
-		c, err := s.apply(ctx, tx, p.Tenant, p.ClaimCommand())
+		a, err = s.apply(ctx, tx, tenant, store.ClaimOf(c))
 		if err != nil {
 			return err
 		}
-		res.Operation = c.op
-		res.Claim = &store.ClaimResult{Operation: c.op, Claimed: c.claimed, RetryAfter: c.retryFor}
+		res.Operation, res.Claimed, res.RetryAfter = a.op, a.claimed, a.retryFor
 		return nil
 	})
 	return res, err
-}
-
-// Claim takes a lease.
-func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	a, err := s.exec(ctx, "claim", p.Tenant, p.Command())
-	if err != nil {
-		return store.ClaimResult{}, err
-	}
-	return store.ClaimResult{Operation: a.op, Claimed: a.claimed, RetryAfter: a.retryFor}, nil
-}
-
-// ExtendLease extends the current holder's live lease.
-func (s *Store) ExtendLease(ctx context.Context, p store.ExtendLeaseParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, "extend lease", p.Tenant, p.Command())
-}
-
-// MarkSucceeded records a confirmed effect from any issued attempt.
-func (s *Store) MarkSucceeded(ctx context.Context, p store.MarkSucceededParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, "mark succeeded", p.Tenant, p.Command())
-}
-
-// MarkUnknown moves the current lease holder's operation to unknown.
-func (s *Store) MarkUnknown(ctx context.Context, p store.MarkParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, "mark unknown", p.Tenant, p.Command(opjournal.CmdMarkUnknown))
-}
-
-// MarkFailedFinal moves the current lease holder's operation to failed_final.
-func (s *Store) MarkFailedFinal(ctx context.Context, p store.MarkParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, "mark failed_final", p.Tenant, p.Command(opjournal.CmdMarkFailedFinal))
-}
-
-// ReleaseForRetry moves an unknown operation back to pending.
-func (s *Store) ReleaseForRetry(ctx context.Context, p store.ReleaseParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, "release", p.Tenant, p.Command())
-}
-
-// RecordCheck counts an inconclusive check.
-func (s *Store) RecordCheck(ctx context.Context, p store.RecordCheckParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, "record check", p.Tenant, p.Command())
-}
-
-// Escalate sets needs_review on a non-terminal operation.
-func (s *Store) Escalate(ctx context.Context, p store.EscalateParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, "escalate", p.Tenant, p.Command())
-}
-
-// Resolve applies an operator's verdict.
-func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, "resolve", p.Tenant, p.Command())
-}
-
-// Acknowledge ends the review of a terminal operation.
-func (s *Store) Acknowledge(ctx context.Context, p store.AcknowledgeParams) (*opjournal.Operation, error) {
-	return s.execOp(ctx, "acknowledge", p.Tenant, p.Command())
 }
 
 // List returns one page of operations in key order.
@@ -811,7 +735,7 @@ func classify(what string, err error) error {
 	return &opjournal.Error{Code: opjournal.CodeInternal, Message: "database error during " + what, Err: err}
 }
 
-// purgeable matches the rows opjournal.Purgeable allows (?2: the action,
+// purgeable matches the rows protocol.Purgeable allows (?2: the action,
 // ?3: the retention in milliseconds), through operations_terminal_idx.
 const purgeable = `action_type = ?2 AND status IN ('succeeded', 'failed_final') AND needs_review = 0
 	AND updated_at <= ` + nowSQL + ` - ?3`

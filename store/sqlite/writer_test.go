@@ -13,7 +13,9 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
+	"github.com/opjournal/opjournal/store/storetest"
 )
 
 func openTemp(t *testing.T) *Store {
@@ -52,13 +54,13 @@ func transactions(s *Store) int64 {
 // afterwards the same write applies.
 func TestWriterQueueIsBoundedByTheCaller(t *testing.T) {
 	s := openTemp(t)
-	p := store.RegisterParams{Key: "k", Action: "a", RequestHash: "h", Payload: json.RawMessage(`{}`)}
+	p := &protocol.Command{Kind: protocol.CmdRegister, Key: "k", Action: "a", RequestHash: "h", Payload: json.RawMessage(`{}`)}
 
 	release := hold(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := s.Register(ctx, p)
+	_, err := s.Apply(ctx, "", p)
 	if opjournal.ErrorCode(err) != opjournal.CodeUnavailable || time.Since(start) > 2*time.Second {
 		t.Fatalf("register behind a running transaction: %v after %s, want UNAVAILABLE at its deadline", err, time.Since(start))
 	}
@@ -67,7 +69,7 @@ func TestWriterQueueIsBoundedByTheCaller(t *testing.T) {
 	if _, err := s.Get(context.Background(), "", "k"); opjournal.ErrorCode(err) != opjournal.CodeNotFound {
 		t.Fatalf("after the abandoned register: %v, want NOT_FOUND", err)
 	}
-	if r, err := s.Register(context.Background(), p); err != nil || !r.Created {
+	if r, err := s.Apply(context.Background(), "", p); err != nil || !r.Created {
 		t.Fatalf("register afterwards: %+v, %v", r, err)
 	}
 }
@@ -80,14 +82,14 @@ func TestWriterQueueIsBoundedByTheCaller(t *testing.T) {
 func TestGroupCommitAnswersEachCallAsAlone(t *testing.T) {
 	s := openTemp(t)
 	ctx := context.Background()
-	reg := func(key, hash string, claim bool) store.RegisterParams {
-		p := store.RegisterParams{Key: key, Action: "a", RequestHash: hash, Payload: json.RawMessage(`{"k":"` + key + `"}`)}
+	reg := func(key, hash string, claim bool) *protocol.Command {
+		p := &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "a", RequestHash: hash, Payload: json.RawMessage(`{"k":"` + key + `"}`)}
 		if claim {
-			p.Claim = &store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 60}
+			p.Claim, p.WorkerID, p.LeaseSeconds = true, "w", 60
 		}
 		return p
 	}
-	if _, err := s.Register(ctx, reg("existing", "h1", true)); err != nil {
+	if _, err := s.Apply(ctx, "", reg("existing", "h1", true)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -98,26 +100,26 @@ func TestGroupCommitAnswersEachCallAsAlone(t *testing.T) {
 	}
 	calls := []func() result{
 		func() result {
-			r, err := s.Register(ctx, reg("a", "h", true))
-			return result{"a claimed", err, r.Created && r.Claim != nil && r.Claim.Claimed}
+			r, err := s.Apply(ctx, "", reg("a", "h", true))
+			return result{"a claimed", err, r.Created && r.Claimed}
 		},
 		func() result {
-			r, err := s.Register(ctx, reg("a", "h", true))
-			return result{"a again", err, !r.Created && r.Claim != nil && !r.Claim.Claimed}
+			r, err := s.Apply(ctx, "", reg("a", "h", true))
+			return result{"a again", err, !r.Created && !r.Claimed}
 		},
 		func() result {
-			_, err := s.Register(ctx, reg("a", "h-other", false))
+			_, err := s.Apply(ctx, "", reg("a", "h-other", false))
 			return result{"a other payload", nil, opjournal.ErrorCode(err) == opjournal.CodePayloadMismatch}
 		},
 		func() result {
-			_, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Key: "existing", Attempt: 5, ExternalID: "x"})
+			_, err := storetest.Op(s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "existing", Attempt: 5, ExternalID: "x"}))
 			return result{"existing, attempt never issued", nil, opjournal.ErrorCode(err) == opjournal.CodeInvalidArgument}
 		},
 		func() result {
-			op, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Key: "existing", Attempt: 1, ExternalID: "x"})
+			op, err := storetest.Op(s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "existing", Attempt: 1, ExternalID: "x"}))
 			return result{"existing succeeded", err, err == nil && op.Status == opjournal.StatusSucceeded}
 		},
-		func() result { r, err := s.Register(ctx, reg("b", "h", false)); return result{"b", err, r.Created} },
+		func() result { r, err := s.Apply(ctx, "", reg("b", "h", false)); return result{"b", err, r.Created} },
 	}
 	release := hold(t, s)
 	out := make([]result, len(calls))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -20,7 +21,7 @@ const email = "send_email"
 // registerAs registers key of action act in tenant tn.
 func registerAs(t *testing.T, s store.Store, tn, key, act string) *opjournal.Operation {
 	t.Helper()
-	res, err := s.Register(ctxT(t), store.RegisterParams{Tenant: tn, Key: key, Action: act, RequestHash: hashA, Payload: payload})
+	res, err := s.Apply(ctxT(t), tn, &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: act, RequestHash: hashA, Payload: payload})
 	if err != nil {
 		t.Fatalf("register %s/%q: %v", tn, key, err)
 	}
@@ -32,7 +33,7 @@ func registerAs(t *testing.T, s store.Store, tn, key, act string) *opjournal.Ope
 func claimedAs(t *testing.T, s store.Store, tn, key, act string, leaseSeconds int) *opjournal.Operation {
 	t.Helper()
 	registerAs(t, s, tn, key, act)
-	cr, err := s.Claim(ctxT(t), store.ClaimParams{Tenant: tn, Key: key, ClaimPolicy: store.ClaimPolicy{WorkerID: "w1", LeaseSeconds: leaseSeconds}})
+	cr, err := s.Apply(ctxT(t), tn, Claiming(&protocol.Command{Kind: protocol.CmdClaim, Key: key}, &ClaimPolicy{WorkerID: "w1", LeaseSeconds: leaseSeconds}))
 	if err != nil || !cr.Claimed {
 		t.Fatalf("claim %s/%q: %v %+v", tn, key, err, cr)
 	}
@@ -166,7 +167,7 @@ func testListLeaseExpired(t *testing.T, newDB NewDatabase) {
 	// Their effective status is unknown, like a written-down unknown.
 	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, Statuses: []opjournal.Status{unknown}}), "short1", "short2", "unknown")
 	// A check writes the expiry down: no longer an expired lease.
-	if _, err := s.RecordCheck(ctx, store.RecordCheckParams{Tenant: tenant, Key: "short1", Attempt: 1, Actor: "r", Note: "n", NextCheckAfter: time.Second}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRecordCheck, Key: "short1", Attempt: 1, Actor: "r", Reason: "n", NextCheckAfter: time.Second})); err != nil {
 		t.Fatal(err)
 	}
 	wantKeys(t, expired(store.ListParams{}), "short2")
@@ -216,25 +217,25 @@ func testCounts(t *testing.T, newDB NewDatabase) {
 	clk.Advance(time.Second)
 	makeUnknown(t, s, "u-due") // t4
 	makeUnknown(t, s, "u-later")
-	if _, err := s.RecordCheck(ctx, store.RecordCheckParams{Tenant: tenant, Key: "u-later", Attempt: 1, Actor: "r", Note: "n", NextCheckAfter: time.Hour}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRecordCheck, Key: "u-later", Attempt: 1, Actor: "r", Reason: "n", NextCheckAfter: time.Hour})); err != nil {
 		t.Fatal(err)
 	}
 	makeUnknown(t, s, "u-review")
-	if _, err := s.Escalate(ctx, store.EscalateParams{Tenant: tenant, Key: "u-review", Actor: "r", Reason: "stuck"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdEscalate, Key: "u-review", Actor: "r", Reason: "stuck"})); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Second) // t5
 	op := claimedAs(t, s, tenant, "s1", email, 30)
-	if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "s1", Attempt: op.AttemptCount, ExternalID: "e_1"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "s1", Attempt: op.AttemptCount, ExternalID: "e_1"})); err != nil {
 		t.Fatal(err)
 	}
 	op = claimedAs(t, s, tenant, "f1", action, 30)
-	if _, err := s.MarkFailedFinal(ctx, store.MarkParams{Tenant: tenant, Key: "f1", Attempt: op.AttemptCount, ErrorCode: "declined"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "f1", Attempt: op.AttemptCount, ErrorCode: "declined"})); err != nil {
 		t.Fatal(err)
 	}
 	op = claimedAs(t, s, tenant, "s-dup", action, 30)
 	for _, ext := range []string{"pay_1", "pay_2"} { // the second puts it under review
-		if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "s-dup", Attempt: op.AttemptCount, ExternalID: ext}); err != nil {
+		if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "s-dup", Attempt: op.AttemptCount, ExternalID: ext})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -300,36 +301,36 @@ func testActivity(t *testing.T, newDB NewDatabase) {
 	// Bucket b0, from since on (inclusive).
 	cr := claimed(t, s, "a", noRetry)
 	for _, ext := range []string{"pay_1", "pay_2"} { // confirmed, then a duplicate
-		if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "a", Attempt: cr.Operation.AttemptCount, ExternalID: ext}); err != nil {
+		if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "a", Attempt: cr.Operation.AttemptCount, ExternalID: ext})); err != nil {
 			t.Fatal(err)
 		}
 	}
 	makeUnknown(t, s, "u") // "outcome unknown: timeout": a prefix row of the table
-	if _, err := s.RecordCheck(ctx, store.RecordCheckParams{Tenant: tenant, Key: "u", Attempt: 1, Actor: "r", Note: "5xx", NextCheckAfter: time.Second}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRecordCheck, Key: "u", Attempt: 1, Actor: "r", Reason: "5xx", NextCheckAfter: time.Second})); err != nil {
 		t.Fatal(err)
 	}
 	registerAs(t, s, "other", "x", action)
 
 	// Bucket b1.
 	clk.AdvanceTo(b1.Add(30 * time.Second))
-	if _, err := s.Escalate(ctx, store.EscalateParams{Tenant: tenant, Key: "u", Actor: "r", Reason: "stuck"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdEscalate, Key: "u", Actor: "r", Reason: "stuck"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Resolve(ctx, store.ResolveParams{Tenant: tenant, Key: "u", To: succeeded, ExternalID: "pay_9", Actor: "alice", Reason: "found"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdResolve, Key: "u", Resolution: succeeded, ExternalID: "pay_9", Actor: "alice", Reason: "found"})); err != nil {
 		t.Fatal(err)
 	}
 	makeUnknown(t, s, "r")
-	if _, err := s.ReleaseForRetry(ctx, store.ReleaseParams{Tenant: tenant, Key: "r", Attempt: 1, DefinitiveAbsence: true, Actor: "r", Reason: "absent"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdReleaseForRetry, Key: "r", Attempt: 1, Actor: "r", Reason: "absent", Policy: protocol.CommandPolicy{DefinitiveAbsence: true}})); err != nil {
 		t.Fatal(err)
 	}
 	claimed(t, s, "f", noRetry)
-	if _, err := s.ExtendLease(ctx, store.ExtendLeaseParams{Tenant: tenant, Key: "f", Attempt: 1, LeaseSeconds: 30, MaxAttempt: time.Hour}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdExtendLease, Key: "f", Attempt: 1, LeaseSeconds: 30, Policy: protocol.CommandPolicy{MaxAttempt: time.Hour}})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.MarkFailedFinal(ctx, store.MarkParams{Tenant: tenant, Key: "f", Attempt: 1, ErrorCode: "declined"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "f", Attempt: 1, ErrorCode: "declined"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acknowledge(ctx, store.AcknowledgeParams{Tenant: tenant, Key: "a", Actor: "alice", Reason: "refunded"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdAcknowledge, Key: "a", Actor: "alice", Reason: "refunded"})); err != nil {
 		t.Fatal(err)
 	}
 	claimedAs(t, s, "other", "y", action, 30)

@@ -7,15 +7,15 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 
 // Business references, parent keys and the provider's dedup window.
 
-func registerWith(t *testing.T, s store.Store, tenantID, key string, refs map[string]string, parent string) store.RegisterResult {
+func registerWith(t *testing.T, s store.Store, tenantID, key string, refs map[string]string, parent string) store.Applied {
 	t.Helper()
-	res, err := s.Register(ctxT(t), store.RegisterParams{Tenant: tenantID, Key: key, Action: action, RequestHash: hashA, Payload: payload,
-		Refs: refs, ParentKey: parent})
+	res, err := s.Apply(ctxT(t), tenantID, &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: action, RequestHash: hashA, Payload: payload, Refs: refs, ParentKey: parent})
 	if err != nil {
 		t.Fatalf("register %q: %v", key, err)
 	}
@@ -66,7 +66,7 @@ func testRefs(t *testing.T, newDB NewDatabase) {
 	// conflict that changes nothing.
 	before := get(t, s, "k1")
 	for _, other := range []map[string]string{{"order_id": "818", "customer": "c-93"}, {"order_id": "817"}, nil} {
-		_, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashA, Payload: payload, Refs: other})
+		_, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload, Refs: other})
 		wantCode(t, err, opjournal.CodePayloadMismatch)
 		if e := asError(err); e.Field != "refs" {
 			t.Fatalf("conflict names field %q, want refs", e.Field)
@@ -115,7 +115,7 @@ func testParentKey(t *testing.T, newDB NewDatabase) {
 	// The parent cannot change after registration.
 	before := get(t, s, "pay.receipt")
 	for _, other := range []string{"other", ""} {
-		_, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "pay.receipt", Action: action, RequestHash: hashA, Payload: payload, ParentKey: other})
+		_, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "pay.receipt", Action: action, RequestHash: hashA, Payload: payload, ParentKey: other})
 		wantCode(t, err, opjournal.CodePayloadMismatch)
 		if e := asError(err); e.Field != "parent_key" {
 			t.Fatalf("conflict names field %q, want parent_key", e.Field)
@@ -135,9 +135,9 @@ func testProviderWindow(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	clk := clockOf(t, s)
 	const window = 24 * time.Hour
-	cp := store.ClaimPolicy{WorkerID: "w1", LeaseSeconds: 30, AllowRetryAfterUnknown: true, ProviderWindow: window}
-	res, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashA, Payload: payload, Claim: &cp})
-	if err != nil || !res.Claim.Claimed {
+	cp := ClaimPolicy{WorkerID: "w1", LeaseSeconds: 30, AllowRetryAfterUnknown: true, ProviderWindow: window}
+	res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
+	if err != nil || !res.Claimed {
 		t.Fatalf("register with claim: %+v, %v", res, err)
 	}
 	first := res.Operation.FirstAttemptAt
@@ -146,7 +146,7 @@ func testProviderWindow(t *testing.T, newDB NewDatabase) {
 	}
 	markUnknown := func(attempt int) {
 		t.Helper()
-		if _, err := s.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: attempt}); err != nil {
+		if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: attempt})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,21 +168,21 @@ func testProviderWindow(t *testing.T, newDB NewDatabase) {
 	}
 	// An expired lease past the window is not claimable either.
 	registerWith(t, s, tenant, "k2", nil, "")
-	if cr := claim(t, s, "k2", store.ClaimPolicy{WorkerID: "w1", LeaseSeconds: 1, AllowRetryAfterUnknown: true, ProviderWindow: time.Hour}); !cr.Claimed {
+	if cr := claim(t, s, "k2", ClaimPolicy{WorkerID: "w1", LeaseSeconds: 1, AllowRetryAfterUnknown: true, ProviderWindow: time.Hour}); !cr.Claimed {
 		t.Fatal("k2 not claimed")
 	}
 	clk.Advance(time.Hour)
-	if cr := claim(t, s, "k2", store.ClaimPolicy{WorkerID: "w2", LeaseSeconds: 1, AllowRetryAfterUnknown: true, ProviderWindow: time.Hour}); cr.Claimed {
+	if cr := claim(t, s, "k2", ClaimPolicy{WorkerID: "w2", LeaseSeconds: 1, AllowRetryAfterUnknown: true, ProviderWindow: time.Hour}); cr.Claimed {
 		t.Fatalf("an expired lease past the window was claimed: %+v", cr)
 	}
 	// Without a window (0) the provider never forgets.
-	if cr := claim(t, s, "k2", store.ClaimPolicy{WorkerID: "w2", LeaseSeconds: 1, AllowRetryAfterUnknown: true}); !cr.Claimed {
+	if cr := claim(t, s, "k2", ClaimPolicy{WorkerID: "w2", LeaseSeconds: 1, AllowRetryAfterUnknown: true}); !cr.Claimed {
 		t.Fatalf("claim without a window: %+v", cr)
 	}
 	// The reconciler (or a person) settles k1: once released as proven
 	// absent it is pending, and a pending operation is claimed whatever
 	// the window says.
-	op, err := s.ReleaseForRetry(ctx, store.ReleaseParams{Tenant: tenant, Key: "k1", Attempt: 2, Reason: "not found", DefinitiveAbsence: true})
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdReleaseForRetry, Key: "k1", Attempt: 2, Reason: "not found", Policy: protocol.CommandPolicy{DefinitiveAbsence: true}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func testProviderWindow(t *testing.T, newDB NewDatabase) {
 		t.Fatalf("claim after release: %+v", cr)
 	}
 	// The rule is the protocol's: the store agrees with WithinProviderWindow.
-	if opjournal.WithinProviderWindow(first, window, first.Add(window)) {
+	if protocol.WithinProviderWindow(first, window, first.Add(window)) {
 		t.Fatal("WithinProviderWindow holds at the window's end")
 	}
 }

@@ -14,12 +14,13 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 
 // The model-based test: random sequences of commands, with random attempts,
 // workers, times and policies, run against the protocol's pure model
-// (opjournal.Apply over a map) and against a real store, on a database
+// (protocol.Apply over a map) and against a real store, on a database
 // clock the test moves (store.Clock), so that leases expire and lags pass
 // without sleeping. Every answer (the operation, claimed, created, the
 // retry-after hint, or the refusal's code, field and words) and every event
@@ -74,7 +75,7 @@ func RunModel(t *testing.T, open func(t *testing.T) store.Store) {
 				}
 				m.step(rt, m.command(rt, "a"))
 			}
-			var cmds []*opjournal.Command
+			var cmds []*protocol.Command
 			for range rapid.IntRange(2, 4).Draw(rt, "concurrent") {
 				cmds = append(cmds, m.command(rt, "a"))
 			}
@@ -106,28 +107,27 @@ func (m *model) advance(rt *rapid.T) {
 }
 
 // command draws a command on key.
-func (m *model) command(rt *rapid.T, key string) *opjournal.Command { return DrawCommand(rt, key) }
+func (m *model) command(rt *rapid.T, key string) *protocol.Command { return DrawCommand(rt, key) }
 
 // DrawCommand draws a command of any kind on key, with the parameters
 // (attempts, workers, external ids, policy flags) drawn from small sets so
 // that sequences meet every rule of the table.
-func DrawCommand(rt *rapid.T, key string) *opjournal.Command {
-	kinds := []opjournal.CommandKind{opjournal.CmdRegister, opjournal.CmdRegister, opjournal.CmdClaim, opjournal.CmdClaim,
-		opjournal.CmdExtendLease, opjournal.CmdMarkSucceeded, opjournal.CmdMarkSucceeded, opjournal.CmdMarkUnknown,
-		opjournal.CmdMarkFailedFinal, opjournal.CmdReleaseForRetry, opjournal.CmdRecordCheck, opjournal.CmdEscalate,
-		opjournal.CmdResolve, opjournal.CmdAcknowledge}
-	c := &opjournal.Command{Kind: rapid.SampledFrom(kinds).Draw(rt, "kind"), Key: key,
+func DrawCommand(rt *rapid.T, key string) *protocol.Command {
+	kinds := []protocol.CommandKind{protocol.CmdRegister, protocol.CmdRegister, protocol.CmdClaim, protocol.CmdClaim,
+		protocol.CmdExtendLease, protocol.CmdMarkSucceeded, protocol.CmdMarkSucceeded, protocol.CmdMarkUnknown,
+		protocol.CmdMarkFailedFinal, protocol.CmdReleaseForRetry, protocol.CmdRecordCheck, protocol.CmdEscalate,
+		protocol.CmdResolve, protocol.CmdAcknowledge}
+	c := &protocol.Command{Kind: rapid.SampledFrom(kinds).Draw(rt, "kind"), Key: key,
 		Actor: rapid.SampledFrom([]string{"", "p1"}).Draw(rt, "actor")}
 	c.StatedActor = rapid.SampledFrom([]string{"", "said"}).Draw(rt, "stated")
 	secs := func(name string, lo, hi int) time.Duration {
 		return time.Duration(rapid.IntRange(lo, hi).Draw(rt, name)) * time.Second
 	}
 	switch c.Kind {
-	case opjournal.CmdRegister:
+	case protocol.CmdRegister:
 		c.Action, c.Payload = "pay", json.RawMessage(`{"n":1}`)
 		c.RequestHash = rapid.SampledFrom([]string{"h1", "h1", "h2"}).Draw(rt, "hash")
 		c.Refs = rapid.SampledFrom([]map[string]string{nil, nil, {"order_id": "817"}, {"order_id": "818"}}).Draw(rt, "refs")
-		c.RefsJSON = opjournal.RefsJSON(c.Refs)
 		c.ParentKey = rapid.SampledFrom([]string{"", "", "p"}).Draw(rt, "parent")
 		if c.Claim = rapid.Bool().Draw(rt, "claim"); c.Claim {
 			c.WorkerID = rapid.SampledFrom([]string{"w1", "w2"}).Draw(rt, "worker")
@@ -135,33 +135,33 @@ func DrawCommand(rt *rapid.T, key string) *opjournal.Command {
 			c.Policy.RetryAfterUnknown = rapid.Bool().Draw(rt, "retry same key")
 			c.Policy.ProviderWindow = secs("provider window", 0, 60)
 		}
-	case opjournal.CmdClaim:
+	case protocol.CmdClaim:
 		c.WorkerID = rapid.SampledFrom([]string{"w1", "w2"}).Draw(rt, "worker")
 		c.LeaseSeconds = rapid.IntRange(1, 20).Draw(rt, "lease")
 		c.Policy.RetryAfterUnknown = rapid.Bool().Draw(rt, "retry same key")
 		c.Policy.ProviderWindow = secs("provider window", 0, 60)
-	case opjournal.CmdExtendLease:
+	case protocol.CmdExtendLease:
 		c.LeaseSeconds = rapid.IntRange(1, 20).Draw(rt, "lease")
 		c.Policy.MaxAttempt = secs("max attempt", 1, 60)
-	case opjournal.CmdMarkSucceeded:
+	case protocol.CmdMarkSucceeded:
 		c.ExternalID = rapid.SampledFrom([]string{"", "e1", "e2", "e3"}).Draw(rt, "external id")
 		if rapid.Bool().Draw(rt, "result") {
 			c.Result = json.RawMessage(`{"r":1}`)
 		}
-	case opjournal.CmdMarkUnknown, opjournal.CmdMarkFailedFinal:
+	case protocol.CmdMarkUnknown, protocol.CmdMarkFailedFinal:
 		c.ErrorCode = rapid.SampledFrom([]string{"", "timeout"}).Draw(rt, "error code")
-		if c.Kind == opjournal.CmdMarkFailedFinal && rapid.Bool().Draw(rt, "refusal") {
+		if c.Kind == protocol.CmdMarkFailedFinal && rapid.Bool().Draw(rt, "refusal") {
 			c.Result = json.RawMessage(`{"status":402}`)
 		}
-	case opjournal.CmdReleaseForRetry:
+	case protocol.CmdReleaseForRetry:
 		c.Reason = "absent"
 		c.Policy.DefinitiveAbsence = rapid.Bool().Draw(rt, "definitive")
 		c.Policy.ReleaseAfter = secs("release after", 0, 20)
-	case opjournal.CmdRecordCheck:
+	case protocol.CmdRecordCheck:
 		c.Reason, c.NextCheckAfter = "unclear", secs("next check", 1, 60)
-	case opjournal.CmdEscalate, opjournal.CmdAcknowledge:
+	case protocol.CmdEscalate, protocol.CmdAcknowledge:
 		c.Reason = "a person looks"
-	case opjournal.CmdResolve:
+	case protocol.CmdResolve:
 		c.Reason = "seen at the provider"
 		c.Resolution = rapid.SampledFrom([]opjournal.Status{opjournal.StatusSucceeded, opjournal.StatusFailedFinal}).Draw(rt, "resolution")
 		if c.Resolution == opjournal.StatusSucceeded {
@@ -174,8 +174,8 @@ func DrawCommand(rt *rapid.T, key string) *opjournal.Command {
 		}
 	}
 	switch c.Kind {
-	case opjournal.CmdExtendLease, opjournal.CmdMarkSucceeded, opjournal.CmdMarkUnknown, opjournal.CmdMarkFailedFinal,
-		opjournal.CmdReleaseForRetry, opjournal.CmdRecordCheck:
+	case protocol.CmdExtendLease, protocol.CmdMarkSucceeded, protocol.CmdMarkUnknown, protocol.CmdMarkFailedFinal,
+		protocol.CmdReleaseForRetry, protocol.CmdRecordCheck:
 		c.Attempt = rapid.IntRange(1, 4).Draw(rt, "attempt")
 	}
 	return c
@@ -191,7 +191,7 @@ type answer struct {
 }
 
 // step applies c to the model and to the store and compares.
-func (m *model) step(rt *rapid.T, c *opjournal.Command) {
+func (m *model) step(rt *rapid.T, c *protocol.Command) {
 	want, ops, events := m.apply(m.ops, m.events, c)
 	got := call(m.s, m.tenant, c)
 	if d := diffAnswers(want, got); d != "" {
@@ -240,14 +240,14 @@ func (m *model) read(ops map[string]*opjournal.Operation, key string) *opjournal
 }
 
 // apply runs c on a copy of the model's state and returns the answer and
-// the new state. It is the protocol (opjournal.Apply) plus what the store
+// the new state. It is the protocol (protocol.Apply) plus what the store
 // interface composes from it: Register with a claim of an existing key
 // claims it, and a claim that lost reports how long the other lease runs.
-func (m *model) apply(ops map[string]*opjournal.Operation, events map[string][]opjournal.Event, c *opjournal.Command) (answer, map[string]*opjournal.Operation, map[string][]opjournal.Event) {
+func (m *model) apply(ops map[string]*opjournal.Operation, events map[string][]opjournal.Event, c *protocol.Command) (answer, map[string]*opjournal.Operation, map[string][]opjournal.Event) {
 	ops, events = cloneOps(ops), cloneEvents(events)
-	one := func(c *opjournal.Command) (opjournal.Decision, error) {
-		d, err := opjournal.Apply(m.read(ops, c.Key), c, m.now)
-		if err == nil && d.Rule.Outcome == opjournal.Changed {
+	one := func(c *protocol.Command) (protocol.Decision, error) {
+		d, err := protocol.Apply(m.read(ops, c.Key), c, m.now)
+		if err == nil && d.Rule.Outcome == protocol.Changed {
 			d.Op.Tenant = m.tenant
 			ops[c.Key] = d.Op
 			if d.Event != nil {
@@ -262,20 +262,20 @@ func (m *model) apply(ops map[string]*opjournal.Operation, events map[string][]o
 	}
 	a := answer{op: m.read(ops, c.Key)}
 	switch c.Kind {
-	case opjournal.CmdRegister:
-		a.created = d.Rule.Outcome == opjournal.Changed
+	case protocol.CmdRegister:
+		a.created = d.Rule.Outcome == protocol.Changed
 		a.claimed = a.created && c.Claim
 		if !a.created && c.Claim {
 			cc := *c
-			cc.Kind = opjournal.CmdClaim
+			cc.Kind = protocol.CmdClaim
 			cd, _ := one(&cc)
-			a.claimed, a.op = cd.Rule.Outcome == opjournal.Changed, m.read(ops, c.Key)
+			a.claimed, a.op = cd.Rule.Outcome == protocol.Changed, m.read(ops, c.Key)
 			if !a.claimed {
 				a.retryAfter = store.RetryAfter(a.op, m.now)
 			}
 		}
-	case opjournal.CmdClaim:
-		a.claimed = d.Rule.Outcome == opjournal.Changed
+	case protocol.CmdClaim:
+		a.claimed = d.Rule.Outcome == protocol.Changed
 		if !a.claimed {
 			a.retryAfter = store.RetryAfter(a.op, m.now)
 		}
@@ -283,132 +283,54 @@ func (m *model) apply(ops map[string]*opjournal.Operation, events map[string][]o
 	return a, ops, events
 }
 
-// call runs c against the store through its typed methods.
-func call(s store.Store, tenant string, c *opjournal.Command) answer {
+// call runs c against the store.
+func call(s store.Store, tenant string, c *protocol.Command) answer {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var (
-		op  *opjournal.Operation
-		err error
-		a   answer
-	)
-	switch p := Params(tenant, c).(type) {
-	case store.RegisterParams:
-		var res store.RegisterResult
-		res, err = s.Register(ctx, p)
-		op, a.created = res.Operation, res.Created
-		if res.Claim != nil {
-			a.claimed, a.retryAfter = res.Claim.Claimed, res.Claim.RetryAfter
-		}
-	case store.ClaimParams:
-		var res store.ClaimResult
-		res, err = s.Claim(ctx, p)
-		op, a.claimed, a.retryAfter = res.Operation, res.Claimed, res.RetryAfter
-	case store.ExtendLeaseParams:
-		op, err = s.ExtendLease(ctx, p)
-	case store.MarkSucceededParams:
-		op, err = s.MarkSucceeded(ctx, p)
-	case store.MarkParams:
-		if c.Kind == opjournal.CmdMarkUnknown {
-			op, err = s.MarkUnknown(ctx, p)
-		} else {
-			op, err = s.MarkFailedFinal(ctx, p)
-		}
-	case store.ReleaseParams:
-		op, err = s.ReleaseForRetry(ctx, p)
-	case store.RecordCheckParams:
-		op, err = s.RecordCheck(ctx, p)
-	case store.EscalateParams:
-		op, err = s.Escalate(ctx, p)
-	case store.ResolveParams:
-		op, err = s.Resolve(ctx, p)
-	case store.AcknowledgeParams:
-		op, err = s.Acknowledge(ctx, p)
-	}
+	res, err := s.Apply(ctx, tenant, c)
 	if err != nil {
 		return answer{err: err}
 	}
-	a.op = op
-	return a
+	return answer{op: res.Operation, created: res.Created, claimed: res.Claimed, retryAfter: res.RetryAfter}
 }
 
-// Call runs c on s in tenant (through the store's method for c.Kind) and
-// returns the store's error.
-func Call(s store.Store, tenant string, c *opjournal.Command) error { return call(s, tenant, c).err }
+// Call runs c on s in tenant and returns the store's error.
+func Call(s store.Store, tenant string, c *protocol.Command) error { return call(s, tenant, c).err }
 
-// Params returns the store's parameters of c in tenant: a
-// store.RegisterParams, ClaimParams, ... by c.Kind.
-func Params(tenant string, c *opjournal.Command) any {
-	claim := store.ClaimPolicy{WorkerID: c.WorkerID, LeaseSeconds: c.LeaseSeconds, AllowRetryAfterUnknown: c.Policy.RetryAfterUnknown,
-		ProviderWindow: c.Policy.ProviderWindow}
-	switch c.Kind {
-	case opjournal.CmdRegister:
-		p := store.RegisterParams{Tenant: tenant, Key: c.Key, Action: c.Action, RequestHash: c.RequestHash, Payload: c.Payload,
-			Refs: c.Refs, ParentKey: c.ParentKey, Actor: c.Actor, StatedActor: c.StatedActor}
-		if c.Claim {
-			p.Claim = &claim
-		}
-		return p
-	case opjournal.CmdClaim:
-		return store.ClaimParams{Tenant: tenant, Key: c.Key, ClaimPolicy: claim, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdExtendLease:
-		return store.ExtendLeaseParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, LeaseSeconds: c.LeaseSeconds,
-			MaxAttempt: c.Policy.MaxAttempt, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdMarkSucceeded:
-		return store.MarkSucceededParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, ExternalID: c.ExternalID,
-			Result: c.Result, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdMarkUnknown, opjournal.CmdMarkFailedFinal:
-		return store.MarkParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, ErrorCode: c.ErrorCode, Result: c.Result, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdReleaseForRetry:
-		return store.ReleaseParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, Reason: c.Reason,
-			DefinitiveAbsence: c.Policy.DefinitiveAbsence, ReleaseAfter: c.Policy.ReleaseAfter, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdRecordCheck:
-		return store.RecordCheckParams{Tenant: tenant, Key: c.Key, Attempt: c.Attempt, Note: c.Reason,
-			NextCheckAfter: c.NextCheckAfter, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdEscalate:
-		return store.EscalateParams{Tenant: tenant, Key: c.Key, Reason: c.Reason, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdResolve:
-		return store.ResolveParams{Tenant: tenant, Key: c.Key, To: c.Resolution, ExternalID: c.ExternalID, Result: c.Result,
-			ErrorCode: c.ErrorCode, Reason: c.Reason, Actor: c.Actor, StatedActor: c.StatedActor}
-	case opjournal.CmdAcknowledge:
-		return store.AcknowledgeParams{Tenant: tenant, Key: c.Key, Reason: c.Reason, Actor: c.Actor, StatedActor: c.StatedActor}
-	}
-	panic("storetest: no command kind " + string(c.Kind))
+// ClaimPolicy is the claim part of a Claim command, or of a Register
+// that claims: what the journal takes from the action's policy.
+type ClaimPolicy struct {
+	WorkerID               string
+	LeaseSeconds           int
+	AllowRetryAfterUnknown bool
+	ProviderWindow         time.Duration
 }
 
-// StoreCommand is c as the store applies it: built from its Params, so
-// that the parameters the store derives (review reasons, policy flags)
-// are set as they are in the store.
-func StoreCommand(tenant string, c *opjournal.Command) *opjournal.Command {
-	switch p := Params(tenant, c).(type) {
-	case store.RegisterParams:
-		return p.Command()
-	case store.ClaimParams:
-		return p.Command()
-	case store.ExtendLeaseParams:
-		return p.Command()
-	case store.MarkSucceededParams:
-		return p.Command()
-	case store.MarkParams:
-		return p.Command(c.Kind)
-	case store.ReleaseParams:
-		return p.Command()
-	case store.RecordCheckParams:
-		return p.Command()
-	case store.EscalateParams:
-		return p.Command()
-	case store.ResolveParams:
-		return p.Command()
-	case store.AcknowledgeParams:
-		return p.Command()
+// Claiming sets the claim of c from cp and returns c; a nil cp leaves c
+// as it is. On a Register it asks for the claim (Command.Claim).
+func Claiming(c *protocol.Command, cp *ClaimPolicy) *protocol.Command {
+	if cp == nil {
+		return c
 	}
-	return nil
+	c.Claim = c.Kind == protocol.CmdRegister
+	c.WorkerID, c.LeaseSeconds = cp.WorkerID, cp.LeaseSeconds
+	c.Policy.RetryAfterUnknown, c.Policy.ProviderWindow = cp.AllowRetryAfterUnknown, cp.ProviderWindow
+	return c
+}
+
+// Op is the operation of what Apply returned, for the commands that
+// answer with it: Op(s.Apply(ctx, tenant, c)).
+func Op(a store.Applied, err error) (*opjournal.Operation, error) {
+	if err != nil {
+		return nil, err
+	}
+	return a.Operation, nil
 }
 
 // concurrently fires cmds on key at once, with the clock standing still,
 // and checks that the answers and the final state are those of the model
 // applying them one after the other in some order.
-func (m *model) concurrently(rt *rapid.T, key string, cmds []*opjournal.Command) {
+func (m *model) concurrently(rt *rapid.T, key string, cmds []*protocol.Command) {
 	got := make([]answer, len(cmds))
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
@@ -496,7 +418,7 @@ func cloneEvents(evs map[string][]opjournal.Event) map[string][]opjournal.Event 
 	return out
 }
 
-func describe(c *opjournal.Command) string {
+func describe(c *protocol.Command) string {
 	d := *c
 	d.HashFor = nil
 	return fmt.Sprintf("%s {attempt:%d worker:%q lease:%d ext:%q result:%s code:%q actor:%q stated:%q hash:%q refs:%v parent:%q claim:%v resolution:%q next:%s policy:%+v}",

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -25,7 +26,7 @@ func succeed(t *testing.T, s store.Store, key string, refs map[string]string) {
 	if !cr.Claimed {
 		t.Fatalf("claim %q: %+v", key, cr)
 	}
-	if _, err := s.MarkSucceeded(ctxT(t), store.MarkSucceededParams{Tenant: tenant, Key: key, Attempt: cr.Operation.AttemptCount, ExternalID: "pay_" + key}); err != nil {
+	if _, err := Op(s.Apply(ctxT(t), tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: key, Attempt: cr.Operation.AttemptCount, ExternalID: "pay_" + key})); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -53,17 +54,17 @@ func testPurge(t *testing.T, newDB NewDatabase) {
 	succeed(t, s, "old-succeeded", map[string]string{"order_id": "817"})
 	clk.Advance(time.Second)
 	cr := claimed(t, s, "old-failed", noRetry)
-	if _, err := s.MarkFailedFinal(ctx, store.MarkParams{Tenant: tenant, Key: "old-failed", Attempt: cr.Operation.AttemptCount, ErrorCode: "card_declined"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "old-failed", Attempt: cr.Operation.AttemptCount, ErrorCode: "card_declined"})); err != nil {
 		t.Fatal(err)
 	}
 	succeed(t, s, "old-review", nil) // a duplicate effect puts it under review
-	if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "old-review", Attempt: 1, ExternalID: "pay_other"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "old-review", Attempt: 1, ExternalID: "pay_other"})); err != nil {
 		t.Fatal(err)
 	}
 	register(t, s, "old-pending")
 	makeUnknown(t, s, "old-unknown")
-	claimed(t, s, "old-expired", store.ClaimPolicy{WorkerID: "w1", LeaseSeconds: 1})
-	if _, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "old-other-action", Action: "send_email", RequestHash: hashA, Payload: payload}); err != nil {
+	claimed(t, s, "old-expired", ClaimPolicy{WorkerID: "w1", LeaseSeconds: 1})
+	if _, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "old-other-action", Action: "send_email", RequestHash: hashA, Payload: payload}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(retention)
@@ -74,7 +75,7 @@ func testPurge(t *testing.T, newDB NewDatabase) {
 	all := listKeys(t, s, store.ListParams{Tenant: tenant})
 	want := map[string]bool{}
 	for _, k := range all {
-		if opjournal.Purgeable(get(t, s, k), retention, clk.Now()) && get(t, s, k).Action == action {
+		if protocol.Purgeable(get(t, s, k), retention, clk.Now()) && get(t, s, k).Action == action {
 			want[k] = true
 		}
 	}
@@ -242,7 +243,7 @@ func testPurgeRacesReplay(t *testing.T, newDB NewDatabase) {
 	}()
 	race(n, func(i int) {
 		key := fmt.Sprintf("k%03d", i)
-		res, err := s.Register(ctxT(t), store.RegisterParams{Tenant: tenant, Key: key, Action: action, RequestHash: hashA, Payload: payload})
+		res, err := s.Apply(ctxT(t), tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: action, RequestHash: hashA, Payload: payload})
 		switch {
 		case err != nil:
 			errs <- fmt.Errorf("replay of %s: %w", key, err)

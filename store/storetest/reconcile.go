@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -68,7 +69,7 @@ const (
 func makeUnknown(t *testing.T, s store.Store, key string) *opjournal.Operation {
 	t.Helper()
 	cr := claimed(t, s, key, noRetry)
-	op, err := s.MarkUnknown(ctxT(t), store.MarkParams{Tenant: tenant, Key: key, Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"})
+	op, err := Op(s.Apply(ctxT(t), tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: key, Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,18 +78,18 @@ func makeUnknown(t *testing.T, s store.Store, key string) *opjournal.Operation {
 
 func testHistoryRecordsEveryChange(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
-	cp := store.ClaimPolicy{WorkerID: "w1", LeaseSeconds: 30}
-	if _, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashA, Payload: payload, Claim: &cp}); err != nil {
+	cp := ClaimPolicy{WorkerID: "w1", LeaseSeconds: 30}
+	if _, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: 1, ErrorCode: "timeout"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: 1, ErrorCode: "timeout"})); err != nil {
 		t.Fatal(err)
 	}
-	claim(t, s, "k1", store.ClaimPolicy{WorkerID: "w2", LeaseSeconds: 30, AllowRetryAfterUnknown: true})
-	if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "k1", Attempt: 1, ExternalID: "pay_1", Actor: "reconciler-a"}); err != nil {
+	claim(t, s, "k1", ClaimPolicy{WorkerID: "w2", LeaseSeconds: 30, AllowRetryAfterUnknown: true})
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: 1, ExternalID: "pay_1", Actor: "reconciler-a"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "k1", Attempt: 2, ExternalID: "pay_2"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: 2, ExternalID: "pay_2"})); err != nil {
 		t.Fatal(err)
 	}
 	register(t, s, "k2") // a plain registration is an event too
@@ -110,15 +111,15 @@ func testRefusalsWriteNoHistory(t *testing.T, newDB NewDatabase) {
 	cr := claimed(t, s, "k1", noRetry)
 	before := len(events(t, s, "k1"))
 	claim(t, s, "k1", sameKey) // lost: live lease
-	if _, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashB, Payload: payload}); err == nil {
+	if _, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashB, Payload: payload}); err == nil {
 		t.Fatal("mismatch accepted")
 	}
-	if _, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}); err != nil {
+	if _, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}); err != nil {
 		t.Fatal(err) // a replay is not a change either
 	}
-	_, _ = s.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount + 1})
-	_, _ = s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r"})
-	_, _ = s.Resolve(ctx, store.ResolveParams{Tenant: tenant, Key: "k1", To: succeeded, ExternalID: "x", Actor: "op", Reason: "r"})
+	_, _ = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount + 1}))
+	_, _ = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdReleaseForRetry, Key: "k1", Attempt: 1, Actor: "r", Policy: protocol.CommandPolicy{DefinitiveAbsence: true}}))
+	_, _ = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdResolve, Key: "k1", Resolution: succeeded, ExternalID: "x", Actor: "op", Reason: "r"}))
 	if after := len(events(t, s, "k1")); after != before {
 		t.Fatalf("refused requests wrote %d events", after-before)
 	}
@@ -130,17 +131,17 @@ func testListFiltersAndPages(t *testing.T, newDB NewDatabase) {
 	claimed(t, s, "b-leased", noRetry)
 	makeUnknown(t, s, "c-unknown")
 	cr := claimed(t, s, "d-done", noRetry)
-	if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "d-done", Attempt: cr.Operation.AttemptCount, ExternalID: "x"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "d-done", Attempt: cr.Operation.AttemptCount, ExternalID: "x"})); err != nil {
 		t.Fatal(err)
 	}
 	makeUnknown(t, s, "e-review")
-	if _, err := s.Escalate(ctx, store.EscalateParams{Tenant: tenant, Key: "e-review", Actor: "r", Reason: "stuck"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdEscalate, Key: "e-review", Actor: "r", Reason: "stuck"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "f-email", Action: "send_email", RequestHash: hashA, Payload: payload}); err != nil {
+	if _, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "f-email", Action: "send_email", RequestHash: hashA, Payload: payload}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Register(ctx, store.RegisterParams{Tenant: "other", Key: "g-other-tenant", Action: action, RequestHash: hashA, Payload: payload}); err != nil {
+	if _, err := s.Apply(ctx, "other", &protocol.Command{Kind: protocol.CmdRegister, Key: "g-other-tenant", Action: action, RequestHash: hashA, Payload: payload}); err != nil {
 		t.Fatal(err)
 	}
 	keys := func(p store.ListParams) []string {
@@ -183,7 +184,7 @@ func testDueForCheckFollowsTheClock(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	clk := clockOf(t, s)
 	register(t, s, "k1")
-	if cr := claim(t, s, "k1", store.ClaimPolicy{WorkerID: "w1", LeaseSeconds: 1}); !cr.Claimed {
+	if cr := claim(t, s, "k1", ClaimPolicy{WorkerID: "w1", LeaseSeconds: 1}); !cr.Claimed {
 		t.Fatal("not claimed")
 	}
 	due := func() bool {
@@ -201,7 +202,7 @@ func testDueForCheckFollowsTheClock(t *testing.T, newDB NewDatabase) {
 	if !due() {
 		t.Fatal("an expired lease is not due for a check")
 	}
-	op, err := s.RecordCheck(ctx, store.RecordCheckParams{Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r1", Note: "not found yet", NextCheckAfter: time.Second})
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRecordCheck, Key: "k1", Attempt: 1, Actor: "r1", Reason: "not found yet", NextCheckAfter: time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,7 @@ func testRecordCheckRules(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	makeUnknown(t, s, "k1")
 	for i := 1; i <= 3; i++ {
-		op, err := s.RecordCheck(ctx, store.RecordCheckParams{Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Note: "5xx", NextCheckAfter: time.Duration(i) * time.Hour})
+		op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRecordCheck, Key: "k1", Attempt: 1, Actor: "r", Reason: "5xx", NextCheckAfter: time.Duration(i) * time.Hour}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,12 +234,12 @@ func testRecordCheckRules(t *testing.T, newDB NewDatabase) {
 			t.Fatalf("check %d: %+v", i, *op)
 		}
 	}
-	_, err := s.RecordCheck(ctx, store.RecordCheckParams{Tenant: tenant, Key: "k1", Attempt: 2, Actor: "r", NextCheckAfter: time.Second})
+	_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRecordCheck, Key: "k1", Attempt: 2, Actor: "r", NextCheckAfter: time.Second}))
 	wantCode(t, err, opjournal.CodeInvalidArgument) // attempt 2 was never issued
 	register(t, s, "p")
 	claimed(t, s, "live", noRetry)
 	for _, key := range []string{"live"} {
-		_, err = s.RecordCheck(ctx, store.RecordCheckParams{Tenant: tenant, Key: key, Attempt: 1, Actor: "r", NextCheckAfter: time.Second})
+		_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRecordCheck, Key: key, Attempt: 1, Actor: "r", NextCheckAfter: time.Second}))
 		wantCode(t, err, opjournal.CodeInvalidState)
 	}
 }
@@ -249,14 +250,14 @@ func testReleaseForRetry(t *testing.T, newDB NewDatabase) {
 	makeUnknown(t, s, "k1")
 	before := get(t, s, "k1")
 	// Absence does not count inside the visibility lag (database clock).
-	_, err := s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Reason: "absent", ReleaseAfter: time.Hour})
+	_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdReleaseForRetry, Key: "k1", Attempt: 1, Actor: "r", Reason: "absent", Policy: protocol.CommandPolicy{DefinitiveAbsence: true, ReleaseAfter: time.Hour}}))
 	wantCode(t, err, opjournal.CodeInvalidState)
 	sameRecord(t, before, get(t, s, "k1"))
-	_, err = s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 2, Actor: "r", Reason: "absent"})
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdReleaseForRetry, Key: "k1", Attempt: 2, Actor: "r", Reason: "absent", Policy: protocol.CommandPolicy{DefinitiveAbsence: true}}))
 	wantCode(t, err, opjournal.CodeInvalidArgument)
 
 	release := func() (*opjournal.Operation, error) {
-		return s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Reason: "absent", ReleaseAfter: time.Second})
+		return Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdReleaseForRetry, Key: "k1", Attempt: 1, Actor: "r", Reason: "absent", Policy: protocol.CommandPolicy{DefinitiveAbsence: true, ReleaseAfter: time.Second}}))
 	}
 	clk.Advance(time.Second - time.Millisecond)
 	_, err = release()
@@ -278,7 +279,7 @@ func testReleaseForRetry(t *testing.T, newDB NewDatabase) {
 	if cr := claim(t, s, "k1", noRetry); !cr.Claimed || cr.Operation.AttemptCount != 2 || cr.Operation.ErrorCode != "" {
 		t.Fatalf("claim after release: %+v", cr)
 	}
-	_, err = s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: "r", Reason: "late"})
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdReleaseForRetry, Key: "k1", Attempt: 1, Actor: "r", Reason: "late", Policy: protocol.CommandPolicy{DefinitiveAbsence: true}}))
 	wantCode(t, err, opjournal.CodeStaleAttempt)
 	wantHistory(t, events(t, s, "k1"),
 		ev("", pending, 0, "", ""), ev(pending, inProgress, 1, "w1", ""), ev(inProgress, unknown, 1, "w1", ""),
@@ -286,10 +287,10 @@ func testReleaseForRetry(t *testing.T, newDB NewDatabase) {
 
 	// Under review, only a person decides.
 	makeUnknown(t, s, "k2")
-	if _, err := s.Escalate(ctx, store.EscalateParams{Tenant: tenant, Key: "k2", Actor: "r", Reason: "x"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdEscalate, Key: "k2", Actor: "r", Reason: "x"})); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k2", Attempt: 1, Actor: "r", Reason: "absent"})
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdReleaseForRetry, Key: "k2", Attempt: 1, Actor: "r", Reason: "absent", Policy: protocol.CommandPolicy{DefinitiveAbsence: true}}))
 	wantCode(t, err, opjournal.CodeInvalidState)
 }
 
@@ -298,7 +299,7 @@ func testConcurrentReleasesOneApplies(t *testing.T, newDB NewDatabase) {
 	makeUnknown(t, s, "k1")
 	var applied atomic.Int64
 	race(16, func(i int) {
-		_, err := s.ReleaseForRetry(ctx, store.ReleaseParams{DefinitiveAbsence: true, Tenant: tenant, Key: "k1", Attempt: 1, Actor: fmt.Sprintf("r%d", i), Reason: "absent"})
+		_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdReleaseForRetry, Key: "k1", Attempt: 1, Actor: fmt.Sprintf("r%d", i), Reason: "absent", Policy: protocol.CommandPolicy{DefinitiveAbsence: true}}))
 		switch opjournal.ErrorCode(err) {
 		case "":
 			applied.Add(1)
@@ -318,14 +319,14 @@ func testConcurrentReleasesOneApplies(t *testing.T, newDB NewDatabase) {
 func testEscalate(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	makeUnknown(t, s, "k1")
-	op, err := s.Escalate(ctx, store.EscalateParams{Tenant: tenant, Key: "k1", Actor: "reconciler-1", Reason: "verifier keeps failing"})
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdEscalate, Key: "k1", Actor: "reconciler-1", Reason: "verifier keeps failing"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !op.NeedsReview || op.ReviewReason != "verifier keeps failing" || op.Status != unknown {
 		t.Fatalf("escalated: %+v", *op)
 	}
-	again, err := s.Escalate(ctx, store.EscalateParams{Tenant: tenant, Key: "k1", Actor: "reconciler-2", Reason: "other"})
+	again, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdEscalate, Key: "k1", Actor: "reconciler-2", Reason: "other"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,12 +339,12 @@ func testEscalate(t *testing.T, newDB NewDatabase) {
 		t.Fatal("claimed an operation under review")
 	}
 	cr := claimed(t, s, "done", noRetry)
-	if _, err := s.MarkFailedFinal(ctx, store.MarkParams{Tenant: tenant, Key: "done", Attempt: cr.Operation.AttemptCount}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "done", Attempt: cr.Operation.AttemptCount})); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Escalate(ctx, store.EscalateParams{Tenant: tenant, Key: "done", Actor: "r", Reason: "x"})
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdEscalate, Key: "done", Actor: "r", Reason: "x"}))
 	wantCode(t, err, opjournal.CodeInvalidState)
-	_, err = s.Escalate(ctx, store.EscalateParams{Tenant: tenant, Key: "nope", Actor: "r", Reason: "x"})
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdEscalate, Key: "nope", Actor: "r", Reason: "x"}))
 	wantCode(t, err, opjournal.CodeNotFound)
 }
 
@@ -351,8 +352,7 @@ func testResolve(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	// unknown → succeeded by an operator.
 	makeUnknown(t, s, "k1")
-	op, err := s.Resolve(ctx, store.ResolveParams{Tenant: tenant, Key: "k1", To: succeeded, ExternalID: "pay_77",
-		Result: json.RawMessage(`{"payment_id":"pay_77"}`), Actor: "alice", Reason: "found in the provider's dashboard"})
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdResolve, Key: "k1", Resolution: succeeded, ExternalID: "pay_77", Result: json.RawMessage(`{"payment_id":"pay_77"}`), Actor: "alice", Reason: "found in the provider's dashboard"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,10 +363,10 @@ func testResolve(t *testing.T, newDB NewDatabase) {
 	wantHistory(t, evs[len(evs)-1:], ev(unknown, succeeded, 1, "alice", "pay_77"))
 	// Escalated and pending → failed_final.
 	register(t, s, "k2")
-	if _, err := s.Escalate(ctx, store.EscalateParams{Tenant: tenant, Key: "k2", Actor: "r", Reason: "x"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdEscalate, Key: "k2", Actor: "r", Reason: "x"})); err != nil {
 		t.Fatal(err)
 	}
-	op, err = s.Resolve(ctx, store.ResolveParams{Tenant: tenant, Key: "k2", To: failed, ErrorCode: "cancelled_by_customer", Actor: "bob", Reason: "customer cancelled"})
+	op, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdResolve, Key: "k2", Resolution: failed, ErrorCode: "cancelled_by_customer", Actor: "bob", Reason: "customer cancelled"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +376,7 @@ func testResolve(t *testing.T, newDB NewDatabase) {
 	// A duplicate effect under review: the operator settles it.
 	cr := claimed(t, s, "k3", noRetry)
 	for _, ext := range []string{"pay_1", "pay_2"} {
-		if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "k3", Attempt: cr.Operation.AttemptCount, ExternalID: ext}); err != nil {
+		if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k3", Attempt: cr.Operation.AttemptCount, ExternalID: ext})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -385,11 +385,11 @@ func testResolve(t *testing.T, newDB NewDatabase) {
 	// operator acknowledges it instead.
 	before := get(t, s, "k3")
 	for _, to := range []opjournal.Status{failed, succeeded} {
-		_, err = s.Resolve(ctx, store.ResolveParams{Tenant: tenant, Key: "k3", To: to, ExternalID: "pay_1", Actor: "carol", Reason: "pay_2 refunded"})
+		_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdResolve, Key: "k3", Resolution: to, ExternalID: "pay_1", Actor: "carol", Reason: "pay_2 refunded"}))
 		wantCode(t, err, opjournal.CodeInvalidState)
 		sameRecord(t, before, get(t, s, "k3"))
 	}
-	if op, err = s.Acknowledge(ctx, store.AcknowledgeParams{Tenant: tenant, Key: "k3", Actor: "carol", Reason: "pay_2 refunded"}); err != nil ||
+	if op, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdAcknowledge, Key: "k3", Actor: "carol", Reason: "pay_2 refunded"})); err != nil ||
 		op.NeedsReview || op.Status != succeeded || op.ExternalID != "pay_1" || op.DuplicateExternalID != "pay_2" {
 		t.Fatalf("acknowledge duplicate: %v %+v", err, op)
 	}
@@ -398,7 +398,7 @@ func testResolve(t *testing.T, newDB NewDatabase) {
 	claimed(t, s, "k5", noRetry)
 	for _, key := range []string{"k4", "k5", "k1"} {
 		before := get(t, s, key)
-		_, err = s.Resolve(ctx, store.ResolveParams{Tenant: tenant, Key: key, To: failed, Actor: "x", Reason: "y"})
+		_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdResolve, Key: key, Resolution: failed, Actor: "x", Reason: "y"}))
 		wantCode(t, err, opjournal.CodeInvalidState)
 		sameRecord(t, before, get(t, s, key))
 	}

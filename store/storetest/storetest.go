@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -103,8 +104,8 @@ var (
 	payload  = json.RawMessage(`{"amount_minor":490000,"currency":"RUB","order_id":"817"}`)
 	hashA    = "a1" + fmt.Sprintf("%062x", 1)
 	hashB    = "b2" + fmt.Sprintf("%062x", 2)
-	noRetry  = store.ClaimPolicy{WorkerID: "w1", LeaseSeconds: 30}
-	sameKey  = store.ClaimPolicy{WorkerID: "w1", LeaseSeconds: 30, AllowRetryAfterUnknown: true}
+	noRetry  = ClaimPolicy{WorkerID: "w1", LeaseSeconds: 30}
+	sameKey  = ClaimPolicy{WorkerID: "w1", LeaseSeconds: 30, AllowRetryAfterUnknown: true}
 	testTime = 30 * time.Second
 )
 
@@ -122,16 +123,16 @@ func setup(t *testing.T, newDB NewDatabase) (store.Store, context.Context) {
 
 func register(t *testing.T, s store.Store, key string) *opjournal.Operation {
 	t.Helper()
-	res, err := s.Register(ctxT(t), store.RegisterParams{Tenant: tenant, Key: key, Action: action, RequestHash: hashA, Payload: payload})
+	res, err := s.Apply(ctxT(t), tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: action, RequestHash: hashA, Payload: payload})
 	if err != nil {
 		t.Fatalf("register %q: %v", key, err)
 	}
 	return res.Operation
 }
 
-func claim(t *testing.T, s store.Store, key string, cp store.ClaimPolicy) store.ClaimResult {
+func claim(t *testing.T, s store.Store, key string, cp ClaimPolicy) store.Applied {
 	t.Helper()
-	res, err := s.Claim(ctxT(t), store.ClaimParams{Tenant: tenant, Key: key, ClaimPolicy: cp})
+	res, err := s.Apply(ctxT(t), tenant, Claiming(&protocol.Command{Kind: protocol.CmdClaim, Key: key}, &cp))
 	if err != nil {
 		t.Fatalf("claim %q: %v", key, err)
 	}
@@ -148,7 +149,7 @@ func get(t *testing.T, s store.Store, key string) *opjournal.Operation {
 }
 
 // claimed registers key and claims it, returning the claim.
-func claimed(t *testing.T, s store.Store, key string, cp store.ClaimPolicy) store.ClaimResult {
+func claimed(t *testing.T, s store.Store, key string, cp ClaimPolicy) store.Applied {
 	t.Helper()
 	register(t, s, key)
 	cr := claim(t, s, key, cp)
@@ -218,13 +219,13 @@ func clockOf(t *testing.T, s store.Store) *testclock.Clock {
 
 func testRegisterNew(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
-	res, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
+	res, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
 	if err != nil {
 		t.Fatal(err)
 	}
 	op := res.Operation
-	if !res.Created || res.Claim != nil {
-		t.Fatalf("created=%v claim=%v, want created and no claim", res.Created, res.Claim)
+	if !res.Created || res.Claimed {
+		t.Fatalf("created=%v claimed=%v, want created and not claimed", res.Created, res.Claimed)
 	}
 	wantStatus(t, op, opjournal.StatusPending)
 	if op.Key != "k1" || op.Tenant != tenant || op.Action != action || op.RequestHash != hashA || op.AttemptCount != 0 ||
@@ -237,7 +238,7 @@ func testRegisterNew(t *testing.T, newDB NewDatabase) {
 func testRegisterReplay(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	first := register(t, s, "k1")
-	res, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
+	res, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,10 +249,10 @@ func testRegisterReplay(t *testing.T, newDB NewDatabase) {
 
 	// Once succeeded, a replay returns the stored result.
 	cr := claim(t, s, "k1", noRetry)
-	if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"payment_id":"pay_1"}`)}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"payment_id":"pay_1"}`)})); err != nil {
 		t.Fatal(err)
 	}
-	res, err = s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
+	res, err = s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,9 +267,8 @@ func testRegisterPayloadMismatch(t *testing.T, newDB NewDatabase) {
 	register(t, s, "k1")
 	cr := claim(t, s, "k1", noRetry)
 	before := get(t, s, "k1")
-	for _, withClaim := range []*store.ClaimPolicy{nil, &sameKey} {
-		_, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashB,
-			Payload: json.RawMessage(`{"amount_minor":1}`), Claim: withClaim})
+	for _, withClaim := range []*ClaimPolicy{nil, &sameKey} {
+		_, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashB, Payload: json.RawMessage(`{"amount_minor":1}`)}, withClaim))
 		wantCode(t, err, opjournal.CodePayloadMismatch)
 		if !errors.Is(err, opjournal.ErrPayloadMismatch) {
 			t.Fatalf("errors.Is(%v, ErrPayloadMismatch) = false", err)
@@ -282,13 +282,13 @@ func testRegisterPayloadMismatch(t *testing.T, newDB NewDatabase) {
 
 func testRegisterWithClaim(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
-	cp := store.ClaimPolicy{WorkerID: "agent-7", LeaseSeconds: 45}
-	res, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashA, Payload: payload, Claim: &cp})
+	cp := ClaimPolicy{WorkerID: "agent-7", LeaseSeconds: 45}
+	res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Created || res.Claim == nil || !res.Claim.Claimed {
-		t.Fatalf("register with claim: created=%v claim=%+v", res.Created, res.Claim)
+	if !res.Created || !res.Claimed {
+		t.Fatalf("register with claim: created=%v result=%+v", res.Created, res)
 	}
 	op := res.Operation
 	wantStatus(t, op, opjournal.StatusInProgress)
@@ -305,21 +305,21 @@ func testRegisterWithClaim(t *testing.T, newDB NewDatabase) {
 func testRegisterWithClaimExisting(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	register(t, s, "k1")
-	cp := store.ClaimPolicy{WorkerID: "w2", LeaseSeconds: 30}
-	res, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashA, Payload: payload, Claim: &cp})
+	cp := ClaimPolicy{WorkerID: "w2", LeaseSeconds: 30}
+	res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Created || res.Claim == nil || !res.Claim.Claimed || res.Operation.AttemptCount != 1 {
-		t.Fatalf("register-with-claim of pending: created=%v claim=%+v op=%+v", res.Created, res.Claim, res.Operation)
+	if res.Created || !res.Claimed || res.Operation.AttemptCount != 1 {
+		t.Fatalf("register-with-claim of pending: created=%v result=%+v", res.Created, res)
 	}
 	// The lease is live: a second register-with-claim loses, with a hint.
-	res, err = s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashA, Payload: payload, Claim: &cp})
+	res, err = s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Claim == nil || res.Claim.Claimed || res.Claim.RetryAfter <= 0 || res.Claim.RetryAfter > 30*time.Second {
-		t.Fatalf("second register-with-claim: %+v", res.Claim)
+	if res.Claimed || res.RetryAfter <= 0 || res.RetryAfter > 30*time.Second {
+		t.Fatalf("second register-with-claim: %+v", res)
 	}
 	wantStatus(t, res.Operation, opjournal.StatusInProgress)
 	if res.Operation.AttemptCount != 1 {
@@ -330,7 +330,7 @@ func testRegisterWithClaimExisting(t *testing.T, newDB NewDatabase) {
 func testTenants(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	for _, tn := range []string{"a", "b"} {
-		res, err := s.Register(ctx, store.RegisterParams{Tenant: tn, Key: "shared-key", Action: action, RequestHash: map[string]string{"a": hashA, "b": hashB}[tn], Payload: payload})
+		res, err := s.Apply(ctx, tn, &protocol.Command{Kind: protocol.CmdRegister, Key: "shared-key", Action: action, RequestHash: map[string]string{"a": hashA, "b": hashB}[tn], Payload: payload})
 		if err != nil || !res.Created {
 			t.Fatalf("tenant %s: created=%v err=%v", tn, res.Created, err)
 		}
@@ -352,7 +352,7 @@ func testClaimPendingOnce(t *testing.T, newDB NewDatabase) {
 	if cr.Operation.AttemptCount != 1 || cr.Operation.LeaseOwner != "w1" {
 		t.Fatalf("claim: %+v", *cr.Operation)
 	}
-	again := claim(t, s, "k1", store.ClaimPolicy{WorkerID: "w2", LeaseSeconds: 30, AllowRetryAfterUnknown: true})
+	again := claim(t, s, "k1", ClaimPolicy{WorkerID: "w2", LeaseSeconds: 30, AllowRetryAfterUnknown: true})
 	if again.Claimed || again.RetryAfter <= 0 || again.RetryAfter > 30*time.Second {
 		t.Fatalf("claim of a live lease: claimed=%v retry_after=%s", again.Claimed, again.RetryAfter)
 	}
@@ -363,7 +363,7 @@ func testClaimPendingOnce(t *testing.T, newDB NewDatabase) {
 
 func testClaimNotFound(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
-	_, err := s.Claim(ctx, store.ClaimParams{Tenant: tenant, Key: "nope", ClaimPolicy: noRetry})
+	_, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdClaim, Key: "nope"}, &noRetry))
 	wantCode(t, err, opjournal.CodeNotFound)
 	_, err = s.Get(ctx, tenant, "nope")
 	wantCode(t, err, opjournal.CodeNotFound)
@@ -372,7 +372,7 @@ func testClaimNotFound(t *testing.T, newDB NewDatabase) {
 func testClaimFromUnknown(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	if _, err := s.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"})); err != nil {
 		t.Fatal(err)
 	}
 	// reconcile_before_retry: waits for the reconciler.
@@ -382,7 +382,7 @@ func testClaimFromUnknown(t *testing.T, newDB NewDatabase) {
 	}
 	wantStatus(t, lost.Operation, opjournal.StatusUnknown)
 	// retry_same_key: the provider deduplicates, so the same key may go again.
-	won := claim(t, s, "k1", store.ClaimPolicy{WorkerID: "w2", LeaseSeconds: 30, AllowRetryAfterUnknown: true})
+	won := claim(t, s, "k1", ClaimPolicy{WorkerID: "w2", LeaseSeconds: 30, AllowRetryAfterUnknown: true})
 	if !won.Claimed || won.Operation.AttemptCount != 2 || won.Operation.LeaseOwner != "w2" {
 		t.Fatalf("claim from unknown under retry_same_key: %+v %+v", won, *won.Operation)
 	}
@@ -392,11 +392,11 @@ func testClaimFromUnknown(t *testing.T, newDB NewDatabase) {
 func testClaimTerminal(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "ok", noRetry)
-	if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "ok", Attempt: cr.Operation.AttemptCount, ExternalID: "x1", Result: json.RawMessage(`{"id":"x1"}`)}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "ok", Attempt: cr.Operation.AttemptCount, ExternalID: "x1", Result: json.RawMessage(`{"id":"x1"}`)})); err != nil {
 		t.Fatal(err)
 	}
 	cr = claimed(t, s, "no", noRetry)
-	if _, err := s.MarkFailedFinal(ctx, store.MarkParams{Tenant: tenant, Key: "no", Attempt: cr.Operation.AttemptCount, ErrorCode: "card_declined"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "no", Attempt: cr.Operation.AttemptCount, ErrorCode: "card_declined"})); err != nil {
 		t.Fatal(err)
 	}
 	for key, st := range map[string]opjournal.Status{"ok": opjournal.StatusSucceeded, "no": opjournal.StatusFailedFinal} {
@@ -418,7 +418,7 @@ func testLeaseExpiry(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	clk := clockOf(t, s)
 	register(t, s, "k1")
-	cr := claim(t, s, "k1", store.ClaimPolicy{WorkerID: "w1", LeaseSeconds: 1})
+	cr := claim(t, s, "k1", ClaimPolicy{WorkerID: "w1", LeaseSeconds: 1})
 	if !cr.Claimed {
 		t.Fatal("not claimed")
 	}
@@ -437,17 +437,17 @@ func testLeaseExpiry(t *testing.T, newDB NewDatabase) {
 	if res := claim(t, s, "k1", noRetry); res.Claimed || res.Operation.Status != opjournal.StatusUnknown {
 		t.Fatalf("claim of an expired lease under reconcile_before_retry: %+v", res)
 	}
-	_, err := s.MarkFailedFinal(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: 1, ErrorCode: "late"})
+	_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "k1", Attempt: 1, ErrorCode: "late"}))
 	wantCode(t, err, opjournal.CodeStaleAttempt)
-	_, err = s.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: 1})
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: 1}))
 	wantCode(t, err, opjournal.CodeStaleAttempt)
 	// Under retry_same_key the expired lease is claimable with a new attempt.
-	res := claim(t, s, "k1", store.ClaimPolicy{WorkerID: "w2", LeaseSeconds: 30, AllowRetryAfterUnknown: true})
+	res := claim(t, s, "k1", ClaimPolicy{WorkerID: "w2", LeaseSeconds: 30, AllowRetryAfterUnknown: true})
 	if !res.Claimed || res.Operation.AttemptCount != 2 {
 		t.Fatalf("claim of an expired lease under retry_same_key: %+v", res)
 	}
 	// The vanished worker's late confirmation is still a fact.
-	op, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "k1", Attempt: 1, ExternalID: "pay_1"})
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: 1, ExternalID: "pay_1"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +475,7 @@ func testConcurrentClaims(t *testing.T, newDB NewDatabase) {
 	register(t, s, "k1")
 	var won, lost, failed atomic.Int64
 	race(64, func(i int) {
-		res, err := s.Claim(ctx, store.ClaimParams{Tenant: tenant, Key: "k1", ClaimPolicy: store.ClaimPolicy{WorkerID: fmt.Sprintf("w%d", i), LeaseSeconds: 30}})
+		res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdClaim, Key: "k1"}, &ClaimPolicy{WorkerID: fmt.Sprintf("w%d", i), LeaseSeconds: 30}))
 		switch {
 		case err != nil:
 			t.Errorf("claim %d: %v", i, err)
@@ -498,9 +498,9 @@ func testRegisterWithClaimRace(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	var won, created atomic.Int64
 	race(64, func(i int) {
-		cp := store.ClaimPolicy{WorkerID: fmt.Sprintf("w%d", i), LeaseSeconds: 30}
+		cp := ClaimPolicy{WorkerID: fmt.Sprintf("w%d", i), LeaseSeconds: 30}
 		if i%2 == 0 {
-			res, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashA, Payload: payload, Claim: &cp})
+			res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload}, &cp))
 			if err != nil {
 				t.Errorf("register-with-claim %d: %v", i, err)
 				return
@@ -508,12 +508,12 @@ func testRegisterWithClaimRace(t *testing.T, newDB NewDatabase) {
 			if res.Created {
 				created.Add(1)
 			}
-			if res.Claim.Claimed {
+			if res.Claimed {
 				won.Add(1)
 			}
 			return
 		}
-		res, err := s.Claim(ctx, store.ClaimParams{Tenant: tenant, Key: "k1", ClaimPolicy: cp})
+		res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdClaim, Key: "k1"}, &cp))
 		if opjournal.ErrorCode(err) == opjournal.CodeNotFound {
 			return // claimed before anyone registered: a correct answer
 		}
@@ -537,7 +537,7 @@ func testConcurrentRegisters(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	var created atomic.Int64
 	race(64, func(i int) {
-		res, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
+		res, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: hashA, Payload: payload})
 		if err != nil {
 			t.Errorf("register %d: %v", i, err)
 			return
@@ -559,7 +559,7 @@ func testConcurrentConflictingRegisters(t *testing.T, newDB NewDatabase) {
 		if i%2 == 1 {
 			h = hashB
 		}
-		res, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: "k1", Action: action, RequestHash: h, Payload: payload})
+		res, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: "k1", Action: action, RequestHash: h, Payload: payload})
 		switch {
 		case opjournal.ErrorCode(err) == opjournal.CodePayloadMismatch:
 			mismatched.Add(1)
@@ -591,13 +591,13 @@ func testTwoProcesses(t *testing.T, newDB NewDatabase) {
 		}
 		for k := 0; k < keys; k++ {
 			key := fmt.Sprintf("k%d", k)
-			cp := store.ClaimPolicy{WorkerID: fmt.Sprintf("p%d", i), LeaseSeconds: 30}
-			res, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: key, Action: action, RequestHash: hashA, Payload: payload, Claim: &cp})
+			cp := ClaimPolicy{WorkerID: fmt.Sprintf("p%d", i), LeaseSeconds: 30}
+			res, err := s.Apply(ctx, tenant, Claiming(&protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: action, RequestHash: hashA, Payload: payload}, &cp))
 			if err != nil {
 				t.Errorf("register-with-claim: %v", err)
 				return
 			}
-			if res.Claim.Claimed {
+			if res.Claimed {
 				won[k].Add(1)
 			}
 		}
@@ -612,7 +612,7 @@ func testTwoProcesses(t *testing.T, newDB NewDatabase) {
 func testMarkSucceeded(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	op, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"payment_id":"pay_1","status":"captured"}`)})
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"payment_id":"pay_1","status":"captured"}`)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -626,13 +626,13 @@ func testMarkSucceeded(t *testing.T, newDB NewDatabase) {
 func testMarkSucceededNoop(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	p := store.MarkSucceededParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"a":1}`)}
-	first, err := s.MarkSucceeded(ctx, p)
+	p := protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"a":1}`)}
+	first, err := Op(s.Apply(ctx, tenant, &p))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Result = json.RawMessage(`{"a":2}`)
-	second, err := s.MarkSucceeded(ctx, p)
+	second, err := Op(s.Apply(ctx, tenant, &p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -642,7 +642,7 @@ func testMarkSucceededNoop(t *testing.T, newDB NewDatabase) {
 	// defect 9): nothing changes, nothing goes to review, no event.
 	before := len(events(t, s, "k1"))
 	p.ExternalID = ""
-	third, err := s.MarkSucceeded(ctx, p)
+	third, err := Op(s.Apply(ctx, tenant, &p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -655,10 +655,10 @@ func testMarkSucceededNoop(t *testing.T, newDB NewDatabase) {
 func testMarkSucceededDuplicate(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"n":1}`)}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_1", Result: json.RawMessage(`{"n":1}`)})); err != nil {
 		t.Fatal(err)
 	}
-	op, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_2", Result: json.RawMessage(`{"n":2}`)})
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: "pay_2", Result: json.RawMessage(`{"n":2}`)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -672,7 +672,7 @@ func testMarkSucceededDuplicate(t *testing.T, newDB NewDatabase) {
 func testMarkSucceededStale(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	if _, err := s.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"})); err != nil {
 		t.Fatal(err)
 	}
 	second := claim(t, s, "k1", sameKey)
@@ -680,7 +680,7 @@ func testMarkSucceededStale(t *testing.T, newDB NewDatabase) {
 		t.Fatalf("reclaim: %+v", second)
 	}
 	// Attempt 1 learns its call went through: accepted, a confirmed effect is a fact.
-	op, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "k1", Attempt: 1, ExternalID: "pay_1"})
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: 1, ExternalID: "pay_1"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -689,7 +689,7 @@ func testMarkSucceededStale(t *testing.T, newDB NewDatabase) {
 		t.Fatalf("stale MarkSucceeded: %+v", *op)
 	}
 	// Attempt 2 may no longer fail the operation.
-	_, err = s.MarkFailedFinal(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: 2, ErrorCode: "x"})
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "k1", Attempt: 2, ErrorCode: "x"}))
 	wantCode(t, err, opjournal.CodeStaleAttempt)
 }
 
@@ -702,7 +702,7 @@ func testMarkSucceededNeverIssued(t *testing.T, newDB NewDatabase) {
 		attempt int
 	}{{"pending", 1}, {"pending", 0}, {"claimed", 0}, {"claimed", 2}, {"claimed", -1}} {
 		before := get(t, s, tc.key)
-		_, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: tc.key, Attempt: tc.attempt, ExternalID: "x"})
+		_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: tc.key, Attempt: tc.attempt, ExternalID: "x"}))
 		wantCode(t, err, opjournal.CodeInvalidArgument)
 		sameRecord(t, before, get(t, s, tc.key))
 	}
@@ -711,10 +711,10 @@ func testMarkSucceededNeverIssued(t *testing.T, newDB NewDatabase) {
 func testMarkSucceededAfterFailedFinal(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	if _, err := s.MarkFailedFinal(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "declined"}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "declined"})); err != nil {
 		t.Fatal(err)
 	}
-	op, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "k1", Attempt: 1, ExternalID: "pay_9"})
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: 1, ExternalID: "pay_9"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -730,7 +730,7 @@ func testConcurrentMarkSucceeded(t *testing.T, newDB NewDatabase) {
 	cr := claimed(t, s, "k1", noRetry)
 	var ok atomic.Int64
 	race(16, func(i int) {
-		_, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: fmt.Sprintf("pay_%d", i)})
+		_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k1", Attempt: cr.Operation.AttemptCount, ExternalID: fmt.Sprintf("pay_%d", i)}))
 		if err != nil {
 			t.Errorf("mark %d: %v", i, err)
 			return
@@ -747,7 +747,7 @@ func testConcurrentMarkSucceeded(t *testing.T, newDB NewDatabase) {
 func testMarkUnknown(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	op, err := s.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"})
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "timeout"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -761,7 +761,7 @@ func testMarkUnknown(t *testing.T, newDB NewDatabase) {
 func testMarkFailedFinal(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	op, err := s.MarkFailedFinal(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "card_declined"})
+	op, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "k1", Attempt: cr.Operation.AttemptCount, ErrorCode: "card_declined"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -770,7 +770,7 @@ func testMarkFailedFinal(t *testing.T, newDB NewDatabase) {
 		t.Fatalf("after MarkFailedFinal: %+v", *op)
 	}
 	// Terminal: a replay returns it, a late MarkUnknown is stale.
-	_, err = s.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: 1})
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: 1}))
 	wantCode(t, err, opjournal.CodeStaleAttempt)
 	sameRecord(t, op, get(t, s, "k1"))
 }
@@ -778,26 +778,26 @@ func testMarkFailedFinal(t *testing.T, newDB NewDatabase) {
 func testStaleAttempt(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
 	cr := claimed(t, s, "k1", noRetry)
-	if _, err := s.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "k1", Attempt: cr.Operation.AttemptCount})); err != nil {
 		t.Fatal(err)
 	}
 	if res := claim(t, s, "k1", sameKey); !res.Claimed || res.Operation.AttemptCount != 2 {
 		t.Fatalf("reclaim: %+v", res)
 	}
 	before := get(t, s, "k1")
-	for _, mark := range []func(context.Context, store.MarkParams) (*opjournal.Operation, error){s.MarkUnknown, s.MarkFailedFinal} {
-		_, err := mark(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: 1, ErrorCode: "late"})
+	for _, mark := range []protocol.CommandKind{protocol.CmdMarkUnknown, protocol.CmdMarkFailedFinal} {
+		_, err := s.Apply(ctx, tenant, &protocol.Command{Kind: mark, Key: "k1", Attempt: 1, ErrorCode: "late"})
 		wantCode(t, err, opjournal.CodeStaleAttempt)
 		if !errors.Is(err, opjournal.ErrStaleAttempt) {
 			t.Fatal("errors.Is(ErrStaleAttempt) = false")
 		}
-		_, err = mark(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: 3})
+		_, err = s.Apply(ctx, tenant, &protocol.Command{Kind: mark, Key: "k1", Attempt: 3})
 		wantCode(t, err, opjournal.CodeInvalidArgument)
 	}
 	sameRecord(t, before, get(t, s, "k1"))
 	// A pending operation has no holder at all.
 	register(t, s, "p")
-	_, err := s.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "p", Attempt: 1})
+	_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "p", Attempt: 1}))
 	wantCode(t, err, opjournal.CodeInvalidArgument)
 }
 
@@ -806,11 +806,11 @@ func testConcurrentHolderMarks(t *testing.T, newDB NewDatabase) {
 	cr := claimed(t, s, "k1", noRetry)
 	var ok, stale atomic.Int64
 	race(32, func(i int) {
-		mark := s.MarkUnknown
+		mark := protocol.CmdMarkUnknown
 		if i%2 == 1 {
-			mark = s.MarkFailedFinal
+			mark = protocol.CmdMarkFailedFinal
 		}
-		_, err := mark(ctx, store.MarkParams{Tenant: tenant, Key: "k1", Attempt: cr.Operation.AttemptCount})
+		_, err := s.Apply(ctx, tenant, &protocol.Command{Kind: mark, Key: "k1", Attempt: cr.Operation.AttemptCount})
 		switch opjournal.ErrorCode(err) {
 		case "":
 			ok.Add(1)
@@ -827,11 +827,11 @@ func testConcurrentHolderMarks(t *testing.T, newDB NewDatabase) {
 
 func testMarkNotFound(t *testing.T, newDB NewDatabase) {
 	s, ctx := setup(t, newDB)
-	_, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "nope", Attempt: 1})
+	_, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "nope", Attempt: 1}))
 	wantCode(t, err, opjournal.CodeNotFound)
-	_, err = s.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "nope", Attempt: 1})
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "nope", Attempt: 1}))
 	wantCode(t, err, opjournal.CodeNotFound)
-	_, err = s.MarkFailedFinal(ctx, store.MarkParams{Tenant: tenant, Key: "nope", Attempt: 1})
+	_, err = Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkFailedFinal, Key: "nope", Attempt: 1}))
 	wantCode(t, err, opjournal.CodeNotFound)
 }
 
@@ -842,7 +842,7 @@ func testRestart(t *testing.T, newDB NewDatabase) {
 	register(t, s, "pending")
 	cr := claimed(t, s, "leased", noRetry)
 	cr2 := claimed(t, s, "done", noRetry)
-	if _, err := s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: "done", Attempt: cr2.Operation.AttemptCount, ExternalID: "e1", Result: json.RawMessage(`{"x":[1,2]}`)}); err != nil {
+	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "done", Attempt: cr2.Operation.AttemptCount, ExternalID: "e1", Result: json.RawMessage(`{"x":[1,2]}`)})); err != nil {
 		t.Fatal(err)
 	}
 	before := map[string]*opjournal.Operation{}
@@ -861,7 +861,7 @@ func testRestart(t *testing.T, newDB NewDatabase) {
 		sameRecord(t, op, after)
 	}
 	// The lease survives the restart: the holder can still finish.
-	if _, err := s2.MarkUnknown(ctx, store.MarkParams{Tenant: tenant, Key: "leased", Attempt: cr.Operation.AttemptCount}); err != nil {
+	if _, err := Op(s2.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkUnknown, Key: "leased", Attempt: cr.Operation.AttemptCount})); err != nil {
 		t.Fatalf("holder after restart: %v", err)
 	}
 }

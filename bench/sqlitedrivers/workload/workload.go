@@ -6,7 +6,7 @@
 // runs this workload through one SQLite driver, so that the drivers can be
 // measured side by side on exactly the work the store gives them.
 //
-// What the store does in Go around these statements (opjournal.Apply,
+// What the store does in Go around these statements (protocol.Apply,
 // JSON, building answers) is left out: it is the same whatever the driver.
 package workload
 

@@ -38,6 +38,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opjournal/opjournal/internal/bench"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/postgres"
 )
@@ -409,16 +410,16 @@ func hotPath(ctx context.Context, s *postgres.Store, c config, label string) (ho
 				tenant := fmt.Sprintf("t%d", (w*7919+i)%c.tenants)
 				var d [3]time.Duration
 				t0 := time.Now()
-				_, err := s.Register(ctx, store.RegisterParams{Tenant: tenant, Key: key, Action: "create_payment", RequestHash: "h", Payload: payload})
+				_, err := s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "create_payment", RequestHash: "h", Payload: payload})
 				t1 := time.Now()
 				d[0] = t1.Sub(t0)
 				if err == nil {
-					_, err = s.Claim(ctx, store.ClaimParams{Tenant: tenant, Key: key, ClaimPolicy: store.ClaimPolicy{WorkerID: "bench", LeaseSeconds: 30}})
+					_, err = s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdClaim, Key: key, WorkerID: "bench", LeaseSeconds: 30})
 				}
 				t2 := time.Now()
 				d[1] = t2.Sub(t1)
 				if err == nil {
-					_, err = s.MarkSucceeded(ctx, store.MarkSucceededParams{Tenant: tenant, Key: key, Attempt: 1, ExternalID: "pay_" + key})
+					_, err = s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: key, Attempt: 1, ExternalID: "pay_" + key})
 				}
 				d[2] = time.Since(t2)
 				if err != nil {

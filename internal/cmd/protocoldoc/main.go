@@ -1,6 +1,6 @@
-// Command protocoldoc writes the protocol table (opjournal.ProtocolMarkdown)
+// Command protocoldoc writes the protocol table (protocol.ProtocolMarkdown)
 // into README.md between its markers, so the README shows the table the
-// code applies: `make generate` runs it, and a test of the root package
+// code applies: `make generate` runs it, and a test of internal/protocol
 // fails when README.md differs from it.
 //
 //	go run ./internal/cmd/protocoldoc README.md
@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 )
 
 func main() {
@@ -23,7 +23,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "protocoldoc:", err)
 		os.Exit(1)
 	}
-	out, err := opjournal.SpliceProtocol(string(b))
+	out, err := protocol.SpliceProtocol(string(b))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "protocoldoc:", err)
 		os.Exit(1)

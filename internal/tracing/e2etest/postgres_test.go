@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/opjournal/opjournal/internal/pgtest"
-	"github.com/opjournal/opjournal/store"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store/postgres"
 )
 
@@ -28,8 +28,8 @@ func TestPostgresBatchTrace(t *testing.T) {
 	defer s.Close()
 	payload := json.RawMessage(`{"amount_minor":4900,"card":"` + secret + `"}`)
 	register := func(ctx context.Context, key string) {
-		_, err := s.Register(ctx, store.RegisterParams{Key: key, Action: "create_payment", RequestHash: "h", Payload: payload,
-			Claim: &store.ClaimPolicy{WorkerID: "w", LeaseSeconds: 30}})
+		_, err := s.Apply(ctx, "", &protocol.Command{Kind: protocol.CmdRegister, Key: key, Action: "create_payment", RequestHash: "h", Payload: payload,
+			Claim: true, WorkerID: "w", LeaseSeconds: 30})
 		if err != nil {
 			t.Error(err)
 		}
@@ -44,6 +44,7 @@ func TestPostgresBatchTrace(t *testing.T) {
 	wantChild(t, st, find(t, spans, "alone", trace.SpanKindInternal))
 	wantAttr(t, st, "db.system.name", "postgresql")
 	wantAttr(t, st, "opjournal.batch.size", "1")
+	wantAttr(t, st, "opjournal.rule", "Register: new, claimed")
 	noSecrets(t, spans)
 
 	// Concurrent calls share statements (how many depends on timing: try

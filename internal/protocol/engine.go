@@ -1,4 +1,12 @@
-package opjournal
+// Package protocol is the journal's state machine: the table of rules
+// (table.go) that says, for every command and case, what must hold, what
+// changes and what the history records, and the engine that evaluates it
+// (Apply). Both stores apply this one table: SQLite by calling Apply inside
+// its write transaction, PostgreSQL by running the rules rendered as SQL
+// (store/postgres/render.go). The vocabulary that SDK callers see
+// (Operation, Status, Error, Event) stays in the root package; this
+// package is the server's.
+package protocol
 
 import (
 	"encoding/json"
@@ -6,9 +14,11 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/opjournal/opjournal"
 )
 
-// This file is the machinery of the state machine; protocol.go is the
+// This file is the machinery of the state machine; table.go is the
 // table itself. A Rule is data: its guard (Requirements), the fields it
 // sets (Sets) and the event it writes are values that Apply evaluates in
 // Go and that store/postgres renders into SQL. So every store applies the
@@ -81,12 +91,11 @@ type Command struct {
 	HashFor func(keyID string) (hash string, ok bool)
 	// Claim asks Register to claim a new operation in the same step.
 	Claim bool
-	// Refs are the business references (validated; nil for none) and
-	// RefsJSON their canonical JSON object (nil for none), as stores keep
-	// them. ParentKey is the parent operation's key ("" for none). Both
-	// are immutable: a replay must bring the same.
+	// Refs are the business references (validated; nil for none; the
+	// stores keep them as RefsJSON gives them). ParentKey is the parent
+	// operation's key ("" for none). Both are immutable: a replay must
+	// bring the same.
 	Refs      map[string]string
-	RefsJSON  json.RawMessage
 	ParentKey string
 
 	// Claim, ExtendLease.
@@ -107,7 +116,7 @@ type Command struct {
 	// RecordCheck.
 	NextCheckAfter time.Duration
 	// Resolve: StatusSucceeded or StatusFailedFinal.
-	Resolution Status
+	Resolution opjournal.Status
 
 	Policy CommandPolicy
 }
@@ -148,15 +157,34 @@ type Rule struct {
 	Outcome Outcome
 	// ReviewReason computes the review_reason the rule may set
 	// (ParamReviewReason); op is the row as read.
-	ReviewReason func(op *Operation, c *Command) string
+	ReviewReason func(op *opjournal.Operation, c *Command) string
 }
+
+// Name names the rule wherever it shows (traces, the statements' golden
+// file): "Claim: win".
+func (r *Rule) Name() string { return string(r.Command) + ": " + r.Case }
 
 // Requirement is one condition of a guard and the refusal when it fails.
 type Requirement struct {
 	Cond Cond
-	// Refuse explains the refusal; nil when a failure of this condition
-	// only means another rule applies.
-	Refuse func(op *Operation, c *Command, now time.Time) *Error
+	// Refuse is the refusal; nil when a failure of this condition only
+	// means another rule applies.
+	Refuse *RefusalSpec
+}
+
+// RefusalSpec is how a requirement refuses: the error code and the
+// request field it is about are data (the docs and the stores read them
+// without evaluating anything); Why words the message for the operation
+// at hand.
+type RefusalSpec struct {
+	Code  opjournal.Code
+	Field string // "" for none
+	Why   func(op *opjournal.Operation, c *Command, now time.Time) string
+}
+
+// Error is the refusal of c on op at now.
+func (r *RefusalSpec) Error(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
+	return &opjournal.Error{Code: r.Code, Field: r.Field, Message: r.Why(op, c, now)}
 }
 
 // EventSpec says what a rule writes to the history. From and To are the
@@ -172,7 +200,7 @@ type EventSpec struct {
 	// when a store applies the command's first rule without reading the
 	// row first (PostgreSQL's one-statement path): the first rule of a
 	// command must not look at op.
-	Reason func(op *Operation, c *Command) string
+	Reason func(op *opjournal.Operation, c *Command) string
 	// ExternalID is the event's external_id; the zero Expr records none.
 	ExternalID Expr
 	// FromRaw records the stored status as From: an expired lease is
@@ -237,10 +265,10 @@ const (
 // Apply evaluates and that store/postgres renders as SQL.
 type Cond struct {
 	Kind     CondKind
-	Statuses []Status
+	Statuses []opjournal.Status
 	Want     bool
 	Param    Param
-	Status   Status
+	Status   opjournal.Status
 	Sub      []Cond
 }
 
@@ -327,59 +355,6 @@ const (
 	FieldParentKey
 )
 
-// Column is the field's column name in every store.
-func (f Field) Column() string {
-	switch f {
-	case FieldStatus:
-		return "status"
-	case FieldAttemptCount:
-		return "attempt_count"
-	case FieldLeaseOwner:
-		return "lease_owner"
-	case FieldLeaseUntil:
-		return "lease_until"
-	case FieldExternalID:
-		return "external_id"
-	case FieldResult:
-		return "result"
-	case FieldErrorCode:
-		return "error_code"
-	case FieldNeedsReview:
-		return "needs_review"
-	case FieldReviewReason:
-		return "review_reason"
-	case FieldUnknownSince:
-		return "unknown_since"
-	case FieldCheckCount:
-		return "check_count"
-	case FieldLastCheckedAt:
-		return "last_checked_at"
-	case FieldNextCheckAt:
-		return "next_check_at"
-	case FieldAttemptStartedAt:
-		return "attempt_started_at"
-	case FieldDuplicateExternalIDs:
-		return "duplicate_external_ids"
-	case FieldDuplicateReports:
-		return "duplicate_reports"
-	case FieldFirstAttemptAt:
-		return "first_attempt_at"
-	case FieldAction:
-		return "action_type"
-	case FieldRequestHash:
-		return "request_hash"
-	case FieldHashKeyID:
-		return "hash_key_id"
-	case FieldPayload:
-		return "payload"
-	case FieldRefs:
-		return "refs"
-	case FieldParentKey:
-		return "parent_key"
-	}
-	return fmt.Sprintf("field(%d)", int(f))
-}
-
 // Param is a value a command brings to a rule.
 type Param int
 
@@ -424,183 +399,6 @@ const (
 	TypeJSON                          // json.RawMessage, nil for NULL
 )
 
-// Name is the parameter's name in generated SQL and in the docs.
-func (p Param) Name() string {
-	switch p {
-	case ParamWorkerID:
-		return "worker_id"
-	case ParamLeaseSeconds:
-		return "lease_seconds"
-	case ParamAttempt:
-		return "attempt"
-	case ParamExternalID:
-		return "external_id"
-	case ParamResult:
-		return "result"
-	case ParamErrorCode:
-		return "error_code"
-	case ParamActor:
-		return "actor"
-	case ParamStatedActor:
-		return "stated_actor"
-	case ParamEventReason:
-		return "event_reason"
-	case ParamReviewReason:
-		return "review_reason"
-	case ParamNextCheckAfter:
-		return "next_check_after"
-	case ParamRetryAfterUnknown:
-		return "retry_after_unknown"
-	case ParamDefinitiveAbsence:
-		return "definitive_absence"
-	case ParamReleaseAfter:
-		return "release_after"
-	case ParamMaxAttempt:
-		return "max_attempt"
-	case ParamResolution:
-		return "resolution"
-	case ParamAction:
-		return "action_type"
-	case ParamRequestHash:
-		return "request_hash"
-	case ParamHashKeyID:
-		return "hash_key_id"
-	case ParamPayload:
-		return "payload"
-	case ParamClaim:
-		return "claim"
-	case ParamRefs:
-		return "refs"
-	case ParamParentKey:
-		return "parent_key"
-	case ParamProviderWindow:
-		return "provider_dedup_window"
-	}
-	return fmt.Sprintf("param(%d)", int(p))
-}
-
-// Type is the type of the parameter's value.
-func (p Param) Type() ParamType {
-	switch p {
-	case ParamLeaseSeconds, ParamAttempt:
-		return TypeInt
-	case ParamRetryAfterUnknown, ParamDefinitiveAbsence, ParamClaim:
-		return TypeBool
-	case ParamNextCheckAfter, ParamReleaseAfter, ParamMaxAttempt, ParamProviderWindow:
-		return TypeDuration
-	case ParamResult, ParamPayload, ParamRefs:
-		return TypeJSON
-	}
-	return TypeText
-}
-
-// Value returns the parameter's value for command c under rule r; op is
-// the row as read (nil on a store's one-statement path, see EventSpec).
-// Its type is the parameter's (Param.Type); the typed accessors (Text,
-// Int, Bool, Duration, JSON) give the same values without boxing them.
-func (c *Command) Value(p Param, r *Rule, op *Operation) any {
-	switch p.Type() {
-	case TypeInt:
-		return c.Int(p)
-	case TypeBool:
-		return c.Bool(p)
-	case TypeDuration:
-		return c.Duration(p)
-	case TypeJSON:
-		return c.JSON(p)
-	}
-	return c.Text(p, r, op)
-}
-
-// Text returns a text parameter (TypeText) of c under rule r.
-func (c *Command) Text(p Param, r *Rule, op *Operation) string {
-	switch p {
-	case ParamWorkerID:
-		return c.WorkerID
-	case ParamExternalID:
-		return c.ExternalID
-	case ParamErrorCode:
-		return c.ErrorCode
-	case ParamActor:
-		return c.Actor
-	case ParamStatedActor:
-		return c.StatedActor
-	case ParamEventReason:
-		if r.Event == nil {
-			return ""
-		}
-		return r.Event.Reason(op, c)
-	case ParamReviewReason:
-		if r.ReviewReason == nil {
-			return ""
-		}
-		return r.ReviewReason(op, c)
-	case ParamResolution:
-		return string(c.Resolution)
-	case ParamAction:
-		return c.Action
-	case ParamRequestHash:
-		return c.RequestHash
-	case ParamHashKeyID:
-		return c.HashKeyID
-	case ParamParentKey:
-		return c.ParentKey
-	}
-	panic(fmt.Sprintf("opjournal: %s is not a text parameter", p.Name()))
-}
-
-// Int returns an integer parameter (TypeInt) of c.
-func (c *Command) Int(p Param) int {
-	switch p {
-	case ParamLeaseSeconds:
-		return c.LeaseSeconds
-	case ParamAttempt:
-		return c.Attempt
-	}
-	panic(fmt.Sprintf("opjournal: %s is not an integer parameter", p.Name()))
-}
-
-// Bool returns a boolean parameter (TypeBool) of c.
-func (c *Command) Bool(p Param) bool {
-	switch p {
-	case ParamRetryAfterUnknown:
-		return c.Policy.RetryAfterUnknown
-	case ParamDefinitiveAbsence:
-		return c.Policy.DefinitiveAbsence
-	case ParamClaim:
-		return c.Claim
-	}
-	panic(fmt.Sprintf("opjournal: %s is not a boolean parameter", p.Name()))
-}
-
-// Duration returns a duration parameter (TypeDuration) of c.
-func (c *Command) Duration(p Param) time.Duration {
-	switch p {
-	case ParamNextCheckAfter:
-		return c.NextCheckAfter
-	case ParamReleaseAfter:
-		return c.Policy.ReleaseAfter
-	case ParamMaxAttempt:
-		return c.Policy.MaxAttempt
-	case ParamProviderWindow:
-		return c.Policy.ProviderWindow
-	}
-	panic(fmt.Sprintf("opjournal: %s is not a duration parameter", p.Name()))
-}
-
-// JSON returns a JSON parameter (TypeJSON) of c; nil is NULL.
-func (c *Command) JSON(p Param) json.RawMessage {
-	switch p {
-	case ParamResult:
-		return c.Result
-	case ParamPayload:
-		return c.Payload
-	case ParamRefs:
-		return c.RefsJSON
-	}
-	panic(fmt.Sprintf("opjournal: %s is not a JSON parameter", p.Name()))
-}
-
 // Rules returns the rules of a command, in the order they are tried.
 func Rules(cmd CommandKind) []*Rule { return rulesByCommand[cmd] }
 
@@ -621,10 +419,10 @@ type Decision struct {
 	Rule *Rule
 	// Op is the operation after the rule, as read at the same instant
 	// (its effective status); op itself when the rule changed nothing.
-	Op *Operation
+	Op *opjournal.Operation
 	// Event is the history entry the rule writes, nil if none (its ID is
 	// assigned by the store).
-	Event *Event
+	Event *opjournal.Event
 }
 
 // Apply applies command c to op, the operation as read at now (nil when
@@ -632,13 +430,13 @@ type Decision struct {
 // next state and event, or the refusal (an *Error). It is pure: op is not
 // modified, and the same inputs always give the same answer. Every store
 // gives the answers Apply gives (store/storetest checks it).
-func Apply(op *Operation, c *Command, now time.Time) (Decision, error) {
+func Apply(op *opjournal.Operation, c *Command, now time.Time) (Decision, error) {
 	if op == nil && c.Kind != CmdRegister {
-		return Decision{}, Errorf(CodeNotFound, "operation_key", "no operation %q", c.Key)
+		return Decision{}, opjournal.Errorf(opjournal.CodeNotFound, "operation_key", "no operation %q", c.Key)
 	}
 	rules := Rules(c.Kind)
 	if len(rules) == 0 {
-		return Decision{}, Errorf(CodeInternal, "", "no rule for command %q", c.Kind)
+		return Decision{}, opjournal.Errorf(opjournal.CodeInternal, "", "no rule for command %q", c.Kind)
 	}
 	for _, r := range rules {
 		if r.Holds(op, c, now) {
@@ -649,7 +447,7 @@ func Apply(op *Operation, c *Command, now time.Time) (Decision, error) {
 }
 
 // Holds reports whether every requirement of r holds.
-func (r *Rule) Holds(op *Operation, c *Command, now time.Time) bool {
+func (r *Rule) Holds(op *opjournal.Operation, c *Command, now time.Time) bool {
 	for _, req := range r.Requires {
 		if !req.Cond.Eval(op, c, now) {
 			return false
@@ -660,23 +458,23 @@ func (r *Rule) Holds(op *Operation, c *Command, now time.Time) bool {
 
 // Refusal returns the refusal of r's first failing requirement that has
 // one (CodeInternal if none: a hole in the table).
-func Refusal(r *Rule, op *Operation, c *Command, now time.Time) *Error {
+func Refusal(r *Rule, op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
 	for _, req := range r.Requires {
 		if req.Refuse != nil && !req.Cond.Eval(op, c, now) {
-			return req.Refuse(op, c, now)
+			return req.Refuse.Error(op, c, now)
 		}
 	}
-	return Errorf(CodeInternal, "", "no rule of %s applies to operation %q (%s)", c.Kind, opKey(op), statusOf(op, now))
+	return opjournal.Errorf(opjournal.CodeInternal, "", "no rule of %s applies to operation %q (%s)", c.Kind, opKey(op), statusOf(op, now))
 }
 
-func opKey(op *Operation) string {
+func opKey(op *opjournal.Operation) string {
 	if op == nil {
 		return ""
 	}
 	return op.Key
 }
 
-func statusOf(op *Operation, now time.Time) Status {
+func statusOf(op *opjournal.Operation, now time.Time) opjournal.Status {
 	if op == nil {
 		return ""
 	}
@@ -684,17 +482,17 @@ func statusOf(op *Operation, now time.Time) Status {
 }
 
 // apply evaluates r's sets and event on op.
-func (r *Rule) apply(op *Operation, c *Command, now time.Time) Decision {
+func (r *Rule) apply(op *opjournal.Operation, c *Command, now time.Time) Decision {
 	if r.Outcome != Changed {
 		return Decision{Rule: r, Op: op}
 	}
-	var next *Operation
+	var next *opjournal.Operation
 	if op == nil {
-		next = &Operation{Key: c.Key, CreatedAt: now}
+		next = &opjournal.Operation{Key: c.Key, CreatedAt: now}
 	} else {
 		next = op.Clone()
 	}
-	from := Status("")
+	from := opjournal.Status("")
 	switch {
 	case op != nil && r.Event != nil && r.Event.FromRaw:
 		from = op.Raw()
@@ -719,7 +517,7 @@ func (r *Rule) apply(op *Operation, c *Command, now time.Time) Decision {
 	next.UnknownSince = next.EffectiveUnknownSince(now)
 	d := Decision{Rule: r, Op: next}
 	if r.Event != nil {
-		ev := &Event{At: now, From: from, To: next.Status, StatedActor: c.StatedActor}
+		ev := &opjournal.Event{At: now, From: from, To: next.Status, StatedActor: c.StatedActor}
 		ev.Attempt = asInt(r.Event.Attempt.Eval(next, 0, r, c, now))
 		ev.Actor = asString(r.Event.Actor.Eval(next, 0, r, c, now))
 		ev.Reason = r.Event.Reason(op, c)
@@ -732,7 +530,7 @@ func (r *Rule) apply(op *Operation, c *Command, now time.Time) Decision {
 }
 
 // Eval evaluates the condition.
-func (cd Cond) Eval(op *Operation, c *Command, now time.Time) bool {
+func (cd Cond) Eval(op *opjournal.Operation, c *Command, now time.Time) bool {
 	switch cd.Kind {
 	case CondAbsent:
 		return op == nil
@@ -779,7 +577,7 @@ func (cd Cond) Eval(op *Operation, c *Command, now time.Time) bool {
 		return c.ExternalID == "" || c.ExternalID == op.ExternalID
 	case CondNewDuplicate:
 		return c.ExternalID != "" && c.ExternalID != op.ExternalID &&
-			!slices.Contains(op.DuplicateExternalIDs, c.ExternalID) && len(op.DuplicateExternalIDs) < MaxDuplicateExternalIDs
+			!slices.Contains(op.DuplicateExternalIDs, c.ExternalID) && len(op.DuplicateExternalIDs) < opjournal.MaxDuplicateExternalIDs
 	case CondSameRequest:
 		return sameRequest(op, c)
 	case CondHashKeyKnown:
@@ -799,7 +597,7 @@ func (cd Cond) Eval(op *Operation, c *Command, now time.Time) bool {
 }
 
 // sameRequest compares c's request hash with op's, under op's hash key.
-func sameRequest(op *Operation, c *Command) bool {
+func sameRequest(op *opjournal.Operation, c *Command) bool {
 	if op.HashKeyID == c.HashKeyID {
 		return op.RequestHash == c.RequestHash
 	}
@@ -812,7 +610,7 @@ func sameRequest(op *Operation, c *Command) bool {
 
 // Eval evaluates the expression for field f (its current value is the
 // starting point of ExprIncrement and the like) on op.
-func (e Expr) Eval(op *Operation, f Field, r *Rule, c *Command, now time.Time) any {
+func (e Expr) Eval(op *opjournal.Operation, f Field, r *Rule, c *Command, now time.Time) any {
 	switch e.Kind {
 	case ExprLit:
 		return e.Value
@@ -829,7 +627,7 @@ func (e Expr) Eval(op *Operation, f Field, r *Rule, c *Command, now time.Time) a
 		return now.Add(paramDuration(c.Value(e.Param, r, op), e.Param))
 	}
 	if op == nil { // Register: a new row has no previous values
-		op = &Operation{}
+		op = &opjournal.Operation{}
 	}
 	switch e.Kind {
 	case ExprIncrement:
@@ -846,7 +644,7 @@ func (e Expr) Eval(op *Operation, f Field, r *Rule, c *Command, now time.Time) a
 		}
 		return until
 	case ExprLeaseEndIfHeld:
-		if op.Raw() == StatusInProgress {
+		if op.Raw() == opjournal.StatusInProgress {
 			return op.LeaseUntil
 		}
 		return op.UnknownSince
@@ -913,100 +711,4 @@ func asDuration(v any) time.Duration {
 func asTime(v any) time.Time {
 	t, _ := v.(time.Time)
 	return t
-}
-
-// getField returns op's value of f: a Status, int, string, bool,
-// time.Time (zero for NULL), json.RawMessage or []string.
-func getField(op *Operation, f Field) any {
-	switch f {
-	case FieldStatus:
-		return op.Raw()
-	case FieldAttemptCount:
-		return op.AttemptCount
-	case FieldLeaseOwner:
-		return op.LeaseOwner
-	case FieldLeaseUntil:
-		return op.LeaseUntil
-	case FieldExternalID:
-		return op.ExternalID
-	case FieldResult:
-		return op.Result
-	case FieldErrorCode:
-		return op.ErrorCode
-	case FieldNeedsReview:
-		return op.NeedsReview
-	case FieldReviewReason:
-		return op.ReviewReason
-	case FieldUnknownSince:
-		return op.UnknownSince
-	case FieldCheckCount:
-		return op.CheckCount
-	case FieldLastCheckedAt:
-		return op.LastCheckedAt
-	case FieldNextCheckAt:
-		return op.NextCheckAt
-	case FieldAttemptStartedAt:
-		return op.AttemptStartedAt
-	case FieldDuplicateExternalIDs:
-		return op.DuplicateExternalIDs
-	case FieldDuplicateReports:
-		return op.DuplicateReports
-	case FieldFirstAttemptAt:
-		return op.FirstAttemptAt
-	}
-	panic(fmt.Sprintf("opjournal: no value of %s", f.Column()))
-}
-
-// setField assigns v (nil for NULL) to op's field f.
-func setField(op *Operation, f Field, v any) {
-	switch f {
-	case FieldStatus:
-		switch s := v.(type) {
-		case Status:
-			op.Status = s
-		case string:
-			op.Status = Status(s)
-		}
-	case FieldAttemptCount:
-		op.AttemptCount = asInt(v)
-	case FieldLeaseOwner:
-		op.LeaseOwner = asString(v)
-	case FieldLeaseUntil:
-		op.LeaseUntil = asTime(v)
-	case FieldExternalID:
-		op.ExternalID = asString(v)
-	case FieldResult:
-		r, _ := v.(json.RawMessage)
-		op.Result = r
-	case FieldErrorCode:
-		op.ErrorCode = asString(v)
-	case FieldNeedsReview:
-		b, _ := v.(bool)
-		op.NeedsReview = b
-	case FieldReviewReason:
-		op.ReviewReason = asString(v)
-	case FieldUnknownSince:
-		op.UnknownSince = asTime(v)
-	case FieldCheckCount:
-		op.CheckCount = asInt(v)
-	case FieldLastCheckedAt:
-		op.LastCheckedAt = asTime(v)
-	case FieldNextCheckAt:
-		op.NextCheckAt = asTime(v)
-	case FieldAttemptStartedAt:
-		op.AttemptStartedAt = asTime(v)
-	case FieldDuplicateExternalIDs:
-		ids, _ := v.([]string)
-		op.DuplicateExternalIDs = ids
-		op.DuplicateExternalID = ""
-		if len(ids) > 0 {
-			op.DuplicateExternalID = ids[0]
-		}
-	case FieldDuplicateReports:
-		op.DuplicateReports = asInt(v)
-	case FieldFirstAttemptAt:
-		op.FirstAttemptAt = asTime(v)
-	default:
-		panic(fmt.Sprintf("opjournal: %s is not set by rules", f.Column()))
-	}
 }

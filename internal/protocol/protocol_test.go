@@ -1,13 +1,15 @@
-package opjournal_test
+package protocol_test
 
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -45,28 +47,28 @@ func states() []*opjournal.Operation {
 
 // commands is one of every command, with attempts 1 (stale), 2 (latest)
 // and 3 (never issued) where they take one.
-func commands() []*opjournal.Command {
-	var out []*opjournal.Command
-	pol := opjournal.CommandPolicy{RetryAfterUnknown: true, DefinitiveAbsence: true, ReleaseAfter: 5 * time.Second, MaxAttempt: time.Hour}
+func commands() []*protocol.Command {
+	var out []*protocol.Command
+	pol := protocol.CommandPolicy{RetryAfterUnknown: true, DefinitiveAbsence: true, ReleaseAfter: 5 * time.Second, MaxAttempt: time.Hour}
 	for _, a := range []int{1, 2, 3} {
-		for _, kind := range []opjournal.CommandKind{opjournal.CmdExtendLease, opjournal.CmdMarkSucceeded, opjournal.CmdMarkUnknown,
-			opjournal.CmdMarkFailedFinal, opjournal.CmdReleaseForRetry, opjournal.CmdRecordCheck} {
+		for _, kind := range []protocol.CommandKind{protocol.CmdExtendLease, protocol.CmdMarkSucceeded, protocol.CmdMarkUnknown,
+			protocol.CmdMarkFailedFinal, protocol.CmdReleaseForRetry, protocol.CmdRecordCheck} {
 			for _, ext := range []string{"", "pay_1", "pay_3"} {
-				out = append(out, &opjournal.Command{Kind: kind, Key: "k", Attempt: a, ExternalID: ext, LeaseSeconds: 30,
+				out = append(out, &protocol.Command{Kind: kind, Key: "k", Attempt: a, ExternalID: ext, LeaseSeconds: 30,
 					NextCheckAfter: time.Minute, Reason: "r", Policy: pol, Actor: "p"})
 			}
 		}
 	}
 	for _, res := range []opjournal.Status{opjournal.StatusSucceeded, opjournal.StatusFailedFinal} {
-		out = append(out, &opjournal.Command{Kind: opjournal.CmdResolve, Key: "k", Resolution: res, ExternalID: "pay_9", Reason: "r", Actor: "op"})
+		out = append(out, &protocol.Command{Kind: protocol.CmdResolve, Key: "k", Resolution: res, ExternalID: "pay_9", Reason: "r", Actor: "op"})
 	}
 	out = append(out,
-		&opjournal.Command{Kind: opjournal.CmdClaim, Key: "k", WorkerID: "w", LeaseSeconds: 30, Policy: pol},
-		&opjournal.Command{Kind: opjournal.CmdClaim, Key: "k", WorkerID: "w", LeaseSeconds: 30},
-		&opjournal.Command{Kind: opjournal.CmdEscalate, Key: "k", Reason: "r", Actor: "r"},
-		&opjournal.Command{Kind: opjournal.CmdAcknowledge, Key: "k", Reason: "r", Actor: "op"},
-		&opjournal.Command{Kind: opjournal.CmdRegister, Key: "k", RequestHash: "h"},
-		&opjournal.Command{Kind: opjournal.CmdRegister, Key: "k", RequestHash: "other"},
+		&protocol.Command{Kind: protocol.CmdClaim, Key: "k", WorkerID: "w", LeaseSeconds: 30, Policy: pol},
+		&protocol.Command{Kind: protocol.CmdClaim, Key: "k", WorkerID: "w", LeaseSeconds: 30},
+		&protocol.Command{Kind: protocol.CmdEscalate, Key: "k", Reason: "r", Actor: "r"},
+		&protocol.Command{Kind: protocol.CmdAcknowledge, Key: "k", Reason: "r", Actor: "op"},
+		&protocol.Command{Kind: protocol.CmdRegister, Key: "k", RequestHash: "h"},
+		&protocol.Command{Kind: protocol.CmdRegister, Key: "k", RequestHash: "other"},
 	)
 	return out
 }
@@ -77,7 +79,7 @@ func commands() []*opjournal.Command {
 func TestTableIsComplete(t *testing.T) {
 	for _, op := range states() {
 		for _, c := range commands() {
-			d, err := opjournal.Apply(op, c, t0)
+			d, err := protocol.Apply(op, c, t0)
 			if err != nil {
 				if opjournal.ErrorCode(err) == opjournal.CodeInternal {
 					t.Errorf("%s (attempt %d) on %s/review=%v: %v", c.Kind, c.Attempt, op.Status, op.NeedsReview, err)
@@ -99,7 +101,7 @@ func TestTerminalStatesNeverChange(t *testing.T) {
 			continue
 		}
 		for _, c := range commands() {
-			if d, err := opjournal.Apply(op, c, t0); err == nil && d.Op.Status != op.Status {
+			if d, err := protocol.Apply(op, c, t0); err == nil && d.Op.Status != op.Status {
 				t.Errorf("%s moved a %s operation to %s (rule %q)", c.Kind, op.Status, d.Op.Status, d.Rule.Case)
 			}
 		}
@@ -118,7 +120,7 @@ func TestRepeatedReportsAreBounded(t *testing.T) {
 		if i%3 == 0 {
 			ext = ""
 		}
-		d, err := opjournal.Apply(op, &opjournal.Command{Kind: opjournal.CmdMarkSucceeded, Key: "k", Attempt: 1, ExternalID: ext}, t0)
+		d, err := protocol.Apply(op, &protocol.Command{Kind: protocol.CmdMarkSucceeded, Key: "k", Attempt: 1, ExternalID: ext}, t0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,78 +147,40 @@ func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 // so its computed texts must not need it.
 func TestFirstRulesDoNotReadTheRow(t *testing.T) {
 	for _, c := range commands() {
-		for _, r := range opjournal.Rules(c.Kind) {
-			if r.Outcome != opjournal.Changed {
+		for _, r := range protocol.Rules(c.Kind) {
+			if r.Outcome != protocol.Changed {
 				continue
 			}
 			func() {
 				defer func() {
-					if p := recover(); p != nil && r == opjournal.Rules(c.Kind)[0] {
+					if p := recover(); p != nil && r == protocol.Rules(c.Kind)[0] {
 						t.Errorf("%s/%s reads the row in its texts: %v", c.Kind, r.Case, p)
 					}
 				}()
-				_ = c.Value(opjournal.ParamEventReason, r, nil)
-				_ = c.Value(opjournal.ParamReviewReason, r, nil)
+				_ = c.Value(protocol.ParamEventReason, r, nil)
+				_ = c.Value(protocol.ParamReviewReason, r, nil)
 			}()
 			break
 		}
 	}
 }
 
-// TestNextStepVectors checks testdata/next_steps.json against NextStepOf:
-// the vectors every SDK runs say what the server really answers.
-func TestNextStepVectors(t *testing.T) {
-	b, err := os.ReadFile("testdata/next_steps.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vs struct {
-		Vectors []struct {
-			Name   string `json:"name"`
-			Answer *struct {
-				Next      string `json:"next"`
-				Claimed   bool   `json:"claimed"`
-				Operation struct {
-					Status      string `json:"status"`
-					NeedsReview bool   `json:"needs_review"`
-				} `json:"operation"`
-			} `json:"answer"`
-		} `json:"vectors"`
-	}
-	if err := json.Unmarshal(b, &vs); err != nil {
-		t.Fatal(err)
-	}
-	checked := 0
-	for _, v := range vs.Vectors {
-		if v.Answer == nil || v.Answer.Next == "NEXT_STEP_UNSPECIFIED" {
-			continue // an error answer, or a step no server sends
-		}
-		a := v.Answer
-		st := opjournal.Status(strings.ToLower(strings.TrimPrefix(a.Operation.Status, "STATUS_")))
-		op := &opjournal.Operation{Status: st, NeedsReview: a.Operation.NeedsReview}
-		got := opjournal.NextStepOf(op, true, a.Claimed)
-		if want := strings.ToLower(strings.TrimPrefix(a.Next, "NEXT_STEP_")); string(got) != want {
-			t.Errorf("%s: NextStepOf = %s, the vector says %s", v.Name, got, want)
-		}
-		checked++
-	}
-	if checked < 10 {
-		t.Fatalf("only %d vectors checked", checked)
-	}
-}
+// protocolDoc is the document that shows the protocol table, from the
+// repository's root: the file protocoldoc is run on.
+var protocolDoc = "README.md"
 
-// TestREADMEShowsTheProtocol: the README's table is the one the code
+// TestREADMEShowsTheProtocol: the document's table is the one the code
 // applies (regenerate it with go run ./internal/cmd/protocoldoc README.md).
 func TestREADMEShowsTheProtocol(t *testing.T) {
-	b, err := os.ReadFile("README.md")
+	b, err := os.ReadFile(filepath.Join("..", "..", protocolDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := opjournal.SpliceProtocol(string(b))
+	want, err := protocol.SpliceProtocol(string(b))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want != string(b) {
-		t.Fatal("README.md's protocol table differs from protocol.go: run `go run ./internal/cmd/protocoldoc README.md` (make generate)")
+		t.Fatalf("%s's protocol table differs from internal/protocol/table.go: run `go run ./internal/cmd/protocoldoc %s` (make generate)", protocolDoc, protocolDoc)
 	}
 }

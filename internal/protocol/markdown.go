@@ -1,11 +1,13 @@
-package opjournal
+package protocol
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/opjournal/opjournal"
 )
 
-// ProtocolMarkdown renders the protocol table (protocol.go) as the
+// ProtocolMarkdown renders the protocol table (table.go) as the
 // Markdown table the README shows, one row per rule: the command, its
 // case, its guard, what it sets and the event it writes. The README's
 // copy is generated from it (go run ./internal/cmd/protocoldoc) and a test
@@ -19,7 +21,7 @@ func ProtocolMarkdown() string {
 		for _, req := range r.Requires {
 			g := describeCond(req.Cond)
 			if req.Refuse != nil {
-				g += " ⟶ " + string(refusalCode(r, req))
+				g += " ⟶ " + string(req.Refuse.Code)
 			}
 			guard = append(guard, g)
 		}
@@ -43,13 +45,6 @@ func ProtocolMarkdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Command, r.Case, strings.Join(guard, "<br>"), strings.Join(sets, "<br>"), ev)
 	}
 	return b.String()
-}
-
-// refusalCode is the code a requirement refuses with, found by asking it
-// about a made-up operation (refusals depend on the code alone).
-func refusalCode(r *Rule, req Requirement) Code {
-	op := &Operation{Key: "k", Status: StatusPending}
-	return req.Refuse(op, &Command{Kind: r.Command}, op.CreatedAt).Code
 }
 
 func describeCond(c Cond) string {
@@ -78,7 +73,7 @@ func describeCond(c Cond) string {
 	case CondSameOrNoExternalID:
 		return "external_id empty or the confirmed one"
 	case CondNewDuplicate:
-		return fmt.Sprintf("a new other external_id (fewer than %d kept)", MaxDuplicateExternalIDs)
+		return fmt.Sprintf("a new other external_id (fewer than %d kept)", opjournal.MaxDuplicateExternalIDs)
 	case CondResolution:
 		return "resolution " + string(c.Status)
 	case CondAbsent:

@@ -320,6 +320,10 @@ func (c *cluster) dial(pref int) (*grpc.ClientConn, error) {
 	b := &liveResolverBuilder{c: c, pref: pref}
 	return grpc.NewClient("soak-journal:///replica",
 		grpc.WithResolvers(b),
+		// The replicas are loopback journals without authentication, which
+		// answer loopback names only (a guard against DNS rebinding):
+		// the resolver's target name is not one.
+		grpc.WithAuthority("localhost"),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// Reconnect quickly after a restart: the default backoff grows to
 		// two minutes.

@@ -324,7 +324,7 @@ func TestGatewayTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := testserver.Start(t, pol)
-	g, err := gateway.New(gateway.Config{Journal: client.New(j.Conn), Policy: pol,
+	g, err := gateway.New(gateway.Config{Journal: client.New(j.Conn), Policy: pol, Identity: gateway.IdentityAnonymous,
 		LookupEnv: func(string) (string, bool) { return provURL, true }})
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ func TestMCPGatewayTrace(t *testing.T) {
 	}
 	defer upstream.Close()
 
-	g, err := gateway.New(gateway.Config{Journal: client.New(j.Conn), Policy: pol})
+	g, err := gateway.New(gateway.Config{Journal: client.New(j.Conn), Policy: pol, Identity: gateway.IdentityAnonymous})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,14 +71,19 @@ export async function checkConversation(texts: string[], provider: FakeProvider)
  * The fenced js block after `<!-- test: example -->` in a docs/integrations
  * page, written as an ES module inside this package (so that
  * `@opjournal/client/...` resolves to this build), with the line that
- * picks the model replaced by the test's. Returns the file's URL.
+ * picks the model replaced by the test's and the lines drop matches
+ * (the import of a real model's package) removed. Returns the file's URL.
  */
-export function exampleModule(page: string, modelLine: RegExp, replacement: string): string {
+export function exampleModule(page: string, modelLine: RegExp, replacement: string, drop: RegExp[] = []): string {
   const text = readFileSync(join(repoRoot(), "docs/integrations", page), "utf8");
   const m = /<!-- test: example -->\s*```js\n([\s\S]*?)\n```/.exec(text);
   assert.ok(m, `docs/integrations/${page} has no js block after <!-- test: example -->`);
   assert.match(m[1]!, modelLine, `docs/integrations/${page}: the example no longer picks its model with ${modelLine}`);
-  const code = m[1]!.replace(modelLine, replacement);
+  let code = m[1]!.replace(modelLine, replacement);
+  for (const d of drop) {
+    assert.match(code, d, `docs/integrations/${page}: the example no longer has ${d}`);
+    code = code.replace(d, "");
+  }
   const here = dirname(fileURLToPath(import.meta.url));
   const dir = join(here, "..", "examples");
   mkdirSync(dir, { recursive: true });

@@ -91,11 +91,12 @@ test-python:
 	$(GO) build -o bin/opjournal ./cmd/opjournal
 	OPJOURNAL_BIN=$(CURDIR)/bin/opjournal $(PYTHON) -m unittest discover -s clients/python/tests -v
 
-## test-ts: the TypeScript client's tests against the real opjournal binary
+## test-ts: the TypeScript client's tests against the real opjournal and opjournal-fakeprovider binaries
 test-ts:
 	@mkdir -p bin
-	$(GO) build -o bin/opjournal ./cmd/opjournal
-	cd clients/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && OPJOURNAL_BIN=$(CURDIR)/bin/opjournal npm test
+	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-fakeprovider
+	cd clients/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && \
+		OPJOURNAL_BIN=$(CURDIR)/bin/opjournal OPJOURNAL_FAKEPROVIDER_BIN=$(CURDIR)/bin/opjournal-fakeprovider npm test
 
 ## test-install: every client installs and runs from a fresh clone of HEAD with the commands its
 ## README gives (scripts/fresh-clone.sh; Go, Debian's Python packages, npm's registry or cache);

@@ -151,7 +151,15 @@ mkdir -p "$tmp/ts-tarball"
 	for (const name of ["Journal", "execute", "idempotent", "classifyHttp", "newKey", "childKey"]) {
 		if (typeof m[name] !== "function") throw new Error(`no export ${name}`);
 	}
-	console.error("fresh-clone:    imported @opjournal/client from the tarball:", m.newKey());') || fail "importing the tarball"
+	console.error("fresh-clone:    imported @opjournal/client from the tarball:", m.newKey());
+	// The AI SDK adapter needs nothing of `ai` at run time (its types only): it
+	// imports without the optional peer. The other two load their framework.
+	const ai = await import("@opjournal/client/ai-sdk");
+	if (typeof ai.journaledTool !== "function") throw new Error("no export journaledTool in @opjournal/client/ai-sdk");
+	for (const sub of ["openai-agents", "langchain"]) {
+		const err = await import(`@opjournal/client/${sub}`).then(() => null, (e) => e);
+		if (!err || err.code !== "ERR_MODULE_NOT_FOUND") throw new Error(`@opjournal/client/${sub} without its framework: ${err}`);
+	}') || fail "importing the tarball"
 snippet $ts_readme js | sed 's/const p = await res.json();/const p = (await res.json()) as { id: string };/' >"$tmp/ts-tarball/quickstart.ts"
 grep -q 'as { id: string }' "$tmp/ts-tarball/quickstart.ts" || fail "the TypeScript note's cast no longer fits the quick start"
 tsc=$clone/clients/typescript/node_modules/typescript/bin/tsc # the clone's compiler; the project has none

@@ -79,12 +79,13 @@ fi
 if [ "$full" = 1 ]; then
 	mkdir -p bin
 	"$GO" build -o bin/opjournal ./cmd/opjournal
+	"$GO" build -o bin/opjournal-fakeprovider ./cmd/opjournal-fakeprovider # the agent framework adapters' tests count effects there
 	PYTHON=${PYTHON:-/usr/bin/python3} # deps.sh installed Debian's grpcio and protobuf for it
 	log "Python client: clients/python/tests"
 	OPJOURNAL_BIN="$PWD/bin/opjournal" "$PYTHON" -m unittest discover -s clients/python/tests
 
 	log "TypeScript client: clients/typescript"
-	bin_path="$PWD/bin/opjournal"
-	(cd clients/typescript && OPJOURNAL_BIN="$bin_path" npm test)
+	bin_path="$PWD/bin/opjournal" fake_path="$PWD/bin/opjournal-fakeprovider"
+	(cd clients/typescript && OPJOURNAL_BIN="$bin_path" OPJOURNAL_FAKEPROVIDER_BIN="$fake_path" npm test)
 	log "REST client generated from the OpenAPI document: e2e/openapi-ts"; (cd e2e/openapi-ts && { [ -d node_modules ] || npm ci --no-audit --no-fund >/dev/null; } && OPJOURNAL_BIN="$bin_path" npm test)
 fi

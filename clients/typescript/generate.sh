@@ -13,3 +13,5 @@ if [ ! -x "$here/node_modules/.bin/protoc-gen-es" ]; then
 fi
 cd "$root"
 "$GO" tool buf generate --template clients/typescript/buf.gen.yaml
+# The texts a journaled tool's model reads, from testdata/model_texts.json.
+node "$here/scripts/gen-model-texts.mjs"

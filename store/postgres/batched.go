@@ -1,7 +1,12 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"slices"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/opjournal/opjournal/internal/protocol"
 )
@@ -82,6 +87,12 @@ func batchArgs(clockArg any, st *statement, sent []*protocol.Command, tenants []
 func execBatch(ctx context.Context, s *Store, what string, st *statement, calls []*call[applyCall, batched],
 	ruleOf func(*protocol.Command) *protocol.Rule, withExisted bool) error {
 	sent := firstPerKey(calls, func(in applyCall) opKey { return opKey{in.tenant, in.c.Key} })
+	// In key order: two servers' batches that share keys then lock their
+	// rows in the same order, instead of deadlocking on each other (each
+	// holding a key the other's statement waits for).
+	slices.SortFunc(sent, func(a, b int) int {
+		return cmp.Or(cmp.Compare(calls[a].in.tenant, calls[b].in.tenant), cmp.Compare(calls[a].in.c.Key, calls[b].in.c.Key))
+	})
 	byKey := make(map[opKey]*call[applyCall, batched], len(sent))
 	cmds := make([]*protocol.Command, len(sent))
 	tenants := make([]string, len(sent))
@@ -90,12 +101,33 @@ func execBatch(ctx context.Context, s *Store, what string, st *statement, calls 
 		cmds[j], tenants[j] = c, t
 		byKey[opKey{t, c.Key}] = calls[i]
 	}
-	rows, err := s.pool.Query(ctx, st.sql, batchArgs(s.clockArg(), st, cmds, tenants, ruleOf)...)
+	args := batchArgs(s.clockArg(), st, cmds, tenants, ruleOf)
+	for try := 0; ; try++ {
+		read, err := s.readBatch(ctx, st, args, byKey, withExisted)
+		// A deadlock's victim was rolled back whole (a data-modifying
+		// statement returns no row before it completes): sending it
+		// again is safe.
+		if read == 0 && isDeadlock(err) && try < maxDeadlockRetries {
+			continue
+		}
+		if err != nil {
+			return classify(what, err)
+		}
+		return nil
+	}
+}
+
+// readBatch runs a batched statement and hands each row to its call; it
+// returns how many rows it read.
+func (s *Store) readBatch(ctx context.Context, st *statement, args []any, byKey map[opKey]*call[applyCall, batched], withExisted bool) (int, error) {
+	rows, err := s.pool.Query(ctx, st.sql, args...)
 	if err != nil {
-		return classify(what, err)
+		return 0, err
 	}
 	defer rows.Close()
+	read := 0
 	for rows.Next() {
+		read++
 		var existed bool
 		var extra []any
 		if withExisted {
@@ -103,7 +135,7 @@ func execBatch(ctx context.Context, s *Store, what string, st *statement, calls 
 		}
 		sc, err := scanOp(rows, extra...)
 		if err != nil {
-			return classify(what, err)
+			return read, err
 		}
 		c := byKey[opKey{sc.op.Tenant, sc.op.Key}]
 		if c == nil || (c.ok && !c.out.existed && existed) {
@@ -113,10 +145,18 @@ func execBatch(ctx context.Context, s *Store, what string, st *statement, calls 
 		}
 		c.out.sc, c.out.existed, c.ok = sc, existed, true
 	}
-	if err := rows.Err(); err != nil {
-		return classify(what, err)
-	}
-	return nil
+	return read, rows.Err()
+}
+
+// maxDeadlockRetries bounds how often a batched statement the database
+// chose as a deadlock's victim is sent again.
+const maxDeadlockRetries = 2
+
+// isDeadlock reports whether err is PostgreSQL's deadlock or
+// serialization failure (the transaction was rolled back).
+func isDeadlock(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
 func fixedRule(r *protocol.Rule) func(*protocol.Command) *protocol.Rule {

@@ -17,12 +17,12 @@ binaries:
 	@mkdir -p bin
 	$(GO) build -o bin/ $(addprefix ./cmd/,$(BINARIES))
 
-## demo: the article's reproducible check against the real processes
+## demo: the reproducible check of docs/spec.md against the real processes
 demo: binaries
 	./bin/opjournal-demo --bin-dir bin
 
 ## demo-gateway: the same check with an agent that calls only opjournal-gateway
-## (the article's seven steps through the HTTP door, then the payment as an MCP tool call)
+## (the seven steps of docs/spec.md through the HTTP door, then the payment as an MCP tool call)
 demo-gateway: binaries
 	./bin/opjournal-demo --gateway --bin-dir bin
 
@@ -36,7 +36,7 @@ soak: binaries
 	$(GO) build -o bin/ ./cmd/opjournal-soak
 	./bin/opjournal-soak --bin-dir bin --duration $(DURATION) --agents $(AGENTS) --seed $(SEED) $(SOAK_FLAGS)
 
-## bench: the benchmark suite (bench/RESULTS.md): opjournal through the real server vs the SPEC's
+## bench: the benchmark suite (bench/RESULTS.md): opjournal through the real server vs the protocol's
 ## three statements in raw SQL, DBOS Transact and River (bench/peers, its own module), on PostgreSQL
 BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 BENCH_FLAGS ?=
@@ -73,10 +73,10 @@ generate:
 	bash clients/python/generate.sh
 	GO=$(GO) bash clients/typescript/generate.sh
 	$(GO) run ./internal/cmd/genlimits .
-	$(GO) run ./internal/cmd/protocoldoc README.md
+	$(GO) run ./internal/cmd/protocoldoc docs/protocol.md
 
 ## generate-check: fail if gen/ is not what `make generate` produces
-GENERATED = gen e2e/openapi-ts/src/opjournal.d.ts clients/python/opjournal/v1 clients/typescript/src/gen clients/python/opjournal/_limits.py clients/typescript/src/limits.ts README.md
+GENERATED = gen e2e/openapi-ts/src/opjournal.d.ts clients/python/opjournal/v1 clients/typescript/src/gen clients/python/opjournal/_limits.py clients/typescript/src/limits.ts docs/protocol.md
 generate-check: generate
 	git diff --exit-code -- $(GENERATED)
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code has untracked files: run make generate and commit"; exit 1)
@@ -100,12 +100,12 @@ test-ts:
 
 ## test-install: every client installs and runs from a fresh clone of HEAD with the commands its
 ## README gives (scripts/fresh-clone.sh; Go, Debian's Python packages, npm's registry or cache);
-## FRESH_CLONE_OVERLAY="clients README.md" adds the checkout's uncommitted version of those paths
+## FRESH_CLONE_OVERLAY="clients docs" adds the checkout's uncommitted version of those paths
 .PHONY: test-install
 test-install:
 	bash scripts/fresh-clone.sh
 
-## screenshots: the console's pages as the browser test sees them, into docs/console/ (shown in the README)
+## screenshots: the console's pages as the browser test sees them, into docs/console/ (shown in docs/operating.md)
 screenshots:
 	@mkdir -p docs/console
 	OPJOURNAL_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run 'TestConsoleInABrowser' ./e2e/

@@ -53,7 +53,7 @@
 //	fakeprovider/        the test provider, with fault injection and effect
 //	                     counts; fakeprovider/agenttool is the agent's tool
 //	                     function that calls it
-//	internal/demo/       the article's check (make demo, the e2e tests)
+//	internal/demo/       the reproducible check (make demo, the e2e tests)
 //	internal/soak/       the soak and fault harness (make soak);
 //	                     internal/soak/failover, the PostgreSQL failover harness
 //	internal/bench/      the benchmark's load driver and result formats

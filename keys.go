@@ -7,7 +7,7 @@ import (
 	"fmt"
 )
 
-// Operation keys. The article's advice: in production an operation key is
+// Operation keys. The advice of docs/spec.md: in production an operation key is
 // opaque and random, made ONCE per business intent by orchestrator code
 // (never by the model) and stored with the intent, so that every retry
 // sends the same key; the business links (order, customer) go in refs,

@@ -19,7 +19,7 @@ import (
 // attempts: a confirmed effect is a fact. Succeeded and FailedFinal are terminal.
 type Status string
 
-// The statuses of SPEC.md.
+// The statuses of docs/spec.md.
 const (
 	StatusPending     Status = "pending"
 	StatusInProgress  Status = "in_progress"

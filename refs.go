@@ -8,7 +8,7 @@ import (
 
 // Refs are an operation's business references: short name → value pairs
 // (order_id → 817) stored beside the key, searchable, and part of neither
-// the key nor the request hash. The article's advice is an opaque key
+// the key nor the request hash. The advice of docs/spec.md is an opaque key
 // (NewKey) with the business links "in separate fields": these are them.
 
 // CheckRefs validates refs: at most MaxRefs entries; names of 1–64

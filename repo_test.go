@@ -9,11 +9,12 @@ import (
 	"testing"
 )
 
-// TestREADMENamesEveryDependencyDepsInstalls: the README's table of what
-// the tests need (its `make test` row, and the list in "Tests") names every
-// Debian package scripts/deps.sh installs, so a reader who installs by
-// hand, without the script, gets everything the suite uses.
-func TestREADMENamesEveryDependencyDepsInstalls(t *testing.T) {
+// TestTestingPageNamesEveryDependencyDepsInstalls: docs/testing.md's
+// table of what the tests need (its `make test` row, and the list in
+// "Tests") names every Debian package scripts/deps.sh installs, so a
+// reader who installs by hand, without the script, gets everything the
+// suite uses.
+func TestTestingPageNamesEveryDependencyDepsInstalls(t *testing.T) {
 	script, err := os.ReadFile("scripts/deps.sh")
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +27,7 @@ func TestREADMENamesEveryDependencyDepsInstalls(t *testing.T) {
 	if len(debs) < 5 {
 		t.Fatalf("scripts/deps.sh installs only %q?", debs)
 	}
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("docs/testing.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,30 +39,30 @@ func TestREADMENamesEveryDependencyDepsInstalls(t *testing.T) {
 		}
 	}
 	if row == "" {
-		t.Fatal("README.md has no dependency table row starting with | `make test` |")
+		t.Fatal("docs/testing.md has no dependency table row starting with | `make test` |")
 	}
 	tests := section(t, string(readme), "## Tests")
 	for _, pkg := range debs {
 		if !strings.Contains(row, "`"+pkg+"`") {
-			t.Errorf("README.md's `make test` row does not name `%s`, which scripts/deps.sh installs", pkg)
+			t.Errorf("docs/testing.md's `make test` row does not name `%s`, which scripts/deps.sh installs", pkg)
 		}
 		if !strings.Contains(tests, "`"+pkg+"`") {
-			t.Errorf("README.md's \"Tests\" section does not name `%s`, which scripts/deps.sh installs", pkg)
+			t.Errorf("docs/testing.md's \"Tests\" section does not name `%s`, which scripts/deps.sh installs", pkg)
 		}
 	}
 	// deps.sh also runs the TypeScript client's npm ci: the table says npm.
 	if !strings.Contains(row, "npm ci") {
-		t.Error("README.md's `make test` row does not say that the TypeScript client's `npm ci` needs npm")
+		t.Error("docs/testing.md's `make test` row does not say that the TypeScript client's `npm ci` needs npm")
 	}
 }
 
-// section returns the README's text from the heading line to the next
+// section returns a page's text from the heading line to the next
 // heading of the same level.
 func section(t *testing.T, readme, heading string) string {
 	t.Helper()
 	i := strings.Index(readme, "\n"+heading+"\n")
 	if i < 0 {
-		t.Fatalf("README.md has no %q section", heading)
+		t.Fatalf("docs/testing.md has no %q section", heading)
 	}
 	rest := readme[i+1+len(heading):]
 	level := heading[:strings.IndexByte(heading, ' ')+1]

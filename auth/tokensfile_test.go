@@ -112,15 +112,15 @@ func TestParseRoles(t *testing.T) {
 	}
 }
 
-// TestREADMEShowsTheFile: the README's Security section shows FileExample,
-// the file `opjournal token --help` shows.
-func TestREADMEShowsTheFile(t *testing.T) {
+// TestSecurityPageShowsTheFile: docs/security.md shows FileExample, the
+// file `opjournal token --help` shows.
+func TestSecurityPageShowsTheFile(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "docs", "security.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "```yaml\n"+auth.FileExample+"```\n") {
-		t.Fatal("README.md does not show auth.FileExample as a yaml block")
+		t.Fatal("docs/security.md does not show auth.FileExample as a yaml block")
 	}
 }

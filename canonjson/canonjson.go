@@ -123,7 +123,7 @@ func Request(action string, payload []byte, opts Options) (envelope, canonicalPa
 	return env, canonicalPayload, nil
 }
 
-// Hash is the SPEC's request hash of an envelope made by Request: its
+// Hash is the request hash of docs/spec.md of an envelope made by Request: its
 // lowercase hex SHA-256.
 func Hash(envelope []byte) string {
 	sum := sha256.Sum256(envelope)

@@ -123,7 +123,7 @@ func ExampleClient_Execute_email() {
 	// emails sent: 1
 }
 
-// A payment and its receipt email. The article's advice: an opaque key,
+// A payment and its receipt email. The advice of docs/spec.md: an opaque key,
 // made once per intent and stored with it (NewKey), with the business
 // links in Refs; and a side effect inside the handler gets a key of its
 // own, derived from its parent's (ChildKey). When the whole handler runs

@@ -12,8 +12,8 @@ import (
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 )
 
-// fakeProvider is the payment provider of the SPEC's reproducible check,
-// simulated in the test. It counts effects (what the SPEC says to count)
+// fakeProvider is the payment provider of the reproducible check of docs/spec.md,
+// simulated in the test. It counts effects (what docs/spec.md says to count)
 // and every call, and fails the test if it is charged by a caller that
 // does not hold a lease.
 type fakeProvider struct {
@@ -58,7 +58,7 @@ func (p *fakeProvider) counts(key string) (effects, charges int) {
 	return len(p.effects[key]), p.charges
 }
 
-// TestArticleFlow is the SPEC's reproducible check, end to end over gRPC:
+// TestArticleFlow is the reproducible check of docs/spec.md, end to end over gRPC:
 // an effect committed whose answer was lost is never performed twice, is
 // reconciled to succeeded, and a different amount under the same key is a
 // conflict without an external call.

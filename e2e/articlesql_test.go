@@ -14,7 +14,7 @@ import (
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 )
 
-// The article's own SQL, retention, business references and payload
+// The SQL of docs/operating.md (the reference table of docs/spec.md), retention, business references and payload
 // schemas, against the real binaries and the real database shells.
 
 // sqlShell runs query on the journal at dbURL with the database's own
@@ -85,7 +85,7 @@ func paid(t *testing.T, srv *proc, key, order string) {
 	}
 }
 
-// TestArticleSQLRunsVerbatim: the article's two "safe queries" run as
+// TestArticleSQLRunsVerbatim: the two "safe queries" of docs/spec.md run as
 // written, through sqlite3 and psql, on a journal the real server wrote;
 // the view shows an expired lease as unknown and refuses writes.
 func TestArticleSQLRunsVerbatim(t *testing.T) {
@@ -106,7 +106,7 @@ func TestArticleSQLRunsVerbatim(t *testing.T) {
 			mustSQL(t, dbURL, "UPDATE operations SET lease_until = lease_until - interval '1 hour' WHERE operation_key = 'payment:order-818:intent-01'")
 		}
 
-		// The article's queries, verbatim.
+		// The two queries, verbatim.
 		got := mustSQL(t, dbURL, `SELECT operation_key, status, attempt_count, external_id
 FROM agent_operations
 WHERE operation_key = 'payment:order-817:intent-01';`)
@@ -119,7 +119,7 @@ GROUP BY operation_key
 HAVING COUNT(*) > 1;`); got != "" {
 			t.Errorf("second query found duplicates: %q", got)
 		}
-		// The other columns of the article's table.
+		// The other columns of the reference table.
 		got = mustSQL(t, dbURL, `SELECT operation_key, action_type, length(request_hash), status, result_json IS NULL, error_code IS NULL,
 			lease_until IS NOT NULL, created_at IS NOT NULL, updated_at IS NOT NULL FROM agent_operations ORDER BY operation_key`)
 		want := "payment:order-817:intent-01|create_payment|64|succeeded|1|1|0|1|1\npayment:order-818:intent-01|create_payment|64|unknown|1|1|1|1|1"

@@ -100,10 +100,12 @@ func TestCurlExample(t *testing.T) {
 	}
 }
 
-// TestREADMENamesEveryNextStep: the README's list of `next` values is the
-// server's enum, every value but UNSPECIFIED, by its wire name.
-func TestREADMENamesEveryNextStep(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// TestProtocolPageNamesEveryNextStep: the list of `next` values in
+// docs/protocol.md is the server's enum, every value but UNSPECIFIED, by
+// its wire name, and no page of the manual (README.md, docs/) names a
+// `NEXT_STEP_…` the server does not have.
+func TestProtocolPageNamesEveryNextStep(t *testing.T) {
+	page, err := os.ReadFile("../docs/protocol.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,13 +113,23 @@ func TestREADMENamesEveryNextStep(t *testing.T) {
 		if v == 0 {
 			continue
 		}
-		if !strings.Contains(string(readme), "`"+name+"`") {
-			t.Errorf("README.md never names `%s`", name)
+		if !strings.Contains(string(page), "`"+name+"`") {
+			t.Errorf("docs/protocol.md never names `%s`", name)
 		}
 	}
-	for _, m := range regexp.MustCompile("`(NEXT_STEP_[A-Z_]+)`").FindAllStringSubmatch(string(readme), -1) {
-		if _, ok := pb.NextStep_value[m[1]]; !ok {
-			t.Errorf("README.md names `%s`, which is no NextStep", m[1])
+	docs, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range append([]string{"../README.md"}, docs...) {
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile("`(NEXT_STEP_[A-Z_]+)`").FindAllStringSubmatch(string(text), -1) {
+			if _, ok := pb.NextStep_value[m[1]]; !ok {
+				t.Errorf("%s names `%s`, which is no NextStep", strings.TrimPrefix(path, "../"), m[1])
+			}
 		}
 	}
 }
@@ -332,13 +344,18 @@ func compact(v any) string {
 	return string(b)
 }
 
-// TestQuickStartsHaveTheirOwnKeys: each quick start of the README (the
+// TestQuickStartsHaveTheirOwnKeys: each quick start of docs/sdks.md (the
 // blocks after <!-- test: quickstart -->, which scripts/fresh-clone.sh
-// runs) uses an operation key of its own, never the curl walk-through's:
-// run after the walk-through, a quick start on its key would replay the
-// result typed in by hand instead of calling the provider.
+// compares with the clients' READMEs and runs) uses an operation key of
+// its own, never the README's curl walk-through's: run after the
+// walk-through, a quick start on its key would replay the result typed in
+// by hand instead of calling the provider.
 func TestQuickStartsHaveTheirOwnKeys(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdks, err := os.ReadFile("../docs/sdks.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,9 +370,9 @@ func TestQuickStartsHaveTheirOwnKeys(t *testing.T) {
 		}
 		walkKey = req.Key
 	}
-	blocks := regexp.MustCompile("(?s)<!-- test: quickstart -->\n```(\\w+)\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	blocks := regexp.MustCompile("(?s)<!-- test: quickstart -->\n```(\\w+)\n(.*?)```").FindAllStringSubmatch(string(sdks), -1)
 	if len(blocks) < 2 {
-		t.Fatalf("README.md has %d quick start blocks, want the Python and the TypeScript one", len(blocks))
+		t.Fatalf("docs/sdks.md has %d quick start blocks, want the Python and the TypeScript one", len(blocks))
 	}
 	keyRE := regexp.MustCompile(`"(payment:[^"]+)"`)
 	seen := map[string]string{}

@@ -34,7 +34,7 @@ func (s *stack) startGateway(t *testing.T, name string) (httpURL, mcpURL string)
 }
 
 // TestGatewayDemo runs `make demo-gateway`'s scenarios against real
-// processes on both stores: the article's seven steps through the HTTP
+// processes on both stores: the seven steps of docs/spec.md through the HTTP
 // door of one gateway, the payment as an MCP tool call through another.
 func TestGatewayDemo(t *testing.T) {
 	t.Parallel()

@@ -230,17 +230,17 @@ func TestMakeDemoPassesAsDocumented(t *testing.T) {
 			t.Errorf("the demo's output has no %q:\n%s", want, out)
 		}
 	}
-	// The README shows this output: each of its lines is a line of this
-	// run, in order ("…" stands for lines left out; the hash, the times
-	// waited and the state while waiting vary from run to run).
-	readme, err := os.ReadFile("../README.md")
+	// docs/testing.md shows this output: each of its lines is a line of
+	// this run, in order ("…" stands for lines left out; the hash, the
+	// times waited and the state while waiting vary from run to run).
+	readme, err := os.ReadFile("../docs/testing.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const marker = "<!-- demo output: checked by TestMakeDemoPassesAsDocumented -->\n```\n"
 	i := strings.Index(string(readme), marker)
 	if i < 0 {
-		t.Fatalf("README.md has no %q block", marker)
+		t.Fatalf("docs/testing.md has no %q block", marker)
 	}
 	block, _, _ := strings.Cut(string(readme)[i+len(marker):], "\n```")
 	got := strings.Split(text, "\n")
@@ -258,13 +258,13 @@ func TestMakeDemoPassesAsDocumented(t *testing.T) {
 			}
 		}
 		if !found {
-			t.Errorf("README.md's demo output shows %q, which this run does not print (in that order):\n%s", line, out)
+			t.Errorf("docs/testing.md's demo output shows %q, which this run does not print (in that order):\n%s", line, out)
 			return
 		}
 	}
 }
 
-// demoLinePattern reads a line of the README's demo output as a pattern:
+// demoLinePattern reads a line of docs/testing.md's demo output as a pattern:
 // literal, except for what varies from run to run.
 func demoLinePattern(line string) *regexp.Regexp {
 	if strings.Contains(line, " waited: ") { // a progress line: its state is the moment's

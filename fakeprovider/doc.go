@@ -4,7 +4,7 @@
 // afterwards what really happened. Tests, demos and the soak harness count
 // effects here, not words in the agent's answer.
 //
-// The three resources pass the operation key on in the two ways the SPEC
+// The three resources pass the operation key on in the two ways docs/spec.md
 // describes ("Passing the key on"):
 //
 //   - POST /payments honours the Idempotency-Key header as Stripe does: a

@@ -23,7 +23,7 @@ func TestCommitThenTimeout(t *testing.T) {
 	e.waitIdle()
 	e.wantCount(key, 1)
 
-	// The SPEC's reproducible check: the repeat with the same key returns
+	// The reproducible check of docs/spec.md: the repeat with the same key returns
 	// the effect the lost answer was about, and performs nothing.
 	again := e.must(200, "POST", "/payments", payBody, "Idempotency-Key", key)
 	if again.Header.Get("Idempotent-Replayed") != "true" {

@@ -29,7 +29,7 @@ type Limits struct {
 	MaxResultBytes int
 }
 
-// DefaultLimits are 64 KiB each, the SPEC's limits.
+// DefaultLimits are 64 KiB each, the limits docs/api.md states.
 var DefaultLimits = Limits{MaxPayloadBytes: 64 << 10, MaxResultBytes: 64 << 10}
 
 // Field length limits (opjournal's, the protocol's one home for them).
@@ -395,8 +395,8 @@ func checkLinks(act *policy.Action, key string, refs map[string]string, parent s
 	return nil
 }
 
-// requestHash is the request hash of envelope for act: the SPEC's plain
-// SHA-256, or, for an action with redact_fields, an HMAC-SHA256 under the
+// requestHash is the request hash of envelope for act: the plain
+// SHA-256 (docs/spec.md), or, for an action with redact_fields, an HMAC-SHA256 under the
 // current hash key, so that nobody without the key can confirm a guess of
 // a redacted value (a CVC) against the hash Lookup returns. hashFor gives
 // the request's hash under another key (or "" for the plain hash), to

@@ -179,7 +179,7 @@ func TestProviderDedupWindow(t *testing.T) {
 		"policy.yaml:4: actions.a.retention: ", "shorter than retry.provider_dedup_window (1440h)")
 }
 
-// TestShippedSchemas: the shipped policy's schemas accept the article's
+// TestShippedSchemas: the shipped policy's schemas accept the example
 // calls and refuse what a model might get wrong.
 func TestShippedSchemas(t *testing.T) {
 	for _, tc := range []struct {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests and code generation need beyond Go: Debian's
 # packages for the Python client (never PyPI), curl and jq for
-# examples/curl.sh, sqlite3 and psql for the article's SQL (e2e), Chromium
+# examples/curl.sh, sqlite3 and psql for the SQL of docs/operating.md (e2e), Chromium
 # (and a font) for the console's browser tests, and the
 # TypeScript client's npm packages from its lock
 # file. Both `make test` (scripts/test.sh) and CI (.ci/run) call it; it does

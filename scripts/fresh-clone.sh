@@ -11,16 +11,17 @@
 #      clone's folder, as clients/typescript/README.md says, then from the
 #      tarball `npm pack` makes (imported, and its type declarations checked);
 #   4. starts `opjournal serve` and `opjournal-fakeprovider` on free ports;
-#   5. runs each README quick start against them, as the README shows it
+#   5. runs each quick start against them, as the clients' READMEs show it
 #      (the fenced block after `<!-- test: quickstart -->` in each client's
-#      README, so the test cannot drift from the text): Python, TypeScript,
+#      README, the same as docs/sdks.md's, so the test cannot drift from the
+#      text): Python, TypeScript,
 #      and the REST walk-through examples/curl.sh; one effect at the provider;
 #   6. checks that a bug in a quick start's function is not silent.
 # It prints each phase with its wall time and exits non-zero on any failure,
 # keeping the folder (and the processes' logs) for a look.
 #
 #   scripts/fresh-clone.sh                     # HEAD, as a user's clone would be
-#   FRESH_CLONE_OVERLAY="clients README.md" scripts/fresh-clone.sh
+#   FRESH_CLONE_OVERLAY="clients docs" scripts/fresh-clone.sh
 #       # HEAD plus the checkout's current (uncommitted) version of these
 #       # paths: try a change before committing it
 #   KEEP=1 scripts/fresh-clone.sh              # keep the folder on success too
@@ -207,12 +208,12 @@ run_quickstart() { # WANT_REGEX CMD...: runs a quick start; its stdout must matc
 	[ -z "$err" ] || { printf '%s\n' "$err" >&2; fail "$*: wrote to stderr"; }
 }
 
-phase "README.md's quick starts are the clients' (no drift)"
+phase "docs/sdks.md's quick starts are the clients' (no drift)"
 for lang in python js; do
 	readme=$py_readme
 	[ $lang = js ] && readme=$ts_readme
-	cmp -s <(snippet "$clone/README.md" $lang) <(snippet "$clone/$readme" $lang) ||
-		fail "README.md's $lang quick start (section \"Python and TypeScript\") differs from $readme's: $(diff <(snippet "$clone/README.md" $lang) <(snippet "$clone/$readme" $lang) | head -5)"
+	cmp -s <(snippet "$clone/docs/sdks.md" $lang) <(snippet "$clone/$readme" $lang) ||
+		fail "docs/sdks.md's $lang quick start (section \"Python and TypeScript\") differs from $readme's: $(diff <(snippet "$clone/docs/sdks.md" $lang) <(snippet "$clone/$readme" $lang) | head -5)"
 done
 
 phase "Python quick start (clients/python/README.md)"
@@ -260,7 +261,7 @@ bash examples/curl.sh "http://$http_a" >"$tmp/curl.log" 2>&1 || { cat "$tmp/curl
 log "   examples/curl.sh: $(grep -c '^== ' "$tmp/curl.log") steps passed"
 
 phase "one effect at the provider per quick start"
-# Each quick start has its own key (the README's), never the curl walk-through's.
+# Each quick start has its own key (docs/sdks.md's), never the README's curl walk-through's.
 for key in payment:order-901:intent-01 payment:order-902:intent-01; do
 	effects=$(curl -sS "$PROVIDER_URL/_control/effects?key=$key")
 	count=$(json_field count <<<"$effects")

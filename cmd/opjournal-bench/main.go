@@ -1,4 +1,4 @@
-// Command opjournal-bench measures opjournal against the floor (the SPEC's
+// Command opjournal-bench measures opjournal against the floor (the protocol's
 // three statements issued directly with pgx) and against two peers (DBOS
 // Transact and River, run by the separate bench/peers module) in one run
 // on one PostgreSQL, with the real server process.
@@ -91,7 +91,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "opjournal-bench [--duration 10s] [--warmup 2s] [--concurrency 1,8,32,64] [flags]",
 		Short: "measure opjournal against the floor (raw SQL) and its peers on one PostgreSQL",
-		Long: `Measure opjournal against the floor (the SPEC's three statements issued directly
+		Long: `Measure opjournal against the floor (the protocol's three statements issued directly
 with pgx) and against two peers (DBOS Transact and River, run by the separate
 bench/peers module) in one run on one PostgreSQL, with the real server
 process. It creates a fresh schema per run (dropped at the end), starts
@@ -897,7 +897,7 @@ func markdown(c config, rows []bench.Row, s summary, chart string) string {
 const scenarioDoc = `
 ## Scenarios
 
-- **raw-sql full-cycle**: the SPEC's three statements per operation with pgx, each its own commit
+- **raw-sql full-cycle**: the protocol's three statements per operation with pgx, each its own commit
   (insert pending; conditional claim UPDATE checked for one row; succeeded UPDATE), no history rows.
 - **opjournal full-cycle-grpc**: Register → Claim → MarkSucceeded through the real server (generated gRPC client).
 - **opjournal fused-grpc**: Register with claim → MarkSucceeded (two calls, two commits).

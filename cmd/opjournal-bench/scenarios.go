@@ -46,7 +46,7 @@ func (k keyer) key(scenario string, c int, seq int64) string {
 	return fmt.Sprintf("bench:%s:%s:c%d:%d", k, scenario, c, seq)
 }
 
-// rawSQL is the floor: the SPEC's three statements, each its own commit,
+// rawSQL is the floor: the protocol's three statements, each its own commit,
 // issued directly with pgx against the same operations table (no history
 // rows, no hashing, no policy).
 func rawSQL(pool *pgxpool.Pool, k keyer, c int) bench.Op {

@@ -1,8 +1,8 @@
-// Command opjournal-demo runs the article's reproducible check against the
+// Command opjournal-demo runs the reproducible check of docs/spec.md against the
 // real processes: it starts opjournal (on a fresh SQLite file),
 // opjournal-fakeprovider and opjournal-reconciler on free ports, runs the
 // scenarios of package demo, prints every step, and exits non-zero if any
-// observation differs from the SPEC. `make demo` builds the binaries and
+// observation differs from docs/spec.md. `make demo` builds the binaries and
 // runs it.
 //
 // Every process runs with the demo's policy (demo.PolicyYAML: the shipped
@@ -53,11 +53,11 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	var verbose, withGateway bool
 	c := &cobra.Command{
 		Use:   "opjournal-demo [--bin-dir bin] [--gateway] [-v]",
-		Short: "the article's reproducible check against the real processes",
-		Long: `Run the article's reproducible check against the real processes: start
+		Short: "the reproducible check of docs/spec.md against the real processes",
+		Long: `Run the reproducible check of docs/spec.md against the real processes: start
 opjournal (on a fresh SQLite file), opjournal-fakeprovider and
 opjournal-reconciler on free ports, run the scenarios of package demo, print
-every step, and exit 1 if any observation differs from the SPEC (2 for bad
+every step, and exit 1 if any observation differs from docs/spec.md (2 for bad
 flags). With --gateway the agent calls only opjournal-gateway's HTTP and MCP
 doors. "make demo" and "make demo-gateway" build the binaries and run it.`,
 		Example: `  opjournal-demo --bin-dir bin
@@ -66,7 +66,7 @@ doors. "make demo" and "make demo-gateway" build the binaries and run it.`,
 			if err := run(cmd.Context(), binDir, policyPath, verbose, withGateway); err != nil {
 				return err
 			}
-			fmt.Fprintln(stdout, "\nDEMO PASSED: every step observed what the SPEC says; one effect per intent.")
+			fmt.Fprintln(stdout, "\nDEMO PASSED: every step observed what docs/spec.md says; one effect per intent.")
 			return nil
 		},
 	}

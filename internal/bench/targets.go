@@ -17,7 +17,7 @@ import (
 // bench prints the result at the end of every run and writes it into
 // summary.json and RESULTS.md.
 //
-// The scenarios are opjournal-bench's: raw-sql full-cycle (the SPEC's three
+// The scenarios are opjournal-bench's: raw-sql full-cycle (the protocol's three
 // statements), opjournal full-cycle-grpc, fused-grpc, fused-rest and
 // replay-grpc, grpc noop-health-check (the ceiling of any RPC on the
 // connection), the same opjournal scenarios on the SQLite store, the peers

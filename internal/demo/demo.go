@@ -1,9 +1,9 @@
-// Package demo is the article's reproducible check, run against real
+// Package demo is the reproducible check of docs/spec.md, run against real
 // processes: the journal, the test provider (opjournal-fakeprovider) and the
 // reconciler (opjournal-reconciler). Each scenario prints every step and
 // what it observed, counts effects in the provider (not words in an agent's
 // answer), and returns an error as soon as an observation differs from what
-// the SPEC says. `make demo` runs it through cmd/opjournal-demo; the e2e
+// docs/spec.md says. `make demo` runs it through cmd/opjournal-demo; the e2e
 // tests run the same scenarios.
 package demo
 
@@ -57,7 +57,7 @@ type Scenario struct {
 
 // Scenarios are the checks `make demo` runs, in order.
 var Scenarios = []Scenario{
-	{"payment: commit, then timeout (the article's seven steps)", Payment},
+	{"payment: commit, then timeout (the seven steps of docs/spec.md)", Payment},
 	{"email: a provider without idempotency, reconciled by its reference search", Email},
 	{"payment: timeout before commit, proven absent, released, retried", AbsentThenRetried},
 }
@@ -204,7 +204,7 @@ func (r *run) lastChange(ctx context.Context, key string) string {
 
 func short(s pb.Status) string { return strings.ToLower(strings.TrimPrefix(s.String(), "STATUS_")) }
 
-// Payment is the SPEC's reproducible check, step by step.
+// Payment is the reproducible check of docs/spec.md, step by step.
 func Payment(ctx context.Context, env Env) error {
 	r := &run{env: env}
 	const key = "payment:order-817:intent-01"

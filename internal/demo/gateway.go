@@ -40,7 +40,7 @@ var GatewayScenarios = []struct {
 	Name string
 	Run  func(ctx context.Context, env GatewayEnv) error
 }{
-	{"HTTP door: the article's seven steps through the gateway (no SDK in the agent)", GatewayHTTP},
+	{"HTTP door: the seven steps of docs/spec.md through the gateway (no SDK in the agent)", GatewayHTTP},
 	{"MCP door: the same payment as a tool call (no SDK in the agent)", GatewayMCP},
 	{"identity: two callers with one client key are two intents; a rotated token is the same intent", GatewayIdentity},
 }
@@ -154,7 +154,7 @@ func problemType(body []byte) string {
 	return strings.TrimPrefix(p.Type, "urn:opjournal:problem:")
 }
 
-// GatewayHTTP is the SPEC's reproducible check through the HTTP door: the
+// GatewayHTTP is the reproducible check of docs/spec.md through the HTTP door: the
 // agent is a plain HTTP client with an Idempotency-Key header.
 func GatewayHTTP(ctx context.Context, env GatewayEnv) error {
 	r := &gwRun{env: env}

@@ -167,11 +167,12 @@ func TestFirstRulesDoNotReadTheRow(t *testing.T) {
 
 // protocolDoc is the document that shows the protocol table, from the
 // repository's root: the file protocoldoc is run on.
-var protocolDoc = "README.md"
+var protocolDoc = filepath.Join("docs", "protocol.md")
 
-// TestREADMEShowsTheProtocol: the document's table is the one the code
-// applies (regenerate it with go run ./internal/cmd/protocoldoc README.md).
-func TestREADMEShowsTheProtocol(t *testing.T) {
+// TestProtocolPageShowsTheProtocol: docs/protocol.md's table is the one
+// the code applies (regenerate it with go run ./internal/cmd/protocoldoc
+// docs/protocol.md).
+func TestProtocolPageShowsTheProtocol(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "..", protocolDoc))
 	if err != nil {
 		t.Fatal(err)

@@ -1,5 +1,5 @@
 -- Issue 12: business references, child operations, the provider's dedup
--- window, retention, and the article's own table as a view.
+-- window, retention, and the reference table of docs/spec.md as a view.
 --   refs: the business references given at registration (NULL: none),
 --     searched with @> through a GIN index that only rows with refs enter,
 --     so the hot path (operations without refs) pays nothing for it;
@@ -23,7 +23,7 @@ CREATE INDEX operations_parent_idx ON operations (tenant, parent_key, operation_
 CREATE INDEX operations_terminal_idx ON operations (action_type, updated_at)
     WHERE status IN ('succeeded', 'failed_final');
 
--- The article's table, as a read-only view with its column names (and the
+-- The reference table of docs/spec.md, as a read-only view with its column names (and the
 -- journal's extras after them), so that its "safe queries" run verbatim:
 --   SELECT operation_key, status, attempt_count, external_id FROM agent_operations
 --   WHERE operation_key = 'payment:order-817:intent-01';

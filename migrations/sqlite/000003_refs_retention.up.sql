@@ -1,5 +1,5 @@
 -- Issue 12: business references, child operations, the provider's dedup
--- window, retention, and the article's own table as a view. See the
+-- window, retention, and the reference table of docs/spec.md as a view. See the
 -- PostgreSQL migration for what each column is for. SQLite has no GIN
 -- index: refs are also kept one per row in operation_refs, indexed by
 -- (tenant, name, value), which List searches; operations.refs holds the
@@ -22,7 +22,7 @@ CREATE INDEX operations_parent_idx ON operations (tenant, parent_key, operation_
 CREATE INDEX operations_terminal_idx ON operations (action_type, updated_at)
     WHERE status IN ('succeeded', 'failed_final');
 
--- The article's table as a (read-only, as every SQLite view) view with its
+-- The reference table of docs/spec.md as a (read-only, as every SQLite view) view with its
 -- column names. Times are shown as ISO 8601 text in UTC. The clock is
 -- julianday('now'), which every SQLite 3 shell knows (unixepoch('subsec')
 -- needs 3.42).

@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite every store.Store runs. Each
-// rule of SPEC.md that a store enforces is a test here; a store package
+// rule of docs/spec.md that a store enforces is a test here; a store package
 // calls Run from its own test with a function that makes a fresh database.
 package storetest
 

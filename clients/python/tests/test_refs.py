@@ -168,7 +168,7 @@ class RefsTest(unittest.TestCase):
 
 
 class ChildOperationTest(unittest.TestCase):
-    """The article's example: a payment and its receipt email. The key is
+    """The example of docs/spec.md: a payment and its receipt email. The key is
     made once per intent and stored; the business links go in refs; the
     email inside the handler gets a key derived from the payment's."""
 

@@ -22,7 +22,7 @@ import {
 import { journalError, OpjournalError, invalidArgument } from "./errors.js";
 import { encodeObject } from "./json.js";
 
-/** The state of an operation (see the SPEC's state table). */
+/** The state of an operation (see the states of docs/spec.md). */
 export type Status = "pending" | "in_progress" | "unknown" | "succeeded" | "failed_final";
 
 /** The journal's record of one business intent. */

@@ -192,7 +192,7 @@ describe("refs and parent keys", () => {
     assert.equal(xe.field, "refs/order_id");
   });
 
-  // The article's example: a payment and its receipt email. The key is made
+  // The example of docs/spec.md: a payment and its receipt email. The key is made
   // once per intent and stored; the business links go in refs; the email
   // inside the handler gets a key derived from the payment's.
   test("a payment and its receipt email (a child): the handler runs twice, one effect each", async () => {

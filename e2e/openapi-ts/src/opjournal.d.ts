@@ -990,7 +990,7 @@ export interface components {
             operation: components["schemas"]["Operation"] | null;
         };
         /**
-         * @description Status is the state of an operation. See SPEC.md for the transitions.
+         * @description Status is the state of an operation. See docs/protocol.md for the transitions.
          *
          *      - STATUS_UNSPECIFIED: STATUS_UNSPECIFIED is never returned.
          *      - STATUS_PENDING: STATUS_PENDING: registered; no external call started.

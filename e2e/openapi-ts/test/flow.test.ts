@@ -1,4 +1,4 @@
-// The article's flow through a REST client generated from the OpenAPI 3.1
+// The flow of docs/spec.md through a REST client generated from the OpenAPI 3.1
 // document (gen/openapi/opjournal.openapi.json → src/opjournal.d.ts by
 // openapi-typescript; requests by openapi-fetch), against the real binary:
 // register with a claim, mark succeeded, replay, conflict. tsc checks the

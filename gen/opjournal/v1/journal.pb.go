@@ -31,7 +31,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Status is the state of an operation. See SPEC.md for the transitions.
+// Status is the state of an operation. See docs/protocol.md for the transitions.
 type Status int32
 
 const (

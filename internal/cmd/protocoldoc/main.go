@@ -1,9 +1,10 @@
 // Command protocoldoc writes the protocol table (protocol.ProtocolMarkdown)
-// into README.md between its markers, so the README shows the table the
-// code applies: `make generate` runs it, and a test of internal/protocol
-// fails when README.md differs from it.
+// into a Markdown page between its markers (docs/protocol.md, the
+// manual's page on the protocol), so the page shows the table the code
+// applies: `make generate` runs it, and a test of internal/protocol fails
+// when docs/protocol.md differs from it.
 //
-//	go run ./internal/cmd/protocoldoc README.md
+//	go run ./internal/cmd/protocoldoc docs/protocol.md
 package main
 
 import (
@@ -15,7 +16,7 @@ import (
 
 func main() {
 	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: protocoldoc README.md")
+		fmt.Fprintln(os.Stderr, "usage: protocoldoc docs/protocol.md (the page with the protocol table's markers)")
 		os.Exit(2)
 	}
 	b, err := os.ReadFile(os.Args[1])

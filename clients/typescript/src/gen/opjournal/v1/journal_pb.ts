@@ -1570,7 +1570,7 @@ export const GetPolicyResponseSchema: GenMessage<GetPolicyResponse> = /*@__PURE_
   messageDesc(file_opjournal_v1_journal, 34);
 
 /**
- * Status is the state of an operation. See SPEC.md for the transitions.
+ * Status is the state of an operation. See docs/protocol.md for the transitions.
  *
  * @generated from enum opjournal.v1.Status
  */

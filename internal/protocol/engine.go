@@ -478,7 +478,7 @@ func statusOf(op *opjournal.Operation, now time.Time) opjournal.Status {
 	if op == nil {
 		return ""
 	}
-	return op.EffectiveAt(now)
+	return EffectiveStatus(op, now)
 }
 
 // apply evaluates r's sets and event on op.
@@ -497,7 +497,7 @@ func (r *Rule) apply(op *opjournal.Operation, c *Command, now time.Time) Decisio
 	case op != nil && r.Event != nil && r.Event.FromRaw:
 		from = op.Raw()
 	case op != nil:
-		from = op.EffectiveAt(now)
+		from = EffectiveStatus(op, now)
 	}
 	// Evaluate every value on the row as it was, then assign: the SQL
 	// UPDATE's semantics.
@@ -513,8 +513,8 @@ func (r *Rule) apply(op *opjournal.Operation, c *Command, now time.Time) Decisio
 		next.Action, next.RequestHash, next.HashKeyID = c.Action, c.RequestHash, c.HashKeyID
 		next.Payload, next.Refs, next.ParentKey = c.Payload, maps.Clone(c.Refs), c.ParentKey
 	}
-	next.Status = next.EffectiveAt(now)
-	next.UnknownSince = next.EffectiveUnknownSince(now)
+	next.Status = EffectiveStatus(next, now)
+	next.UnknownSince = EffectiveUnknownSince(next, now)
 	d := Decision{Rule: r, Op: next}
 	if r.Event != nil {
 		ev := &opjournal.Event{At: now, From: from, To: next.Status, StatedActor: c.StatedActor}
@@ -561,7 +561,7 @@ func (cd Cond) Eval(op *opjournal.Operation, c *Command, now time.Time) bool {
 	}
 	switch cd.Kind {
 	case CondStatus:
-		return slices.Contains(cd.Statuses, op.EffectiveAt(now))
+		return slices.Contains(cd.Statuses, EffectiveStatus(op, now))
 	case CondReview:
 		return op.NeedsReview == cd.Want
 	case CondAttemptIssued:
@@ -569,7 +569,7 @@ func (cd Cond) Eval(op *opjournal.Operation, c *Command, now time.Time) bool {
 	case CondAttemptLatest:
 		return c.Attempt == op.AttemptCount
 	case CondUnknownFor:
-		since := op.EffectiveUnknownSince(now)
+		since := EffectiveUnknownSince(op, now)
 		return !since.IsZero() && !since.After(now.Add(-asDuration(c.Value(cd.Param, nil, op))))
 	case CondAttemptYounger:
 		return op.AttemptStartedAt.Add(asDuration(c.Value(cd.Param, nil, op))).After(now)

@@ -24,33 +24,48 @@ import (
 // clock is "now" in every statement.
 const clock = `coalesce($1::timestamptz, now())`
 
-// effectiveStatus is the status as the rules see it: an in_progress row
-// whose lease has expired on the database clock is unknown.
-const effectiveStatus = `(CASE WHEN status = 'in_progress' AND lease_until <= ` + clock + ` THEN 'unknown' ELSE status END)`
+// dialect is how PostgreSQL spells the protocol's shared terms
+// (internal/protocol/predicate.go): the statement's clock, a false
+// boolean, and a duration argument in seconds ($3 in the purge).
+var dialect = protocol.Dialect{
+	Now:     clock,
+	IsFalse: func(col string) string { return "NOT " + col },
+	NowMinus: func(arg string) string {
+		if arg != protocol.RetentionArg {
+			panic("postgres: no placeholder for " + arg)
+		}
+		return clock + " - make_interval(secs => $3::float8)"
+	},
+}
 
-// isUnknown matches operations whose effective status is unknown.
-const isUnknown = `(status = 'unknown' OR (status = 'in_progress' AND lease_until <= ` + clock + `))`
-
-// leaseExpired matches in_progress rows whose lease has expired: unknown
-// in effect, not yet written down.
-const leaseExpired = `(status = 'in_progress' AND lease_until <= ` + clock + `)`
-
-// checkDue matches operations due for a check (ListParams.DueForCheck):
-// unknown in effect, not under review, next check due.
-const checkDue = `(` + isUnknown + ` AND NOT needs_review AND (next_check_at IS NULL OR next_check_at <= ` + clock + `))`
+// The shared terms rendered once; every statement is made of these.
+var (
+	// effectiveStatus is the status as the rules see it.
+	effectiveStatus = protocol.EffectiveStatusTerm.SQL(dialect)
+	// isUnknown matches operations whose effective status is unknown.
+	isUnknown = protocol.UnknownTerm.SQL(dialect)
+	// leaseExpired matches in_progress rows whose lease has expired.
+	leaseExpired = protocol.LeaseExpiredTerm.SQL(dialect)
+	// checkDue matches operations due for a check (ListParams.DueForCheck).
+	checkDue = protocol.CheckDueTerm.SQL(dialect)
+	// effectiveUnknownSince is when the outcome became unknown.
+	effectiveUnknownSince = protocol.EffectiveUnknownSinceTerm.SQL(dialect)
+	// terminal matches rows in a terminal status.
+	terminal = protocol.TerminalTerm.SQL(dialect)
+)
 
 // restColumns, after payload and result, is the row every query returns,
 // with the effective status and, last, the database's clock (used to
 // compute retry-after hints without trusting ours). The BASIC view leaves
 // out payload and result (AIP-157).
-const (
+var (
 	fullColumns  = `payload::text, result::text, ` + restColumns
 	basicColumns = `NULL::text, NULL::text, ` + restColumns
 	restColumns  = `tenant, operation_key, action_type, request_hash, ` + effectiveStatus + `,
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= ` + clock + ` THEN lease_until END,
+	` + effectiveUnknownSince + `,
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, ` + clock
 )

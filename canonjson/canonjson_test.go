@@ -443,7 +443,7 @@ func TestRequestHashRejects(t *testing.T) {
 
 // TestErrorsNeverQuoteTheInput: a refused value may be a secret (a card
 // number, a CVC), and errors reach logs, so no error message carries the
-// input's text (issue 10, defect 12).
+// input's text.
 func TestErrorsNeverQuoteTheInput(t *testing.T) {
 	const secret = "4111111111111111"
 	for _, in := range []string{

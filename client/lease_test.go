@@ -61,8 +61,8 @@ func reasons(t *testing.T, c *client.Client, key string) []string {
 
 // TestSlowCallKeepsItsLeaseByHeartbeat: a call three times longer than
 // its lease keeps the lease by heartbeats, so nobody else may claim it
-// meanwhile, and its effect is recorded as the first attempt's (issue 10,
-// defect 1: before, the lease expired under the call).
+// meanwhile, and its effect is recorded as the first attempt's: the lease
+// never expires under the call.
 func TestSlowCallKeepsItsLeaseByHeartbeat(t *testing.T) {
 	t.Parallel()
 	c, _ := newClientWith(t, leasePolicy(t, 0))

@@ -324,7 +324,7 @@ func TestSecretsAreNotStoredLoggedOrEchoed(t *testing.T) {
 	// Refused requests carrying the secrets: a conflict, a float amount, a
 	// bad token, and the secret itself as a number the journal refuses
 	// (beyond 2^53, or a fraction where an integer is due): refusals name
-	// the field, never the value, at any log level (issue 10, defect 12).
+	// the field, never the value, at any log level.
 	for _, body := range []string{
 		strings.Replace(planted, "4900", "5000", 1),
 		strings.Replace(planted, "4900", "49.5", 1),

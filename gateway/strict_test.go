@@ -151,11 +151,11 @@ func rawRequest(t *testing.T, base, method, target, body string, headers ...stri
 	return response{status: res.StatusCode, header: res.Header, body: rb}
 }
 
-// TestHTTPTransportNeverResends: a client's X-Idempotency-Key used to be
-// forwarded, which made net/http's Transport treat the POST as replayable
+// TestHTTPTransportNeverResends: a client's X-Idempotency-Key, were it
+// forwarded, would make net/http's Transport treat the POST as replayable
 // and re-send it by itself when the reused connection dropped after the
-// provider committed: two emails, one success in the journal. Now the
-// provider holds one email and the client is told the outcome is unknown.
+// provider committed: two emails, one success in the journal. The
+// provider must hold one email, and the client be told the outcome is unknown.
 func TestHTTPTransportNeverResends(t *testing.T) {
 	t.Parallel()
 	for _, header := range []string{"X-Idempotency-Key", "Idempotency-Key"} {

@@ -295,8 +295,8 @@ func structJSON(field string, st *structpb.Struct) (json.RawMessage, error) {
 		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, p.path(field), "%s", p.msg)
 	}
 	// A value with no JSON form (no kind, invalid UTF-8) stopped the walk.
-	// badValue's problems used to be looked for first, over the whole
-	// message, so a NaN or excess nesting elsewhere is still what the
+	// badValue's problems are looked for first, over the whole
+	// message, so that a NaN or excess nesting elsewhere is still what the
 	// client hears about; this rare path pays for a second walk.
 	if path, problem := badValue(structpb.NewStructValue(st), field, 0); problem != "" {
 		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, path, "%s", problem)

@@ -9,7 +9,7 @@
 // `opjournal serve` on it, drives each scenario at each concurrency for a
 // fixed duration after a warm-up, and writes a table to stdout,
 // results/latest.json, results/summary.json, results/chart.svg and
-// RESULTS.md. It ends with issue 16's targets (bench.Issue16), one
+// RESULTS.md. It ends with the hot path's targets (bench.HotPathTargets), one
 // MET/MISS/SKIP line each; --require-targets makes a MISS exit with
 // status 3. `make bench` is the full run, `make bench-quick` a short one.
 package main
@@ -67,7 +67,7 @@ type config struct {
 	serverLog   string
 	replayKeys  int
 	only        map[string]bool // scenarios to run; empty: all
-	// requireTargets makes a MISS of issue 16's targets exit non-zero.
+	// requireTargets makes a MISS of the hot path's targets exit non-zero.
 	requireTargets bool
 	serverArgs     []string
 	serverEnv      []string
@@ -128,7 +128,7 @@ run fails; 2 for bad flags.`,
 	serverArgs := fs.String("server-args", "", "extra space-separated arguments for \"opjournal serve\" (e.g. --pprof-addr 127.0.0.1:6060)")
 	reportOnly := fs.Bool("report-only", false, "measure nothing: redraw the chart and RESULTS.md from --results-dir's latest.json and summary.json (after a change to the report)")
 	serverEnv := fs.String("server-env", "", "extra space-separated NAME=VALUE environment for the server (e.g. GOMAXPROCS=1)")
-	fs.BoolVar(&c.requireTargets, "require-targets", false, "exit with status 3, after writing the report, if any of issue 16's targets is a MISS (a SKIP does not fail)")
+	fs.BoolVar(&c.requireTargets, "require-targets", false, "exit with status 3, after writing the report, if any of the hot path's targets is a MISS (a SKIP does not fail)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return start(cmd.Context(), c, levels, *only, *serverArgs, *serverEnv, *reportOnly)
 	}
@@ -166,7 +166,7 @@ func start(ctx context.Context, c config, levels, only, serverArgs, serverEnv st
 type errTargetsMissed int
 
 func (n errTargetsMissed) Error() string {
-	return fmt.Sprintf("%d of issue 16's targets missed (--require-targets)", int(n))
+	return fmt.Sprintf("%d of the hot path's targets missed (--require-targets)", int(n))
 }
 
 // exit ends the process for err: 0 for none, 3 for missed targets, 2 for
@@ -181,8 +181,8 @@ func exit(err error) {
 }
 
 // summary is what the run measured besides the rows: the server's
-// footprint, the purge and the targets (issue 16's, computed from the rows
-// by bench.Issue16, and the others).
+// footprint, the purge and the targets (the hot path's, computed from the rows
+// by bench.HotPathTargets, and the others).
 type summary struct {
 	Machine           map[string]string `json:"machine"`
 	ServerPeakRSSMiB  float64           `json:"server_peak_rss_mib"`
@@ -204,7 +204,7 @@ type summary struct {
 	// PurgeOutlasted: the purge was still running when the measurement
 	// during it ended (so every sample saw it).
 	PurgeOutlasted bool                 `json:"purge_outlasted_measurement,omitempty"`
-	Issue16        []bench.TargetResult `json:"targets_issue16"`
+	HotPath        []bench.TargetResult `json:"hot_path_targets"`
 	Targets        []target             `json:"targets"` // the other targets (purge, gateway, footprint)
 }
 
@@ -400,7 +400,7 @@ func run(ctx context.Context, c config) error {
 		sum.ServerPeakRSSMiB = rss
 	}
 	sum.Targets = targets(rows, sum, c)
-	sum.Issue16 = bench.CheckTargets(bench.Issue16, rows)
+	sum.HotPath = bench.CheckTargets(bench.HotPathTargets, rows)
 	sum.Machine["run_seconds"] = fmt.Sprintf("%.0f", time.Since(started).Seconds())
 	return report(c, rows, sum)
 }
@@ -673,8 +673,8 @@ func find(rows []bench.Row, system, scenario string, c int) (bench.Row, bool) {
 	return rows[i], true
 }
 
-// targets checks the targets of the earlier issues that issue 16's table
-// (bench.Issue16) does not restate: the purge, the gateway and the
+// targets checks the targets that the hot path's table
+// (bench.HotPathTargets) does not hold: the purge, the gateway and the
 // footprint.
 func targets(rows []bench.Row, s summary, c config) []target {
 	var ts []target
@@ -741,7 +741,7 @@ func rereport(c config) error {
 	// Issue 16's table is computed from the rows again, so a change to it
 	// shows on an old run; a summary written before the table existed has
 	// those figures among the other targets, under older names.
-	sum.Issue16 = bench.CheckTargets(bench.Issue16, rows)
+	sum.HotPath = bench.CheckTargets(bench.HotPathTargets, rows)
 	sum.Targets = slices.DeleteFunc(sum.Targets, func(t target) bool {
 		for _, old := range []string{"fused gRPC / raw-sql at", "full cycle gRPC / raw-sql at", "replay / fused gRPC at",
 			"fused gRPC / dbos at", "fused gRPC / river at", "p99 fused gRPC at ", "p99 at growth"} {
@@ -754,9 +754,9 @@ func rereport(c config) error {
 	return report(c, rows, sum)
 }
 
-// report prints the table and the targets, issue 16's last, and writes the
+// report prints the table and the targets, the hot path's last, and writes the
 // JSON files, the chart and RESULTS.md. With --require-targets a MISS of
-// issue 16's targets is its error (errTargetsMissed), after all of that.
+// the hot path's targets is its error (errTargetsMissed), after all of that.
 func report(c config, rows []bench.Row, s summary) error {
 	fmt.Println()
 	bench.WriteTable(os.Stdout, rows)
@@ -768,12 +768,12 @@ func report(c config, rows []bench.Row, s summary) error {
 		}
 		fmt.Println()
 	}
-	fmt.Printf("Targets (issue 16): %s\n", tally(s.Issue16))
-	bench.WriteTargets(os.Stdout, "  ", s.Issue16)
+	fmt.Printf("Targets (the hot path): %s\n", tally(s.HotPath))
+	bench.WriteTargets(os.Stdout, "  ", s.HotPath)
 	if err := writeReport(c, rows, s); err != nil {
 		return err
 	}
-	if n := bench.Missed(s.Issue16); n > 0 && c.requireTargets {
+	if n := bench.Missed(s.HotPath); n > 0 && c.requireTargets {
 		return errTargetsMissed(n)
 	}
 	return nil
@@ -845,7 +845,7 @@ func markdown(c config, rows []bench.Row, s summary, chart string) string {
 	var b strings.Builder
 	b.WriteString("# opjournal benchmark results\n\n")
 	b.WriteString("Generated by `opjournal-bench` (`make bench`); raw rows in `results/latest.json`, ")
-	b.WriteString("footprint and targets in `results/summary.json` (issue 16's under `targets_issue16`). Where the time goes, and why the targets\n")
+	b.WriteString("footprint and targets in `results/summary.json` (the hot path's under `hot_path_targets`). Where the time goes, and why the targets\n")
 	b.WriteString("that are missed are missed: [`ANALYSIS.md`](ANALYSIS.md).\n\n## Machine\n\n")
 	keys := make([]string, 0, len(s.Machine))
 	for k := range s.Machine {
@@ -881,11 +881,11 @@ func markdown(c config, rows []bench.Row, s summary, chart string) string {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d |\n", r.Table, r.Rows, r.Heap, r.Indexes, r.Toast)
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "## Targets (issue 16)\n\n%s. Computed from the rows above by `bench.Issue16` ([`targets.go`](targets.go)); "+
+	fmt.Fprintf(&b, "## Targets (the hot path)\n\n%s. Computed from the rows above by `bench.HotPathTargets` ([`targets.go`](targets.go)); "+
 		"each figure is compared as printed (ratios to hundredths, CPU to whole µs). Server CPU is the opjournal server process's "+
 		"CPU time from `/proc` over the point, warm-up included, per operation it completed. A SKIP is a figure whose scenario did not run; "+
-		"`--require-targets` makes any MISS exit with status 3.\n\n", tally(s.Issue16))
-	b.WriteString(bench.TargetsMarkdown(s.Issue16))
+		"`--require-targets` makes any MISS exit with status 3.\n\n", tally(s.HotPath))
+	b.WriteString(bench.TargetsMarkdown(s.HotPath))
 	b.WriteString("\n## Other targets\n\n| target | measured | want | verdict | detail |\n|---|--:|---|---|---|\n")
 	for _, t := range s.Targets {
 		fmt.Fprintf(&b, "| %s | %.2f | %s | %s | %s |\n", t.Name, t.Measured, t.Want, verdict(t), t.Detail)

@@ -11,12 +11,12 @@ import (
 	"github.com/opjournal/opjournal/internal/bench"
 )
 
-// TestReportOnlyWritesIssue16 redraws the report of the full run of
+// TestReportOnlyRedrawsTheCommittedRun redraws the report of the full run of
 // 2026-11-30 (the rows kept in internal/bench/testdata) from a summary written
-// before issue 16's table: the table is computed again, the older names of
+// without the hot path's table: the table is computed again, the older names of
 // its figures leave the other targets, RESULTS.md and summary.json hold
 // it, and --require-targets turns its misses into errTargetsMissed.
-func TestReportOnlyWritesIssue16(t *testing.T) {
+func TestReportOnlyRedrawsTheCommittedRun(t *testing.T) {
 	dir := t.TempDir()
 	rows, err := os.ReadFile("../../internal/bench/testdata/rows-2026-11-30.json")
 	if err != nil {
@@ -43,7 +43,7 @@ func TestReportOnlyWritesIssue16(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"## Targets (issue 16)\n\n2 MET, 9 MISS, 0 SKIP.",
+		"## Targets (the hot path)\n\n2 MET, 9 MISS, 0 SKIP.",
 		"| MISS | fused gRPC / raw SQL (3 statements) at c=32 | 0.84 | ≥ 1.3 |",
 		"| MET | p99 at the grown journal / empty (fused gRPC) | 1.13 | ≤ 1.2 |",
 		"## Other targets",
@@ -54,16 +54,16 @@ func TestReportOnlyWritesIssue16(t *testing.T) {
 		}
 	}
 	if strings.Contains(string(md), "fused gRPC / dbos at c=1") || strings.Contains(string(md), "raw-sql at c=32") {
-		t.Errorf("RESULTS.md still has the old names of issue 16's figures")
+		t.Errorf("RESULTS.md still has the old names of the hot path's figures")
 	}
 	var got summary
 	b, err := os.ReadFile(filepath.Join(dir, "summary.json"))
 	if err == nil {
 		err = json.Unmarshal(b, &got)
 	}
-	if err != nil || len(got.Issue16) != len(bench.Issue16) || bench.Missed(got.Issue16) != 9 || len(got.Targets) != 1 {
-		t.Errorf("summary.json: %d of issue 16's figures (%d missed), %d other targets, err %v",
-			len(got.Issue16), bench.Missed(got.Issue16), len(got.Targets), err)
+	if err != nil || len(got.HotPath) != len(bench.HotPathTargets) || bench.Missed(got.HotPath) != 9 || len(got.Targets) != 1 {
+		t.Errorf("summary.json: %d of the hot path's figures (%d missed), %d other targets, err %v",
+			len(got.HotPath), bench.Missed(got.HotPath), len(got.Targets), err)
 	}
 
 	c.requireTargets = true

@@ -102,10 +102,10 @@ func byName(t *testing.T, rs []TargetResult) func(name string) TargetResult {
 	}
 }
 
-func TestIssue16OnTheCommittedRun(t *testing.T) {
-	rs := CheckTargets(Issue16, committedRun(t))
-	if len(rs) != len(Issue16) {
-		t.Fatalf("%d results for %d targets", len(rs), len(Issue16))
+func TestHotPathTargetsOnTheCommittedRun(t *testing.T) {
+	rs := CheckTargets(HotPathTargets, committedRun(t))
+	if len(rs) != len(HotPathTargets) {
+		t.Fatalf("%d results for %d targets", len(rs), len(HotPathTargets))
 	}
 	get := byName(t, rs)
 	for _, c := range []struct {
@@ -144,7 +144,7 @@ func TestIssue16OnTheCommittedRun(t *testing.T) {
 	}
 }
 
-// passingRun is a run that meets every target of issue 16.
+// passingRun is a run that meets every target of the hot path.
 func passingRun() []Row {
 	pg := func(system, scenario string, c int, ops, p50, p99, cpu float64) Row {
 		return Row{System: system, Scenario: scenario, Store: "postgres", Concurrency: c, OpsPerSec: ops, P50ms: p50, P99ms: p99, CPUServerUs: cpu}
@@ -167,8 +167,8 @@ func passingRun() []Row {
 	return rows
 }
 
-func TestIssue16Verdicts(t *testing.T) {
-	rs := CheckTargets(Issue16, passingRun())
+func TestHotPathTargetVerdicts(t *testing.T) {
+	rs := CheckTargets(HotPathTargets, passingRun())
 	for _, r := range rs {
 		if r.Verdict != Met {
 			t.Errorf("%s: %s %s %s (%s), want MET", r.Name, r.Verdict, r.Value(), r.Want(), r.Detail)
@@ -185,7 +185,7 @@ func TestIssue16Verdicts(t *testing.T) {
 	}
 
 	change := func(f func([]Row) []Row) func(string) TargetResult {
-		return byName(t, CheckTargets(Issue16, f(passingRun())))
+		return byName(t, CheckTargets(HotPathTargets, f(passingRun())))
 	}
 	set := func(system, scenario, store string, c int, edit func(*Row)) func([]Row) []Row {
 		return func(rows []Row) []Row {
@@ -251,12 +251,12 @@ func TestWriteTargets(t *testing.T) {
 	rows := passingRun()
 	rows = slices.DeleteFunc(rows, func(r Row) bool { return r.Scenario == "fused-rest" })
 	rows[4].OpsPerSec = 3000 // fused gRPC at c=32: 0.75 × raw SQL
-	rs := CheckTargets(Issue16, rows)
+	rs := CheckTargets(HotPathTargets, rows)
 	var buf bytes.Buffer
 	WriteTargets(&buf, "  ", rs)
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
-	if len(lines) != len(Issue16) {
-		t.Fatalf("%d lines for %d targets:\n%s", len(lines), len(Issue16), buf.String())
+	if len(lines) != len(HotPathTargets) {
+		t.Fatalf("%d lines for %d targets:\n%s", len(lines), len(HotPathTargets), buf.String())
 	}
 	for _, want := range []string{
 		"  MISS fused gRPC / raw SQL (3 statements) at c=32 ",

@@ -11,8 +11,9 @@ import (
 	"unicode/utf8"
 )
 
-// Issue16 is the table of issue 16 ("How it must be proven"): every
-// figure the issue sets a target for, how it is computed from a run's
+// HotPathTargets is the table of the hot path's targets: every figure
+// with a target (fused and full-cycle ratios to raw SQL, server CPU, REST
+// against gRPC, the replay, one caller, the peers), how it is computed from a run's
 // rows, and the comparison it must pass. CheckTargets evaluates it; the
 // bench prints the result at the end of every run and writes it into
 // summary.json and RESULTS.md.
@@ -25,7 +26,7 @@ import (
 // (opjournal fused-grpc-at-N). Server CPU is the opjournal server
 // process's CPU time from /proc over the point (warm-up included) divided
 // by the operations it completed (RunWithCPU).
-var Issue16 = []Target{
+var HotPathTargets = []Target{
 	{
 		Name: "fused gRPC / raw SQL (3 statements) at c=32", Cmp: AtLeast, Threshold: 1.3,
 		How:     "ops/s of opjournal fused-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",

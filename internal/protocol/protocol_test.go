@@ -94,7 +94,7 @@ func TestTableIsComplete(t *testing.T) {
 }
 
 // TestTerminalStatesNeverChange: no command moves a succeeded or
-// failed_final operation to another status (issue 10, defect 6).
+// failed_final operation to another status.
 func TestTerminalStatesNeverChange(t *testing.T) {
 	for _, op := range states() {
 		if !op.Status.Terminal() {
@@ -110,8 +110,8 @@ func TestTerminalStatesNeverChange(t *testing.T) {
 
 // TestRepeatedReportsAreBounded: reports of other effects keep at most
 // MaxDuplicateExternalIDs ids and write at most that many events, however
-// many come (issue 10, defect 5); an empty external_id is never a
-// duplicate (defect 9).
+// many come; an empty external_id is never a
+// duplicate.
 func TestRepeatedReportsAreBounded(t *testing.T) {
 	op := &opjournal.Operation{Key: "k", Status: opjournal.StatusSucceeded, ExternalID: "pay_1", AttemptCount: 1}
 	events := 0

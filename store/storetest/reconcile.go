@@ -381,7 +381,7 @@ func testResolve(t *testing.T, newDB NewDatabase) {
 		}
 	}
 	// Terminal states never go backwards: neither verdict applies to a
-	// succeeded operation, also under review (issue 10, defect 6); the
+	// succeeded operation, also under review; the
 	// operator acknowledges it instead.
 	before := get(t, s, "k3")
 	for _, to := range []opjournal.Status{failed, succeeded} {

@@ -638,8 +638,8 @@ func testMarkSucceededNoop(t *testing.T, newDB NewDatabase) {
 	}
 	sameRecord(t, first, second)
 	sameRecord(t, first, get(t, s, "k1"))
-	// A repeat without an external_id is not a second effect (issue 10,
-	// defect 9): nothing changes, nothing goes to review, no event.
+	// A repeat without an external_id is not a second effect: nothing
+	// changes, nothing goes to review, no event.
 	before := len(events(t, s, "k1"))
 	p.ExternalID = ""
 	third, err := Op(s.Apply(ctx, tenant, &p))

@@ -1,7 +1,9 @@
 package e2e
 
-// Regression tests for the holes an outside review reproduced (issue 10),
-// each over the real binaries. Each fails on the code before the fix.
+// Hardening against an attacker and an unlucky operator, each over the
+// real binaries: large payloads, the history's actor, hashes that must not
+// confirm a secret, history floods, refused releases, every spelling of a
+// REST field, authentication before parsing, bad gRPC bytes, /metrics.
 
 import (
 	"context"

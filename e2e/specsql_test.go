@@ -85,10 +85,10 @@ func paid(t *testing.T, srv *proc, key, order string) {
 	}
 }
 
-// TestArticleSQLRunsVerbatim: the two "safe queries" of docs/spec.md run as
+// TestSpecSQLRunsVerbatim: the two "safe queries" of docs/spec.md run as
 // written, through sqlite3 and psql, on a journal the real server wrote;
 // the view shows an expired lease as unknown and refuses writes.
-func TestArticleSQLRunsVerbatim(t *testing.T) {
+func TestSpecSQLRunsVerbatim(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, dbURL string) {
 		srv := startServer(t, "--database-url", dbURL)

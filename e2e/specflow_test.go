@@ -58,11 +58,11 @@ func (p *fakeProvider) counts(key string) (effects, charges int) {
 	return len(p.effects[key]), p.charges
 }
 
-// TestArticleFlow is the reproducible check of docs/spec.md, end to end over gRPC:
+// TestSpecFlow is the reproducible check of docs/spec.md, end to end over gRPC:
 // an effect committed whose answer was lost is never performed twice, is
 // reconciled to succeeded, and a different amount under the same key is a
 // conflict without an external call.
-func TestArticleFlow(t *testing.T) {
+func TestSpecFlow(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, dbURL string) {
 		srv := startServer(t, "--database-url", dbURL)

@@ -13,7 +13,7 @@ import { classifyHttp, Journal } from "../src/index.js";
 import { journaledTool } from "../src/ai-sdk.js";
 import { chargeVia, startFakeProvider, type FakeProvider } from "../testutil/fakeprovider.js";
 import { startJournal, type JournalServer } from "../testutil/harness.js";
-import { checkConversation, exampleModule, FINAL, keyOf, SCOPE, TOOL, TURNS, type Turn } from "../testutil/agentscript.js";
+import { checkConversation, exampleModule, FINAL, keyOf, LOST_ANSWER_FAULTS, TOOL, TURNS, type Turn } from "../testutil/agentscript.js";
 
 type Prompt = Parameters<MockLanguageModelV3["doGenerate"]>[0]["prompt"];
 
@@ -68,19 +68,21 @@ describe("ai-sdk adapter", () => {
     await Promise.all([srv?.stop(), provider?.stop()]);
   });
 
-  test("a lost answer is one effect; the retry and a changed call are told the gateway's texts", async () => {
-    await provider.addFault({ path: "/payments", fault: "drop_connection_after_commit", count: 1 });
-    const createPayment = journaledTool(journal, { action: TOOL, keyFields: ["order_id"], scope: SCOPE }, {
-      name: TOOL,
-      description: "Charge an order",
-      inputSchema: z.object({ order_id: z.string(), amount_minor: z.number().int(), currency: z.string() }),
-      execute: chargeVia(provider.url, classifyHttp),
+  for (const lost of LOST_ANSWER_FAULTS) {
+    test(`a lost answer (${lost.fault.fault}) is one effect; the retry and a changed call are told the gateway's texts`, async () => {
+      await provider.addFault(lost.fault);
+      const createPayment = journaledTool(journal, { action: TOOL, keyFields: ["order_id"], scope: lost.scope }, {
+        name: TOOL,
+        description: "Charge an order",
+        inputSchema: z.object({ order_id: z.string(), amount_minor: z.number().int(), currency: z.string() }),
+        execute: chargeVia(provider.url, classifyHttp, lost.chargeTimeoutMs),
+      });
+      const { model, prompts } = scriptedModel(TURNS, FINAL);
+      const result = await generateText({ model, tools: { [TOOL]: createPayment }, stopWhen: stepCountIs(10), prompt: "Charge orders 817 and 818." });
+      assert.equal(result.text, FINAL);
+      await checkConversation(toolResults(prompts), provider, lost.scope);
     });
-    const { model, prompts } = scriptedModel(TURNS, FINAL);
-    const result = await generateText({ model, tools: { [TOOL]: createPayment }, stopWhen: stepCountIs(10), prompt: "Charge orders 817 and 818." });
-    assert.equal(result.text, FINAL);
-    await checkConversation(toolResults(prompts), provider);
-  });
+  }
 
   test("the documented example runs (docs/integrations/ai-sdk.md)", async () => {
     const key = keyOf("817", "user-7");

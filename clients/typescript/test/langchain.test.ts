@@ -16,7 +16,7 @@ import { classifyHttp, Journal } from "../src/index.js";
 import { journaledTool } from "../src/langchain.js";
 import { chargeVia, startFakeProvider, type FakeProvider } from "../testutil/fakeprovider.js";
 import { startJournal, type JournalServer } from "../testutil/harness.js";
-import { checkConversation, exampleModule, FINAL, keyOf, SCOPE, TOOL, TURNS, type Turn } from "../testutil/agentscript.js";
+import { checkConversation, exampleModule, FINAL, keyOf, LOST_ANSWER_FAULTS, TOOL, TURNS, type Turn } from "../testutil/agentscript.js";
 
 /** A fake chat model that makes the turns' tool calls, then says final; calls records what it was sent. */
 export class ScriptedChatModel extends BaseChatModel {
@@ -55,19 +55,21 @@ describe("langchain adapter", () => {
     await Promise.all([srv?.stop(), provider?.stop()]);
   });
 
-  test("a lost answer is one effect; the retry and a changed call are told the gateway's texts", async () => {
-    await provider.addFault({ path: "/payments", fault: "drop_connection_after_commit", count: 1 });
-    const charge = chargeVia(provider.url, classifyHttp);
-    const createPayment = journaledTool(journal, { action: TOOL, keyFields: ["order_id"], scope: (config) => config?.configurable?.["user_id"] as string },
-      async (args: { order_id: string; amount_minor: number; currency: string }, ctx) => JSON.stringify(await charge(args, ctx)),
-      { name: TOOL, description: "Charge an order", schema: z.object({ order_id: z.string(), amount_minor: z.number().int(), currency: z.string() }) });
-    const model = new ScriptedChatModel(TURNS, FINAL);
-    const agent = createReactAgent({ llm: model, tools: [createPayment] });
-    const result = await agent.invoke({ messages: [{ role: "user", content: "Charge orders 817 and 818." }] },
-      { configurable: { user_id: SCOPE }, recursionLimit: 20 });
-    assert.equal(result.messages.at(-1)?.content, FINAL);
-    await checkConversation(model.toolResults(), provider);
-  });
+  for (const lost of LOST_ANSWER_FAULTS) {
+    test(`a lost answer (${lost.fault.fault}) is one effect; the retry and a changed call are told the gateway's texts`, async () => {
+      await provider.addFault(lost.fault);
+      const charge = chargeVia(provider.url, classifyHttp, lost.chargeTimeoutMs);
+      const createPayment = journaledTool(journal, { action: TOOL, keyFields: ["order_id"], scope: (config) => config?.configurable?.["user_id"] as string },
+        async (args: { order_id: string; amount_minor: number; currency: string }, ctx) => JSON.stringify(await charge(args, ctx)),
+        { name: TOOL, description: "Charge an order", schema: z.object({ order_id: z.string(), amount_minor: z.number().int(), currency: z.string() }) });
+      const model = new ScriptedChatModel(TURNS, FINAL);
+      const agent = createReactAgent({ llm: model, tools: [createPayment] });
+      const result = await agent.invoke({ messages: [{ role: "user", content: "Charge orders 817 and 818." }] },
+        { configurable: { user_id: lost.scope }, recursionLimit: 20 });
+      assert.equal(result.messages.at(-1)?.content, FINAL);
+      await checkConversation(model.toolResults(), provider, lost.scope);
+    });
+  }
 
   test("the documented example runs (docs/integrations/langchain.md)", async () => {
     const key = keyOf("817", "user-7");

@@ -12,7 +12,7 @@ import { classifyHttp, Journal } from "../src/index.js";
 import { journaledTool } from "../src/openai-agents.js";
 import { chargeVia, startFakeProvider, type FakeProvider } from "../testutil/fakeprovider.js";
 import { startJournal, type JournalServer } from "../testutil/harness.js";
-import { checkConversation, exampleModule, FINAL, keyOf, SCOPE, TOOL, TURNS, type Turn } from "../testutil/agentscript.js";
+import { checkConversation, exampleModule, FINAL, keyOf, LOST_ANSWER_FAULTS, TOOL, TURNS, type Turn } from "../testutil/agentscript.js";
 
 setTracingDisabled(true); // no trace export to OpenAI from a test
 
@@ -64,20 +64,22 @@ describe("openai-agents adapter", () => {
     await Promise.all([srv?.stop(), provider?.stop()]);
   });
 
-  test("a lost answer is one effect; the retry and a changed call are told the gateway's texts", async () => {
-    await provider.addFault({ path: "/payments", fault: "drop_connection_after_commit", count: 1 });
-    const createPayment = journaledTool(journal, { action: TOOL, keyFields: ["order_id"], scope: SCOPE }, {
-      name: TOOL,
-      description: "Charge an order",
-      parameters: z.object({ order_id: z.string(), amount_minor: z.number().int(), currency: z.string() }),
-      execute: chargeVia(provider.url, classifyHttp),
+  for (const lost of LOST_ANSWER_FAULTS) {
+    test(`a lost answer (${lost.fault.fault}) is one effect; the retry and a changed call are told the gateway's texts`, async () => {
+      await provider.addFault(lost.fault);
+      const createPayment = journaledTool(journal, { action: TOOL, keyFields: ["order_id"], scope: lost.scope }, {
+        name: TOOL,
+        description: "Charge an order",
+        parameters: z.object({ order_id: z.string(), amount_minor: z.number().int(), currency: z.string() }),
+        execute: chargeVia(provider.url, classifyHttp, lost.chargeTimeoutMs),
+      });
+      const model = new ScriptedModel(TURNS, FINAL);
+      const agent = new Agent({ name: "shop", instructions: "Charge orders.", model, tools: [createPayment] });
+      const result = await run(agent, "Charge orders 817 and 818.", { maxTurns: 10 });
+      assert.equal(result.finalOutput, FINAL);
+      await checkConversation(model.toolResults(), provider, lost.scope);
     });
-    const model = new ScriptedModel(TURNS, FINAL);
-    const agent = new Agent({ name: "shop", instructions: "Charge orders.", model, tools: [createPayment] });
-    const result = await run(agent, "Charge orders 817 and 818.", { maxTurns: 10 });
-    assert.equal(result.finalOutput, FINAL);
-    await checkConversation(model.toolResults(), provider);
-  });
+  }
 
   test("the documented example runs (docs/integrations/openai-agents.md)", async () => {
     const key = keyOf("817", "user-7");

@@ -1,6 +1,7 @@
 // The conversation every adapter's test plays with its framework's real
 // tool loop and a scripted test model: the answer of the first charge is
-// lost at the provider (drop_connection_after_commit), the model retries
+// lost at the provider (once per fault kind that loses an answer after the
+// effect: LOST_ANSWER_FAULTS), the model retries
 // with the same arguments in another order, another wording and a new
 // call id, then tries a changed amount, then charges a second order twice.
 // The provider must hold one effect per order, and the model must read the
@@ -13,12 +14,39 @@ import { fileURLToPath } from "node:url";
 
 import { modelText, toolKey } from "../src/tools.js";
 import { repoRoot } from "./harness.js";
-import type { FakeProvider } from "./fakeprovider.js";
+import type { Fault, FakeProvider } from "./fakeprovider.js";
 
 /** The scope the tests' tools use. */
 export const SCOPE = "user-42";
 /** The tool's name and policy action. */
 export const TOOL = "create_payment";
+
+/**
+ * One way the provider loses the first charge's answer after performing
+ * it. Each case plays the conversation in its own scope, so that its
+ * operation keys (and the provider's effect keys) are its own and the
+ * cases do not see each other's effects.
+ */
+export interface LostAnswer {
+  /** The fault rule (count 1) that loses the first charge's answer. */
+  fault: Fault;
+  /** The scope the case's tool uses. */
+  scope: string;
+  /** How long the tool's provider call waits for an answer (chargeVia's timeoutMs). */
+  chargeTimeoutMs: number;
+}
+
+/**
+ * Every fault kind of the test provider that performs the effect and loses
+ * its answer: the connection dropped, a 5xx, and an answer held past the
+ * call's timeout. The last holds for 30 s against a 1 s wait, so the case
+ * stays fast and the call surely gives up before the answer comes.
+ */
+export const LOST_ANSWER_FAULTS: LostAnswer[] = [
+  { fault: { path: "/payments", fault: "drop_connection_after_commit", count: 1 }, scope: `${SCOPE}-dropped`, chargeTimeoutMs: 5_000 },
+  { fault: { path: "/payments", fault: "error_after_commit", count: 1 }, scope: `${SCOPE}-5xx`, chargeTimeoutMs: 5_000 },
+  { fault: { path: "/payments", fault: "commit_then_timeout", count: 1, delay: "30s" }, scope: `${SCOPE}-held`, chargeTimeoutMs: 1_000 },
+];
 
 /** One turn of the model: what it says and the call it makes. */
 export interface Turn {
@@ -50,9 +78,9 @@ export function keyOf(orderId: string, scope = SCOPE): string {
 /**
  * Checks what the model read after each call (texts: one per turn, the
  * tool's output rendered as the framework gave it to the model) and the
- * provider's effects.
+ * provider's effects for the orders of scope.
  */
-export async function checkConversation(texts: string[], provider: FakeProvider): Promise<void> {
+export async function checkConversation(texts: string[], provider: FakeProvider, scope = SCOPE): Promise<void> {
   const unknown = modelText("unknown", { tool: TOOL, ids: "order_id" });
   const conflict = modelText("conflict", { tool: TOOL, ids: "order_id" });
   assert.equal(texts.length, TURNS.length, `the model read ${texts.length} tool results: ${JSON.stringify(texts)}`);
@@ -63,8 +91,8 @@ export async function checkConversation(texts: string[], provider: FakeProvider)
   assert.match(paid.id, /^pay_/);
   assert.equal(paid.order_id, "818");
   assert.deepEqual(JSON.parse(texts[4]!), paid, "the retry of 818 is the stored answer");
-  assert.equal(await provider.effects(keyOf("817")), 1, "one charge of order 817 at the provider");
-  assert.equal(await provider.effects(keyOf("818")), 1, "one charge of order 818 at the provider");
+  assert.equal(await provider.effects(keyOf("817", scope)), 1, "one charge of order 817 at the provider");
+  assert.equal(await provider.effects(keyOf("818", scope)), 1, "one charge of order 818 at the provider");
 }
 
 /**

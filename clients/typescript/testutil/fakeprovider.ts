@@ -109,16 +109,18 @@ export interface Payment {
 
 /**
  * A tool's provider call: POST /payments with the operation key as
- * Idempotency-Key, bounded by the attempt's signal; an HTTP refusal is a
- * Rejected, a 5xx or a lost answer an unknown outcome (classifyHttp).
+ * Idempotency-Key, bounded by the attempt's signal and by timeoutMs (so a
+ * test of an answer that never comes, commit_then_timeout, gives up
+ * quickly); an HTTP refusal is a Rejected, a 5xx or a lost answer an
+ * unknown outcome (classifyHttp).
  */
-export function chargeVia(providerUrl: string, classify: (r: Response) => Error | undefined) {
+export function chargeVia(providerUrl: string, classify: (r: Response) => Error | undefined, timeoutMs = 5_000) {
   return async (args: { order_id: string; amount_minor: number; currency: string }, ctx: { key: string; signal: AbortSignal }): Promise<Payment> => {
     const res = await fetch(`${providerUrl}/payments`, {
       method: "POST",
       headers: { "content-type": "application/json", "Idempotency-Key": ctx.key },
       body: JSON.stringify(args),
-      signal: AbortSignal.any([ctx.signal, AbortSignal.timeout(5_000)]),
+      signal: AbortSignal.any([ctx.signal, AbortSignal.timeout(timeoutMs)]),
     });
     const err = classify(res);
     if (err) throw err;

@@ -41,6 +41,7 @@ const (
 	CmdEscalate        CommandKind = "Escalate"
 	CmdResolve         CommandKind = "Resolve"
 	CmdAcknowledge     CommandKind = "Acknowledge"
+	CmdSetNote         CommandKind = "SetNote"
 )
 
 // CommandPolicy is what the action's policy says about a command, resolved
@@ -117,6 +118,8 @@ type Command struct {
 	NextCheckAfter time.Duration
 	// Resolve: StatusSucceeded or StatusFailedFinal.
 	Resolution opjournal.Status
+	// SetNote: the operator's note ("" clears it).
+	Note string
 
 	Policy CommandPolicy
 }
@@ -346,6 +349,7 @@ const (
 	FieldDuplicateExternalIDs
 	FieldDuplicateReports
 	FieldFirstAttemptAt
+	FieldNote
 	// The fields only Register sets.
 	FieldAction
 	FieldRequestHash
@@ -385,6 +389,7 @@ const (
 	ParamRefs
 	ParamParentKey
 	ParamProviderWindow
+	ParamNote
 )
 
 // ParamType is the type of a Param's value.

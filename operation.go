@@ -115,28 +115,6 @@ func (op *Operation) Raw() Status {
 	return op.Status
 }
 
-// EffectiveAt returns the status op shows at now: in_progress whose lease
-// has ended (lease_until <= now) is unknown.
-func (op *Operation) EffectiveAt(now time.Time) Status {
-	if op.Raw() == StatusInProgress && !op.LeaseUntil.After(now) {
-		return StatusUnknown
-	}
-	return op.Raw()
-}
-
-// EffectiveUnknownSince is when op's outcome became unknown as of its
-// effective status: the lease's end for an expired lease, UnknownSince for
-// an unknown row, zero otherwise.
-func (op *Operation) EffectiveUnknownSince(now time.Time) time.Time {
-	switch {
-	case op.Raw() == StatusInProgress && !op.LeaseUntil.After(now):
-		return op.LeaseUntil
-	case op.Raw() == StatusUnknown:
-		return op.UnknownSince
-	}
-	return time.Time{}
-}
-
 // Clone returns a deep copy of op.
 func (op *Operation) Clone() *Operation {
 	c := *op

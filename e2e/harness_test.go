@@ -57,7 +57,8 @@ func runMain(m *testing.M) int {
 		"github.com/opjournal/opjournal/cmd/opjournal-fakeprovider",
 		"github.com/opjournal/opjournal/cmd/opjournal-reconciler",
 		"github.com/opjournal/opjournal/cmd/opjournal-gateway",
-		"github.com/opjournal/opjournal/cmd/opjournal-demo")
+		"github.com/opjournal/opjournal/cmd/opjournal-demo",
+		"github.com/opjournal/opjournal/examples/mcp-server")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building the binaries:", err)

@@ -10,7 +10,6 @@ package protocol
 
 import (
 	"encoding/json"
-	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -483,7 +482,7 @@ func statusOf(op *opjournal.Operation, now time.Time) opjournal.Status {
 	if op == nil {
 		return ""
 	}
-	return op.EffectiveAt(now)
+	return EffectiveStatus(op, now)
 }
 
 // apply evaluates r's sets and event on op.
@@ -502,7 +501,7 @@ func (r *Rule) apply(op *opjournal.Operation, c *Command, now time.Time) Decisio
 	case op != nil && r.Event != nil && r.Event.FromRaw:
 		from = op.Raw()
 	case op != nil:
-		from = op.EffectiveAt(now)
+		from = EffectiveStatus(op, now)
 	}
 	// Evaluate every value on the row as it was, then assign: the SQL
 	// UPDATE's semantics.
@@ -518,8 +517,8 @@ func (r *Rule) apply(op *opjournal.Operation, c *Command, now time.Time) Decisio
 		next.Action, next.RequestHash, next.HashKeyID = c.Action, c.RequestHash, c.HashKeyID
 		next.Payload, next.Refs, next.ParentKey = c.Payload, maps.Clone(c.Refs), c.ParentKey
 	}
-	next.Status = next.EffectiveAt(now)
-	next.UnknownSince = next.EffectiveUnknownSince(now)
+	next.Status = EffectiveStatus(next, now)
+	next.UnknownSince = EffectiveUnknownSince(next, now)
 	d := Decision{Rule: r, Op: next}
 	if r.Event != nil {
 		ev := &opjournal.Event{At: now, From: from, To: next.Status, StatedActor: c.StatedActor}
@@ -534,73 +533,6 @@ func (r *Rule) apply(op *opjournal.Operation, c *Command, now time.Time) Decisio
 	return d
 }
 
-// Eval evaluates the condition.
-func (cd Cond) Eval(op *opjournal.Operation, c *Command, now time.Time) bool {
-	switch cd.Kind {
-	case CondAbsent:
-		return op == nil
-	case CondFlag:
-		b, _ := c.Value(cd.Param, nil, op).(bool)
-		return b
-	case CondResolution:
-		return c.Resolution == cd.Status
-	case CondNot:
-		return !cd.Sub[0].Eval(op, c, now)
-	case CondOr:
-		for _, s := range cd.Sub {
-			if s.Eval(op, c, now) {
-				return true
-			}
-		}
-		return false
-	case CondAnd:
-		for _, s := range cd.Sub {
-			if !s.Eval(op, c, now) {
-				return false
-			}
-		}
-		return true
-	}
-	if op == nil {
-		return false
-	}
-	switch cd.Kind {
-	case CondStatus:
-		return slices.Contains(cd.Statuses, op.EffectiveAt(now))
-	case CondReview:
-		return op.NeedsReview == cd.Want
-	case CondAttemptIssued:
-		return c.Attempt >= 1 && c.Attempt <= op.AttemptCount
-	case CondAttemptLatest:
-		return c.Attempt == op.AttemptCount
-	case CondUnknownFor:
-		since := op.EffectiveUnknownSince(now)
-		return !since.IsZero() && !since.After(now.Add(-asDuration(c.Value(cd.Param, nil, op))))
-	case CondAttemptYounger:
-		return op.AttemptStartedAt.Add(asDuration(c.Value(cd.Param, nil, op))).After(now)
-	case CondSameOrNoExternalID:
-		return c.ExternalID == "" || c.ExternalID == op.ExternalID
-	case CondNewDuplicate:
-		return c.ExternalID != "" && c.ExternalID != op.ExternalID &&
-			!slices.Contains(op.DuplicateExternalIDs, c.ExternalID) && len(op.DuplicateExternalIDs) < opjournal.MaxDuplicateExternalIDs
-	case CondSameRequest:
-		return sameRequest(op, c)
-	case CondHashKeyKnown:
-		if op.HashKeyID == c.HashKeyID || c.HashFor == nil {
-			return op.HashKeyID == c.HashKeyID
-		}
-		_, ok := c.HashFor(op.HashKeyID)
-		return ok
-	case CondSameRefs:
-		return maps.Equal(op.Refs, c.Refs)
-	case CondSameParent:
-		return op.ParentKey == c.ParentKey
-	case CondWithinProviderWindow:
-		return WithinProviderWindow(op.FirstAttemptAt, asDuration(c.Value(cd.Param, nil, op)), now)
-	}
-	panic(fmt.Sprintf("opjournal: condition kind %d", cd.Kind))
-}
-
 // sameRequest compares c's request hash with op's, under op's hash key.
 func sameRequest(op *opjournal.Operation, c *Command) bool {
 	if op.HashKeyID == c.HashKeyID {
@@ -611,68 +543,6 @@ func sameRequest(op *opjournal.Operation, c *Command) bool {
 	}
 	h, ok := c.HashFor(op.HashKeyID)
 	return ok && h == op.RequestHash
-}
-
-// Eval evaluates the expression for field f (its current value is the
-// starting point of ExprIncrement and the like) on op.
-func (e Expr) Eval(op *opjournal.Operation, f Field, r *Rule, c *Command, now time.Time) any {
-	switch e.Kind {
-	case ExprLit:
-		return e.Value
-	case ExprParam:
-		return c.Value(e.Param, r, op)
-	case ExprParamOrNull:
-		if s, _ := c.Value(e.Param, r, op).(string); s != "" {
-			return s
-		}
-		return nil
-	case ExprNow:
-		return now
-	case ExprNowPlus:
-		return now.Add(paramDuration(c.Value(e.Param, r, op), e.Param))
-	}
-	if op == nil { // Register: a new row has no previous values
-		op = &opjournal.Operation{}
-	}
-	switch e.Kind {
-	case ExprIncrement:
-		return asInt(getField(op, f)) + 1
-	case ExprParamOrKeep:
-		if v := c.Value(e.Param, r, op); !empty(v) {
-			return v
-		}
-		return getField(op, f)
-	case ExprExtendedLease:
-		until := now.Add(paramDuration(c.Value(e.Param, r, op), e.Param))
-		if limit := op.AttemptStartedAt.Add(asDuration(c.Value(e.Param2, r, op))); limit.Before(until) {
-			until = limit
-		}
-		return until
-	case ExprLeaseEndIfHeld:
-		if op.Raw() == opjournal.StatusInProgress {
-			return op.LeaseUntil
-		}
-		return op.UnknownSince
-	case ExprAppendDuplicate:
-		ids := slices.Clone(op.DuplicateExternalIDs)
-		if (Cond{Kind: CondNewDuplicate}).Eval(op, c, now) {
-			ids = append(ids, c.ExternalID)
-		}
-		return ids
-	case ExprField:
-		return getField(op, e.Field)
-	case ExprActorOrOwner:
-		if a := c.Actor; a != "" {
-			return a
-		}
-		return op.LeaseOwner
-	case ExprKeepOrNow:
-		if t := asTime(getField(op, f)); !t.IsZero() {
-			return t
-		}
-		return now
-	}
-	panic(fmt.Sprintf("opjournal: expression kind %d", e.Kind))
 }
 
 // paramDuration reads a duration parameter; an int one is seconds

@@ -3,8 +3,6 @@ package protocol
 import (
 	"fmt"
 	"strings"
-
-	"github.com/opjournal/opjournal"
 )
 
 // ProtocolMarkdown renders the protocol table (table.go) as the
@@ -47,101 +45,13 @@ func ProtocolMarkdown() string {
 	return b.String()
 }
 
-func describeCond(c Cond) string {
-	switch c.Kind {
-	case CondStatus:
-		s := make([]string, len(c.Statuses))
-		for i, st := range c.Statuses {
-			s[i] = string(st)
-		}
-		return "status " + strings.Join(s, " or ")
-	case CondReview:
-		if c.Want {
-			return "under review"
-		}
-		return "not under review"
-	case CondAttemptIssued:
-		return "attempt issued (1 ≤ attempt ≤ attempt_count)"
-	case CondAttemptLatest:
-		return "attempt = attempt_count"
-	case CondFlag:
-		return c.Param.Name()
-	case CondUnknownFor:
-		return "unknown for ≥ " + c.Param.Name() + " (visibility_lag + in_flight_window)"
-	case CondAttemptYounger:
-		return "now < attempt_started_at + " + c.Param.Name()
-	case CondSameOrNoExternalID:
-		return "external_id empty or the confirmed one"
-	case CondNewDuplicate:
-		return fmt.Sprintf("a new other external_id (fewer than %d kept)", opjournal.MaxDuplicateExternalIDs)
-	case CondResolution:
-		return "resolution " + string(c.Status)
-	case CondAbsent:
-		return "key absent"
-	case CondSameRequest:
-		return "same request hash"
-	case CondHashKeyKnown:
-		return "its hash key still held"
-	case CondSameRefs:
-		return "same refs"
-	case CondSameParent:
-		return "same parent_key"
-	case CondWithinProviderWindow:
-		return "(" + c.Param.Name() + " = 0 or now < first_attempt_at + " + c.Param.Name() + ")"
-	case CondNot:
-		return "not (" + describeCond(c.Sub[0]) + ")"
-	case CondOr, CondAnd:
-		op := " or "
-		if c.Kind == CondAnd {
-			op = " and "
-		}
-		parts := make([]string, len(c.Sub))
-		for i, s := range c.Sub {
-			parts[i] = describeCond(s)
-		}
-		return "(" + strings.Join(parts, op) + ")"
-	}
-	return fmt.Sprintf("cond(%d)", c.Kind)
-}
+func describeCond(c Cond) string { return c.Kind.def().describe(c) }
 
 func describeSet(s Set) string {
 	return s.Field.Column() + " = " + describeExpr(s.Field, s.Expr)
 }
 
-func describeExpr(f Field, e Expr) string {
-	switch e.Kind {
-	case ExprLit:
-		if e.Value == nil {
-			return "null"
-		}
-		return fmt.Sprint(e.Value)
-	case ExprParam:
-		return e.Param.Name()
-	case ExprParamOrNull:
-		return e.Param.Name() + " (null if empty)"
-	case ExprNow:
-		return "now"
-	case ExprNowPlus:
-		return "now + " + e.Param.Name()
-	case ExprIncrement:
-		return f.Column() + " + 1"
-	case ExprParamOrKeep:
-		return e.Param.Name() + " if given, else unchanged"
-	case ExprExtendedLease:
-		return "min(now + " + e.Param.Name() + ", attempt_started_at + " + e.Param2.Name() + ")"
-	case ExprLeaseEndIfHeld:
-		return "lease_until if in progress (an expired lease), else unchanged"
-	case ExprAppendDuplicate:
-		return f.Column() + " + external_id if new"
-	case ExprField:
-		return e.Field.Column()
-	case ExprActorOrOwner:
-		return "the principal, or else lease_owner"
-	case ExprKeepOrNow:
-		return "now if not yet set"
-	}
-	return fmt.Sprintf("expr(%d)", e.Kind)
-}
+func describeExpr(f Field, e Expr) string { return e.Kind.def().describe(f, e) }
 
 func describeEvent(r *Rule) string {
 	ev := r.Event

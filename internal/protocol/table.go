@@ -385,7 +385,7 @@ func resolveGuard(to opjournal.Status) []Requirement {
 		{Cond: resolution(to)},
 		{Cond: status(opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown), Refuse: refuseResolveTerminal},
 		{Cond: or(status(opjournal.StatusUnknown), underReview()), Refuse: invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
-			return fmt.Sprintf("operation %q is %s and not under review: an operator resolves only unknown or needs_review operations", op.Key, op.EffectiveAt(now))
+			return fmt.Sprintf("operation %q is %s and not under review: an operator resolves only unknown or needs_review operations", op.Key, EffectiveStatus(op, now))
 		})},
 	}
 }
@@ -404,7 +404,7 @@ func invalidState(why func(op *opjournal.Operation, c *Command, now time.Time) s
 }
 
 var refuseNotHolder = notHolder(func(op *opjournal.Operation, _ *Command, now time.Time) string {
-	if st := op.EffectiveAt(now); st != opjournal.StatusUnknown {
+	if st := EffectiveStatus(op, now); st != opjournal.StatusUnknown {
 		return fmt.Sprintf("the operation is %s, not in progress", st)
 	}
 	return "the operation is unknown (its lease expired or it was marked unknown) and goes to reconciliation"
@@ -417,7 +417,7 @@ var refuseAttemptTooOld = invalidState(func(op *opjournal.Operation, c *Command,
 
 func refuseNotUnknown(why string) *RefusalSpec {
 	return invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
-		return fmt.Sprintf("operation %q is %s, not unknown: %s", op.Key, op.EffectiveAt(now), why)
+		return fmt.Sprintf("operation %q is %s, not unknown: %s", op.Key, EffectiveStatus(op, now), why)
 	})
 }
 
@@ -431,23 +431,23 @@ var refuseNotDefinitive = invalidState(func(op *opjournal.Operation, _ *Command,
 
 var refuseTooEarly = invalidState(func(op *opjournal.Operation, c *Command, now time.Time) string {
 	return fmt.Sprintf("operation %q has been unknown for %s; absence only counts %s after the attempt ended (the policy's visibility_lag plus in_flight_window, database clock)",
-		op.Key, now.Sub(op.EffectiveUnknownSince(now)).Round(time.Millisecond), c.Policy.ReleaseAfter)
+		op.Key, now.Sub(EffectiveUnknownSince(op, now)).Round(time.Millisecond), c.Policy.ReleaseAfter)
 })
 
 var refuseEscalateTerminal = invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
-	return fmt.Sprintf("operation %q is %s: a terminal operation is not escalated", op.Key, op.EffectiveAt(now))
+	return fmt.Sprintf("operation %q is %s: a terminal operation is not escalated", op.Key, EffectiveStatus(op, now))
 })
 
 var refuseResolveTerminal = invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
-	return fmt.Sprintf("operation %q is %s, a terminal state, and terminal states never change: to end its review, acknowledge it (Acknowledge, `opjournal ops acknowledge`)", op.Key, op.EffectiveAt(now))
+	return fmt.Sprintf("operation %q is %s, a terminal state, and terminal states never change: to end its review, acknowledge it (Acknowledge, `opjournal ops acknowledge`)", op.Key, EffectiveStatus(op, now))
 })
 
 var refuseAcknowledgeOpen = invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
-	return fmt.Sprintf("operation %q is %s, not terminal: decide its outcome with Resolve instead", op.Key, op.EffectiveAt(now))
+	return fmt.Sprintf("operation %q is %s, not terminal: decide its outcome with Resolve instead", op.Key, EffectiveStatus(op, now))
 })
 
 var refuseNothingToAcknowledge = invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
-	return fmt.Sprintf("operation %q is %s and not under review: there is nothing to acknowledge", op.Key, op.EffectiveAt(now))
+	return fmt.Sprintf("operation %q is %s and not under review: there is nothing to acknowledge", op.Key, EffectiveStatus(op, now))
 })
 
 var refuseHashKeyGone = &RefusalSpec{Code: opjournal.CodeInvalidState, Field: "payload", Why: func(op *opjournal.Operation, _ *Command, _ time.Time) string {
@@ -481,5 +481,5 @@ func WithinProviderWindow(firstAttempt time.Time, window time.Duration, now time
 // at, is never purged. Every store's purge deletes exactly these rows
 // (store/storetest checks it).
 func Purgeable(op *opjournal.Operation, retention time.Duration, now time.Time) bool {
-	return op.Raw().Terminal() && !op.NeedsReview && retention > 0 && !op.UpdatedAt.After(now.Add(-retention))
+	return retention > 0 && PurgeableTerm.Holds(op, now, map[string]time.Duration{RetentionArg: retention})
 }

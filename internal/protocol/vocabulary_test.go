@@ -58,3 +58,15 @@ func TestRefusalsAreData(t *testing.T) {
 		t.Fatalf("only %d refusals in the table", n)
 	}
 }
+
+// TestEveryKindHasARow: every condition and expression kind has its row
+// in the tables of kinds.go (a constant without one would panic when a
+// rule used it).
+func TestEveryKindHasARow(t *testing.T) {
+	if got, want := len(CondKinds()), int(CondOr); got != want {
+		t.Errorf("%d condition kinds have a row, want %d", got, want)
+	}
+	if got, want := len(ExprKinds()), int(ExprKeepOrNow); got != want {
+		t.Errorf("%d expression kinds have a row, want %d", got, want)
+	}
+}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/opjournal/opjournal/internal/protocol"
 )
 
 // The history (operation_events) is partitioned by RANGE on its time, one
@@ -345,7 +347,9 @@ const liveIn = `SELECT EXISTS (
 		OFFSET 0) o
 )`
 
-const pinnedCond = `AND (o.status NOT IN ('succeeded', 'failed_final') OR o.needs_review)`
+// pinnedCond keeps the operations that pin their history: not settled
+// (protocol.SettledTerm).
+var pinnedCond = `AND NOT ` + protocol.SettledTerm.SQL(dialect.On("o"))
 
 // MaintainPartitions creates the coming partitions (EnsurePartitions),
 // then looks at each partition that has ended on the store's clock: it

@@ -566,7 +566,7 @@ func batchedRule(cmd protocol.CommandKind) *protocol.Rule {
 			panic(fmt.Sprintf("postgres: the batched %s applies %q without reading the row, but rule %q is tried before it", cmd, r.Case, rules[0].Case))
 		}
 		for _, req := range r.Requires {
-			if commandOnly(req.Cond) {
+			if req.Cond.CommandOnly() {
 				panic(fmt.Sprintf("postgres: the batched %s cannot apply %q: its guard depends on the command (%v)", cmd, r.Case, req.Cond.Kind))
 			}
 		}
@@ -605,26 +605,11 @@ func firstRule(c *protocol.Command) *protocol.Rule {
 // alone.
 func paramsHold(r *protocol.Rule, c *protocol.Command) bool {
 	for _, req := range r.Requires {
-		if commandOnly(req.Cond) && !req.Cond.Eval(nil, c, time.Time{}) {
+		if req.Cond.CommandOnly() && !req.Cond.Eval(nil, c, time.Time{}) {
 			return false
 		}
 	}
 	return true
-}
-
-func commandOnly(c protocol.Cond) bool {
-	switch c.Kind {
-	case protocol.CondFlag, protocol.CondResolution:
-		return true
-	case protocol.CondNot, protocol.CondAnd, protocol.CondOr:
-		for _, s := range c.Sub {
-			if !commandOnly(s) {
-				return false
-			}
-		}
-		return true
-	}
-	return false
 }
 
 // maxApplyRounds bounds how often one call re-reads a row that changed

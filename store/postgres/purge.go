@@ -6,20 +6,20 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 
 // purgeable matches the rows protocol.Purgeable allows ($2: the action,
 // $3: the retention in seconds), through operations_terminal_idx.
-const purgeable = `action_type = $2 AND status IN ('succeeded', 'failed_final') AND NOT needs_review
-	  AND updated_at <= ` + clock + ` - make_interval(secs => $3::float8)`
+var purgeable = `action_type = $2 AND ` + protocol.PurgeableTerm.SQL(dialect)
 
 // purgeVictims locks the oldest purgeable rows of one batch ($4), SKIPPING
 // rows another transaction holds (a purger beside this one, or a
 // transition: FOR UPDATE re-checks the guard on the row's latest version,
 // so a row that a duplicate report has just put under review is not
 // deleted), and deletes them.
-const purgeVictims = `victims AS (
+var purgeVictims = `victims AS (
 	SELECT tenant, operation_key FROM operations
 	WHERE ` + purgeable + `
 	ORDER BY updated_at LIMIT $4
@@ -33,7 +33,7 @@ const purgeVictims = `victims AS (
 // purgeBatch deletes one batch in one statement: the victims and their
 // history. Every row is deleted by exactly one purger, and no row is
 // locked for longer than the statement.
-const purgeBatch = `WITH ` + purgeVictims + `, evs AS (
+var purgeBatch = `WITH ` + purgeVictims + `, evs AS (
 	DELETE FROM operation_events e USING ops
 	WHERE e.tenant = ops.tenant AND e.operation_key = ops.operation_key
 	RETURNING 1
@@ -57,7 +57,7 @@ const drainingFor = `SELECT to_regclass(quote_ident(partition_name))::oid AS par
 // look up every victim's registration in every partition: a key purged,
 // registered again and purged again before the first history's partition
 // is dropped counts that first history twice.)
-const purgeBatchDraining = `WITH drain AS (` + drainingFor + `), ` + purgeVictims + `, evs AS (
+var purgeBatchDraining = `WITH drain AS (` + drainingFor + `), ` + purgeVictims + `, evs AS (
 	DELETE FROM operation_events e USING ops
 	WHERE e.tenant = ops.tenant AND e.operation_key = ops.operation_key
 	  AND e.tableoid <> ALL (ARRAY(SELECT part FROM drain WHERE part IS NOT NULL))
@@ -132,7 +132,7 @@ func (s *Store) OldestTerminal(ctx context.Context, action string) (oldest, now 
 	defer cancel()
 	var o *time.Time
 	err = s.pool.QueryRow(ctx, `SELECT (SELECT min(updated_at) FROM operations
-		WHERE action_type = $2 AND status IN ('succeeded', 'failed_final')), `+clock, s.clockArg(), action).Scan(&o, &now)
+		WHERE action_type = $2 AND `+terminal+`), `+clock, s.clockArg(), action).Scan(&o, &now)
 	if err != nil {
 		return time.Time{}, time.Time{}, classify("oldest terminal", err)
 	}

@@ -24,33 +24,48 @@ import (
 // clock is "now" in every statement.
 const clock = `coalesce($1::timestamptz, now())`
 
-// effectiveStatus is the status as the rules see it: an in_progress row
-// whose lease has expired on the database clock is unknown.
-const effectiveStatus = `(CASE WHEN status = 'in_progress' AND lease_until <= ` + clock + ` THEN 'unknown' ELSE status END)`
+// dialect is how PostgreSQL spells the protocol's shared terms
+// (internal/protocol/predicate.go): the statement's clock, a false
+// boolean, and a duration argument in seconds ($3 in the purge).
+var dialect = protocol.Dialect{
+	Now:     clock,
+	IsFalse: func(col string) string { return "NOT " + col },
+	NowMinus: func(arg string) string {
+		if arg != protocol.RetentionArg {
+			panic("postgres: no placeholder for " + arg)
+		}
+		return clock + " - make_interval(secs => $3::float8)"
+	},
+}
 
-// isUnknown matches operations whose effective status is unknown.
-const isUnknown = `(status = 'unknown' OR (status = 'in_progress' AND lease_until <= ` + clock + `))`
-
-// leaseExpired matches in_progress rows whose lease has expired: unknown
-// in effect, not yet written down.
-const leaseExpired = `(status = 'in_progress' AND lease_until <= ` + clock + `)`
-
-// checkDue matches operations due for a check (ListParams.DueForCheck):
-// unknown in effect, not under review, next check due.
-const checkDue = `(` + isUnknown + ` AND NOT needs_review AND (next_check_at IS NULL OR next_check_at <= ` + clock + `))`
+// The shared terms rendered once; every statement is made of these.
+var (
+	// effectiveStatus is the status as the rules see it.
+	effectiveStatus = protocol.EffectiveStatusTerm.SQL(dialect)
+	// isUnknown matches operations whose effective status is unknown.
+	isUnknown = protocol.UnknownTerm.SQL(dialect)
+	// leaseExpired matches in_progress rows whose lease has expired.
+	leaseExpired = protocol.LeaseExpiredTerm.SQL(dialect)
+	// checkDue matches operations due for a check (ListParams.DueForCheck).
+	checkDue = protocol.CheckDueTerm.SQL(dialect)
+	// effectiveUnknownSince is when the outcome became unknown.
+	effectiveUnknownSince = protocol.EffectiveUnknownSinceTerm.SQL(dialect)
+	// terminal matches rows in a terminal status.
+	terminal = protocol.TerminalTerm.SQL(dialect)
+)
 
 // restColumns, after payload, result and note, is the row every query
 // returns, with the effective status and, last, the database's clock (used
 // to compute retry-after hints without trusting ours). The BASIC view
 // leaves out payload, result and note (AIP-157).
-const (
+var (
 	fullColumns  = `payload::text, result::text, coalesce(note, ''), ` + restColumns
 	basicColumns = `NULL::text, NULL::text, '', ` + restColumns
 	restColumns  = `tenant, operation_key, action_type, request_hash, ` + effectiveStatus + `,
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= ` + clock + ` THEN lease_until END,
+	` + effectiveUnknownSince + `,
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, ` + clock
 )
@@ -150,21 +165,17 @@ func arrayType(p protocol.Param) string {
 	return "text[]"
 }
 
-// renderable reports whether a condition can be rendered: the Register
+// renderable reports whether a condition can be rendered: Register's own
 // conditions are decided by the insert itself (the primary key) or in Go
 // on the row read back.
-func renderable(c protocol.Cond) bool {
-	switch c.Kind {
-	case protocol.CondAbsent, protocol.CondSameRequest, protocol.CondHashKeyKnown, protocol.CondSameRefs, protocol.CondSameParent:
-		return false
-	}
-	return true
-}
+func renderable(c protocol.Cond) bool { return !c.Kind.RegisterOnly() }
 
-// cond renders a condition.
-func (r *renderer) cond(c protocol.Cond) string {
-	switch c.Kind {
-	case protocol.CondStatus:
+// condSQL renders each kind of condition but the combinations (cond
+// renders those): the SQL column of the protocol's table of conditions
+// (internal/protocol/kinds.go). TestEveryKindRenders checks that no kind
+// lacks its row.
+var condSQL = map[protocol.CondKind]func(r *renderer, c protocol.Cond) string{
+	protocol.CondStatus: func(_ *renderer, c protocol.Cond) string {
 		if len(c.Statuses) == 1 && c.Statuses[0] == opjournal.StatusUnknown {
 			return isUnknown
 		}
@@ -173,47 +184,115 @@ func (r *renderer) cond(c protocol.Cond) string {
 			q[i] = "'" + string(s) + "'"
 		}
 		return effectiveStatus + " IN (" + strings.Join(q, ", ") + ")"
-	case protocol.CondReview:
+	},
+	protocol.CondReview: func(_ *renderer, c protocol.Cond) string {
 		if c.Want {
 			return "needs_review"
 		}
 		return "NOT needs_review"
-	case protocol.CondAttemptIssued:
+	},
+	protocol.CondAttemptIssued: func(r *renderer, _ protocol.Cond) string {
 		return "(" + r.param(protocol.ParamAttempt) + " BETWEEN 1 AND attempt_count)"
-	case protocol.CondAttemptLatest:
+	},
+	protocol.CondAttemptLatest: func(r *renderer, _ protocol.Cond) string {
 		return "(attempt_count = " + r.param(protocol.ParamAttempt) + ")"
-	case protocol.CondFlag:
-		return r.param(c.Param)
-	case protocol.CondUnknownFor:
+	},
+	protocol.CondFlag: func(r *renderer, c protocol.Cond) string { return r.param(c.Param) },
+	protocol.CondUnknownFor: func(r *renderer, c protocol.Cond) string {
 		return "((CASE WHEN status = 'in_progress' THEN lease_until ELSE unknown_since END) <= " + clock + " - " + r.seconds(c.Param) + ")"
-	case protocol.CondAttemptYounger:
+	},
+	protocol.CondAttemptYounger: func(r *renderer, c protocol.Cond) string {
 		return "(attempt_started_at + " + r.seconds(c.Param) + " > " + clock + ")"
-	case protocol.CondWithinProviderWindow:
+	},
+	protocol.CondWithinProviderWindow: func(r *renderer, c protocol.Cond) string {
 		w := r.param(c.Param)
 		return "(" + w + " <= 0 OR first_attempt_at IS NULL OR first_attempt_at + " + r.seconds(c.Param) + " > " + clock + ")"
-	case protocol.CondSameOrNoExternalID:
+	},
+	protocol.CondSameOrNoExternalID: func(r *renderer, _ protocol.Cond) string {
 		x := r.param(protocol.ParamExternalID)
 		return "(" + x + " = '' OR " + x + " = coalesce(external_id, ''))"
-	case protocol.CondNewDuplicate:
+	},
+	protocol.CondNewDuplicate: func(r *renderer, _ protocol.Cond) string {
 		x := r.param(protocol.ParamExternalID)
 		return fmt.Sprintf("(%s <> '' AND %s <> coalesce(external_id, '') AND NOT (%s = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < %d)",
 			x, x, x, opjournal.MaxDuplicateExternalIDs)
-	case protocol.CondResolution:
+	},
+	protocol.CondResolution: func(r *renderer, c protocol.Cond) string {
 		return "(" + r.param(protocol.ParamResolution) + " = '" + string(c.Status) + "')"
+	},
+}
+
+// exprSQL renders each kind of expression, the value assigned to field
+// col: the SQL column of the protocol's table of expressions.
+var exprSQL = map[protocol.ExprKind]func(r *renderer, col string, e protocol.Expr) string{
+	protocol.ExprLit: func(_ *renderer, _ string, e protocol.Expr) string {
+		switch v := e.Value.(type) {
+		case nil:
+			return "NULL"
+		case opjournal.Status:
+			return "'" + string(v) + "'"
+		case bool:
+			return strconv.FormatBool(v)
+		case int:
+			return strconv.Itoa(v)
+		}
+		panic(fmt.Sprintf("postgres: literal %T", e.Value))
+	},
+	protocol.ExprParam:       func(r *renderer, _ string, e protocol.Expr) string { return r.param(e.Param) },
+	protocol.ExprParamOrNull: func(r *renderer, _ string, e protocol.Expr) string { return "nullif(" + r.param(e.Param) + ", '')" },
+	protocol.ExprNow:         func(*renderer, string, protocol.Expr) string { return clock },
+	protocol.ExprNowPlus: func(r *renderer, _ string, e protocol.Expr) string {
+		return "(" + clock + " + " + r.seconds(e.Param) + ")"
+	},
+	protocol.ExprIncrement: func(_ *renderer, col string, _ protocol.Expr) string { return "(" + col + " + 1)" },
+	protocol.ExprParamOrKeep: func(r *renderer, col string, e protocol.Expr) string {
+		if e.Param.Type() == protocol.TypeJSON {
+			return "coalesce(" + r.param(e.Param) + ", " + col + ")"
+		}
+		return "coalesce(nullif(" + r.param(e.Param) + ", ''), " + col + ")"
+	},
+	protocol.ExprExtendedLease: func(r *renderer, _ string, e protocol.Expr) string {
+		return "least(" + clock + " + " + r.seconds(e.Param) + ", attempt_started_at + " + r.seconds(e.Param2) + ")"
+	},
+	protocol.ExprLeaseEndIfHeld: func(*renderer, string, protocol.Expr) string {
+		return "(CASE WHEN status = 'in_progress' THEN lease_until ELSE unknown_since END)"
+	},
+	protocol.ExprAppendDuplicate: func(r *renderer, _ string, _ protocol.Expr) string {
+		return "(CASE WHEN " + r.cond(protocol.Cond{Kind: protocol.CondNewDuplicate}) +
+			" THEN array_append(duplicate_external_ids, " + r.param(protocol.ParamExternalID) + ") ELSE duplicate_external_ids END)"
+	},
+	protocol.ExprField: func(_ *renderer, _ string, e protocol.Expr) string { return e.Field.Column() },
+	protocol.ExprActorOrOwner: func(r *renderer, _ string, _ protocol.Expr) string {
+		return "coalesce(nullif(" + r.param(protocol.ParamActor) + ", ''), lease_owner, '')"
+	},
+	protocol.ExprKeepOrNow: func(_ *renderer, col string, _ protocol.Expr) string { return "coalesce(" + col + ", " + clock + ")" },
+}
+
+// cond renders a condition. The combinations are rendered here, not in
+// condSQL: a table row that rendered its Sub would make the table's
+// initialization depend on itself.
+func (r *renderer) cond(c protocol.Cond) string {
+	switch c.Kind {
 	case protocol.CondNot:
 		return "NOT " + r.cond(c.Sub[0])
-	case protocol.CondOr, protocol.CondAnd:
-		op := " OR "
-		if c.Kind == protocol.CondAnd {
-			op = " AND "
-		}
-		parts := make([]string, len(c.Sub))
-		for i, s := range c.Sub {
-			parts[i] = r.cond(s)
-		}
-		return "(" + strings.Join(parts, op) + ")"
+	case protocol.CondOr:
+		return r.join(c.Sub, " OR ")
+	case protocol.CondAnd:
+		return r.join(c.Sub, " AND ")
+	}
+	if render := condSQL[c.Kind]; render != nil {
+		return render(r, c)
 	}
 	panic(fmt.Sprintf("postgres: condition kind %d cannot be rendered", c.Kind))
+}
+
+// join renders sub joined by op, in parentheses.
+func (r *renderer) join(sub []protocol.Cond, op string) string {
+	parts := make([]string, len(sub))
+	for i, s := range sub {
+		parts[i] = r.cond(s)
+	}
+	return "(" + strings.Join(parts, op) + ")"
 }
 
 // guard renders a rule's whole first-match predicate: its own
@@ -270,48 +349,8 @@ func (r *renderer) holds(rule *protocol.Rule) string {
 
 // expr renders the value e assigns to field f.
 func (r *renderer) expr(f protocol.Field, e protocol.Expr) string {
-	col := f.Column()
-	switch e.Kind {
-	case protocol.ExprLit:
-		switch v := e.Value.(type) {
-		case nil:
-			return "NULL"
-		case opjournal.Status:
-			return "'" + string(v) + "'"
-		case bool:
-			return strconv.FormatBool(v)
-		case int:
-			return strconv.Itoa(v)
-		}
-		panic(fmt.Sprintf("postgres: literal %T", e.Value))
-	case protocol.ExprParam:
-		return r.param(e.Param)
-	case protocol.ExprParamOrNull:
-		return "nullif(" + r.param(e.Param) + ", '')"
-	case protocol.ExprNow:
-		return clock
-	case protocol.ExprNowPlus:
-		return "(" + clock + " + " + r.seconds(e.Param) + ")"
-	case protocol.ExprIncrement:
-		return "(" + col + " + 1)"
-	case protocol.ExprParamOrKeep:
-		if e.Param.Type() == protocol.TypeJSON {
-			return "coalesce(" + r.param(e.Param) + ", " + col + ")"
-		}
-		return "coalesce(nullif(" + r.param(e.Param) + ", ''), " + col + ")"
-	case protocol.ExprExtendedLease:
-		return "least(" + clock + " + " + r.seconds(e.Param) + ", attempt_started_at + " + r.seconds(e.Param2) + ")"
-	case protocol.ExprLeaseEndIfHeld:
-		return "(CASE WHEN status = 'in_progress' THEN lease_until ELSE unknown_since END)"
-	case protocol.ExprAppendDuplicate:
-		return "(CASE WHEN " + r.cond(protocol.Cond{Kind: protocol.CondNewDuplicate}) +
-			" THEN array_append(duplicate_external_ids, " + r.param(protocol.ParamExternalID) + ") ELSE duplicate_external_ids END)"
-	case protocol.ExprField:
-		return e.Field.Column()
-	case protocol.ExprActorOrOwner:
-		return "coalesce(nullif(" + r.param(protocol.ParamActor) + ", ''), lease_owner, '')"
-	case protocol.ExprKeepOrNow:
-		return "coalesce(" + col + ", " + clock + ")"
+	if render := exprSQL[e.Kind]; render != nil {
+		return render(r, f.Column(), e)
 	}
 	panic(fmt.Sprintf("postgres: expression kind %d cannot be rendered", e.Kind))
 }

@@ -95,3 +95,25 @@ func TestBatchedRulesAreChosenByWhatTheyRequire(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryKindRenders: every kind of condition in the protocol's table
+// has its SQL here (but Register's own, decided by the insert, and the
+// combinations, which cond renders), and so does every kind of expression.
+func TestEveryKindRenders(t *testing.T) {
+	for _, k := range protocol.CondKinds() {
+		switch {
+		case k == protocol.CondNot || k == protocol.CondAnd || k == protocol.CondOr:
+		case k.RegisterOnly():
+			if condSQL[k] != nil {
+				t.Errorf("condition kind %d is Register's own but has SQL", k)
+			}
+		case condSQL[k] == nil:
+			t.Errorf("condition kind %d has no SQL in condSQL", k)
+		}
+	}
+	for _, k := range protocol.ExprKinds() {
+		if exprSQL[k] == nil {
+			t.Errorf("expression kind %d has no SQL in exprSQL", k)
+		}
+	}
+}

@@ -169,20 +169,22 @@ func (s *Store) Ping(ctx context.Context) error {
 // "now" in a statement is the same instant.
 const nowSQL = `coalesce(?1, CAST(unixepoch('subsec') * 1000 AS INTEGER))`
 
-// effectiveStatus is the status as the rules see it: an in_progress row
-// whose lease has expired on the database clock is unknown.
-const effectiveStatus = `(CASE WHEN status = 'in_progress' AND lease_until <= ` + nowSQL + ` THEN 'unknown' ELSE status END)`
-
-// isUnknown matches operations whose effective status is unknown.
-const isUnknown = `(status = 'unknown' OR (status = 'in_progress' AND lease_until <= ` + nowSQL + `))`
-
-// leaseExpired matches in_progress rows whose lease has expired: unknown
-// in effect, not yet written down.
-const leaseExpired = `(status = 'in_progress' AND lease_until <= ` + nowSQL + `)`
-
-// checkDue matches operations due for a check (ListParams.DueForCheck):
-// unknown in effect, not under review, next check due.
-const checkDue = `(` + isUnknown + ` AND needs_review = 0 AND (next_check_at IS NULL OR next_check_at <= ` + nowSQL + `))`
+// dialect is how SQLite spells the protocol's shared terms
+// (internal/protocol/predicate.go): the statement's clock, a false
+// boolean (an integer), and a duration argument in milliseconds (?3 in
+// the purge). The terms are rendered into constants (terms.go, by
+// TestTermsFile -update), because the write path's statements must stay
+// constants: bench/sqlitedrivers evaluates them from this source.
+var dialect = protocol.Dialect{
+	Now:     nowSQL,
+	IsFalse: func(col string) string { return col + " = 0" },
+	NowMinus: func(arg string) string {
+		if arg != protocol.RetentionArg {
+			panic("sqlite: no placeholder for " + arg)
+		}
+		return nowSQL + " - ?3"
+	},
+}
 
 // columns is the row every query returns; see the postgres store for why
 // the status is the effective one and why the clock comes last. The
@@ -195,7 +197,7 @@ const (
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	duplicate_external_ids, duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= ` + nowSQL + ` THEN lease_until END,
+	` + effectiveUnknownSince + `,
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs, coalesce(parent_key, ''), first_attempt_at, ` + nowSQL
 )
@@ -739,8 +741,7 @@ func classify(what string, err error) error {
 
 // purgeable matches the rows protocol.Purgeable allows (?2: the action,
 // ?3: the retention in milliseconds), through operations_terminal_idx.
-const purgeable = `action_type = ?2 AND status IN ('succeeded', 'failed_final') AND needs_review = 0
-	AND updated_at <= ` + nowSQL + ` - ?3`
+const purgeable = `action_type = ?2 AND ` + purgeableTerm
 
 // Purge deletes one batch of purgeable operations of an action, oldest
 // first, with their history and refs, in one write transaction (a batch
@@ -819,7 +820,7 @@ func (s *Store) OldestTerminal(ctx context.Context, action string) (time.Time, t
 	var oldest sql.NullInt64
 	var now int64
 	err := s.db.QueryRowContext(ctx, `SELECT (SELECT min(updated_at) FROM operations
-		WHERE action_type = ?2 AND status IN ('succeeded', 'failed_final')), `+nowSQL, s.clockArg(), action).Scan(&oldest, &now)
+		WHERE action_type = ?2 AND `+terminal+`), `+nowSQL, s.clockArg(), action).Scan(&oldest, &now)
 	if err != nil {
 		return time.Time{}, time.Time{}, classify("oldest terminal", err)
 	}

@@ -236,7 +236,7 @@ func (m *model) read(ops map[string]*opjournal.Operation, key string) *opjournal
 		return nil
 	}
 	r := op.Clone()
-	r.Status, r.UnknownSince = op.EffectiveAt(m.now), op.EffectiveUnknownSince(m.now)
+	r.Status, r.UnknownSince = protocol.EffectiveStatus(op, m.now), protocol.EffectiveUnknownSince(op, m.now)
 	r.Tenant = m.tenant
 	return r
 }

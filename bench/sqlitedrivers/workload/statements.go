@@ -9,7 +9,7 @@ package workload
 // nowSQL is the store's statement clock (?1: a test clock, NULL here).
 const nowSQL = `coalesce(?1, CAST(unixepoch('subsec') * 1000 AS INTEGER))`
 
-const effectiveStatus = `(CASE WHEN status = 'in_progress' AND lease_until <= ` + nowSQL + ` THEN 'unknown' ELSE status END)`
+const effectiveStatus = `(CASE WHEN (status = 'in_progress' AND lease_until <= ` + nowSQL + `) THEN 'unknown' ELSE status END)`
 
 const (
 	fullColumns = `payload, result, coalesce(note, ''), ` + restColumns
@@ -17,7 +17,7 @@ const (
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	duplicate_external_ids, duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= ` + nowSQL + ` THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= ` + nowSQL + `) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs, coalesce(parent_key, ''), first_attempt_at, ` + nowSQL
 )

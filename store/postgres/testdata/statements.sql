@@ -5,7 +5,7 @@
 -- parameters follow in the order given. Batched statements take arrays.
 
 -- name: predicate: effective status
-SELECT (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END);
+SELECT (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END);
 
 -- name: predicate: effectively unknown
 SELECT (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())));
@@ -17,8 +17,7 @@ SELECT (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now(
 SELECT ((status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND NOT needs_review AND (next_check_at IS NULL OR next_check_at <= coalesce($1::timestamptz, now())));
 
 -- name: predicate: purgeable
-SELECT action_type = $2 AND status IN ('succeeded', 'failed_final') AND NOT needs_review
-	  AND updated_at <= coalesce($1::timestamptz, now()) - make_interval(secs => $3::float8);
+SELECT action_type = $2 AND (status IN ('succeeded', 'failed_final') AND NOT needs_review AND updated_at <= coalesce($1::timestamptz, now()) - make_interval(secs => $3::float8));
 
 -- name: Register: new, claimed
 -- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, worker_id, lease_seconds, actor, stated_actor, event_reason
@@ -29,14 +28,14 @@ WITH ins AS (
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($12::text, ''), lease_owner, ''), $13::text, $14::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($12::text, ''), lease_owner, ''), $13::text, $14::text, NULL
 		FROM ins
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM ins;
 
@@ -49,21 +48,21 @@ WITH ins AS (
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($10::text, ''), lease_owner, ''), $11::text, $12::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($10::text, ''), lease_owner, ''), $11::text, $12::text, NULL
 		FROM ins
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM ins;
 
 -- name: Claim: win
 -- params: worker_id, lease_seconds, retry_after_unknown, provider_dedup_window, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'in_progress',
 		       attempt_count = (attempt_count + 1),
 		       lease_owner = $4::text,
@@ -75,47 +74,47 @@ WITH upd AS (
 		       error_code = NULL,
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce(NOT needs_review AND ((CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('pending') OR ($6::boolean AND (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND ($7::float8 <= 0 OR first_attempt_at IS NULL OR first_attempt_at + make_interval(secs => $7::float8) > coalesce($1::timestamptz, now())))), false)
+		  AND coalesce(NOT needs_review AND ((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending') OR ($6::boolean AND (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND ($7::float8 <= 0 OR first_attempt_at IS NULL OR first_attempt_at + make_interval(secs => $7::float8) > coalesce($1::timestamptz, now())))), false)
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($8::text, ''), lease_owner, ''), $9::text, $10::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($8::text, ''), lease_owner, ''), $9::text, $10::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: ExtendLease: extend
 -- params: lease_seconds, max_attempt, attempt, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       lease_until = least(coalesce($1::timestamptz, now()) + make_interval(secs => $4::int), attempt_started_at + make_interval(secs => $5::float8)),
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (attempt_count = $6::int) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('in_progress') AND (attempt_started_at + make_interval(secs => $5::float8) > coalesce($1::timestamptz, now())), false)
+		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (attempt_count = $6::int) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('in_progress') AND (attempt_started_at + make_interval(secs => $5::float8) > coalesce($1::timestamptz, now())), false)
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: confirm
 -- params: external_id, result, attempt, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'succeeded',
 		       external_id = $4::text,
 		       result = $5::json,
@@ -124,155 +123,155 @@ WITH upd AS (
 		       next_check_at = NULL,
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
+		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($4::text, '')
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($4::text, '')
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: effect after failed_final
 -- params: review_reason, external_id, attempt, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       needs_review = true,
 		       review_reason = $4::text,
 		       duplicate_external_ids = (CASE WHEN ($5::text <> '' AND $5::text <> coalesce(external_id, '') AND NOT ($5::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10) THEN array_append(duplicate_external_ids, $5::text) ELSE duplicate_external_ids END),
 		       duplicate_reports = (duplicate_reports + 1),
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('failed_final') AND NOT needs_review, false)
-		  AND NOT coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
-		  AND NOT coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('succeeded') AND ($5::text = '' OR $5::text = coalesce(external_id, '')), false)
+		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('failed_final') AND NOT needs_review, false)
+		  AND NOT coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
+		  AND NOT coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded') AND ($5::text = '' OR $5::text = coalesce(external_id, '')), false)
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($5::text, '')
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($5::text, '')
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: duplicate effect
 -- params: review_reason, external_id, attempt, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       needs_review = true,
 		       review_reason = $4::text,
 		       duplicate_external_ids = (CASE WHEN ($5::text <> '' AND $5::text <> coalesce(external_id, '') AND NOT ($5::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10) THEN array_append(duplicate_external_ids, $5::text) ELSE duplicate_external_ids END),
 		       duplicate_reports = (duplicate_reports + 1),
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND ($5::text <> '' AND $5::text <> coalesce(external_id, '') AND NOT ($5::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10) AND NOT needs_review, false)
-		  AND NOT coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
-		  AND NOT coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('succeeded') AND ($5::text = '' OR $5::text = coalesce(external_id, '')), false)
-		  AND NOT coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('failed_final') AND NOT needs_review, false)
+		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND ($5::text <> '' AND $5::text <> coalesce(external_id, '') AND NOT ($5::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10) AND NOT needs_review, false)
+		  AND NOT coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
+		  AND NOT coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded') AND ($5::text = '' OR $5::text = coalesce(external_id, '')), false)
+		  AND NOT coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('failed_final') AND NOT needs_review, false)
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($5::text, '')
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($5::text, '')
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: another duplicate
 -- params: external_id, attempt, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       duplicate_external_ids = (CASE WHEN ($4::text <> '' AND $4::text <> coalesce(external_id, '') AND NOT ($4::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10) THEN array_append(duplicate_external_ids, $4::text) ELSE duplicate_external_ids END),
 		       duplicate_reports = (duplicate_reports + 1),
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce(($5::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND ($4::text <> '' AND $4::text <> coalesce(external_id, '') AND NOT ($4::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10), false)
-		  AND NOT coalesce(($5::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
-		  AND NOT coalesce(($5::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('succeeded') AND ($4::text = '' OR $4::text = coalesce(external_id, '')), false)
-		  AND NOT coalesce(($5::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('failed_final') AND NOT needs_review, false)
-		  AND NOT coalesce(($5::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND ($4::text <> '' AND $4::text <> coalesce(external_id, '') AND NOT ($4::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10) AND NOT needs_review, false)
+		  AND coalesce(($5::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND ($4::text <> '' AND $4::text <> coalesce(external_id, '') AND NOT ($4::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10), false)
+		  AND NOT coalesce(($5::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
+		  AND NOT coalesce(($5::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded') AND ($4::text = '' OR $4::text = coalesce(external_id, '')), false)
+		  AND NOT coalesce(($5::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('failed_final') AND NOT needs_review, false)
+		  AND NOT coalesce(($5::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND ($4::text <> '' AND $4::text <> coalesce(external_id, '') AND NOT ($4::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10) AND NOT needs_review, false)
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), $5::int, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, nullif($4::text, '')
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $5::int, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, nullif($4::text, '')
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: repeated report
 -- params: attempt, external_id
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       duplicate_reports = (duplicate_reports + 1),
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final'), false)
-		  AND NOT coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
-		  AND NOT coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('succeeded') AND ($5::text = '' OR $5::text = coalesce(external_id, '')), false)
-		  AND NOT coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('failed_final') AND NOT needs_review, false)
-		  AND NOT coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND ($5::text <> '' AND $5::text <> coalesce(external_id, '') AND NOT ($5::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10) AND NOT needs_review, false)
-		  AND NOT coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND ($5::text <> '' AND $5::text <> coalesce(external_id, '') AND NOT ($5::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10), false)
+		  AND coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final'), false)
+		  AND NOT coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
+		  AND NOT coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded') AND ($5::text = '' OR $5::text = coalesce(external_id, '')), false)
+		  AND NOT coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('failed_final') AND NOT needs_review, false)
+		  AND NOT coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND ($5::text <> '' AND $5::text <> coalesce(external_id, '') AND NOT ($5::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10) AND NOT needs_review, false)
+		  AND NOT coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND ($5::text <> '' AND $5::text <> coalesce(external_id, '') AND NOT ($5::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10), false)
 		RETURNING *
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkUnknown: mark
 -- params: error_code, attempt, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'unknown',
 		       error_code = nullif($4::text, ''),
 		       lease_until = NULL,
 		       unknown_since = coalesce($1::timestamptz, now()),
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce(($5::int BETWEEN 1 AND attempt_count) AND (attempt_count = $5::int) AND NOT (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('in_progress'), false)
+		  AND coalesce(($5::int BETWEEN 1 AND attempt_count) AND (attempt_count = $5::int) AND NOT (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('in_progress'), false)
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), $5::int, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $5::int, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkFailedFinal: mark
 -- params: error_code, result, attempt, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'failed_final',
 		       error_code = nullif($4::text, ''),
 		       result = $5::json,
@@ -280,25 +279,25 @@ WITH upd AS (
 		       unknown_since = NULL,
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (attempt_count = $6::int) AND NOT (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('in_progress'), false)
+		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (attempt_count = $6::int) AND NOT (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('in_progress'), false)
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: ReleaseForRetry: release
 -- params: attempt, definitive_absence, release_after, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'pending',
 		       lease_until = NULL,
 		       unknown_since = NULL,
@@ -309,14 +308,14 @@ WITH upd AS (
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
@@ -336,44 +335,44 @@ WITH upd AS (
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Escalate: escalate
 -- params: review_reason, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       needs_review = true,
 		       review_reason = $4::text,
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce((CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown') AND NOT needs_review, false)
+		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown') AND NOT needs_review, false)
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Resolve: as succeeded
 -- params: external_id, result, resolution, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'succeeded',
 		       external_id = $4::text,
 		       result = coalesce($5::json, result),
@@ -383,25 +382,25 @@ WITH upd AS (
 		       next_check_at = NULL,
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce(($6::text = 'succeeded') AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown') AND ((status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) OR needs_review), false)
+		  AND coalesce(($6::text = 'succeeded') AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown') AND ((status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) OR needs_review), false)
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($4::text, '')
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($4::text, '')
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Resolve: as failed_final
 -- params: error_code, resolution, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'failed_final',
 		       error_code = coalesce(nullif($4::text, ''), error_code),
 		       needs_review = false,
@@ -410,48 +409,48 @@ WITH upd AS (
 		       next_check_at = NULL,
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce(($5::text = 'failed_final') AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown') AND ((status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) OR needs_review), false)
-		  AND NOT coalesce(($5::text = 'succeeded') AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown') AND ((status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) OR needs_review), false)
+		  AND coalesce(($5::text = 'failed_final') AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown') AND ((status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) OR needs_review), false)
+		  AND NOT coalesce(($5::text = 'succeeded') AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown') AND ((status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) OR needs_review), false)
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Acknowledge: acknowledge
 -- params: actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       needs_review = false,
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce((CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND needs_review, false)
+		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND needs_review, false)
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($4::text, ''), lease_owner, ''), $5::text, $6::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($4::text, ''), lease_owner, ''), $5::text, $6::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: SetNote: note
 -- params: note, actor, stated_actor, event_reason
 WITH upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       note = nullif($4::text, ''),
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
@@ -459,14 +458,14 @@ WITH upd AS (
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
@@ -482,22 +481,22 @@ WITH i AS (
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif(in_actor, ''), lease_owner, ''), in_stated_actor, in_event_reason, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif(in_actor, ''), lease_owner, ''), in_stated_actor, in_event_reason, NULL
 		FROM ins JOIN i ON in_tenant = tenant AND in_key = operation_key
 	)
-	SELECT false, payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT false, payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM ins
 	UNION ALL
-	SELECT true, payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT true, payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM operations
 	WHERE (tenant, operation_key) IN (SELECT in_tenant, in_key FROM i);
@@ -508,7 +507,7 @@ WITH i AS (
 		SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::bool[], $7::float8[], $8::text[], $9::text[], $10::text[])
 		    AS i(in_tenant, in_key, in_worker_id, in_lease_seconds, in_retry_after_unknown, in_provider_dedup_window, in_actor, in_stated_actor, in_event_reason)
 	), upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'in_progress',
 		       attempt_count = (attempt_count + 1),
 		       lease_owner = in_worker_id,
@@ -521,18 +520,18 @@ WITH i AS (
 		       updated_at = coalesce($1::timestamptz, now())
 		FROM i
 		WHERE tenant = in_tenant AND operation_key = in_key
-		  AND coalesce(NOT needs_review AND ((CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('pending') OR (in_retry_after_unknown AND (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND (in_provider_dedup_window <= 0 OR first_attempt_at IS NULL OR first_attempt_at + make_interval(secs => in_provider_dedup_window) > coalesce($1::timestamptz, now())))), false)
+		  AND coalesce(NOT needs_review AND ((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending') OR (in_retry_after_unknown AND (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND (in_provider_dedup_window <= 0 OR first_attempt_at IS NULL OR first_attempt_at + make_interval(secs => in_provider_dedup_window) > coalesce($1::timestamptz, now())))), false)
 		RETURNING operations.*, i.*
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif(in_actor, ''), lease_owner, ''), in_stated_actor, in_event_reason, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif(in_actor, ''), lease_owner, ''), in_stated_actor, in_event_reason, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
 
@@ -542,7 +541,7 @@ WITH i AS (
 		SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[], $9::text[])
 		    AS i(in_tenant, in_key, in_external_id, in_result, in_attempt, in_actor, in_stated_actor, in_event_reason)
 	), upd AS (
-		UPDATE operations SET prev_status = (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'succeeded',
 		       external_id = in_external_id,
 		       result = in_result::json,
@@ -552,17 +551,17 @@ WITH i AS (
 		       updated_at = coalesce($1::timestamptz, now())
 		FROM i
 		WHERE tenant = in_tenant AND operation_key = in_key
-		  AND coalesce((in_attempt BETWEEN 1 AND attempt_count) AND (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
+		  AND coalesce((in_attempt BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
 		RETURNING operations.*, i.*
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END), in_attempt, coalesce(nullif(in_actor, ''), lease_owner, ''), in_stated_actor, in_event_reason, nullif(in_external_id, '')
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), in_attempt, coalesce(nullif(in_actor, ''), lease_owner, ''), in_stated_actor, in_event_reason, nullif(in_external_id, '')
 		FROM upd
 	)
-	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
-	CASE WHEN status = 'unknown' THEN unknown_since WHEN status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()) THEN lease_until END,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;

@@ -39,7 +39,7 @@ func main() {
 		log.Fatal(err)
 	}
 	srv := fakeprovider.NewMCPServer(*providerURL, nil) // your server: its create_payment POSTs /payments
-	srv.AddReceivingMiddleware(g.MCPMiddleware())      // every call of a protected tool through the journal
+	srv.AddReceivingMiddleware(g.MCPMiddleware())       // every call of a protected tool through the journal
 	if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		log.Fatal(err)
 	}

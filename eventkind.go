@@ -23,6 +23,7 @@ const (
 	KindResolved      EventKind = "resolved"       // Resolve: an operator's verdict
 	KindAcknowledged  EventKind = "acknowledged"   // Acknowledge: a review ended
 	KindDuplicate     EventKind = "duplicate"      // another effect reported after the end
+	KindNoted         EventKind = "noted"          // SetNote: an operator's note was set or cleared
 	KindOther         EventKind = "other"          // a reason no rule writes
 )
 
@@ -42,6 +43,9 @@ const (
 	ReasonAcknowledgedPrefix = "acknowledged by operator: "
 	ReasonDuplicatePrefix    = "duplicate effect: "
 	ReasonLateEffectPrefix   = "effect "
+	// ReasonNote carries no text of the note: the history says that an
+	// operator changed it, the operation holds what it now says.
+	ReasonNote = "note"
 )
 
 // EventReason is one row of EventReasons: events whose reason is Text
@@ -73,6 +77,7 @@ var EventReasons = []EventReason{
 	{KindAcknowledged, ReasonAcknowledgedPrefix, true},
 	{KindDuplicate, ReasonDuplicatePrefix, true},
 	{KindDuplicate, ReasonLateEffectPrefix, true},
+	{KindNoted, ReasonNote, false},
 }
 
 // KindOf returns the kind of an event with this reason.

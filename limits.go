@@ -21,6 +21,9 @@ const (
 	MaxErrorCodeLen = 100
 	// MaxReasonLen bounds reasons and notes, in bytes of UTF-8.
 	MaxReasonLen = 200
+	// MaxNoteLen bounds an operator's note on an operation, in characters
+	// (Unicode code points), not bytes: a note is prose for people.
+	MaxNoteLen = 2000
 	// MaxPageSize bounds page_size of the list calls.
 	MaxPageSize = 1000
 	// DefaultPageSize is the page size when none is given.

@@ -100,6 +100,10 @@ type Operation struct {
 	// FirstAttemptAt is when the first attempt was claimed; zero before it.
 	// A retry_same_key action's retry.provider_dedup_window counts from it.
 	FirstAttemptAt time.Time
+	// Note is an operator's free text about the operation (SetNote), at
+	// most MaxNoteLen characters; "" for none. It is never part of the
+	// protocol's decisions.
+	Note string
 }
 
 // Raw returns the status as stored: an operation read as unknown that

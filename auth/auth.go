@@ -58,6 +58,7 @@ var methodRoles = map[string][]Role{
 	"Escalate":        {RoleReconciler, RoleOperator},
 	"Resolve":         {RoleOperator},
 	"Acknowledge":     {RoleOperator},
+	"SetNote":         {RoleOperator},
 	"ListEvents":      {RoleOperator, RoleReconciler},
 	"GetPolicy":       {RoleReconciler, RoleOperator},
 }

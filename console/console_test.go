@@ -703,3 +703,37 @@ func attr(n *html.Node, name string) string {
 	}
 	return ""
 }
+
+// TestOperationPageShowsTheNote: an operator's note shows on the operation
+// page as text (markup in it is escaped, its line breaks kept by the
+// page's style), with its event in the history; a cleared note leaves no
+// trace on the state.
+func TestOperationPageShowsTheNote(t *testing.T) {
+	e := newEnv(t, true)
+	ctx := context.Background()
+	e.unknownOp("team-a", "pay-noted", nil)
+	note := "customer <b>called</b>\nrefund via ticket 4711"
+	if _, err := e.svc.SetNote(ctx, journal.SetNoteRequest{Caller: journal.Caller{Tenant: "team-a", Principal: "oper-a"}, Key: "pay-noted", Note: note}); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.signIn(operA)
+	p := b.get("/console/operation?key=pay-noted")
+	for _, want := range []string{
+		`<dt>Note</dt><dd class="note">customer &lt;b&gt;called&lt;/b&gt;` + "\nrefund via ticket 4711</dd>",
+		"<td>note</td>",
+	} {
+		if !strings.Contains(p.body, want) {
+			t.Fatalf("the operation page lacks %q:\n%s", want, p.body)
+		}
+	}
+	if strings.Contains(p.body, "<b>called</b>") {
+		t.Fatal("the note's markup reached the page unescaped")
+	}
+	if _, err := e.svc.SetNote(ctx, journal.SetNoteRequest{Caller: journal.Caller{Tenant: "team-a", Principal: "oper-a"}, Key: "pay-noted"}); err != nil {
+		t.Fatal(err)
+	}
+	if p := b.get("/console/operation?key=pay-noted"); strings.Contains(p.body, `<dd class="note">`) || strings.Contains(p.body, "ticket 4711") {
+		t.Fatal("a cleared note still shows")
+	}
+}

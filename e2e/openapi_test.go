@@ -336,6 +336,14 @@ func TestOpenAPIMatchesEveryRoute(t *testing.T) {
 	post(admin, "markSucceeded", map[string]any{"operation_key": key, "attempt": 1, "external_id": "pay_other"}, http.StatusOK)
 	post(admin, "acknowledge", map[string]any{"operation_key": key, "actor": "openapi-operator", "reason": "refunded the duplicate"}, http.StatusOK)
 
+	// An operator's note, on a terminal operation; a control character is
+	// refused.
+	r = post(admin, "note", map[string]any{"operation_key": key, "note": "refund confirmed\nticket 4711"}, http.StatusOK)
+	if r["operation"].(map[string]any)["note"] != "refund confirmed\nticket 4711" {
+		t.Fatalf("note: %v", r)
+	}
+	wantCode(post(admin, "note", map[string]any{"operation_key": key, "note": "bell\a"}, http.StatusBadRequest), opjournal.CodeInvalidArgument)
+
 	// A pending operation released after a proven absence.
 	const key3 = "payment:order-817:intent-03"
 	post(admin, "register", map[string]any{"operation_key": key3, "action_type": "create_payment", "payload": payload,

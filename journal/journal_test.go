@@ -222,3 +222,42 @@ func TestRedaction(t *testing.T) {
 		t.Fatalf("send_email result %s", got)
 	}
 }
+
+// TestSetNoteValidation: the note's rules (UTF-8, at most MaxNoteLen
+// characters, newlines but no other control character) and the actor a
+// server without authentication needs; a refused note changes nothing.
+func TestSetNoteValidation(t *testing.T) {
+	t.Parallel()
+	svc, ctx := setup(t)
+	if _, err := svc.Register(ctx, journal.RegisterRequest{Key: "k", Action: "create_payment", Payload: json.RawMessage(`{"order_id":"1","amount_minor":100,"currency":"EUR"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		note, actor, field string
+	}{
+		"invalid UTF-8":      {"bad \xff byte", "alice", "note"},
+		"too many chars":     {strings.Repeat("ж", journal.MaxNoteLen+1), "alice", "note"},
+		"a NUL":              {"a\x00b", "alice", "note"},
+		"an escape sequence": {"\x1b[2Jcleared", "alice", "note"},
+		"DEL":                {"a\x7f", "alice", "note"},
+		"no actor, no auth":  {"fine", "", "actor"},
+	} {
+		_, err := svc.SetNote(ctx, journal.SetNoteRequest{Key: "k", Note: tc.note, Actor: tc.actor})
+		var e *opjournal.Error
+		if !errors.As(err, &e) || e.Code != opjournal.CodeInvalidArgument || e.Field != tc.field {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT on %s", name, err, tc.field)
+		}
+	}
+	op, err := svc.Lookup(ctx, "", "k")
+	if err != nil || op.Note != "" {
+		t.Fatalf("after refused notes: %v %+v", err, op)
+	}
+	// The limit counts characters: MaxNoteLen of them in two bytes each pass.
+	long := strings.Repeat("ж", journal.MaxNoteLen) + "\n"
+	if _, err := svc.SetNote(ctx, journal.SetNoteRequest{Key: "k", Note: long[:len(long)-1], Actor: "alice"}); err != nil {
+		t.Fatalf("a note of MaxNoteLen two-byte characters: %v", err)
+	}
+	if _, err := svc.SetNote(ctx, journal.SetNoteRequest{Key: "nope", Note: "x", Actor: "alice"}); opjournal.ErrorCode(err) != opjournal.CodeNotFound {
+		t.Fatalf("a note on an unknown key: %v", err)
+	}
+}

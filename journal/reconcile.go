@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/canonjson"
@@ -19,6 +20,7 @@ const (
 	MaxPageSize     = opjournal.MaxPageSize
 	DefaultPageSize = opjournal.DefaultPageSize
 	MaxReasonLen    = opjournal.MaxReasonLen
+	MaxNoteLen      = opjournal.MaxNoteLen
 	MaxNextCheck    = opjournal.MaxNextCheckSeconds * time.Second
 )
 
@@ -292,6 +294,46 @@ func (s *Service) Acknowledge(ctx context.Context, req AcknowledgeRequest) (*opj
 		return nil, err
 	}
 	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdAcknowledge, Key: req.Key, Reason: req.Reason})
+}
+
+// SetNoteRequest sets or clears an operator's note on an operation.
+type SetNoteRequest struct {
+	Caller
+	Key   string
+	Note  string // "" clears the note
+	Actor string // stated; required without authentication
+}
+
+// SetNote sets an operation's note (an empty one clears it), in any
+// status: the note is prose for people and changes nothing the protocol
+// decides. The history records it with reason "note" and the principal as
+// the actor. A note longer than MaxNoteLen characters, not UTF-8, or with
+// a control character other than newline is CodeInvalidArgument and
+// changes nothing.
+func (s *Service) SetNote(ctx context.Context, req SetNoteRequest) (*opjournal.Operation, error) {
+	if err := firstError(checkKey(req.Key), req.checkActor(req.Actor), checkNote(req.Note)); err != nil {
+		return nil, err
+	}
+	return s.applyOp(ctx, req.Caller, req.Actor, &protocol.Command{Kind: protocol.CmdSetNote, Key: req.Key, Note: req.Note})
+}
+
+// checkNote validates a note: newlines are allowed (a note may have
+// paragraphs), every other control character is not, since it could
+// rewrite what a terminal or a log viewer shows. The limit counts
+// characters, as a person typing the note does.
+func checkNote(note string) error {
+	if !utf8.ValidString(note) {
+		return opjournal.Errorf(opjournal.CodeInvalidArgument, "note", "is not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(note); n > MaxNoteLen {
+		return opjournal.Errorf(opjournal.CodeInvalidArgument, "note", "is %d characters; the limit is %d", n, MaxNoteLen)
+	}
+	for i, r := range note {
+		if (r < 0x20 && r != '\n') || (r >= 0x7f && r <= 0x9f) {
+			return opjournal.Errorf(opjournal.CodeInvalidArgument, "note", "has a control character at offset %d (only newlines are allowed)", i)
+		}
+	}
+	return nil
 }
 
 // EventsRequest asks for one page of an operation's history.

@@ -99,7 +99,7 @@ authentication --actor is required. The token comes from $OPJOURNAL_TOKEN or
 	}
 	cmd.SuggestionsMinimumDistance = 2
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
-	cmd.AddCommand(listCmd(connect), showCmd(connect), resolveCmd(connect), acknowledgeCmd(connect), releaseCmd(connect))
+	cmd.AddCommand(listCmd(connect), showCmd(connect), resolveCmd(connect), acknowledgeCmd(connect), releaseCmd(connect), noteCmd(connect))
 	return cmd
 }
 
@@ -162,6 +162,15 @@ func oneKey(_ *cobra.Command, args []string) error {
 		return nil
 	}
 	return usageErr("one operation key expected, got %q and %q", args[0], args[1])
+}
+
+// keyAndText checks the arguments of note: a key and the text ("" to
+// clear), so that a forgotten TEXT is a usage error, never a cleared note.
+func keyAndText(_ *cobra.Command, args []string) error {
+	if len(args) != 2 {
+		return usageErr("want KEY TEXT (TEXT \"\" clears the note), got %d argument(s)", len(args))
+	}
+	return nil
 }
 
 // noFiles: an operation key is not a file name.
@@ -361,6 +370,14 @@ func show(ctx context.Context, c pb.JournalServiceClient, key string, asJSON boo
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	// The note goes after the table, line by line and indented: a note of
+	// several lines would break the table's columns.
+	if note := o.GetNote(); note != "" {
+		fmt.Fprintln(w, "note:")
+		for line := range strings.SplitSeq(note, "\n") {
+			fmt.Fprintln(w, "  "+line)
+		}
+	}
 	fmt.Fprintln(w, "\nhistory:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AT\tFROM\tTO\tATTEMPT\tACTOR\tREASON")
@@ -493,6 +510,38 @@ func acknowledge(ctx context.Context, c pb.JournalServiceClient, key, actor, rea
 		return err
 	}
 	_, err = fmt.Fprintf(w, "%s acknowledged: still %s, no longer under review\n", key, statusName(res.GetOperation().GetStatus()))
+	return err
+}
+
+func noteCmd(connect Connect) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "note KEY TEXT [flags]",
+		Short: "attach a note to an operation (any status); an empty TEXT clears it",
+		Long: `Attach a free-text note to an operation, in any status, terminal ones
+included: at most 2,000 characters, newlines allowed, no other control
+characters. It replaces the note the operation had; an empty TEXT ("")
+clears it. The note changes nothing else; the history records that it was
+set, by whom, but not its text. ` + "`opjournal ops show`" + ` prints it.`,
+		Example: `  opjournal ops note payment:order-817:intent-01 "customer asked for a refund, ticket 4711"
+  opjournal ops note payment:order-817:intent-01 ""   # clear it`,
+		Args:              keyAndText,
+		ValidArgsFunction: noFiles,
+	}
+	actor := c.Flags().String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
+	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
+		return setNote(ctx, jc, args[0], args[1], *actor, w)
+	})
+}
+
+func setNote(ctx context.Context, c pb.JournalServiceClient, key, note, actor string, w io.Writer) error {
+	if _, err := c.SetNote(ctx, &pb.SetNoteRequest{OperationKey: key, Note: note, Actor: actor}); err != nil {
+		return err
+	}
+	what := "noted"
+	if note == "" {
+		what = "note cleared"
+	}
+	_, err := fmt.Fprintf(w, "%s %s\n", key, what)
 	return err
 }
 

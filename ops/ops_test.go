@@ -305,3 +305,45 @@ func TestListIsInKeyOrderAsItsHelpSays(t *testing.T) {
 		t.Fatalf("list's help does not say the order it lists in:\n%s", list.Long)
 	}
 }
+
+// TestNoteShowsInShow: an operator's note on a terminal operation is
+// printed by show, line by line, and its event is in the history; an empty
+// note clears it; a note the server refuses (a control character) changes
+// nothing.
+func TestNoteShowsInShow(t *testing.T) {
+	t.Parallel()
+	j := testserver.Start(t, nil)
+	ctx := context.Background()
+	escalated(t, j.Client, "k")
+	if _, err := run(t, j.Client, "resolve", "k", "--failed-final", "--actor", "alice", "--reason", "declined"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, j.Client, "note", "k", "refund asked\nticket 4711", "--actor", "alice")
+	if err != nil || !strings.Contains(out, "k noted") {
+		t.Fatalf("note: %v\n%s", err, out)
+	}
+	out, err = run(t, j.Client, "show", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"note:\n  refund asked\n  ticket 4711\n", "failed_final  failed_final", "alice"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("show lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := run(t, j.Client, "note", "k", "bell\a", "--actor", "alice"); client.CodeOf(err) != "INVALID_ARGUMENT" {
+		t.Fatalf("note with a control character: %v", err)
+	}
+	if op, _ := j.Client.Lookup(ctx, &pb.LookupRequest{OperationKey: "k"}); op.GetOperation().GetNote() != "refund asked\nticket 4711" {
+		t.Fatalf("a refused note changed the note: %q", op.GetOperation().GetNote())
+	}
+	if out, err := run(t, j.Client, "note", "k", "", "--actor", "alice"); err != nil || !strings.Contains(out, "note cleared") {
+		t.Fatalf("clear: %v\n%s", err, out)
+	}
+	if out, _ := run(t, j.Client, "show", "k"); strings.Contains(out, "note:") || strings.Contains(out, "refund") {
+		t.Fatalf("show after clearing:\n%s", out)
+	}
+	if _, err := run(t, j.Client, "note", "k"); !errors.Is(err, ops.ErrUsage) {
+		t.Fatalf("note without TEXT: %v", err)
+	}
+}

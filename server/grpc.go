@@ -347,8 +347,9 @@ func operationPB(op *opjournal.Operation) (*pb.Operation, error) {
 	return operationPBView(op, true, true)
 }
 
-// operationPBView converts a record for the wire with its payload only if
-// payload and its result only if result: what an answer's view (AIP-157)
+// operationPBView converts a record for the wire with its payload (and the
+// operator's note, which only the FULL view carries) only if payload and
+// its result only if result: what an answer's view (AIP-157)
 // leaves out is never decoded into a Struct, which is most of the CPU of
 // converting an operation. The agent's calls answer in BASIC by default
 // (their caller sent the payload and the result itself); Register and
@@ -374,6 +375,9 @@ func operationPBView(op *opjournal.Operation, payload, result bool) (*pb.Operati
 		ParentKey:            op.ParentKey,
 	}
 	out.CheckCount = int32(op.CheckCount)
+	if payload {
+		out.Note = op.Note
+	}
 	for _, t := range []struct {
 		src time.Time
 		dst **timestamppb.Timestamp

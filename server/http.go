@@ -327,6 +327,10 @@ func (r *restServer) Acknowledge(ctx context.Context, req *pb.AcknowledgeRequest
 	return call(r, ctx, "Acknowledge", req, r.inner.Acknowledge)
 }
 
+func (r *restServer) SetNote(ctx context.Context, req *pb.SetNoteRequest) (*pb.SetNoteResponse, error) {
+	return call(r, ctx, "SetNote", req, r.inner.SetNote)
+}
+
 func (r *restServer) ListEvents(ctx context.Context, req *pb.ListEventsRequest) (*pb.ListEventsResponse, error) {
 	return call(r, ctx, "ListEvents", req, r.inner.ListEvents)
 }

@@ -91,7 +91,7 @@ func (c *batchCollector) Collect(ch chan<- prometheus.Metric) {
 var mutations = map[string]bool{
 	"Register": true, "Claim": true, "ExtendLease": true, "MarkSucceeded": true, "MarkUnknown": true,
 	"MarkFailedFinal": true, "ReleaseForRetry": true, "RecordCheck": true, "Escalate": true,
-	"Resolve": true, "Acknowledge": true,
+	"Resolve": true, "Acknowledge": true, "SetNote": true,
 }
 
 // audit logs a successful call of a mutating method: the method, the key,

@@ -144,6 +144,17 @@ func (s *journalServer) Acknowledge(ctx context.Context, req *pb.AcknowledgeRequ
 	return &pb.AcknowledgeResponse{Operation: pop}, err
 }
 
+func (s *journalServer) SetNote(ctx context.Context, req *pb.SetNoteRequest) (*pb.SetNoteResponse, error) {
+	op, err := s.svc.SetNote(ctx, journal.SetNoteRequest{
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Note: req.GetNote(), Actor: req.GetActor(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	pop, err := operationPB(op)
+	return &pb.SetNoteResponse{Operation: pop}, err
+}
+
 func (s *journalServer) ListEvents(ctx context.Context, req *pb.ListEventsRequest) (*pb.ListEventsResponse, error) {
 	res, err := s.svc.Events(ctx, journal.EventsRequest{
 		Caller: callerOf(ctx), Key: req.GetOperationKey(), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken(),

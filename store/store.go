@@ -122,7 +122,7 @@ var verbs = map[protocol.CommandKind]string{
 	protocol.CmdMarkSucceeded: "mark succeeded", protocol.CmdMarkUnknown: "mark unknown",
 	protocol.CmdMarkFailedFinal: "mark failed_final", protocol.CmdReleaseForRetry: "release",
 	protocol.CmdRecordCheck: "record check", protocol.CmdEscalate: "escalate", protocol.CmdResolve: "resolve",
-	protocol.CmdAcknowledge: "acknowledge",
+	protocol.CmdAcknowledge: "acknowledge", protocol.CmdSetNote: "set note",
 }
 
 // ListParams filter and page List. Zero values do not filter.

@@ -40,6 +40,7 @@ const (
 	CmdEscalate        CommandKind = "Escalate"
 	CmdResolve         CommandKind = "Resolve"
 	CmdAcknowledge     CommandKind = "Acknowledge"
+	CmdSetNote         CommandKind = "SetNote"
 )
 
 // CommandPolicy is what the action's policy says about a command, resolved
@@ -116,6 +117,8 @@ type Command struct {
 	NextCheckAfter time.Duration
 	// Resolve: StatusSucceeded or StatusFailedFinal.
 	Resolution opjournal.Status
+	// SetNote: the operator's note ("" clears it).
+	Note string
 
 	Policy CommandPolicy
 }
@@ -345,6 +348,7 @@ const (
 	FieldDuplicateExternalIDs
 	FieldDuplicateReports
 	FieldFirstAttemptAt
+	FieldNote
 	// The fields only Register sets.
 	FieldAction
 	FieldRequestHash
@@ -384,6 +388,7 @@ const (
 	ParamRefs
 	ParamParentKey
 	ParamProviderWindow
+	ParamNote
 )
 
 // ParamType is the type of a Param's value.

@@ -261,6 +261,17 @@ var table = []*Rule{
 		Event:   event(fieldAttempt, "", Expr{}, prefixed(opjournal.ReasonAcknowledgedPrefix)),
 		Outcome: Changed,
 	},
+
+	// An operator's note: words for people, never part of the state
+	// machine, so it has no guard and touches no other field; a terminal
+	// operation takes one too (the note explains, it decides nothing).
+	{
+		Command: CmdSetNote, Case: "note",
+		Doc:     "any status, terminal ones included: the note is set (an empty one clears it); nothing else changes",
+		Sets:    []Set{set(FieldNote, Expr{Kind: ExprParamOrNull, Param: ParamNote})},
+		Event:   event(fieldAttempt, opjournal.ReasonNote, Expr{}),
+		Outcome: Changed,
+	},
 }
 
 // --- building blocks of the table -----------------------------------------

@@ -73,6 +73,8 @@ var fields = [...]fieldDef{
 		func(op *opjournal.Operation, v any) { op.DuplicateReports = asInt(v) }},
 	FieldFirstAttemptAt: {"first_attempt_at", func(op *opjournal.Operation) any { return op.FirstAttemptAt },
 		func(op *opjournal.Operation, v any) { op.FirstAttemptAt = asTime(v) }},
+	FieldNote: {"note", func(op *opjournal.Operation) any { return op.Note },
+		func(op *opjournal.Operation, v any) { op.Note = asString(v) }},
 	FieldAction:      {column: "action_type"},
 	FieldRequestHash: {column: "request_hash"},
 	FieldHashKeyID:   {column: "hash_key_id"},
@@ -162,6 +164,7 @@ var params = [...]paramDef{
 	ParamRefs:           {name: "refs", json: func(c *Command) json.RawMessage { return opjournal.RefsJSON(c.Refs) }},
 	ParamParentKey:      {name: "parent_key", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.ParentKey }},
 	ParamProviderWindow: {name: "provider_dedup_window", duration: func(c *Command) time.Duration { return c.Policy.ProviderWindow }},
+	ParamNote:           {name: "note", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.Note }},
 }
 
 func (p Param) def() *paramDef {

@@ -113,11 +113,14 @@ func ruleCase(r *protocol.Rule) string {
 }
 
 // renderProbe renders the guard of rule's UPDATE as a SELECT of whether
-// it holds on the row, with the UPDATE's parameters.
+// it holds on the row, with the UPDATE's parameters. The clock $1 is
+// typed in the WHERE: a guard without conditions (SetNote's "true") does
+// not name it, and PostgreSQL refuses a parameter whose type it cannot
+// infer, which the UPDATE itself (it sets updated_at from $1) never meets.
 func renderProbe(rule *protocol.Rule) *statement {
 	r := newRenderer(false)
 	g := r.guard(rule)
-	return &statement{rule: rule, sql: `SELECT ` + g + ` FROM operations WHERE tenant = $2 AND operation_key = $3`, params: r.params}
+	return &statement{rule: rule, sql: `SELECT ` + g + ` FROM operations WHERE tenant = $2 AND operation_key = $3 AND ` + clock + ` IS NOT NULL`, params: r.params}
 }
 
 // TestDuplicateDuringAcknowledgeReachesAPerson is the history a

@@ -388,7 +388,7 @@ func scanOp(row pgx.Row, extra ...any) (scanned, error) {
 		leaseUntil, unknownSince, lastCheck, nextCheck, attStart, firstAttempt *time.Time
 		dbNow                                                                  time.Time
 	)
-	err := row.Scan(append(extra, &payload, &result, &op.Tenant, &op.Key, &op.Action, &op.RequestHash, &status,
+	err := row.Scan(append(extra, &payload, &result, &op.Note, &op.Tenant, &op.Key, &op.Action, &op.RequestHash, &status,
 		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &op.DuplicateExternalIDs, &op.DuplicateReports,
 		&op.ErrorCode, &op.NeedsReview, &op.ReviewReason, &op.CreatedAt, &op.UpdatedAt,
 		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &attStart, &op.HashKeyID,

@@ -54,13 +54,13 @@ var (
 	terminal = protocol.TerminalTerm.SQL(dialect)
 )
 
-// restColumns, after payload and result, is the row every query returns,
-// with the effective status and, last, the database's clock (used to
-// compute retry-after hints without trusting ours). The BASIC view leaves
-// out payload and result (AIP-157).
+// restColumns, after payload, result and note, is the row every query
+// returns, with the effective status and, last, the database's clock (used
+// to compute retry-after hints without trusting ours). The BASIC view
+// leaves out payload, result and note (AIP-157).
 var (
-	fullColumns  = `payload::text, result::text, ` + restColumns
-	basicColumns = `NULL::text, NULL::text, ` + restColumns
+	fullColumns  = `payload::text, result::text, coalesce(note, ''), ` + restColumns
+	basicColumns = `NULL::text, NULL::text, '', ` + restColumns
 	restColumns  = `tenant, operation_key, action_type, request_hash, ` + effectiveStatus + `,
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),

@@ -188,11 +188,11 @@ var dialect = protocol.Dialect{
 
 // columns is the row every query returns; see the postgres store for why
 // the status is the effective one and why the clock comes last. The
-// payload and result are the first two, so that the BASIC view can leave
-// them out.
+// payload, result and note are the first three, so that the BASIC view can
+// leave them out.
 const (
-	fullColumns  = `payload, result, ` + restColumns
-	basicColumns = `NULL, NULL, ` + restColumns
+	fullColumns  = `payload, result, coalesce(note, ''), ` + restColumns
+	basicColumns = `NULL, NULL, '', ` + restColumns
 	restColumns  = `tenant, operation_key, action_type, request_hash, ` + effectiveStatus + `,
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	duplicate_external_ids, duplicate_reports, coalesce(error_code, ''),
@@ -215,15 +215,16 @@ const (
 	updateSQL = `UPDATE operations SET status = ?4, attempt_count = ?5, lease_owner = ?6,
 			lease_until = ?7, external_id = ?8, result = ?9, error_code = ?10, needs_review = ?11, review_reason = ?12,
 			unknown_since = ?13, check_count = ?14, last_checked_at = ?15, next_check_at = ?16, attempt_started_at = ?17,
-			duplicate_external_ids = ?18, duplicate_reports = ?19, updated_at = ?20, first_attempt_at = ?21
+			duplicate_external_ids = ?18, duplicate_reports = ?19, updated_at = ?20, first_attempt_at = ?21,
+			note = ?22
 			WHERE tenant = ?2 AND operation_key = ?3`
 	// insertSQL writes a new row: updateSQL's arguments, then the fields
 	// fixed at registration.
 	insertSQL = `INSERT INTO operations (tenant, operation_key, status, attempt_count, lease_owner,
 		lease_until, external_id, result, error_code, needs_review, review_reason, unknown_since, check_count,
 		last_checked_at, next_check_at, attempt_started_at, duplicate_external_ids, duplicate_reports, updated_at,
-		first_attempt_at, action_type, request_hash, hash_key_id, payload, created_at, refs, parent_key)
-		VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)`
+		first_attempt_at, note, action_type, request_hash, hash_key_id, payload, created_at, refs, parent_key)
+		VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)`
 	// insertRefSQL writes one business reference of a new row.
 	insertRefSQL = `INSERT INTO operation_refs (tenant, operation_key, name, value) VALUES (?1, ?2, ?3, ?4)`
 	// insertEventSQL writes one history row.
@@ -248,7 +249,7 @@ func scanOp(row rowScanner) (scanned, error) {
 		needsReview                                                            int
 		createdAt, updatedAt, dbNow                                            int64
 	)
-	err := row.Scan(&payload, &result, &op.Tenant, &op.Key, &op.Action, &op.RequestHash, &status,
+	err := row.Scan(&payload, &result, &op.Note, &op.Tenant, &op.Key, &op.Action, &op.RequestHash, &status,
 		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &dups, &op.DuplicateReports,
 		&op.ErrorCode, &needsReview, &op.ReviewReason, &createdAt, &updatedAt,
 		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &attStart, &op.HashKeyID,
@@ -426,7 +427,8 @@ func (s *Store) write(ctx context.Context, tx *wtx, op *opjournal.Operation, ins
 	args := []any{s.clockArg(), op.Tenant, op.Key, string(op.Raw()), op.AttemptCount, nullText(op.LeaseOwner), nullTime(op.LeaseUntil),
 		nullText(op.ExternalID), result, nullText(op.ErrorCode), boolInt(op.NeedsReview), nullText(op.ReviewReason),
 		nullTime(op.UnknownSince), op.CheckCount, nullTime(op.LastCheckedAt), nullTime(op.NextCheckAt),
-		nullTime(op.AttemptStartedAt), string(dups), op.DuplicateReports, op.UpdatedAt.UnixMilli(), nullTime(op.FirstAttemptAt)}
+		nullTime(op.AttemptStartedAt), string(dups), op.DuplicateReports, op.UpdatedAt.UnixMilli(), nullTime(op.FirstAttemptAt),
+		nullText(op.Note)}
 	if !insert {
 		_, err = tx.ExecContext(ctx, updateSQL, args...)
 		if err != nil {

@@ -116,7 +116,7 @@ func DrawCommand(rt *rapid.T, key string) *protocol.Command {
 	kinds := []protocol.CommandKind{protocol.CmdRegister, protocol.CmdRegister, protocol.CmdClaim, protocol.CmdClaim,
 		protocol.CmdExtendLease, protocol.CmdMarkSucceeded, protocol.CmdMarkSucceeded, protocol.CmdMarkUnknown,
 		protocol.CmdMarkFailedFinal, protocol.CmdReleaseForRetry, protocol.CmdRecordCheck, protocol.CmdEscalate,
-		protocol.CmdResolve, protocol.CmdAcknowledge}
+		protocol.CmdResolve, protocol.CmdAcknowledge, protocol.CmdSetNote}
 	c := &protocol.Command{Kind: rapid.SampledFrom(kinds).Draw(rt, "kind"), Key: key,
 		Actor: rapid.SampledFrom([]string{"", "p1"}).Draw(rt, "actor")}
 	c.StatedActor = rapid.SampledFrom([]string{"", "said"}).Draw(rt, "stated")
@@ -161,6 +161,8 @@ func DrawCommand(rt *rapid.T, key string) *protocol.Command {
 		c.Reason, c.NextCheckAfter = "unclear", secs("next check", 1, 60)
 	case protocol.CmdEscalate, protocol.CmdAcknowledge:
 		c.Reason = "a person looks"
+	case protocol.CmdSetNote:
+		c.Note = rapid.SampledFrom([]string{"", "asked the provider", "two\nlines"}).Draw(rt, "note")
 	case protocol.CmdResolve:
 		c.Reason = "seen at the provider"
 		c.Resolution = rapid.SampledFrom([]opjournal.Status{opjournal.StatusSucceeded, opjournal.StatusFailedFinal}).Draw(rt, "resolution")
@@ -517,6 +519,7 @@ func diffOps(want, got *opjournal.Operation) string {
 	times("first_attempt_at", want.FirstAttemptAt, got.FirstAttemptAt)
 	cmp("refs", want.Refs, got.Refs)
 	cmp("parent_key", want.ParentKey, got.ParentKey)
+	cmp("note", want.Note, got.Note)
 	return strings.Join(d, "; ")
 }
 

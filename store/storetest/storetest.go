@@ -73,6 +73,7 @@ func Run(t *testing.T, newDB NewDatabase) {
 		{"ConcurrentReleasesOneApplies", testConcurrentReleasesOneApplies},
 		{"Escalate", testEscalate},
 		{"Resolve", testResolve},
+		{"SetNote", testSetNote},
 		{"Refs", testRefs},
 		{"ParentKey", testParentKey},
 		{"ProviderDedupWindow", testProviderWindow},

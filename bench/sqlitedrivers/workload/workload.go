@@ -69,6 +69,7 @@ type DB interface {
 // that each driver converts the same values.
 type row struct {
 	payload, result, refs                                                  sql.NullString
+	note                                                                   string
 	tenant, key, action, hash, status, owner, extID, dups, errCode, reason string
 	hashKey, parent                                                        string
 	attempts, dupReports, checks                                           int
@@ -78,7 +79,7 @@ type row struct {
 }
 
 func (r *row) dest() []any {
-	return []any{&r.payload, &r.result, &r.tenant, &r.key, &r.action, &r.hash, &r.status,
+	return []any{&r.payload, &r.result, &r.note, &r.tenant, &r.key, &r.action, &r.hash, &r.status,
 		&r.attempts, &r.owner, &r.leaseUntil, &r.extID, &r.dups, &r.dupReports,
 		&r.errCode, &r.needsReview, &r.reason, &r.createdAt, &r.updatedAt,
 		&r.unknownSince, &r.checks, &r.lastCheck, &r.nextCheck, &r.attStart, &r.hashKey,
@@ -108,7 +109,7 @@ func Register(tx Tx, key string) error {
 	// The arguments as store.write builds them: ?1 the clock, then the
 	// row's fields, then the fields fixed at registration.
 	if err := tx.Exec(InsertSQL, nil, "", key, "in_progress", 1, "w", lease, nil, nil, nil, 0, nil,
-		nil, 0, nil, nil, now, "[]", 0, now, now,
+		nil, 0, nil, nil, now, "[]", 0, now, now, nil,
 		"create_payment", "h", "", Payload, now, nil, nil); err != nil {
 		return fmt.Errorf("insert %s: %w", key, err)
 	}
@@ -119,7 +120,7 @@ func Register(tx Tx, key string) error {
 }
 
 // MarkSucceeded is the store's MarkSucceeded of the current attempt: read
-// the row (all 28 columns), update every field, write the event.
+// the row (all 29 columns), update every field, write the event.
 func MarkSucceeded(tx Tx, key string) error {
 	var r row
 	found, err := tx.QueryRow(GetSQL, []any{nil, "", key}, r.dest()...)
@@ -131,7 +132,7 @@ func MarkSucceeded(tx Tx, key string) error {
 	}
 	now := r.dbNow
 	if err := tx.Exec(UpdateSQL, nil, "", key, "succeeded", r.attempts, nil, nil, "x", `{"ok":true}`, nil, 0, nil,
-		nil, r.checks, nil, nil, r.attStart.Int64, r.dups, r.dupReports, now, r.firstAttempt.Int64); err != nil {
+		nil, r.checks, nil, nil, r.attStart.Int64, r.dups, r.dupReports, now, r.firstAttempt.Int64, nil); err != nil {
 		return fmt.Errorf("update %s: %w", key, err)
 	}
 	if err := tx.Exec(InsertEventSQL, "", key, now, "in_progress", "succeeded", 1, "w", "", "succeeded", "x"); err != nil {

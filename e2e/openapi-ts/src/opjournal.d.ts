@@ -216,6 +216,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/operations:note": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * SetNote attaches an operator's free-text note to an operation in any
+         *     status, terminal ones included, or clears it (an empty note). It
+         *     changes nothing else; the history records it (reason "note") with the
+         *     principal as the actor. Operators and admins only.
+         */
+        post: operations["JournalService_SetNote"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/operations:recordCheck": {
         parameters: {
             query?: never;
@@ -766,6 +788,11 @@ export interface components {
              * @description When the next check is due; unset means "as soon as possible".
              */
             next_check_at: string | null;
+            /**
+             * @description An operator's free-text note (SetNote), at most 2,000 characters;
+             *     empty for none. Only the FULL view carries it.
+             */
+            note: string;
             /** @description Stable key of the business intent, made by orchestrator code. */
             operation_key: string;
             /**
@@ -822,11 +849,11 @@ export interface components {
          *     result whenever the operation has one: that is the answer a replay
          *     returns (NEXT_STEP_REPLAY, or the refusal of NEXT_STEP_FAILED_FINAL).
          *     BASIC in the answers of ExtendLease and the marks leaves out both payload
-         *     and result.
+         *     and result. BASIC never carries the operator's note.
          *
          *      - OPERATION_VIEW_UNSPECIFIED: OPERATION_VIEW_UNSPECIFIED takes the method's default (see above).
-         *      - OPERATION_VIEW_BASIC: OPERATION_VIEW_BASIC: every field but payload and result (but see
-         *     above for the result in the answers of Register and Claim).
+         *      - OPERATION_VIEW_BASIC: OPERATION_VIEW_BASIC: every field but payload, result and note (but
+         *     see above for the result in the answers of Register and Claim).
          *      - OPERATION_VIEW_FULL: OPERATION_VIEW_FULL: every field.
          * @default OPERATION_VIEW_UNSPECIFIED
          * @enum {string}
@@ -987,6 +1014,27 @@ export interface components {
         /** @description ResolveResponse answers Resolve. */
         ResolveResponse: {
             /** @description The record after the call. */
+            operation: components["schemas"]["Operation"] | null;
+        };
+        /** @description SetNoteRequest sets or clears an operation's note. */
+        SetNoteRequest: {
+            /**
+             * @description Who the caller says wrote it (optional under authentication, where the
+             *     principal is the actor; required without it).
+             */
+            actor?: string;
+            /**
+             * @description The note: at most 2,000 characters of UTF-8, no control characters
+             *     but newline. Empty clears it. Shown to every reader of the operation:
+             *     no secrets.
+             */
+            note?: string;
+            /** @description The operation. */
+            operation_key?: string;
+        };
+        /** @description SetNoteResponse answers SetNote. */
+        SetNoteResponse: {
+            /** @description The record after the call (FULL view). */
             operation: components["schemas"]["Operation"] | null;
         };
         /**
@@ -1180,8 +1228,8 @@ export interface operations {
                  *     result).
                  *
                  *      - OPERATION_VIEW_UNSPECIFIED: OPERATION_VIEW_UNSPECIFIED takes the method's default (see above).
-                 *      - OPERATION_VIEW_BASIC: OPERATION_VIEW_BASIC: every field but payload and result (but see
-                 *     above for the result in the answers of Register and Claim).
+                 *      - OPERATION_VIEW_BASIC: OPERATION_VIEW_BASIC: every field but payload, result and note (but
+                 *     see above for the result in the answers of Register and Claim).
                  *      - OPERATION_VIEW_FULL: OPERATION_VIEW_FULL: every field.
                  */
                 view?: "OPERATION_VIEW_UNSPECIFIED" | "OPERATION_VIEW_BASIC" | "OPERATION_VIEW_FULL";
@@ -1417,8 +1465,8 @@ export interface operations {
                  * @description How much to return (default FULL).
                  *
                  *      - OPERATION_VIEW_UNSPECIFIED: OPERATION_VIEW_UNSPECIFIED takes the method's default (see above).
-                 *      - OPERATION_VIEW_BASIC: OPERATION_VIEW_BASIC: every field but payload and result (but see
-                 *     above for the result in the answers of Register and Claim).
+                 *      - OPERATION_VIEW_BASIC: OPERATION_VIEW_BASIC: every field but payload, result and note (but
+                 *     see above for the result in the answers of Register and Claim).
                  *      - OPERATION_VIEW_FULL: OPERATION_VIEW_FULL: every field.
                  */
                 view?: "OPERATION_VIEW_UNSPECIFIED" | "OPERATION_VIEW_BASIC" | "OPERATION_VIEW_FULL";
@@ -1544,6 +1592,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["MarkUnknownResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["RequestEntityTooLarge"];
+            422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+            default: components["responses"]["UnexpectedError"];
+        };
+    };
+    JournalService_SetNote: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description SetNoteRequest sets or clears an operation's note. */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetNoteRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SetNoteResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -110,14 +110,14 @@ func (Status) EnumDescriptor() ([]byte, []int) {
 // result whenever the operation has one: that is the answer a replay
 // returns (NEXT_STEP_REPLAY, or the refusal of NEXT_STEP_FAILED_FINAL).
 // BASIC in the answers of ExtendLease and the marks leaves out both payload
-// and result.
+// and result. BASIC never carries the operator's note.
 type OperationView int32
 
 const (
 	// OPERATION_VIEW_UNSPECIFIED takes the method's default (see above).
 	OperationView_OPERATION_VIEW_UNSPECIFIED OperationView = 0
-	// OPERATION_VIEW_BASIC: every field but payload and result (but see
-	// above for the result in the answers of Register and Claim).
+	// OPERATION_VIEW_BASIC: every field but payload, result and note (but
+	// see above for the result in the answers of Register and Claim).
 	OperationView_OPERATION_VIEW_BASIC OperationView = 1
 	// OPERATION_VIEW_FULL: every field.
 	OperationView_OPERATION_VIEW_FULL OperationView = 2
@@ -356,8 +356,11 @@ type Operation struct {
 	// When the first attempt was claimed (database clock); the policy's
 	// retry.provider_dedup_window counts from here.
 	FirstAttemptAt *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=first_attempt_at,json=firstAttemptAt,proto3" json:"first_attempt_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// An operator's free-text note (SetNote), at most 2,000 characters;
+	// empty for none. Only the FULL view carries it.
+	Note          string `protobuf:"bytes,27,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Operation) Reset() {
@@ -570,6 +573,13 @@ func (x *Operation) GetFirstAttemptAt() *timestamppb.Timestamp {
 		return x.FirstAttemptAt
 	}
 	return nil
+}
+
+func (x *Operation) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
 }
 
 // Event is one entry of an operation's history, written in the same
@@ -2577,6 +2587,119 @@ func (x *AcknowledgeResponse) GetOperation() *Operation {
 	return nil
 }
 
+// SetNoteRequest sets or clears an operation's note.
+type SetNoteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	// The note: at most 2,000 characters of UTF-8, no control characters
+	// but newline. Empty clears it. Shown to every reader of the operation:
+	// no secrets.
+	Note string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
+	// Who the caller says wrote it (optional under authentication, where the
+	// principal is the actor; required without it).
+	Actor         string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNoteRequest) Reset() {
+	*x = SetNoteRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNoteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNoteRequest) ProtoMessage() {}
+
+func (x *SetNoteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNoteRequest.ProtoReflect.Descriptor instead.
+func (*SetNoteRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SetNoteRequest) GetOperationKey() string {
+	if x != nil {
+		return x.OperationKey
+	}
+	return ""
+}
+
+func (x *SetNoteRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *SetNoteRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+// SetNoteResponse answers SetNote.
+type SetNoteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record after the call (FULL view).
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNoteResponse) Reset() {
+	*x = SetNoteResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNoteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNoteResponse) ProtoMessage() {}
+
+func (x *SetNoteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNoteResponse.ProtoReflect.Descriptor instead.
+func (*SetNoteResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SetNoteResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
 // ListEventsRequest asks for one page of an operation's history.
 type ListEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2592,7 +2715,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2727,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2740,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{29}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListEventsRequest) GetOperationKey() string {
@@ -2654,7 +2777,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2789,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2802,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{30}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -2705,7 +2828,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2717,7 +2840,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2730,7 +2853,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{31}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{33}
 }
 
 // WhoAmIRequest asks who the caller is.
@@ -2742,7 +2865,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +2877,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +2890,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{32}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{34}
 }
 
 // WhoAmIResponse is the caller's principal.
@@ -2798,7 +2921,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2933,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2946,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{33}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WhoAmIResponse) GetAuthenticated() bool {
@@ -2884,7 +3007,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +3019,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +3032,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{34}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetPolicyResponse) GetFingerprint() string {
@@ -2930,7 +3053,7 @@ var File_opjournal_v1_journal_proto protoreflect.FileDescriptor
 
 const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\n" +
-	"\x1aopjournal/v1/journal.proto\x12\fopjournal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\n" +
+	"\x1aopjournal/v1/journal.proto\x12\fopjournal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\n" +
 	"\n" +
 	"\tOperation\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x1f\n" +
@@ -2968,7 +3091,8 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x04refs\x18\x18 \x03(\v2!.opjournal.v1.Operation.RefsEntryR\x04refs\x12\x1d\n" +
 	"\n" +
 	"parent_key\x18\x19 \x01(\tR\tparentKey\x12D\n" +
-	"\x10first_attempt_at\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\x0efirstAttemptAt\x1a7\n" +
+	"\x10first_attempt_at\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\x0efirstAttemptAt\x12\x12\n" +
+	"\x04note\x18\x1b \x01(\tR\x04note\x1a7\n" +
 	"\tRefsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x02\n" +
@@ -3128,6 +3252,12 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"L\n" +
 	"\x13AcknowledgeResponse\x125\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"_\n" +
+	"\x0eSetNoteRequest\x12#\n" +
+	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x12\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\"H\n" +
+	"\x0fSetNoteResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"t\n" +
 	"\x11ListEventsRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x1b\n" +
@@ -3173,7 +3303,7 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"Resolution\x12\x1a\n" +
 	"\x16RESOLUTION_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14RESOLUTION_SUCCEEDED\x10\x01\x12\x1b\n" +
-	"\x17RESOLUTION_FAILED_FINAL\x10\x022\xa0\n" +
+	"\x17RESOLUTION_FAILED_FINAL\x10\x022\xe8\n" +
 	"\n" +
 	"\x0eJournalService\x12I\n" +
 	"\bRegister\x12\x1d.opjournal.v1.RegisterRequest\x1a\x1e.opjournal.v1.RegisterResponse\x12@\n" +
@@ -3188,7 +3318,8 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\vRecordCheck\x12 .opjournal.v1.RecordCheckRequest\x1a!.opjournal.v1.RecordCheckResponse\x12I\n" +
 	"\bEscalate\x12\x1d.opjournal.v1.EscalateRequest\x1a\x1e.opjournal.v1.EscalateResponse\x12F\n" +
 	"\aResolve\x12\x1c.opjournal.v1.ResolveRequest\x1a\x1d.opjournal.v1.ResolveResponse\x12R\n" +
-	"\vAcknowledge\x12 .opjournal.v1.AcknowledgeRequest\x1a!.opjournal.v1.AcknowledgeResponse\x12O\n" +
+	"\vAcknowledge\x12 .opjournal.v1.AcknowledgeRequest\x1a!.opjournal.v1.AcknowledgeResponse\x12F\n" +
+	"\aSetNote\x12\x1c.opjournal.v1.SetNoteRequest\x1a\x1d.opjournal.v1.SetNoteResponse\x12O\n" +
 	"\n" +
 	"ListEvents\x12\x1f.opjournal.v1.ListEventsRequest\x1a .opjournal.v1.ListEventsResponse\x12L\n" +
 	"\tGetPolicy\x12\x1e.opjournal.v1.GetPolicyRequest\x1a\x1f.opjournal.v1.GetPolicyResponse\x12C\n" +
@@ -3207,7 +3338,7 @@ func file_opjournal_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_opjournal_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_opjournal_v1_journal_proto_goTypes = []any{
 	(Status)(0),                     // 0: opjournal.v1.Status
 	(OperationView)(0),              // 1: opjournal.v1.OperationView
@@ -3242,108 +3373,113 @@ var file_opjournal_v1_journal_proto_goTypes = []any{
 	(*ResolveResponse)(nil),         // 30: opjournal.v1.ResolveResponse
 	(*AcknowledgeRequest)(nil),      // 31: opjournal.v1.AcknowledgeRequest
 	(*AcknowledgeResponse)(nil),     // 32: opjournal.v1.AcknowledgeResponse
-	(*ListEventsRequest)(nil),       // 33: opjournal.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),      // 34: opjournal.v1.ListEventsResponse
-	(*GetPolicyRequest)(nil),        // 35: opjournal.v1.GetPolicyRequest
-	(*WhoAmIRequest)(nil),           // 36: opjournal.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),          // 37: opjournal.v1.WhoAmIResponse
-	(*GetPolicyResponse)(nil),       // 38: opjournal.v1.GetPolicyResponse
-	nil,                             // 39: opjournal.v1.Operation.RefsEntry
-	nil,                             // 40: opjournal.v1.RegisterRequest.RefsEntry
-	nil,                             // 41: opjournal.v1.ListOperationsRequest.RefsEntry
-	(*structpb.Struct)(nil),         // 42: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),   // 43: google.protobuf.Timestamp
+	(*SetNoteRequest)(nil),          // 33: opjournal.v1.SetNoteRequest
+	(*SetNoteResponse)(nil),         // 34: opjournal.v1.SetNoteResponse
+	(*ListEventsRequest)(nil),       // 35: opjournal.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),      // 36: opjournal.v1.ListEventsResponse
+	(*GetPolicyRequest)(nil),        // 37: opjournal.v1.GetPolicyRequest
+	(*WhoAmIRequest)(nil),           // 38: opjournal.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),          // 39: opjournal.v1.WhoAmIResponse
+	(*GetPolicyResponse)(nil),       // 40: opjournal.v1.GetPolicyResponse
+	nil,                             // 41: opjournal.v1.Operation.RefsEntry
+	nil,                             // 42: opjournal.v1.RegisterRequest.RefsEntry
+	nil,                             // 43: opjournal.v1.ListOperationsRequest.RefsEntry
+	(*structpb.Struct)(nil),         // 44: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 45: google.protobuf.Timestamp
 }
 var file_opjournal_v1_journal_proto_depIdxs = []int32{
 	0,  // 0: opjournal.v1.Operation.status:type_name -> opjournal.v1.Status
-	42, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
-	43, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
-	43, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	43, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
-	42, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
-	43, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
-	43, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
-	43, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
-	43, // 9: opjournal.v1.Operation.attempt_started_at:type_name -> google.protobuf.Timestamp
-	39, // 10: opjournal.v1.Operation.refs:type_name -> opjournal.v1.Operation.RefsEntry
-	43, // 11: opjournal.v1.Operation.first_attempt_at:type_name -> google.protobuf.Timestamp
-	43, // 12: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
+	44, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
+	45, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
+	45, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	45, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
+	44, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
+	45, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
+	45, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
+	45, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
+	45, // 9: opjournal.v1.Operation.attempt_started_at:type_name -> google.protobuf.Timestamp
+	41, // 10: opjournal.v1.Operation.refs:type_name -> opjournal.v1.Operation.RefsEntry
+	45, // 11: opjournal.v1.Operation.first_attempt_at:type_name -> google.protobuf.Timestamp
+	45, // 12: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
 	0,  // 13: opjournal.v1.Event.from_status:type_name -> opjournal.v1.Status
 	0,  // 14: opjournal.v1.Event.to_status:type_name -> opjournal.v1.Status
-	42, // 15: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
+	44, // 15: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
 	6,  // 16: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
-	40, // 17: opjournal.v1.RegisterRequest.refs:type_name -> opjournal.v1.RegisterRequest.RefsEntry
+	42, // 17: opjournal.v1.RegisterRequest.refs:type_name -> opjournal.v1.RegisterRequest.RefsEntry
 	1,  // 18: opjournal.v1.RegisterRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 19: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
-	43, // 20: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
+	45, // 20: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
 	2,  // 21: opjournal.v1.RegisterResponse.next:type_name -> opjournal.v1.NextStep
 	1,  // 22: opjournal.v1.ClaimRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 23: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
-	43, // 24: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
+	45, // 24: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
 	2,  // 25: opjournal.v1.ClaimResponse.next:type_name -> opjournal.v1.NextStep
 	1,  // 26: opjournal.v1.ExtendLeaseRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 27: opjournal.v1.ExtendLeaseResponse.operation:type_name -> opjournal.v1.Operation
-	43, // 28: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
-	42, // 29: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
+	45, // 28: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
+	44, // 29: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
 	1,  // 30: opjournal.v1.MarkSucceededRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 31: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
 	1,  // 32: opjournal.v1.MarkUnknownRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 33: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
-	42, // 34: opjournal.v1.MarkFailedFinalRequest.result:type_name -> google.protobuf.Struct
+	44, // 34: opjournal.v1.MarkFailedFinalRequest.result:type_name -> google.protobuf.Struct
 	1,  // 35: opjournal.v1.MarkFailedFinalRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 36: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
 	1,  // 37: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
 	4,  // 38: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
 	0,  // 39: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
 	1,  // 40: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
-	41, // 41: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
+	43, // 41: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
 	4,  // 42: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
 	4,  // 43: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
 	4,  // 44: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
 	4,  // 45: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
 	3,  // 46: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
-	42, // 47: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
+	44, // 47: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
 	4,  // 48: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
 	4,  // 49: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
-	5,  // 50: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
-	43, // 51: opjournal.v1.WhoAmIResponse.expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 52: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
-	9,  // 53: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
-	11, // 54: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
-	13, // 55: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
-	15, // 56: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
-	17, // 57: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
-	19, // 58: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
-	21, // 59: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
-	23, // 60: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
-	25, // 61: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
-	27, // 62: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
-	29, // 63: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
-	31, // 64: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
-	33, // 65: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
-	35, // 66: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
-	36, // 67: opjournal.v1.JournalService.WhoAmI:input_type -> opjournal.v1.WhoAmIRequest
-	8,  // 68: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
-	10, // 69: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
-	12, // 70: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
-	14, // 71: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
-	16, // 72: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
-	18, // 73: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
-	20, // 74: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
-	22, // 75: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
-	24, // 76: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
-	26, // 77: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
-	28, // 78: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
-	30, // 79: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
-	32, // 80: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
-	34, // 81: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
-	38, // 82: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
-	37, // 83: opjournal.v1.JournalService.WhoAmI:output_type -> opjournal.v1.WhoAmIResponse
-	68, // [68:84] is the sub-list for method output_type
-	52, // [52:68] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	4,  // 50: opjournal.v1.SetNoteResponse.operation:type_name -> opjournal.v1.Operation
+	5,  // 51: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
+	45, // 52: opjournal.v1.WhoAmIResponse.expires_at:type_name -> google.protobuf.Timestamp
+	7,  // 53: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
+	9,  // 54: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
+	11, // 55: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
+	13, // 56: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
+	15, // 57: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
+	17, // 58: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
+	19, // 59: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
+	21, // 60: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
+	23, // 61: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
+	25, // 62: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
+	27, // 63: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
+	29, // 64: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
+	31, // 65: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
+	33, // 66: opjournal.v1.JournalService.SetNote:input_type -> opjournal.v1.SetNoteRequest
+	35, // 67: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
+	37, // 68: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
+	38, // 69: opjournal.v1.JournalService.WhoAmI:input_type -> opjournal.v1.WhoAmIRequest
+	8,  // 70: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
+	10, // 71: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
+	12, // 72: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
+	14, // 73: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
+	16, // 74: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
+	18, // 75: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
+	20, // 76: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
+	22, // 77: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
+	24, // 78: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
+	26, // 79: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
+	28, // 80: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
+	30, // 81: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
+	32, // 82: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
+	34, // 83: opjournal.v1.JournalService.SetNote:output_type -> opjournal.v1.SetNoteResponse
+	36, // 84: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
+	40, // 85: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
+	39, // 86: opjournal.v1.JournalService.WhoAmI:output_type -> opjournal.v1.WhoAmIResponse
+	70, // [70:87] is the sub-list for method output_type
+	53, // [53:70] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_opjournal_v1_journal_proto_init() }
@@ -3358,7 +3494,7 @@ func file_opjournal_v1_journal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_opjournal_v1_journal_proto_rawDesc), len(file_opjournal_v1_journal_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

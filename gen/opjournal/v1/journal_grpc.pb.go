@@ -40,6 +40,7 @@ const (
 	JournalService_Escalate_FullMethodName        = "/opjournal.v1.JournalService/Escalate"
 	JournalService_Resolve_FullMethodName         = "/opjournal.v1.JournalService/Resolve"
 	JournalService_Acknowledge_FullMethodName     = "/opjournal.v1.JournalService/Acknowledge"
+	JournalService_SetNote_FullMethodName         = "/opjournal.v1.JournalService/SetNote"
 	JournalService_ListEvents_FullMethodName      = "/opjournal.v1.JournalService/ListEvents"
 	JournalService_GetPolicy_FullMethodName       = "/opjournal.v1.JournalService/GetPolicy"
 	JournalService_WhoAmI_FullMethodName          = "/opjournal.v1.JournalService/WhoAmI"
@@ -122,6 +123,11 @@ type JournalServiceClient interface {
 	// needs_review and records the reason. The status never changes:
 	// terminal states never go backwards. Reason is required.
 	Acknowledge(ctx context.Context, in *AcknowledgeRequest, opts ...grpc.CallOption) (*AcknowledgeResponse, error)
+	// SetNote attaches an operator's free-text note to an operation in any
+	// status, terminal ones included, or clears it (an empty note). It
+	// changes nothing else; the history records it (reason "note") with the
+	// principal as the actor. Operators and admins only.
+	SetNote(ctx context.Context, in *SetNoteRequest, opts ...grpc.CallOption) (*SetNoteResponse, error)
 	// ListEvents returns an operation's history, oldest first, one page at a
 	// time.
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
@@ -274,6 +280,16 @@ func (c *journalServiceClient) Acknowledge(ctx context.Context, in *AcknowledgeR
 	return out, nil
 }
 
+func (c *journalServiceClient) SetNote(ctx context.Context, in *SetNoteRequest, opts ...grpc.CallOption) (*SetNoteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetNoteResponse)
+	err := c.cc.Invoke(ctx, JournalService_SetNote_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *journalServiceClient) ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListEventsResponse)
@@ -381,6 +397,11 @@ type JournalServiceServer interface {
 	// needs_review and records the reason. The status never changes:
 	// terminal states never go backwards. Reason is required.
 	Acknowledge(context.Context, *AcknowledgeRequest) (*AcknowledgeResponse, error)
+	// SetNote attaches an operator's free-text note to an operation in any
+	// status, terminal ones included, or clears it (an empty note). It
+	// changes nothing else; the history records it (reason "note") with the
+	// principal as the actor. Operators and admins only.
+	SetNote(context.Context, *SetNoteRequest) (*SetNoteResponse, error)
 	// ListEvents returns an operation's history, oldest first, one page at a
 	// time.
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
@@ -441,6 +462,9 @@ func (UnimplementedJournalServiceServer) Resolve(context.Context, *ResolveReques
 }
 func (UnimplementedJournalServiceServer) Acknowledge(context.Context, *AcknowledgeRequest) (*AcknowledgeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Acknowledge not implemented")
+}
+func (UnimplementedJournalServiceServer) SetNote(context.Context, *SetNoteRequest) (*SetNoteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetNote not implemented")
 }
 func (UnimplementedJournalServiceServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
@@ -706,6 +730,24 @@ func _JournalService_Acknowledge_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JournalService_SetNote_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetNoteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).SetNote(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_SetNote_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).SetNote(ctx, req.(*SetNoteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _JournalService_ListEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListEventsRequest)
 	if err := dec(in); err != nil {
@@ -818,6 +860,10 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Acknowledge",
 			Handler:    _JournalService_Acknowledge_Handler,
+		},
+		{
+			MethodName: "SetNote",
+			Handler:    _JournalService_SetNote_Handler,
 		},
 		{
 			MethodName: "ListEvents",

@@ -31,7 +31,7 @@ WITH ins AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($12::text, ''), lease_owner, ''), $13::text, $14::text, NULL
 		FROM ins
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -51,7 +51,7 @@ WITH ins AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($10::text, ''), lease_owner, ''), $11::text, $12::text, NULL
 		FROM ins
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -81,7 +81,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($8::text, ''), lease_owner, ''), $9::text, $10::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -103,7 +103,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -130,7 +130,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($4::text, '')
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -157,7 +157,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($5::text, '')
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -185,7 +185,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($5::text, '')
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -212,7 +212,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $5::int, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, nullif($4::text, '')
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -235,7 +235,7 @@ WITH upd AS (
 		  AND NOT coalesce(($4::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND ($5::text <> '' AND $5::text <> coalesce(external_id, '') AND NOT ($5::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10), false)
 		RETURNING *
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -260,7 +260,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $5::int, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -286,7 +286,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -311,7 +311,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -338,7 +338,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -361,7 +361,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -389,7 +389,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($4::text, '')
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -417,7 +417,7 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -439,7 +439,29 @@ WITH upd AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($4::text, ''), lease_owner, ''), $5::text, $6::text, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
+	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
+	needs_review, coalesce(review_reason, ''), created_at, updated_at,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
+	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
+	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+
+-- name: SetNote: note
+-- params: note, actor, stated_actor, event_reason
+WITH upd AS (
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+		       note = nullif($4::text, ''),
+		       updated_at = coalesce($1::timestamptz, now())
+		WHERE tenant = $2 AND operation_key = $3
+		  AND true
+		RETURNING *
+	), ev AS (
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, NULL
+		FROM upd
+	)
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -462,7 +484,7 @@ WITH i AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif(in_actor, ''), lease_owner, ''), in_stated_actor, in_event_reason, NULL
 		FROM ins JOIN i ON in_tenant = tenant AND in_key = operation_key
 	)
-	SELECT false, payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT false, payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -470,7 +492,7 @@ WITH i AS (
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
 	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM ins
 	UNION ALL
-	SELECT true, payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT true, payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -505,7 +527,7 @@ WITH i AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif(in_actor, ''), lease_owner, ''), in_stated_actor, in_event_reason, NULL
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
@@ -536,7 +558,7 @@ WITH i AS (
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), in_attempt, coalesce(nullif(in_actor, ''), lease_owner, ''), in_stated_actor, in_event_reason, nullif(in_external_id, '')
 		FROM upd
 	)
-	SELECT payload::text, result::text, tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
 	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,

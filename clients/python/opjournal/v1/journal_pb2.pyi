@@ -283,7 +283,7 @@ class MarkUnknownResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class Operation(_message.Message):
-    __slots__ = ["action_type", "attempt_count", "attempt_started_at", "check_count", "created_at", "duplicate_external_id", "duplicate_external_ids", "duplicate_reports", "error_code", "external_id", "first_attempt_at", "last_checked_at", "lease_owner", "lease_until", "needs_review", "next_check_at", "operation_key", "parent_key", "payload", "refs", "request_hash", "result", "review_reason", "status", "unknown_since", "updated_at"]
+    __slots__ = ["action_type", "attempt_count", "attempt_started_at", "check_count", "created_at", "duplicate_external_id", "duplicate_external_ids", "duplicate_reports", "error_code", "external_id", "first_attempt_at", "last_checked_at", "lease_owner", "lease_until", "needs_review", "next_check_at", "note", "operation_key", "parent_key", "payload", "refs", "request_hash", "result", "review_reason", "status", "unknown_since", "updated_at"]
     class RefsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -307,6 +307,7 @@ class Operation(_message.Message):
     LEASE_UNTIL_FIELD_NUMBER: _ClassVar[int]
     NEEDS_REVIEW_FIELD_NUMBER: _ClassVar[int]
     NEXT_CHECK_AT_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
     PARENT_KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -333,6 +334,7 @@ class Operation(_message.Message):
     lease_until: _timestamp_pb2.Timestamp
     needs_review: bool
     next_check_at: _timestamp_pb2.Timestamp
+    note: str
     operation_key: str
     parent_key: str
     payload: _struct_pb2.Struct
@@ -343,7 +345,7 @@ class Operation(_message.Message):
     status: Status
     unknown_since: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., request_hash: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., attempt_count: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., needs_review: bool = ..., review_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., duplicate_external_id: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., unknown_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., check_count: _Optional[int] = ..., last_checked_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_check_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duplicate_external_ids: _Optional[_Iterable[str]] = ..., duplicate_reports: _Optional[int] = ..., attempt_started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., refs: _Optional[_Mapping[str, str]] = ..., parent_key: _Optional[str] = ..., first_attempt_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., request_hash: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., attempt_count: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., needs_review: bool = ..., review_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., duplicate_external_id: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., unknown_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., check_count: _Optional[int] = ..., last_checked_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_check_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duplicate_external_ids: _Optional[_Iterable[str]] = ..., duplicate_reports: _Optional[int] = ..., attempt_started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., refs: _Optional[_Mapping[str, str]] = ..., parent_key: _Optional[str] = ..., first_attempt_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., note: _Optional[str] = ...) -> None: ...
 
 class RecordCheckRequest(_message.Message):
     __slots__ = ["actor", "attempt", "next_check_after_seconds", "note", "operation_key"]
@@ -447,6 +449,22 @@ class ResolveRequest(_message.Message):
     def __init__(self, operation_key: _Optional[str] = ..., resolution: _Optional[_Union[Resolution, str]] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ResolveResponse(_message.Message):
+    __slots__ = ["operation"]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
+
+class SetNoteRequest(_message.Message):
+    __slots__ = ["actor", "note", "operation_key"]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    actor: str
+    note: str
+    operation_key: str
+    def __init__(self, operation_key: _Optional[str] = ..., note: _Optional[str] = ..., actor: _Optional[str] = ...) -> None: ...
+
+class SetNoteResponse(_message.Message):
     __slots__ = ["operation"]
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     operation: Operation

@@ -86,6 +86,11 @@ class JournalServiceStub(object):
                 request_serializer=opjournal_dot_v1_dot_journal__pb2.AcknowledgeRequest.SerializeToString,
                 response_deserializer=opjournal_dot_v1_dot_journal__pb2.AcknowledgeResponse.FromString,
                 )
+        self.SetNote = channel.unary_unary(
+                '/opjournal.v1.JournalService/SetNote',
+                request_serializer=opjournal_dot_v1_dot_journal__pb2.SetNoteRequest.SerializeToString,
+                response_deserializer=opjournal_dot_v1_dot_journal__pb2.SetNoteResponse.FromString,
+                )
         self.ListEvents = channel.unary_unary(
                 '/opjournal.v1.JournalService/ListEvents',
                 request_serializer=opjournal_dot_v1_dot_journal__pb2.ListEventsRequest.SerializeToString,
@@ -243,6 +248,16 @@ class JournalServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetNote(self, request, context):
+        """SetNote attaches an operator's free-text note to an operation in any
+        status, terminal ones included, or clears it (an empty note). It
+        changes nothing else; the history records it (reason "note") with the
+        principal as the actor. Operators and admins only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListEvents(self, request, context):
         """ListEvents returns an operation's history, oldest first, one page at a
         time.
@@ -337,6 +352,11 @@ def add_JournalServiceServicer_to_server(servicer, server):
                     servicer.Acknowledge,
                     request_deserializer=opjournal_dot_v1_dot_journal__pb2.AcknowledgeRequest.FromString,
                     response_serializer=opjournal_dot_v1_dot_journal__pb2.AcknowledgeResponse.SerializeToString,
+            ),
+            'SetNote': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNote,
+                    request_deserializer=opjournal_dot_v1_dot_journal__pb2.SetNoteRequest.FromString,
+                    response_serializer=opjournal_dot_v1_dot_journal__pb2.SetNoteResponse.SerializeToString,
             ),
             'ListEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListEvents,
@@ -588,6 +608,23 @@ class JournalService(object):
         return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/Acknowledge',
             opjournal_dot_v1_dot_journal__pb2.AcknowledgeRequest.SerializeToString,
             opjournal_dot_v1_dot_journal__pb2.AcknowledgeResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SetNote(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/SetNote',
+            opjournal_dot_v1_dot_journal__pb2.SetNoteRequest.SerializeToString,
+            opjournal_dot_v1_dot_journal__pb2.SetNoteResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -1,0 +1,4 @@
+-- An operator's free-text note on an operation (SetNote): NULL for none.
+-- The length (at most 2,000 characters) is checked by the journal before
+-- a note reaches the store.
+ALTER TABLE operations ADD COLUMN note TEXT;

@@ -522,7 +522,7 @@ func (p *parser) action(n *yaml.Node, path, name string) *Action {
 				at, fpath = retryNode, join(path, "retry.provider_dedup_window")
 			}
 			p.add(at, fpath, "retention %s is shorter than retry.provider_dedup_window (%s): keep an operation's records at least as long as the provider remembers its key",
-				formatDuration(a.Retention), formatDuration(w))
+				FormatDuration(a.Retention), FormatDuration(w))
 		}
 	}
 	for _, r := range a.Refs.Required {
@@ -538,7 +538,7 @@ func (p *parser) action(n *yaml.Node, path, name string) *Action {
 			at, fpath = unknownAfterNode, join(path, "unknown_after_seconds")
 		}
 		p.add(at, fpath, "retention %s is shorter than unknown_after_seconds (%s): records must be kept at least until an operation's outcome can be declared unknown and reconciled",
-			formatDuration(a.Retention), formatDuration(a.UnknownAfter))
+			FormatDuration(a.Retention), FormatDuration(a.UnknownAfter))
 	}
 	return a
 }
@@ -756,7 +756,7 @@ func (p *parser) retention(n *yaml.Node, path string) (time.Duration, bool) {
 		return 0, false
 	}
 	if d < minRetention {
-		p.add(n, path, "%q is shorter than the minimum of %s", n.Value, formatDuration(minRetention))
+		p.add(n, path, "%q is shorter than the minimum of %s", n.Value, FormatDuration(minRetention))
 		return 0, false
 	}
 	return d, true
@@ -781,9 +781,9 @@ func parseRetention(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// formatDuration formats d without trailing zero units ("720h", not
+// FormatDuration formats d without trailing zero units ("720h", not
 // "720h0m0s").
-func formatDuration(d time.Duration) string {
+func FormatDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = strings.TrimSuffix(s, "0s")

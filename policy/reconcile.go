@@ -190,7 +190,7 @@ func (p *parser) reconcile(n *yaml.Node, path string, r *Reconcile) {
 			at, fpath = maxIntervalNode, join(path, "max_interval")
 		}
 		if at != nil {
-			p.add(at, fpath, "interval %s is longer than max_interval %s", formatDuration(r.Interval), formatDuration(r.MaxInterval))
+			p.add(at, fpath, "interval %s is longer than max_interval %s", FormatDuration(r.Interval), FormatDuration(r.MaxInterval))
 		}
 	}
 }
@@ -241,7 +241,7 @@ func (p *parser) httpVerifier(n *yaml.Node, path string) *HTTPVerifier {
 		case "timeout":
 			if d, ok := p.duration(v, fpath, true); ok {
 				if d < minVerifierTimeout || d > maxVerifierTimeout {
-					p.add(v, fpath, "%s is out of range %s..%s", formatDuration(d), formatDuration(minVerifierTimeout), formatDuration(maxVerifierTimeout))
+					p.add(v, fpath, "%s is out of range %s..%s", FormatDuration(d), FormatDuration(minVerifierTimeout), FormatDuration(maxVerifierTimeout))
 				} else {
 					h.Timeout = d
 				}

@@ -9,10 +9,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/opjournal/opjournal/journal"
+	"github.com/opjournal/opjournal/policy"
 )
 
 // Print writes what a purge pass removed (or, dry, would remove):
@@ -27,11 +27,11 @@ func Print(w io.Writer, reports []journal.PurgeReport, dryRun bool, took time.Du
 	for _, r := range reports {
 		ops, evs = ops+r.Operations, evs+r.Events
 		if r.Operations == 0 {
-			fmt.Fprintf(w, "%s (retention %s): nothing to remove\n", r.Action, formatDuration(r.Retention))
+			fmt.Fprintf(w, "%s (retention %s): nothing to remove\n", r.Action, policy.FormatDuration(r.Retention))
 			continue
 		}
 		fmt.Fprintf(w, "%s (retention %s): %s %d operations and %d history entries, last changed from %s to %s\n",
-			r.Action, formatDuration(r.Retention), verb, r.Operations, r.Events,
+			r.Action, policy.FormatDuration(r.Retention), verb, r.Operations, r.Events,
 			r.Oldest.UTC().Format(time.RFC3339), r.Newest.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "total: %s %d operations and %d history entries in %s\n", verb, ops, evs, took.Round(time.Millisecond))
@@ -55,7 +55,7 @@ type purgeRecord struct {
 func JSON(w io.Writer, reports []journal.PurgeReport, dryRun bool) error {
 	enc := json.NewEncoder(w)
 	for _, r := range reports {
-		rec := purgeRecord{Action: r.Action, Retention: formatDuration(r.Retention), DryRun: dryRun,
+		rec := purgeRecord{Action: r.Action, Retention: policy.FormatDuration(r.Retention), DryRun: dryRun,
 			Operations: r.Operations, Events: r.Events}
 		if r.Operations > 0 {
 			rec.Oldest, rec.Newest = r.Oldest.UTC().Format(time.RFC3339), r.Newest.UTC().Format(time.RFC3339)
@@ -65,17 +65,4 @@ func JSON(w io.Writer, reports []journal.PurgeReport, dryRun bool) error {
 		}
 	}
 	return nil
-}
-
-// formatDuration formats d without trailing zero units ("720h", not
-// "720h0m0s").
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

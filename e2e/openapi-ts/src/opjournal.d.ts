@@ -47,6 +47,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/operations:approve": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve is a person's yes to the exact request of an operation that is
+         *     AWAITING_APPROVAL: request_hash must be the hash the approver saw
+         *     (another one is PAYLOAD_MISMATCH and changes nothing). The approver is
+         *     the authenticated principal; only the roles of the action's
+         *     approval.approvers may decide (operator and admin by default; never
+         *     agents, reconcilers or scrapers), and with distinct_from_requester the
+         *     principal who registered it may not. The operation becomes PENDING
+         *     (claimable as usual); with two_person the first approval is recorded
+         *     and the second, from another principal, releases it. Reason is
+         *     required; every decision is in the history.
+         */
+        post: operations["JournalService_Approve"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/operations:claim": {
         parameters: {
             query?: never;
@@ -284,6 +312,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/operations:reject": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reject is a person's no to an operation that is AWAITING_APPROVAL: it
+         *     becomes FAILED_FINAL with error_code (default "approval_rejected"),
+         *     and every later Register of the key replays that refusal. The same
+         *     checks as Approve (request_hash, roles, reason); one rejection is
+         *     enough, also under two_person.
+         */
+        post: operations["JournalService_Reject"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/operations:releaseForRetry": {
         parameters: {
             query?: never;
@@ -396,6 +447,70 @@ export interface components {
         AcknowledgeResponse: {
             /** @description The record after the call. */
             operation: components["schemas"]["Operation"] | null;
+        };
+        /**
+         * @description Approval is what the policy required of an operation at its
+         *     registration and the decisions made on it so far.
+         */
+        Approval: {
+            /** @description The approvals given so far, oldest first (at most two). */
+            approvals: components["schemas"]["ApprovalDecision"][];
+            /** @description The roles that may decide. */
+            approvers: string[];
+            /**
+             * Format: date-time
+             * @description When the question times out (database clock); unset for never.
+             */
+            deadline: string | null;
+            /** @description The principal who registered the operation may not approve it. */
+            distinct_from_requester: boolean;
+            /**
+             * @description What happens at the deadline: "reject" (FAILED_FINAL,
+             *     error_code "approval_timeout") or "escalate" (needs_review).
+             */
+            on_timeout: string;
+            /** @description The principal who registered the operation (empty without authentication). */
+            requested_by: string;
+            /** @description True: a person had to approve before any attempt. */
+            required: boolean;
+            /** @description Why the policy asked: the `when` expression that held, or "required". */
+            rule: string;
+            /** @description Two distinct principals must approve. */
+            two_person: boolean;
+        };
+        /** @description ApprovalDecision is one person's approval. */
+        ApprovalDecision: {
+            /**
+             * Format: date-time
+             * @description When (database clock).
+             */
+            at: string | null;
+            /** @description The authenticated principal who approved. */
+            principal: string;
+            /** @description The reason they gave. */
+            reason: string;
+        };
+        /** @description ApproveRequest approves an operation awaiting approval. */
+        ApproveRequest: {
+            /** @description The operation. */
+            operation_key?: string;
+            /** @description Why (required, ≤ 200 characters, no secrets), for the history. */
+            reason?: string;
+            /**
+             * @description The request hash the approver saw (Operation.request_hash); another
+             *     one is PAYLOAD_MISMATCH.
+             */
+            request_hash?: string;
+        };
+        /** @description ApproveResponse answers Approve. */
+        ApproveResponse: {
+            /**
+             * @description The record after the call (FULL view): PENDING once released,
+             *     still AWAITING_APPROVAL after the first of two approvals.
+             */
+            operation: components["schemas"]["Operation"] | null;
+            /** @description True when this decision released the operation (PENDING). */
+            released: boolean;
         };
         /** @description ClaimOptions asks Register to claim the operation in the same call. */
         ClaimOptions: {
@@ -714,14 +829,25 @@ export interface components {
          *      - NEXT_STEP_FAILED_FINAL: NEXT_STEP_FAILED_FINAL: the provider confirmed a rejection; call nothing.
          *      - NEXT_STEP_CLAIM: NEXT_STEP_CLAIM: registered without a claim and pending; Claim it to
          *     call the provider.
+         *      - NEXT_STEP_AWAIT_APPROVAL: NEXT_STEP_AWAIT_APPROVAL: a person must approve this exact request
+         *     first; call nothing. Ask again (Register or Claim with the same key and
+         *     payload) after retry_after_seconds, or wait for the decision with
+         *     Lookup's wait_seconds. Never rephrase or split the request: another
+         *     payload is another request that needs its own approval.
          * @default NEXT_STEP_UNSPECIFIED
          * @enum {string}
          */
-        NextStep: "NEXT_STEP_UNSPECIFIED" | "NEXT_STEP_CALL_PROVIDER" | "NEXT_STEP_REPLAY" | "NEXT_STEP_WAIT" | "NEXT_STEP_VERIFICATION_REQUIRED" | "NEXT_STEP_FAILED_FINAL" | "NEXT_STEP_CLAIM";
+        NextStep: "NEXT_STEP_UNSPECIFIED" | "NEXT_STEP_CALL_PROVIDER" | "NEXT_STEP_REPLAY" | "NEXT_STEP_WAIT" | "NEXT_STEP_VERIFICATION_REQUIRED" | "NEXT_STEP_FAILED_FINAL" | "NEXT_STEP_CLAIM" | "NEXT_STEP_AWAIT_APPROVAL";
         /** @description Operation is the journal's record of one business intent. */
         Operation: {
             /** @description The action type; its policy governs retries and leases. */
             action_type: string;
+            /**
+             * @description The approval the action's policy asked for at registration; unset
+             *     when none was needed. Recorded once: a later policy change does not
+             *     re-open a decided question.
+             */
+            approval: components["schemas"]["Approval"] | null;
             /**
              * Format: int32
              * @description Number of claims so far; the latest is the current attempt.
@@ -956,6 +1082,25 @@ export interface components {
              */
             retry_after_seconds: number;
         };
+        /** @description RejectRequest rejects an operation awaiting approval. */
+        RejectRequest: {
+            /**
+             * @description The error code the operation ends with (≤ 100 characters; default
+             *     "approval_rejected").
+             */
+            error_code?: string;
+            /** @description The operation. */
+            operation_key?: string;
+            /** @description Why (required, ≤ 200 characters, no secrets), for the history. */
+            reason?: string;
+            /** @description The request hash the approver saw; another one is PAYLOAD_MISMATCH. */
+            request_hash?: string;
+        };
+        /** @description RejectResponse answers Reject. */
+        RejectResponse: {
+            /** @description The record after the call (FULL view): FAILED_FINAL. */
+            operation: components["schemas"]["Operation"] | null;
+        };
         /** @description ReleaseForRetryRequest releases an unknown operation after proven absence. */
         ReleaseForRetryRequest: {
             /**
@@ -1048,10 +1193,14 @@ export interface components {
          *      - STATUS_SUCCEEDED: STATUS_SUCCEEDED: the effect is confirmed and its result stored (terminal).
          *      - STATUS_FAILED_FINAL: STATUS_FAILED_FINAL: confirmed that no effect happened; no automatic
          *     retry (terminal).
+         *      - STATUS_AWAITING_APPROVAL: STATUS_AWAITING_APPROVAL: registered, and the action's policy says a
+         *     person must approve this exact request (its request_hash) before any
+         *     attempt; nothing may call the provider. Approve makes it PENDING,
+         *     Reject or the approval's timeout (on_timeout: reject) FAILED_FINAL.
          * @default STATUS_UNSPECIFIED
          * @enum {string}
          */
-        Status: "STATUS_UNSPECIFIED" | "STATUS_PENDING" | "STATUS_IN_PROGRESS" | "STATUS_UNKNOWN" | "STATUS_SUCCEEDED" | "STATUS_FAILED_FINAL";
+        Status: "STATUS_UNSPECIFIED" | "STATUS_PENDING" | "STATUS_IN_PROGRESS" | "STATUS_UNKNOWN" | "STATUS_SUCCEEDED" | "STATUS_FAILED_FINAL" | "STATUS_AWAITING_APPROVAL";
         /** @description WhoAmIResponse is the caller's principal. */
         WhoAmIResponse: {
             /**
@@ -1208,8 +1357,12 @@ export interface operations {
                  *      - STATUS_SUCCEEDED: STATUS_SUCCEEDED: the effect is confirmed and its result stored (terminal).
                  *      - STATUS_FAILED_FINAL: STATUS_FAILED_FINAL: confirmed that no effect happened; no automatic
                  *     retry (terminal).
+                 *      - STATUS_AWAITING_APPROVAL: STATUS_AWAITING_APPROVAL: registered, and the action's policy says a
+                 *     person must approve this exact request (its request_hash) before any
+                 *     attempt; nothing may call the provider. Approve makes it PENDING,
+                 *     Reject or the approval's timeout (on_timeout: reject) FAILED_FINAL.
                  */
-                statuses?: ("STATUS_UNSPECIFIED" | "STATUS_PENDING" | "STATUS_IN_PROGRESS" | "STATUS_UNKNOWN" | "STATUS_SUCCEEDED" | "STATUS_FAILED_FINAL")[];
+                statuses?: ("STATUS_UNSPECIFIED" | "STATUS_PENDING" | "STATUS_IN_PROGRESS" | "STATUS_UNKNOWN" | "STATUS_SUCCEEDED" | "STATUS_FAILED_FINAL" | "STATUS_AWAITING_APPROVAL")[];
                 /** @description If set, only operations whose needs_review equals it. */
                 needs_review?: boolean;
                 /** @description If set, only this action. */
@@ -1295,6 +1448,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AcknowledgeResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["RequestEntityTooLarge"];
+            422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+            default: components["responses"]["UnexpectedError"];
+        };
+    };
+    JournalService_Approve: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description ApproveRequest approves an operation awaiting approval. */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApproveRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApproveResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1470,6 +1659,13 @@ export interface operations {
                  *      - OPERATION_VIEW_FULL: OPERATION_VIEW_FULL: every field.
                  */
                 view?: "OPERATION_VIEW_UNSPECIFIED" | "OPERATION_VIEW_BASIC" | "OPERATION_VIEW_FULL";
+                /**
+                 * @description A long poll: while the operation is AWAITING_APPROVAL, hold the answer
+                 *     until it is decided (or times out) or this many seconds pass (0: answer
+                 *     at once; at most 60), then answer with the record as it is. The SDKs
+                 *     wait for an approval with it instead of polling.
+                 */
+                wait_seconds?: number;
             };
             header?: never;
             path?: never;
@@ -1700,6 +1896,42 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RegisterResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["RequestEntityTooLarge"];
+            422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+            default: components["responses"]["UnexpectedError"];
+        };
+    };
+    JournalService_Reject: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description RejectRequest rejects an operation awaiting approval. */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RejectRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RejectResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];

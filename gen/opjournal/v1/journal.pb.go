@@ -49,6 +49,11 @@ const (
 	// STATUS_FAILED_FINAL: confirmed that no effect happened; no automatic
 	// retry (terminal).
 	Status_STATUS_FAILED_FINAL Status = 5
+	// STATUS_AWAITING_APPROVAL: registered, and the action's policy says a
+	// person must approve this exact request (its request_hash) before any
+	// attempt; nothing may call the provider. Approve makes it PENDING,
+	// Reject or the approval's timeout (on_timeout: reject) FAILED_FINAL.
+	Status_STATUS_AWAITING_APPROVAL Status = 6
 )
 
 // Enum value maps for Status.
@@ -60,14 +65,16 @@ var (
 		3: "STATUS_UNKNOWN",
 		4: "STATUS_SUCCEEDED",
 		5: "STATUS_FAILED_FINAL",
+		6: "STATUS_AWAITING_APPROVAL",
 	}
 	Status_value = map[string]int32{
-		"STATUS_UNSPECIFIED":  0,
-		"STATUS_PENDING":      1,
-		"STATUS_IN_PROGRESS":  2,
-		"STATUS_UNKNOWN":      3,
-		"STATUS_SUCCEEDED":    4,
-		"STATUS_FAILED_FINAL": 5,
+		"STATUS_UNSPECIFIED":       0,
+		"STATUS_PENDING":           1,
+		"STATUS_IN_PROGRESS":       2,
+		"STATUS_UNKNOWN":           3,
+		"STATUS_SUCCEEDED":         4,
+		"STATUS_FAILED_FINAL":      5,
+		"STATUS_AWAITING_APPROVAL": 6,
 	}
 )
 
@@ -188,6 +195,12 @@ const (
 	// NEXT_STEP_CLAIM: registered without a claim and pending; Claim it to
 	// call the provider.
 	NextStep_NEXT_STEP_CLAIM NextStep = 6
+	// NEXT_STEP_AWAIT_APPROVAL: a person must approve this exact request
+	// first; call nothing. Ask again (Register or Claim with the same key and
+	// payload) after retry_after_seconds, or wait for the decision with
+	// Lookup's wait_seconds. Never rephrase or split the request: another
+	// payload is another request that needs its own approval.
+	NextStep_NEXT_STEP_AWAIT_APPROVAL NextStep = 7
 )
 
 // Enum value maps for NextStep.
@@ -200,6 +213,7 @@ var (
 		4: "NEXT_STEP_VERIFICATION_REQUIRED",
 		5: "NEXT_STEP_FAILED_FINAL",
 		6: "NEXT_STEP_CLAIM",
+		7: "NEXT_STEP_AWAIT_APPROVAL",
 	}
 	NextStep_value = map[string]int32{
 		"NEXT_STEP_UNSPECIFIED":           0,
@@ -209,6 +223,7 @@ var (
 		"NEXT_STEP_VERIFICATION_REQUIRED": 4,
 		"NEXT_STEP_FAILED_FINAL":          5,
 		"NEXT_STEP_CLAIM":                 6,
+		"NEXT_STEP_AWAIT_APPROVAL":        7,
 	}
 )
 
@@ -358,7 +373,11 @@ type Operation struct {
 	FirstAttemptAt *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=first_attempt_at,json=firstAttemptAt,proto3" json:"first_attempt_at,omitempty"`
 	// An operator's free-text note (SetNote), at most 2,000 characters;
 	// empty for none. Only the FULL view carries it.
-	Note          string `protobuf:"bytes,27,opt,name=note,proto3" json:"note,omitempty"`
+	Note string `protobuf:"bytes,27,opt,name=note,proto3" json:"note,omitempty"`
+	// The approval the action's policy asked for at registration; unset
+	// when none was needed. Recorded once: a later policy change does not
+	// re-open a decided question.
+	Approval      *Approval `protobuf:"bytes,28,opt,name=approval,proto3" json:"approval,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -582,6 +601,197 @@ func (x *Operation) GetNote() string {
 	return ""
 }
 
+func (x *Operation) GetApproval() *Approval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
+// Approval is what the policy required of an operation at its
+// registration and the decisions made on it so far.
+type Approval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True: a person had to approve before any attempt.
+	Required bool `protobuf:"varint,1,opt,name=required,proto3" json:"required,omitempty"`
+	// The roles that may decide.
+	Approvers []string `protobuf:"bytes,2,rep,name=approvers,proto3" json:"approvers,omitempty"`
+	// The principal who registered the operation may not approve it.
+	DistinctFromRequester bool `protobuf:"varint,3,opt,name=distinct_from_requester,json=distinctFromRequester,proto3" json:"distinct_from_requester,omitempty"`
+	// Two distinct principals must approve.
+	TwoPerson bool `protobuf:"varint,4,opt,name=two_person,json=twoPerson,proto3" json:"two_person,omitempty"`
+	// The principal who registered the operation (empty without authentication).
+	RequestedBy string `protobuf:"bytes,5,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	// When the question times out (database clock); unset for never.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// What happens at the deadline: "reject" (FAILED_FINAL,
+	// error_code "approval_timeout") or "escalate" (needs_review).
+	OnTimeout string `protobuf:"bytes,7,opt,name=on_timeout,json=onTimeout,proto3" json:"on_timeout,omitempty"`
+	// The approvals given so far, oldest first (at most two).
+	Approvals []*ApprovalDecision `protobuf:"bytes,8,rep,name=approvals,proto3" json:"approvals,omitempty"`
+	// Why the policy asked: the `when` expression that held, or "required".
+	Rule          string `protobuf:"bytes,9,opt,name=rule,proto3" json:"rule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Approval) Reset() {
+	*x = Approval{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Approval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Approval) ProtoMessage() {}
+
+func (x *Approval) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Approval.ProtoReflect.Descriptor instead.
+func (*Approval) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Approval) GetRequired() bool {
+	if x != nil {
+		return x.Required
+	}
+	return false
+}
+
+func (x *Approval) GetApprovers() []string {
+	if x != nil {
+		return x.Approvers
+	}
+	return nil
+}
+
+func (x *Approval) GetDistinctFromRequester() bool {
+	if x != nil {
+		return x.DistinctFromRequester
+	}
+	return false
+}
+
+func (x *Approval) GetTwoPerson() bool {
+	if x != nil {
+		return x.TwoPerson
+	}
+	return false
+}
+
+func (x *Approval) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *Approval) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *Approval) GetOnTimeout() string {
+	if x != nil {
+		return x.OnTimeout
+	}
+	return ""
+}
+
+func (x *Approval) GetApprovals() []*ApprovalDecision {
+	if x != nil {
+		return x.Approvals
+	}
+	return nil
+}
+
+func (x *Approval) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+// ApprovalDecision is one person's approval.
+type ApprovalDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The authenticated principal who approved.
+	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// When (database clock).
+	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// The reason they gave.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalDecision) Reset() {
+	*x = ApprovalDecision{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalDecision) ProtoMessage() {}
+
+func (x *ApprovalDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalDecision.ProtoReflect.Descriptor instead.
+func (*ApprovalDecision) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ApprovalDecision) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ApprovalDecision) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *ApprovalDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // Event is one entry of an operation's history, written in the same
 // transaction as the change it records.
 type Event struct {
@@ -613,7 +823,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[1]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +835,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[1]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +848,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{1}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Event) GetId() int64 {
@@ -718,7 +928,7 @@ type ClaimOptions struct {
 
 func (x *ClaimOptions) Reset() {
 	*x = ClaimOptions{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[2]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +940,7 @@ func (x *ClaimOptions) String() string {
 func (*ClaimOptions) ProtoMessage() {}
 
 func (x *ClaimOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[2]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +953,7 @@ func (x *ClaimOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimOptions.ProtoReflect.Descriptor instead.
 func (*ClaimOptions) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{2}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ClaimOptions) GetWorkerId() string {
@@ -792,7 +1002,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[3]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +1014,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[3]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +1027,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{3}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterRequest) GetOperationKey() string {
@@ -897,7 +1107,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[4]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1119,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[4]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1132,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{4}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterResponse) GetOperation() *Operation {
@@ -1000,7 +1210,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[5]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1222,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[5]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1235,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{5}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClaimRequest) GetOperationKey() string {
@@ -1079,7 +1289,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[6]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1301,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[6]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1314,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{6}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClaimResponse) GetOperation() *Operation {
@@ -1175,7 +1385,7 @@ type ExtendLeaseRequest struct {
 
 func (x *ExtendLeaseRequest) Reset() {
 	*x = ExtendLeaseRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1397,7 @@ func (x *ExtendLeaseRequest) String() string {
 func (*ExtendLeaseRequest) ProtoMessage() {}
 
 func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1410,7 @@ func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{7}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExtendLeaseRequest) GetOperationKey() string {
@@ -1247,7 +1457,7 @@ type ExtendLeaseResponse struct {
 
 func (x *ExtendLeaseResponse) Reset() {
 	*x = ExtendLeaseResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1469,7 @@ func (x *ExtendLeaseResponse) String() string {
 func (*ExtendLeaseResponse) ProtoMessage() {}
 
 func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1482,7 @@ func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{8}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExtendLeaseResponse) GetOperation() *Operation {
@@ -1322,7 +1532,7 @@ type MarkSucceededRequest struct {
 
 func (x *MarkSucceededRequest) Reset() {
 	*x = MarkSucceededRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1544,7 @@ func (x *MarkSucceededRequest) String() string {
 func (*MarkSucceededRequest) ProtoMessage() {}
 
 func (x *MarkSucceededRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1557,7 @@ func (x *MarkSucceededRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkSucceededRequest.ProtoReflect.Descriptor instead.
 func (*MarkSucceededRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{9}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MarkSucceededRequest) GetOperationKey() string {
@@ -1403,7 +1613,7 @@ type MarkSucceededResponse struct {
 
 func (x *MarkSucceededResponse) Reset() {
 	*x = MarkSucceededResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1625,7 @@ func (x *MarkSucceededResponse) String() string {
 func (*MarkSucceededResponse) ProtoMessage() {}
 
 func (x *MarkSucceededResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1638,7 @@ func (x *MarkSucceededResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkSucceededResponse.ProtoReflect.Descriptor instead.
 func (*MarkSucceededResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{10}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MarkSucceededResponse) GetOperation() *Operation {
@@ -1456,7 +1666,7 @@ type MarkUnknownRequest struct {
 
 func (x *MarkUnknownRequest) Reset() {
 	*x = MarkUnknownRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1678,7 @@ func (x *MarkUnknownRequest) String() string {
 func (*MarkUnknownRequest) ProtoMessage() {}
 
 func (x *MarkUnknownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1691,7 @@ func (x *MarkUnknownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUnknownRequest.ProtoReflect.Descriptor instead.
 func (*MarkUnknownRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{11}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MarkUnknownRequest) GetOperationKey() string {
@@ -1523,7 +1733,7 @@ type MarkUnknownResponse struct {
 
 func (x *MarkUnknownResponse) Reset() {
 	*x = MarkUnknownResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1745,7 @@ func (x *MarkUnknownResponse) String() string {
 func (*MarkUnknownResponse) ProtoMessage() {}
 
 func (x *MarkUnknownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1758,7 @@ func (x *MarkUnknownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUnknownResponse.ProtoReflect.Descriptor instead.
 func (*MarkUnknownResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{12}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MarkUnknownResponse) GetOperation() *Operation {
@@ -1581,7 +1791,7 @@ type MarkFailedFinalRequest struct {
 
 func (x *MarkFailedFinalRequest) Reset() {
 	*x = MarkFailedFinalRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1803,7 @@ func (x *MarkFailedFinalRequest) String() string {
 func (*MarkFailedFinalRequest) ProtoMessage() {}
 
 func (x *MarkFailedFinalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1816,7 @@ func (x *MarkFailedFinalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkFailedFinalRequest.ProtoReflect.Descriptor instead.
 func (*MarkFailedFinalRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{13}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MarkFailedFinalRequest) GetOperationKey() string {
@@ -1655,7 +1865,7 @@ type MarkFailedFinalResponse struct {
 
 func (x *MarkFailedFinalResponse) Reset() {
 	*x = MarkFailedFinalResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1877,7 @@ func (x *MarkFailedFinalResponse) String() string {
 func (*MarkFailedFinalResponse) ProtoMessage() {}
 
 func (x *MarkFailedFinalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1890,7 @@ func (x *MarkFailedFinalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkFailedFinalResponse.ProtoReflect.Descriptor instead.
 func (*MarkFailedFinalResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{14}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MarkFailedFinalResponse) GetOperation() *Operation {
@@ -1696,14 +1906,19 @@ type LookupRequest struct {
 	// The operation key.
 	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
 	// How much to return (default FULL).
-	View          OperationView `protobuf:"varint,2,opt,name=view,proto3,enum=opjournal.v1.OperationView" json:"view,omitempty"`
+	View OperationView `protobuf:"varint,2,opt,name=view,proto3,enum=opjournal.v1.OperationView" json:"view,omitempty"`
+	// A long poll: while the operation is AWAITING_APPROVAL, hold the answer
+	// until it is decided (or times out) or this many seconds pass (0: answer
+	// at once; at most 60), then answer with the record as it is. The SDKs
+	// wait for an approval with it instead of polling.
+	WaitSeconds   int32 `protobuf:"varint,3,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1930,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1943,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{15}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LookupRequest) GetOperationKey() string {
@@ -1745,6 +1960,13 @@ func (x *LookupRequest) GetView() OperationView {
 	return OperationView_OPERATION_VIEW_UNSPECIFIED
 }
 
+func (x *LookupRequest) GetWaitSeconds() int32 {
+	if x != nil {
+		return x.WaitSeconds
+	}
+	return 0
+}
+
 // LookupResponse answers Lookup.
 type LookupResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1756,7 +1978,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1990,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +2003,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{16}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LookupResponse) GetOperation() *Operation {
@@ -1821,7 +2043,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +2055,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +2068,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{17}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListOperationsRequest) GetStatuses() []Status {
@@ -1925,7 +2147,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2159,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2172,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{18}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -1985,7 +2207,7 @@ type ReleaseForRetryRequest struct {
 
 func (x *ReleaseForRetryRequest) Reset() {
 	*x = ReleaseForRetryRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2219,7 @@ func (x *ReleaseForRetryRequest) String() string {
 func (*ReleaseForRetryRequest) ProtoMessage() {}
 
 func (x *ReleaseForRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2232,7 @@ func (x *ReleaseForRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseForRetryRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseForRetryRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{19}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseForRetryRequest) GetOperationKey() string {
@@ -2052,7 +2274,7 @@ type ReleaseForRetryResponse struct {
 
 func (x *ReleaseForRetryResponse) Reset() {
 	*x = ReleaseForRetryResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2286,7 @@ func (x *ReleaseForRetryResponse) String() string {
 func (*ReleaseForRetryResponse) ProtoMessage() {}
 
 func (x *ReleaseForRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2299,7 @@ func (x *ReleaseForRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseForRetryResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseForRetryResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{20}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReleaseForRetryResponse) GetOperation() *Operation {
@@ -2107,7 +2329,7 @@ type RecordCheckRequest struct {
 
 func (x *RecordCheckRequest) Reset() {
 	*x = RecordCheckRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2341,7 @@ func (x *RecordCheckRequest) String() string {
 func (*RecordCheckRequest) ProtoMessage() {}
 
 func (x *RecordCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2354,7 @@ func (x *RecordCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordCheckRequest.ProtoReflect.Descriptor instead.
 func (*RecordCheckRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{21}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RecordCheckRequest) GetOperationKey() string {
@@ -2181,7 +2403,7 @@ type RecordCheckResponse struct {
 
 func (x *RecordCheckResponse) Reset() {
 	*x = RecordCheckResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2415,7 @@ func (x *RecordCheckResponse) String() string {
 func (*RecordCheckResponse) ProtoMessage() {}
 
 func (x *RecordCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2428,7 @@ func (x *RecordCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordCheckResponse.ProtoReflect.Descriptor instead.
 func (*RecordCheckResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{22}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RecordCheckResponse) GetOperation() *Operation {
@@ -2232,7 +2454,7 @@ type EscalateRequest struct {
 
 func (x *EscalateRequest) Reset() {
 	*x = EscalateRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2466,7 @@ func (x *EscalateRequest) String() string {
 func (*EscalateRequest) ProtoMessage() {}
 
 func (x *EscalateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2479,7 @@ func (x *EscalateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscalateRequest.ProtoReflect.Descriptor instead.
 func (*EscalateRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{23}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EscalateRequest) GetOperationKey() string {
@@ -2292,7 +2514,7 @@ type EscalateResponse struct {
 
 func (x *EscalateResponse) Reset() {
 	*x = EscalateResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2526,7 @@ func (x *EscalateResponse) String() string {
 func (*EscalateResponse) ProtoMessage() {}
 
 func (x *EscalateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2539,7 @@ func (x *EscalateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscalateResponse.ProtoReflect.Descriptor instead.
 func (*EscalateResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{24}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EscalateResponse) GetOperation() *Operation {
@@ -2352,7 +2574,7 @@ type ResolveRequest struct {
 
 func (x *ResolveRequest) Reset() {
 	*x = ResolveRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2586,7 @@ func (x *ResolveRequest) String() string {
 func (*ResolveRequest) ProtoMessage() {}
 
 func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2599,7 @@ func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
 func (*ResolveRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{25}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResolveRequest) GetOperationKey() string {
@@ -2440,7 +2662,7 @@ type ResolveResponse struct {
 
 func (x *ResolveResponse) Reset() {
 	*x = ResolveResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2674,7 @@ func (x *ResolveResponse) String() string {
 func (*ResolveResponse) ProtoMessage() {}
 
 func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2687,7 @@ func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveResponse.ProtoReflect.Descriptor instead.
 func (*ResolveResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{26}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ResolveResponse) GetOperation() *Operation {
@@ -2492,7 +2714,7 @@ type AcknowledgeRequest struct {
 
 func (x *AcknowledgeRequest) Reset() {
 	*x = AcknowledgeRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[27]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2726,7 @@ func (x *AcknowledgeRequest) String() string {
 func (*AcknowledgeRequest) ProtoMessage() {}
 
 func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[27]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2739,7 @@ func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeRequest.ProtoReflect.Descriptor instead.
 func (*AcknowledgeRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{27}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AcknowledgeRequest) GetOperationKey() string {
@@ -2552,7 +2774,7 @@ type AcknowledgeResponse struct {
 
 func (x *AcknowledgeResponse) Reset() {
 	*x = AcknowledgeResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[28]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2786,7 @@ func (x *AcknowledgeResponse) String() string {
 func (*AcknowledgeResponse) ProtoMessage() {}
 
 func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[28]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,10 +2799,251 @@ func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{28}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AcknowledgeResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+// ApproveRequest approves an operation awaiting approval.
+type ApproveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	// The request hash the approver saw (Operation.request_hash); another
+	// one is PAYLOAD_MISMATCH.
+	RequestHash string `protobuf:"bytes,2,opt,name=request_hash,json=requestHash,proto3" json:"request_hash,omitempty"`
+	// Why (required, ≤ 200 characters, no secrets), for the history.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveRequest) Reset() {
+	*x = ApproveRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveRequest) ProtoMessage() {}
+
+func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
+func (*ApproveRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ApproveRequest) GetOperationKey() string {
+	if x != nil {
+		return x.OperationKey
+	}
+	return ""
+}
+
+func (x *ApproveRequest) GetRequestHash() string {
+	if x != nil {
+		return x.RequestHash
+	}
+	return ""
+}
+
+func (x *ApproveRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ApproveResponse answers Approve.
+type ApproveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record after the call (FULL view): PENDING once released,
+	// still AWAITING_APPROVAL after the first of two approvals.
+	Operation *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	// True when this decision released the operation (PENDING).
+	Released      bool `protobuf:"varint,2,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveResponse) Reset() {
+	*x = ApproveResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveResponse) ProtoMessage() {}
+
+func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveResponse.ProtoReflect.Descriptor instead.
+func (*ApproveResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ApproveResponse) GetOperation() *Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+func (x *ApproveResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+// RejectRequest rejects an operation awaiting approval.
+type RejectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation.
+	OperationKey string `protobuf:"bytes,1,opt,name=operation_key,json=operationKey,proto3" json:"operation_key,omitempty"`
+	// The request hash the approver saw; another one is PAYLOAD_MISMATCH.
+	RequestHash string `protobuf:"bytes,2,opt,name=request_hash,json=requestHash,proto3" json:"request_hash,omitempty"`
+	// Why (required, ≤ 200 characters, no secrets), for the history.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The error code the operation ends with (≤ 100 characters; default
+	// "approval_rejected").
+	ErrorCode     string `protobuf:"bytes,4,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectRequest) Reset() {
+	*x = RejectRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectRequest) ProtoMessage() {}
+
+func (x *RejectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectRequest.ProtoReflect.Descriptor instead.
+func (*RejectRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RejectRequest) GetOperationKey() string {
+	if x != nil {
+		return x.OperationKey
+	}
+	return ""
+}
+
+func (x *RejectRequest) GetRequestHash() string {
+	if x != nil {
+		return x.RequestHash
+	}
+	return ""
+}
+
+func (x *RejectRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RejectRequest) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+// RejectResponse answers Reject.
+type RejectResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record after the call (FULL view): FAILED_FINAL.
+	Operation     *Operation `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectResponse) Reset() {
+	*x = RejectResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectResponse) ProtoMessage() {}
+
+func (x *RejectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectResponse.ProtoReflect.Descriptor instead.
+func (*RejectResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RejectResponse) GetOperation() *Operation {
 	if x != nil {
 		return x.Operation
 	}
@@ -2605,7 +3068,7 @@ type SetNoteRequest struct {
 
 func (x *SetNoteRequest) Reset() {
 	*x = SetNoteRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +3080,7 @@ func (x *SetNoteRequest) String() string {
 func (*SetNoteRequest) ProtoMessage() {}
 
 func (x *SetNoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +3093,7 @@ func (x *SetNoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNoteRequest.ProtoReflect.Descriptor instead.
 func (*SetNoteRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{29}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetNoteRequest) GetOperationKey() string {
@@ -2665,7 +3128,7 @@ type SetNoteResponse struct {
 
 func (x *SetNoteResponse) Reset() {
 	*x = SetNoteResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +3140,7 @@ func (x *SetNoteResponse) String() string {
 func (*SetNoteResponse) ProtoMessage() {}
 
 func (x *SetNoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +3153,7 @@ func (x *SetNoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNoteResponse.ProtoReflect.Descriptor instead.
 func (*SetNoteResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{30}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetNoteResponse) GetOperation() *Operation {
@@ -2715,7 +3178,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +3190,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +3203,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{31}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListEventsRequest) GetOperationKey() string {
@@ -2777,7 +3240,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2789,7 +3252,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2802,7 +3265,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{32}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -2828,7 +3291,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +3303,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +3316,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{33}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{39}
 }
 
 // WhoAmIRequest asks who the caller is.
@@ -2865,7 +3328,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +3340,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +3353,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{34}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{40}
 }
 
 // WhoAmIResponse is the caller's principal.
@@ -2921,7 +3384,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[35]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3396,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[35]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3409,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{35}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WhoAmIResponse) GetAuthenticated() bool {
@@ -3007,7 +3470,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[36]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3482,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[36]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3495,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{36}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetPolicyResponse) GetFingerprint() string {
@@ -3053,7 +3516,7 @@ var File_opjournal_v1_journal_proto protoreflect.FileDescriptor
 
 const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\n" +
-	"\x1aopjournal/v1/journal.proto\x12\fopjournal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\n" +
+	"\x1aopjournal/v1/journal.proto\x12\fopjournal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xeb\n" +
 	"\n" +
 	"\tOperation\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x1f\n" +
@@ -3092,10 +3555,27 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"parent_key\x18\x19 \x01(\tR\tparentKey\x12D\n" +
 	"\x10first_attempt_at\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\x0efirstAttemptAt\x12\x12\n" +
-	"\x04note\x18\x1b \x01(\tR\x04note\x1a7\n" +
+	"\x04note\x18\x1b \x01(\tR\x04note\x122\n" +
+	"\bapproval\x18\x1c \x01(\v2\x16.opjournal.v1.ApprovalR\bapproval\x1a7\n" +
 	"\tRefsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe7\x02\n" +
+	"\bApproval\x12\x1a\n" +
+	"\brequired\x18\x01 \x01(\bR\brequired\x12\x1c\n" +
+	"\tapprovers\x18\x02 \x03(\tR\tapprovers\x126\n" +
+	"\x17distinct_from_requester\x18\x03 \x01(\bR\x15distinctFromRequester\x12\x1d\n" +
+	"\n" +
+	"two_person\x18\x04 \x01(\bR\ttwoPerson\x12!\n" +
+	"\frequested_by\x18\x05 \x01(\tR\vrequestedBy\x126\n" +
+	"\bdeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1d\n" +
+	"\n" +
+	"on_timeout\x18\a \x01(\tR\tonTimeout\x12<\n" +
+	"\tapprovals\x18\b \x03(\v2\x1e.opjournal.v1.ApprovalDecisionR\tapprovals\x12\x12\n" +
+	"\x04rule\x18\t \x01(\tR\x04rule\"t\n" +
+	"\x10ApprovalDecision\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb9\x02\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x125\n" +
@@ -3184,10 +3664,11 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x06result\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06result\x12/\n" +
 	"\x04view\x18\x05 \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04view\"P\n" +
 	"\x17MarkFailedFinalResponse\x125\n" +
-	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"e\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\x88\x01\n" +
 	"\rLookupRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12/\n" +
-	"\x04view\x18\x02 \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04view\"G\n" +
+	"\x04view\x18\x02 \x01(\x0e2\x1b.opjournal.v1.OperationViewR\x04view\x12!\n" +
+	"\fwait_seconds\x18\x03 \x01(\x05R\vwaitSeconds\"G\n" +
 	"\x0eLookupResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\xcf\x03\n" +
 	"\x15ListOperationsRequest\x120\n" +
@@ -3252,6 +3733,21 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"L\n" +
 	"\x13AcknowledgeResponse\x125\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"p\n" +
+	"\x0eApproveRequest\x12#\n" +
+	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12!\n" +
+	"\frequest_hash\x18\x02 \x01(\tR\vrequestHash\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"d\n" +
+	"\x0fApproveResponse\x125\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\x12\x1a\n" +
+	"\breleased\x18\x02 \x01(\bR\breleased\"\x8e\x01\n" +
+	"\rRejectRequest\x12#\n" +
+	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12!\n" +
+	"\frequest_hash\x18\x02 \x01(\tR\vrequestHash\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x04 \x01(\tR\terrorCode\"G\n" +
+	"\x0eRejectResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"_\n" +
 	"\x0eSetNoteRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x12\n" +
@@ -3279,18 +3775,19 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"M\n" +
 	"\x11GetPolicyResponse\x12 \n" +
 	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x16\n" +
-	"\x06source\x18\x02 \x01(\tR\x06source*\x8f\x01\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source*\xad\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSTATUS_PENDING\x10\x01\x12\x16\n" +
 	"\x12STATUS_IN_PROGRESS\x10\x02\x12\x12\n" +
 	"\x0eSTATUS_UNKNOWN\x10\x03\x12\x14\n" +
 	"\x10STATUS_SUCCEEDED\x10\x04\x12\x17\n" +
-	"\x13STATUS_FAILED_FINAL\x10\x05*b\n" +
+	"\x13STATUS_FAILED_FINAL\x10\x05\x12\x1c\n" +
+	"\x18STATUS_AWAITING_APPROVAL\x10\x06*b\n" +
 	"\rOperationView\x12\x1e\n" +
 	"\x1aOPERATION_VIEW_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OPERATION_VIEW_BASIC\x10\x01\x12\x17\n" +
-	"\x13OPERATION_VIEW_FULL\x10\x02*\xc2\x01\n" +
+	"\x13OPERATION_VIEW_FULL\x10\x02*\xe0\x01\n" +
 	"\bNextStep\x12\x19\n" +
 	"\x15NEXT_STEP_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17NEXT_STEP_CALL_PROVIDER\x10\x01\x12\x14\n" +
@@ -3298,13 +3795,13 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x0eNEXT_STEP_WAIT\x10\x03\x12#\n" +
 	"\x1fNEXT_STEP_VERIFICATION_REQUIRED\x10\x04\x12\x1a\n" +
 	"\x16NEXT_STEP_FAILED_FINAL\x10\x05\x12\x13\n" +
-	"\x0fNEXT_STEP_CLAIM\x10\x06*_\n" +
+	"\x0fNEXT_STEP_CLAIM\x10\x06\x12\x1c\n" +
+	"\x18NEXT_STEP_AWAIT_APPROVAL\x10\a*_\n" +
 	"\n" +
 	"Resolution\x12\x1a\n" +
 	"\x16RESOLUTION_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14RESOLUTION_SUCCEEDED\x10\x01\x12\x1b\n" +
-	"\x17RESOLUTION_FAILED_FINAL\x10\x022\xe8\n" +
-	"\n" +
+	"\x17RESOLUTION_FAILED_FINAL\x10\x022\xf5\v\n" +
 	"\x0eJournalService\x12I\n" +
 	"\bRegister\x12\x1d.opjournal.v1.RegisterRequest\x1a\x1e.opjournal.v1.RegisterResponse\x12@\n" +
 	"\x05Claim\x12\x1a.opjournal.v1.ClaimRequest\x1a\x1b.opjournal.v1.ClaimResponse\x12R\n" +
@@ -3319,7 +3816,9 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\bEscalate\x12\x1d.opjournal.v1.EscalateRequest\x1a\x1e.opjournal.v1.EscalateResponse\x12F\n" +
 	"\aResolve\x12\x1c.opjournal.v1.ResolveRequest\x1a\x1d.opjournal.v1.ResolveResponse\x12R\n" +
 	"\vAcknowledge\x12 .opjournal.v1.AcknowledgeRequest\x1a!.opjournal.v1.AcknowledgeResponse\x12F\n" +
-	"\aSetNote\x12\x1c.opjournal.v1.SetNoteRequest\x1a\x1d.opjournal.v1.SetNoteResponse\x12O\n" +
+	"\aSetNote\x12\x1c.opjournal.v1.SetNoteRequest\x1a\x1d.opjournal.v1.SetNoteResponse\x12F\n" +
+	"\aApprove\x12\x1c.opjournal.v1.ApproveRequest\x1a\x1d.opjournal.v1.ApproveResponse\x12C\n" +
+	"\x06Reject\x12\x1b.opjournal.v1.RejectRequest\x1a\x1c.opjournal.v1.RejectResponse\x12O\n" +
 	"\n" +
 	"ListEvents\x12\x1f.opjournal.v1.ListEventsRequest\x1a .opjournal.v1.ListEventsResponse\x12L\n" +
 	"\tGetPolicy\x12\x1e.opjournal.v1.GetPolicyRequest\x1a\x1f.opjournal.v1.GetPolicyResponse\x12C\n" +
@@ -3338,148 +3837,164 @@ func file_opjournal_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_opjournal_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_opjournal_v1_journal_proto_goTypes = []any{
 	(Status)(0),                     // 0: opjournal.v1.Status
 	(OperationView)(0),              // 1: opjournal.v1.OperationView
 	(NextStep)(0),                   // 2: opjournal.v1.NextStep
 	(Resolution)(0),                 // 3: opjournal.v1.Resolution
 	(*Operation)(nil),               // 4: opjournal.v1.Operation
-	(*Event)(nil),                   // 5: opjournal.v1.Event
-	(*ClaimOptions)(nil),            // 6: opjournal.v1.ClaimOptions
-	(*RegisterRequest)(nil),         // 7: opjournal.v1.RegisterRequest
-	(*RegisterResponse)(nil),        // 8: opjournal.v1.RegisterResponse
-	(*ClaimRequest)(nil),            // 9: opjournal.v1.ClaimRequest
-	(*ClaimResponse)(nil),           // 10: opjournal.v1.ClaimResponse
-	(*ExtendLeaseRequest)(nil),      // 11: opjournal.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),     // 12: opjournal.v1.ExtendLeaseResponse
-	(*MarkSucceededRequest)(nil),    // 13: opjournal.v1.MarkSucceededRequest
-	(*MarkSucceededResponse)(nil),   // 14: opjournal.v1.MarkSucceededResponse
-	(*MarkUnknownRequest)(nil),      // 15: opjournal.v1.MarkUnknownRequest
-	(*MarkUnknownResponse)(nil),     // 16: opjournal.v1.MarkUnknownResponse
-	(*MarkFailedFinalRequest)(nil),  // 17: opjournal.v1.MarkFailedFinalRequest
-	(*MarkFailedFinalResponse)(nil), // 18: opjournal.v1.MarkFailedFinalResponse
-	(*LookupRequest)(nil),           // 19: opjournal.v1.LookupRequest
-	(*LookupResponse)(nil),          // 20: opjournal.v1.LookupResponse
-	(*ListOperationsRequest)(nil),   // 21: opjournal.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),  // 22: opjournal.v1.ListOperationsResponse
-	(*ReleaseForRetryRequest)(nil),  // 23: opjournal.v1.ReleaseForRetryRequest
-	(*ReleaseForRetryResponse)(nil), // 24: opjournal.v1.ReleaseForRetryResponse
-	(*RecordCheckRequest)(nil),      // 25: opjournal.v1.RecordCheckRequest
-	(*RecordCheckResponse)(nil),     // 26: opjournal.v1.RecordCheckResponse
-	(*EscalateRequest)(nil),         // 27: opjournal.v1.EscalateRequest
-	(*EscalateResponse)(nil),        // 28: opjournal.v1.EscalateResponse
-	(*ResolveRequest)(nil),          // 29: opjournal.v1.ResolveRequest
-	(*ResolveResponse)(nil),         // 30: opjournal.v1.ResolveResponse
-	(*AcknowledgeRequest)(nil),      // 31: opjournal.v1.AcknowledgeRequest
-	(*AcknowledgeResponse)(nil),     // 32: opjournal.v1.AcknowledgeResponse
-	(*SetNoteRequest)(nil),          // 33: opjournal.v1.SetNoteRequest
-	(*SetNoteResponse)(nil),         // 34: opjournal.v1.SetNoteResponse
-	(*ListEventsRequest)(nil),       // 35: opjournal.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),      // 36: opjournal.v1.ListEventsResponse
-	(*GetPolicyRequest)(nil),        // 37: opjournal.v1.GetPolicyRequest
-	(*WhoAmIRequest)(nil),           // 38: opjournal.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),          // 39: opjournal.v1.WhoAmIResponse
-	(*GetPolicyResponse)(nil),       // 40: opjournal.v1.GetPolicyResponse
-	nil,                             // 41: opjournal.v1.Operation.RefsEntry
-	nil,                             // 42: opjournal.v1.RegisterRequest.RefsEntry
-	nil,                             // 43: opjournal.v1.ListOperationsRequest.RefsEntry
-	(*structpb.Struct)(nil),         // 44: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),   // 45: google.protobuf.Timestamp
+	(*Approval)(nil),                // 5: opjournal.v1.Approval
+	(*ApprovalDecision)(nil),        // 6: opjournal.v1.ApprovalDecision
+	(*Event)(nil),                   // 7: opjournal.v1.Event
+	(*ClaimOptions)(nil),            // 8: opjournal.v1.ClaimOptions
+	(*RegisterRequest)(nil),         // 9: opjournal.v1.RegisterRequest
+	(*RegisterResponse)(nil),        // 10: opjournal.v1.RegisterResponse
+	(*ClaimRequest)(nil),            // 11: opjournal.v1.ClaimRequest
+	(*ClaimResponse)(nil),           // 12: opjournal.v1.ClaimResponse
+	(*ExtendLeaseRequest)(nil),      // 13: opjournal.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),     // 14: opjournal.v1.ExtendLeaseResponse
+	(*MarkSucceededRequest)(nil),    // 15: opjournal.v1.MarkSucceededRequest
+	(*MarkSucceededResponse)(nil),   // 16: opjournal.v1.MarkSucceededResponse
+	(*MarkUnknownRequest)(nil),      // 17: opjournal.v1.MarkUnknownRequest
+	(*MarkUnknownResponse)(nil),     // 18: opjournal.v1.MarkUnknownResponse
+	(*MarkFailedFinalRequest)(nil),  // 19: opjournal.v1.MarkFailedFinalRequest
+	(*MarkFailedFinalResponse)(nil), // 20: opjournal.v1.MarkFailedFinalResponse
+	(*LookupRequest)(nil),           // 21: opjournal.v1.LookupRequest
+	(*LookupResponse)(nil),          // 22: opjournal.v1.LookupResponse
+	(*ListOperationsRequest)(nil),   // 23: opjournal.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),  // 24: opjournal.v1.ListOperationsResponse
+	(*ReleaseForRetryRequest)(nil),  // 25: opjournal.v1.ReleaseForRetryRequest
+	(*ReleaseForRetryResponse)(nil), // 26: opjournal.v1.ReleaseForRetryResponse
+	(*RecordCheckRequest)(nil),      // 27: opjournal.v1.RecordCheckRequest
+	(*RecordCheckResponse)(nil),     // 28: opjournal.v1.RecordCheckResponse
+	(*EscalateRequest)(nil),         // 29: opjournal.v1.EscalateRequest
+	(*EscalateResponse)(nil),        // 30: opjournal.v1.EscalateResponse
+	(*ResolveRequest)(nil),          // 31: opjournal.v1.ResolveRequest
+	(*ResolveResponse)(nil),         // 32: opjournal.v1.ResolveResponse
+	(*AcknowledgeRequest)(nil),      // 33: opjournal.v1.AcknowledgeRequest
+	(*AcknowledgeResponse)(nil),     // 34: opjournal.v1.AcknowledgeResponse
+	(*ApproveRequest)(nil),          // 35: opjournal.v1.ApproveRequest
+	(*ApproveResponse)(nil),         // 36: opjournal.v1.ApproveResponse
+	(*RejectRequest)(nil),           // 37: opjournal.v1.RejectRequest
+	(*RejectResponse)(nil),          // 38: opjournal.v1.RejectResponse
+	(*SetNoteRequest)(nil),          // 39: opjournal.v1.SetNoteRequest
+	(*SetNoteResponse)(nil),         // 40: opjournal.v1.SetNoteResponse
+	(*ListEventsRequest)(nil),       // 41: opjournal.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),      // 42: opjournal.v1.ListEventsResponse
+	(*GetPolicyRequest)(nil),        // 43: opjournal.v1.GetPolicyRequest
+	(*WhoAmIRequest)(nil),           // 44: opjournal.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),          // 45: opjournal.v1.WhoAmIResponse
+	(*GetPolicyResponse)(nil),       // 46: opjournal.v1.GetPolicyResponse
+	nil,                             // 47: opjournal.v1.Operation.RefsEntry
+	nil,                             // 48: opjournal.v1.RegisterRequest.RefsEntry
+	nil,                             // 49: opjournal.v1.ListOperationsRequest.RefsEntry
+	(*structpb.Struct)(nil),         // 50: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 51: google.protobuf.Timestamp
 }
 var file_opjournal_v1_journal_proto_depIdxs = []int32{
 	0,  // 0: opjournal.v1.Operation.status:type_name -> opjournal.v1.Status
-	44, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
-	45, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
-	45, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	45, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
-	44, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
-	45, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
-	45, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
-	45, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
-	45, // 9: opjournal.v1.Operation.attempt_started_at:type_name -> google.protobuf.Timestamp
-	41, // 10: opjournal.v1.Operation.refs:type_name -> opjournal.v1.Operation.RefsEntry
-	45, // 11: opjournal.v1.Operation.first_attempt_at:type_name -> google.protobuf.Timestamp
-	45, // 12: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
-	0,  // 13: opjournal.v1.Event.from_status:type_name -> opjournal.v1.Status
-	0,  // 14: opjournal.v1.Event.to_status:type_name -> opjournal.v1.Status
-	44, // 15: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
-	6,  // 16: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
-	42, // 17: opjournal.v1.RegisterRequest.refs:type_name -> opjournal.v1.RegisterRequest.RefsEntry
-	1,  // 18: opjournal.v1.RegisterRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 19: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
-	45, // 20: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
-	2,  // 21: opjournal.v1.RegisterResponse.next:type_name -> opjournal.v1.NextStep
-	1,  // 22: opjournal.v1.ClaimRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 23: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
-	45, // 24: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
-	2,  // 25: opjournal.v1.ClaimResponse.next:type_name -> opjournal.v1.NextStep
-	1,  // 26: opjournal.v1.ExtendLeaseRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 27: opjournal.v1.ExtendLeaseResponse.operation:type_name -> opjournal.v1.Operation
-	45, // 28: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
-	44, // 29: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
-	1,  // 30: opjournal.v1.MarkSucceededRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 31: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
-	1,  // 32: opjournal.v1.MarkUnknownRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 33: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
-	44, // 34: opjournal.v1.MarkFailedFinalRequest.result:type_name -> google.protobuf.Struct
-	1,  // 35: opjournal.v1.MarkFailedFinalRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 36: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
-	1,  // 37: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 38: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
-	0,  // 39: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
-	1,  // 40: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
-	43, // 41: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
-	4,  // 42: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
-	4,  // 43: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 44: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 45: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
-	3,  // 46: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
-	44, // 47: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
-	4,  // 48: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 49: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 50: opjournal.v1.SetNoteResponse.operation:type_name -> opjournal.v1.Operation
-	5,  // 51: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
-	45, // 52: opjournal.v1.WhoAmIResponse.expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 53: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
-	9,  // 54: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
-	11, // 55: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
-	13, // 56: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
-	15, // 57: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
-	17, // 58: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
-	19, // 59: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
-	21, // 60: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
-	23, // 61: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
-	25, // 62: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
-	27, // 63: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
-	29, // 64: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
-	31, // 65: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
-	33, // 66: opjournal.v1.JournalService.SetNote:input_type -> opjournal.v1.SetNoteRequest
-	35, // 67: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
-	37, // 68: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
-	38, // 69: opjournal.v1.JournalService.WhoAmI:input_type -> opjournal.v1.WhoAmIRequest
-	8,  // 70: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
-	10, // 71: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
-	12, // 72: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
-	14, // 73: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
-	16, // 74: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
-	18, // 75: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
-	20, // 76: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
-	22, // 77: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
-	24, // 78: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
-	26, // 79: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
-	28, // 80: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
-	30, // 81: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
-	32, // 82: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
-	34, // 83: opjournal.v1.JournalService.SetNote:output_type -> opjournal.v1.SetNoteResponse
-	36, // 84: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
-	40, // 85: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
-	39, // 86: opjournal.v1.JournalService.WhoAmI:output_type -> opjournal.v1.WhoAmIResponse
-	70, // [70:87] is the sub-list for method output_type
-	53, // [53:70] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	50, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
+	51, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
+	51, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	51, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
+	50, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
+	51, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
+	51, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
+	51, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
+	51, // 9: opjournal.v1.Operation.attempt_started_at:type_name -> google.protobuf.Timestamp
+	47, // 10: opjournal.v1.Operation.refs:type_name -> opjournal.v1.Operation.RefsEntry
+	51, // 11: opjournal.v1.Operation.first_attempt_at:type_name -> google.protobuf.Timestamp
+	5,  // 12: opjournal.v1.Operation.approval:type_name -> opjournal.v1.Approval
+	51, // 13: opjournal.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
+	6,  // 14: opjournal.v1.Approval.approvals:type_name -> opjournal.v1.ApprovalDecision
+	51, // 15: opjournal.v1.ApprovalDecision.at:type_name -> google.protobuf.Timestamp
+	51, // 16: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
+	0,  // 17: opjournal.v1.Event.from_status:type_name -> opjournal.v1.Status
+	0,  // 18: opjournal.v1.Event.to_status:type_name -> opjournal.v1.Status
+	50, // 19: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
+	8,  // 20: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
+	48, // 21: opjournal.v1.RegisterRequest.refs:type_name -> opjournal.v1.RegisterRequest.RefsEntry
+	1,  // 22: opjournal.v1.RegisterRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 23: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
+	51, // 24: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
+	2,  // 25: opjournal.v1.RegisterResponse.next:type_name -> opjournal.v1.NextStep
+	1,  // 26: opjournal.v1.ClaimRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 27: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
+	51, // 28: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
+	2,  // 29: opjournal.v1.ClaimResponse.next:type_name -> opjournal.v1.NextStep
+	1,  // 30: opjournal.v1.ExtendLeaseRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 31: opjournal.v1.ExtendLeaseResponse.operation:type_name -> opjournal.v1.Operation
+	51, // 32: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
+	50, // 33: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
+	1,  // 34: opjournal.v1.MarkSucceededRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 35: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
+	1,  // 36: opjournal.v1.MarkUnknownRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 37: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
+	50, // 38: opjournal.v1.MarkFailedFinalRequest.result:type_name -> google.protobuf.Struct
+	1,  // 39: opjournal.v1.MarkFailedFinalRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 40: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
+	1,  // 41: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 42: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
+	0,  // 43: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
+	1,  // 44: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
+	49, // 45: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
+	4,  // 46: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
+	4,  // 47: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 48: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 49: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
+	3,  // 50: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
+	50, // 51: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
+	4,  // 52: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 53: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 54: opjournal.v1.ApproveResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 55: opjournal.v1.RejectResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 56: opjournal.v1.SetNoteResponse.operation:type_name -> opjournal.v1.Operation
+	7,  // 57: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
+	51, // 58: opjournal.v1.WhoAmIResponse.expires_at:type_name -> google.protobuf.Timestamp
+	9,  // 59: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
+	11, // 60: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
+	13, // 61: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
+	15, // 62: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
+	17, // 63: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
+	19, // 64: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
+	21, // 65: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
+	23, // 66: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
+	25, // 67: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
+	27, // 68: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
+	29, // 69: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
+	31, // 70: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
+	33, // 71: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
+	39, // 72: opjournal.v1.JournalService.SetNote:input_type -> opjournal.v1.SetNoteRequest
+	35, // 73: opjournal.v1.JournalService.Approve:input_type -> opjournal.v1.ApproveRequest
+	37, // 74: opjournal.v1.JournalService.Reject:input_type -> opjournal.v1.RejectRequest
+	41, // 75: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
+	43, // 76: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
+	44, // 77: opjournal.v1.JournalService.WhoAmI:input_type -> opjournal.v1.WhoAmIRequest
+	10, // 78: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
+	12, // 79: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
+	14, // 80: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
+	16, // 81: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
+	18, // 82: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
+	20, // 83: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
+	22, // 84: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
+	24, // 85: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
+	26, // 86: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
+	28, // 87: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
+	30, // 88: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
+	32, // 89: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
+	34, // 90: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
+	40, // 91: opjournal.v1.JournalService.SetNote:output_type -> opjournal.v1.SetNoteResponse
+	36, // 92: opjournal.v1.JournalService.Approve:output_type -> opjournal.v1.ApproveResponse
+	38, // 93: opjournal.v1.JournalService.Reject:output_type -> opjournal.v1.RejectResponse
+	42, // 94: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
+	46, // 95: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
+	45, // 96: opjournal.v1.JournalService.WhoAmI:output_type -> opjournal.v1.WhoAmIResponse
+	78, // [78:97] is the sub-list for method output_type
+	59, // [59:78] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_opjournal_v1_journal_proto_init() }
@@ -3487,14 +4002,14 @@ func file_opjournal_v1_journal_proto_init() {
 	if File_opjournal_v1_journal_proto != nil {
 		return
 	}
-	file_opjournal_v1_journal_proto_msgTypes[17].OneofWrappers = []any{}
+	file_opjournal_v1_journal_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_opjournal_v1_journal_proto_rawDesc), len(file_opjournal_v1_journal_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   40,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

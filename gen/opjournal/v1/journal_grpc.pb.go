@@ -41,6 +41,8 @@ const (
 	JournalService_Resolve_FullMethodName         = "/opjournal.v1.JournalService/Resolve"
 	JournalService_Acknowledge_FullMethodName     = "/opjournal.v1.JournalService/Acknowledge"
 	JournalService_SetNote_FullMethodName         = "/opjournal.v1.JournalService/SetNote"
+	JournalService_Approve_FullMethodName         = "/opjournal.v1.JournalService/Approve"
+	JournalService_Reject_FullMethodName          = "/opjournal.v1.JournalService/Reject"
 	JournalService_ListEvents_FullMethodName      = "/opjournal.v1.JournalService/ListEvents"
 	JournalService_GetPolicy_FullMethodName       = "/opjournal.v1.JournalService/GetPolicy"
 	JournalService_WhoAmI_FullMethodName          = "/opjournal.v1.JournalService/WhoAmI"
@@ -128,6 +130,23 @@ type JournalServiceClient interface {
 	// changes nothing else; the history records it (reason "note") with the
 	// principal as the actor. Operators and admins only.
 	SetNote(ctx context.Context, in *SetNoteRequest, opts ...grpc.CallOption) (*SetNoteResponse, error)
+	// Approve is a person's yes to the exact request of an operation that is
+	// AWAITING_APPROVAL: request_hash must be the hash the approver saw
+	// (another one is PAYLOAD_MISMATCH and changes nothing). The approver is
+	// the authenticated principal; only the roles of the action's
+	// approval.approvers may decide (operator and admin by default; never
+	// agents, reconcilers or scrapers), and with distinct_from_requester the
+	// principal who registered it may not. The operation becomes PENDING
+	// (claimable as usual); with two_person the first approval is recorded
+	// and the second, from another principal, releases it. Reason is
+	// required; every decision is in the history.
+	Approve(ctx context.Context, in *ApproveRequest, opts ...grpc.CallOption) (*ApproveResponse, error)
+	// Reject is a person's no to an operation that is AWAITING_APPROVAL: it
+	// becomes FAILED_FINAL with error_code (default "approval_rejected"),
+	// and every later Register of the key replays that refusal. The same
+	// checks as Approve (request_hash, roles, reason); one rejection is
+	// enough, also under two_person.
+	Reject(ctx context.Context, in *RejectRequest, opts ...grpc.CallOption) (*RejectResponse, error)
 	// ListEvents returns an operation's history, oldest first, one page at a
 	// time.
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
@@ -290,6 +309,26 @@ func (c *journalServiceClient) SetNote(ctx context.Context, in *SetNoteRequest, 
 	return out, nil
 }
 
+func (c *journalServiceClient) Approve(ctx context.Context, in *ApproveRequest, opts ...grpc.CallOption) (*ApproveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveResponse)
+	err := c.cc.Invoke(ctx, JournalService_Approve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *journalServiceClient) Reject(ctx context.Context, in *RejectRequest, opts ...grpc.CallOption) (*RejectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RejectResponse)
+	err := c.cc.Invoke(ctx, JournalService_Reject_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *journalServiceClient) ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListEventsResponse)
@@ -402,6 +441,23 @@ type JournalServiceServer interface {
 	// changes nothing else; the history records it (reason "note") with the
 	// principal as the actor. Operators and admins only.
 	SetNote(context.Context, *SetNoteRequest) (*SetNoteResponse, error)
+	// Approve is a person's yes to the exact request of an operation that is
+	// AWAITING_APPROVAL: request_hash must be the hash the approver saw
+	// (another one is PAYLOAD_MISMATCH and changes nothing). The approver is
+	// the authenticated principal; only the roles of the action's
+	// approval.approvers may decide (operator and admin by default; never
+	// agents, reconcilers or scrapers), and with distinct_from_requester the
+	// principal who registered it may not. The operation becomes PENDING
+	// (claimable as usual); with two_person the first approval is recorded
+	// and the second, from another principal, releases it. Reason is
+	// required; every decision is in the history.
+	Approve(context.Context, *ApproveRequest) (*ApproveResponse, error)
+	// Reject is a person's no to an operation that is AWAITING_APPROVAL: it
+	// becomes FAILED_FINAL with error_code (default "approval_rejected"),
+	// and every later Register of the key replays that refusal. The same
+	// checks as Approve (request_hash, roles, reason); one rejection is
+	// enough, also under two_person.
+	Reject(context.Context, *RejectRequest) (*RejectResponse, error)
 	// ListEvents returns an operation's history, oldest first, one page at a
 	// time.
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
@@ -465,6 +521,12 @@ func (UnimplementedJournalServiceServer) Acknowledge(context.Context, *Acknowled
 }
 func (UnimplementedJournalServiceServer) SetNote(context.Context, *SetNoteRequest) (*SetNoteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetNote not implemented")
+}
+func (UnimplementedJournalServiceServer) Approve(context.Context, *ApproveRequest) (*ApproveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Approve not implemented")
+}
+func (UnimplementedJournalServiceServer) Reject(context.Context, *RejectRequest) (*RejectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reject not implemented")
 }
 func (UnimplementedJournalServiceServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
@@ -748,6 +810,42 @@ func _JournalService_SetNote_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JournalService_Approve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).Approve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_Approve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).Approve(ctx, req.(*ApproveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JournalService_Reject_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RejectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).Reject(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_Reject_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).Reject(ctx, req.(*RejectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _JournalService_ListEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListEventsRequest)
 	if err := dec(in); err != nil {
@@ -864,6 +962,14 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetNote",
 			Handler:    _JournalService_SetNote_Handler,
+		},
+		{
+			MethodName: "Approve",
+			Handler:    _JournalService_Approve_Handler,
+		},
+		{
+			MethodName: "Reject",
+			Handler:    _JournalService_Reject_Handler,
 		},
 		{
 			MethodName: "ListEvents",

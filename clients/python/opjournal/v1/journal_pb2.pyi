@@ -7,6 +7,7 @@ from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+NEXT_STEP_AWAIT_APPROVAL: NextStep
 NEXT_STEP_CALL_PROVIDER: NextStep
 NEXT_STEP_CLAIM: NextStep
 NEXT_STEP_FAILED_FINAL: NextStep
@@ -20,6 +21,7 @@ OPERATION_VIEW_UNSPECIFIED: OperationView
 RESOLUTION_FAILED_FINAL: Resolution
 RESOLUTION_SUCCEEDED: Resolution
 RESOLUTION_UNSPECIFIED: Resolution
+STATUS_AWAITING_APPROVAL: Status
 STATUS_FAILED_FINAL: Status
 STATUS_IN_PROGRESS: Status
 STATUS_PENDING: Status
@@ -42,6 +44,56 @@ class AcknowledgeResponse(_message.Message):
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     operation: Operation
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
+
+class Approval(_message.Message):
+    __slots__ = ["approvals", "approvers", "deadline", "distinct_from_requester", "on_timeout", "requested_by", "required", "rule", "two_person"]
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    APPROVERS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    DISTINCT_FROM_REQUESTER_FIELD_NUMBER: _ClassVar[int]
+    ON_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    TWO_PERSON_FIELD_NUMBER: _ClassVar[int]
+    approvals: _containers.RepeatedCompositeFieldContainer[ApprovalDecision]
+    approvers: _containers.RepeatedScalarFieldContainer[str]
+    deadline: _timestamp_pb2.Timestamp
+    distinct_from_requester: bool
+    on_timeout: str
+    requested_by: str
+    required: bool
+    rule: str
+    two_person: bool
+    def __init__(self, required: bool = ..., approvers: _Optional[_Iterable[str]] = ..., distinct_from_requester: bool = ..., two_person: bool = ..., requested_by: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., on_timeout: _Optional[str] = ..., approvals: _Optional[_Iterable[_Union[ApprovalDecision, _Mapping]]] = ..., rule: _Optional[str] = ...) -> None: ...
+
+class ApprovalDecision(_message.Message):
+    __slots__ = ["at", "principal", "reason"]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    principal: str
+    reason: str
+    def __init__(self, principal: _Optional[str] = ..., at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ApproveRequest(_message.Message):
+    __slots__ = ["operation_key", "reason", "request_hash"]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
+    operation_key: str
+    reason: str
+    request_hash: str
+    def __init__(self, operation_key: _Optional[str] = ..., request_hash: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ApproveResponse(_message.Message):
+    __slots__ = ["operation", "released"]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    released: bool
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., released: bool = ...) -> None: ...
 
 class ClaimOptions(_message.Message):
     __slots__ = ["lease_seconds", "worker_id"]
@@ -209,12 +261,14 @@ class ListOperationsResponse(_message.Message):
     def __init__(self, operations: _Optional[_Iterable[_Union[Operation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
-    __slots__ = ["operation_key", "view"]
+    __slots__ = ["operation_key", "view", "wait_seconds"]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     operation_key: str
     view: OperationView
-    def __init__(self, operation_key: _Optional[str] = ..., view: _Optional[_Union[OperationView, str]] = ...) -> None: ...
+    wait_seconds: int
+    def __init__(self, operation_key: _Optional[str] = ..., view: _Optional[_Union[OperationView, str]] = ..., wait_seconds: _Optional[int] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
     __slots__ = ["operation"]
@@ -283,7 +337,7 @@ class MarkUnknownResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class Operation(_message.Message):
-    __slots__ = ["action_type", "attempt_count", "attempt_started_at", "check_count", "created_at", "duplicate_external_id", "duplicate_external_ids", "duplicate_reports", "error_code", "external_id", "first_attempt_at", "last_checked_at", "lease_owner", "lease_until", "needs_review", "next_check_at", "note", "operation_key", "parent_key", "payload", "refs", "request_hash", "result", "review_reason", "status", "unknown_since", "updated_at"]
+    __slots__ = ["action_type", "approval", "attempt_count", "attempt_started_at", "check_count", "created_at", "duplicate_external_id", "duplicate_external_ids", "duplicate_reports", "error_code", "external_id", "first_attempt_at", "last_checked_at", "lease_owner", "lease_until", "needs_review", "next_check_at", "note", "operation_key", "parent_key", "payload", "refs", "request_hash", "result", "review_reason", "status", "unknown_since", "updated_at"]
     class RefsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -292,6 +346,7 @@ class Operation(_message.Message):
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ACTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_COUNT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     CHECK_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -319,6 +374,7 @@ class Operation(_message.Message):
     UNKNOWN_SINCE_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     action_type: str
+    approval: Approval
     attempt_count: int
     attempt_started_at: _timestamp_pb2.Timestamp
     check_count: int
@@ -345,7 +401,7 @@ class Operation(_message.Message):
     status: Status
     unknown_since: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., request_hash: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., attempt_count: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., needs_review: bool = ..., review_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., duplicate_external_id: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., unknown_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., check_count: _Optional[int] = ..., last_checked_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_check_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duplicate_external_ids: _Optional[_Iterable[str]] = ..., duplicate_reports: _Optional[int] = ..., attempt_started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., refs: _Optional[_Mapping[str, str]] = ..., parent_key: _Optional[str] = ..., first_attempt_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., note: _Optional[str] = ...) -> None: ...
+    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., request_hash: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., attempt_count: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., needs_review: bool = ..., review_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., duplicate_external_id: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., unknown_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., check_count: _Optional[int] = ..., last_checked_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_check_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duplicate_external_ids: _Optional[_Iterable[str]] = ..., duplicate_reports: _Optional[int] = ..., attempt_started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., refs: _Optional[_Mapping[str, str]] = ..., parent_key: _Optional[str] = ..., first_attempt_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., note: _Optional[str] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
 
 class RecordCheckRequest(_message.Message):
     __slots__ = ["actor", "attempt", "next_check_after_seconds", "note", "operation_key"]
@@ -411,6 +467,24 @@ class RegisterResponse(_message.Message):
     operation: Operation
     retry_after_seconds: int
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., created: bool = ..., claimed: bool = ..., attempt: _Optional[int] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retry_after_seconds: _Optional[int] = ..., next: _Optional[_Union[NextStep, str]] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
+
+class RejectRequest(_message.Message):
+    __slots__ = ["error_code", "operation_key", "reason", "request_hash"]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
+    error_code: str
+    operation_key: str
+    reason: str
+    request_hash: str
+    def __init__(self, operation_key: _Optional[str] = ..., request_hash: _Optional[str] = ..., reason: _Optional[str] = ..., error_code: _Optional[str] = ...) -> None: ...
+
+class RejectResponse(_message.Message):
+    __slots__ = ["operation"]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    operation: Operation
+    def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class ReleaseForRetryRequest(_message.Message):
     __slots__ = ["actor", "attempt", "operation_key", "reason"]

@@ -91,6 +91,16 @@ class JournalServiceStub(object):
                 request_serializer=opjournal_dot_v1_dot_journal__pb2.SetNoteRequest.SerializeToString,
                 response_deserializer=opjournal_dot_v1_dot_journal__pb2.SetNoteResponse.FromString,
                 )
+        self.Approve = channel.unary_unary(
+                '/opjournal.v1.JournalService/Approve',
+                request_serializer=opjournal_dot_v1_dot_journal__pb2.ApproveRequest.SerializeToString,
+                response_deserializer=opjournal_dot_v1_dot_journal__pb2.ApproveResponse.FromString,
+                )
+        self.Reject = channel.unary_unary(
+                '/opjournal.v1.JournalService/Reject',
+                request_serializer=opjournal_dot_v1_dot_journal__pb2.RejectRequest.SerializeToString,
+                response_deserializer=opjournal_dot_v1_dot_journal__pb2.RejectResponse.FromString,
+                )
         self.ListEvents = channel.unary_unary(
                 '/opjournal.v1.JournalService/ListEvents',
                 request_serializer=opjournal_dot_v1_dot_journal__pb2.ListEventsRequest.SerializeToString,
@@ -258,6 +268,33 @@ class JournalServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Approve(self, request, context):
+        """Approve is a person's yes to the exact request of an operation that is
+        AWAITING_APPROVAL: request_hash must be the hash the approver saw
+        (another one is PAYLOAD_MISMATCH and changes nothing). The approver is
+        the authenticated principal; only the roles of the action's
+        approval.approvers may decide (operator and admin by default; never
+        agents, reconcilers or scrapers), and with distinct_from_requester the
+        principal who registered it may not. The operation becomes PENDING
+        (claimable as usual); with two_person the first approval is recorded
+        and the second, from another principal, releases it. Reason is
+        required; every decision is in the history.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Reject(self, request, context):
+        """Reject is a person's no to an operation that is AWAITING_APPROVAL: it
+        becomes FAILED_FINAL with error_code (default "approval_rejected"),
+        and every later Register of the key replays that refusal. The same
+        checks as Approve (request_hash, roles, reason); one rejection is
+        enough, also under two_person.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListEvents(self, request, context):
         """ListEvents returns an operation's history, oldest first, one page at a
         time.
@@ -357,6 +394,16 @@ def add_JournalServiceServicer_to_server(servicer, server):
                     servicer.SetNote,
                     request_deserializer=opjournal_dot_v1_dot_journal__pb2.SetNoteRequest.FromString,
                     response_serializer=opjournal_dot_v1_dot_journal__pb2.SetNoteResponse.SerializeToString,
+            ),
+            'Approve': grpc.unary_unary_rpc_method_handler(
+                    servicer.Approve,
+                    request_deserializer=opjournal_dot_v1_dot_journal__pb2.ApproveRequest.FromString,
+                    response_serializer=opjournal_dot_v1_dot_journal__pb2.ApproveResponse.SerializeToString,
+            ),
+            'Reject': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reject,
+                    request_deserializer=opjournal_dot_v1_dot_journal__pb2.RejectRequest.FromString,
+                    response_serializer=opjournal_dot_v1_dot_journal__pb2.RejectResponse.SerializeToString,
             ),
             'ListEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListEvents,
@@ -625,6 +672,40 @@ class JournalService(object):
         return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/SetNote',
             opjournal_dot_v1_dot_journal__pb2.SetNoteRequest.SerializeToString,
             opjournal_dot_v1_dot_journal__pb2.SetNoteResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Approve(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/Approve',
+            opjournal_dot_v1_dot_journal__pb2.ApproveRequest.SerializeToString,
+            opjournal_dot_v1_dot_journal__pb2.ApproveResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Reject(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/Reject',
+            opjournal_dot_v1_dot_journal__pb2.RejectRequest.SerializeToString,
+            opjournal_dot_v1_dot_journal__pb2.RejectResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

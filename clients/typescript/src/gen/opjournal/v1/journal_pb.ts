@@ -20,7 +20,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file opjournal/v1/journal.proto.
  */
 export const file_opjournal_v1_journal: GenFile = /*@__PURE__*/
-  fileDesc("ChpvcGpvdXJuYWwvdjEvam91cm5hbC5wcm90bxIMb3Bqb3VybmFsLnYxItEHCglPcGVyYXRpb24SFQoNb3BlcmF0aW9uX2tleRgBIAEoCRITCgthY3Rpb25fdHlwZRgCIAEoCRIUCgxyZXF1ZXN0X2hhc2gYAyABKAkSJAoGc3RhdHVzGAQgASgOMhQub3Bqb3VybmFsLnYxLlN0YXR1cxIVCg1hdHRlbXB0X2NvdW50GAUgASgFEhMKC2V4dGVybmFsX2lkGAYgASgJEicKBnJlc3VsdBgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZXJyb3JfY29kZRgIIAEoCRIvCgtsZWFzZV91bnRpbBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMbmVlZHNfcmV2aWV3GAogASgIEhUKDXJldmlld19yZWFzb24YCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2Vfb3duZXIYDiABKAkSHQoVZHVwbGljYXRlX2V4dGVybmFsX2lkGA8gASgJEigKB3BheWxvYWQYECABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjEKDXVua25vd25fc2luY2UYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2NoZWNrX2NvdW50GBIgASgFEjMKD2xhc3RfY2hlY2tlZF9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNbmV4dF9jaGVja19hdBgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHgoWZHVwbGljYXRlX2V4dGVybmFsX2lkcxgVIAMoCRIZChFkdXBsaWNhdGVfcmVwb3J0cxgWIAEoBRI2ChJhdHRlbXB0X3N0YXJ0ZWRfYXQYFyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KBHJlZnMYGCADKAsyIS5vcGpvdXJuYWwudjEuT3BlcmF0aW9uLlJlZnNFbnRyeRISCgpwYXJlbnRfa2V5GBkgASgJEjQKEGZpcnN0X2F0dGVtcHRfYXQYGiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBG5vdGUYGyABKAkaKwoJUmVmc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi6gEKBUV2ZW50EgoKAmlkGAEgASgDEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIpCgtmcm9tX3N0YXR1cxgDIAEoDjIULm9wam91cm5hbC52MS5TdGF0dXMSJwoJdG9fc3RhdHVzGAQgASgOMhQub3Bqb3VybmFsLnYxLlN0YXR1cxIPCgdhdHRlbXB0GAUgASgFEg0KBWFjdG9yGAYgASgJEg4KBnJlYXNvbhgHIAEoCRITCgtleHRlcm5hbF9pZBgIIAEoCRIUCgxzdGF0ZWRfYWN0b3IYCSABKAkiOAoMQ2xhaW1PcHRpb25zEhEKCXdvcmtlcl9pZBgBIAEoCRIVCg1sZWFzZV9zZWNvbmRzGAIgASgFIrUCCg9SZWdpc3RlclJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRITCgthY3Rpb25fdHlwZRgCIAEoCRIoCgdwYXlsb2FkGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIpCgVjbGFpbRgEIAEoCzIaLm9wam91cm5hbC52MS5DbGFpbU9wdGlvbnMSNQoEcmVmcxgFIAMoCzInLm9wam91cm5hbC52MS5SZWdpc3RlclJlcXVlc3QuUmVmc0VudHJ5EhIKCnBhcmVudF9rZXkYBiABKAkSKQoEdmlldxgHIAEoDjIbLm9wam91cm5hbC52MS5PcGVyYXRpb25WaWV3GisKCVJlZnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIvwBChBSZWdpc3RlclJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24SDwoHY3JlYXRlZBgCIAEoCBIPCgdjbGFpbWVkGAMgASgIEg8KB2F0dGVtcHQYBCABKAUSLwoLbGVhc2VfdW50aWwYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JldHJ5X2FmdGVyX3NlY29uZHMYBiABKAUSJAoEbmV4dBgHIAEoDjIWLm9wam91cm5hbC52MS5OZXh0U3RlcBIVCg1sZWFzZV9zZWNvbmRzGAggASgFInoKDENsYWltUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEhEKCXdvcmtlcl9pZBgCIAEoCRIVCg1sZWFzZV9zZWNvbmRzGAMgASgFEikKBHZpZXcYBCABKA4yGy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uVmlldyLoAQoNQ2xhaW1SZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uEg8KB2NsYWltZWQYAiABKAgSDwoHYXR0ZW1wdBgDIAEoBRIvCgtsZWFzZV91bnRpbBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGwoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgFIAEoBRIkCgRuZXh0GAYgASgOMhYub3Bqb3VybmFsLnYxLk5leHRTdGVwEhUKDWxlYXNlX3NlY29uZHMYByABKAUifgoSRXh0ZW5kTGVhc2VSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRIVCg1sZWFzZV9zZWNvbmRzGAMgASgFEikKBHZpZXcYBCABKA4yGy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uVmlldyKJAQoTRXh0ZW5kTGVhc2VSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uEi8KC2xlYXNlX3VudGlsGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg1sZWFzZV9zZWNvbmRzGAMgASgFIrYBChRNYXJrU3VjY2VlZGVkUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg8KB2F0dGVtcHQYAiABKAUSEwoLZXh0ZXJuYWxfaWQYAyABKAkSJwoGcmVzdWx0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBINCgVhY3RvchgFIAEoCRIpCgR2aWV3GAYgASgOMhsub3Bqb3VybmFsLnYxLk9wZXJhdGlvblZpZXciQwoVTWFya1N1Y2NlZWRlZFJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iewoSTWFya1Vua25vd25SZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRISCgplcnJvcl9jb2RlGAMgASgJEikKBHZpZXcYBCABKA4yGy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uVmlldyJBChNNYXJrVW5rbm93blJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iqAEKFk1hcmtGYWlsZWRGaW5hbFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEhIKCmVycm9yX2NvZGUYAyABKAkSJwoGcmVzdWx0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIpCgR2aWV3GAUgASgOMhsub3Bqb3VybmFsLnYxLk9wZXJhdGlvblZpZXciRQoXTWFya0ZhaWxlZEZpbmFsUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJRCg1Mb29rdXBSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSKQoEdmlldxgCIAEoDjIbLm9wam91cm5hbC52MS5PcGVyYXRpb25WaWV3IjwKDkxvb2t1cFJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24i5wIKFUxpc3RPcGVyYXRpb25zUmVxdWVzdBImCghzdGF0dXNlcxgBIAMoDjIULm9wam91cm5hbC52MS5TdGF0dXMSGQoMbmVlZHNfcmV2aWV3GAIgASgISACIAQESEwoLYWN0aW9uX3R5cGUYAyABKAkSFQoNZHVlX2Zvcl9jaGVjaxgEIAEoCBIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRIpCgR2aWV3GAcgASgOMhsub3Bqb3VybmFsLnYxLk9wZXJhdGlvblZpZXcSOwoEcmVmcxgIIAMoCzItLm9wam91cm5hbC52MS5MaXN0T3BlcmF0aW9uc1JlcXVlc3QuUmVmc0VudHJ5EhIKCnBhcmVudF9rZXkYCSABKAkaKwoJUmVmc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDwoNX25lZWRzX3JldmlldyJeChZMaXN0T3BlcmF0aW9uc1Jlc3BvbnNlEisKCm9wZXJhdGlvbnMYASADKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJfChZSZWxlYXNlRm9yUmV0cnlSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRINCgVhY3RvchgDIAEoCRIOCgZyZWFzb24YBCABKAkiRQoXUmVsZWFzZUZvclJldHJ5UmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJ7ChJSZWNvcmRDaGVja1JlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEg0KBWFjdG9yGAMgASgJEgwKBG5vdGUYBCABKAkSIAoYbmV4dF9jaGVja19hZnRlcl9zZWNvbmRzGAUgASgFIkEKE1JlY29yZENoZWNrUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJHCg9Fc2NhbGF0ZVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRINCgVhY3RvchgCIAEoCRIOCgZyZWFzb24YAyABKAkiPgoQRXNjYWxhdGVSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIsYBCg5SZXNvbHZlUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEiwKCnJlc29sdXRpb24YAiABKA4yGC5vcGpvdXJuYWwudjEuUmVzb2x1dGlvbhITCgtleHRlcm5hbF9pZBgDIAEoCRInCgZyZXN1bHQYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhIKCmVycm9yX2NvZGUYBSABKAkSDQoFYWN0b3IYBiABKAkSDgoGcmVhc29uGAcgASgJIj0KD1Jlc29sdmVSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIkoKEkFja25vd2xlZGdlUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg0KBWFjdG9yGAIgASgJEg4KBnJlYXNvbhgDIAEoCSJBChNBY2tub3dsZWRnZVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iRAoOU2V0Tm90ZVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIMCgRub3RlGAIgASgJEg0KBWFjdG9yGAMgASgJIj0KD1NldE5vdGVSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIlEKEUxpc3RFdmVudHNSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiUgoSTGlzdEV2ZW50c1Jlc3BvbnNlEiMKBmV2ZW50cxgBIAMoCzITLm9wam91cm5hbC52MS5FdmVudBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiEgoQR2V0UG9saWN5UmVxdWVzdCIPCg1XaG9BbUlSZXF1ZXN0IpoBCg5XaG9BbUlSZXNwb25zZRIVCg1hdXRoZW50aWNhdGVkGAEgASgIEhQKDHByaW5jaXBhbF9pZBgCIAEoCRIMCgRuYW1lGAMgASgJEg4KBnRlbmFudBgEIAEoCRINCgVyb2xlcxgFIAMoCRIuCgpleHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI4ChFHZXRQb2xpY3lSZXNwb25zZRITCgtmaW5nZXJwcmludBgBIAEoCRIOCgZzb3VyY2UYAiABKAkqjwEKBlN0YXR1cxIWChJTVEFUVVNfVU5TUEVDSUZJRUQQABISCg5TVEFUVVNfUEVORElORxABEhYKElNUQVRVU19JTl9QUk9HUkVTUxACEhIKDlNUQVRVU19VTktOT1dOEAMSFAoQU1RBVFVTX1NVQ0NFRURFRBAEEhcKE1NUQVRVU19GQUlMRURfRklOQUwQBSpiCg1PcGVyYXRpb25WaWV3Eh4KGk9QRVJBVElPTl9WSUVXX1VOU1BFQ0lGSUVEEAASGAoUT1BFUkFUSU9OX1ZJRVdfQkFTSUMQARIXChNPUEVSQVRJT05fVklFV19GVUxMEAIqwgEKCE5leHRTdGVwEhkKFU5FWFRfU1RFUF9VTlNQRUNJRklFRBAAEhsKF05FWFRfU1RFUF9DQUxMX1BST1ZJREVSEAESFAoQTkVYVF9TVEVQX1JFUExBWRACEhIKDk5FWFRfU1RFUF9XQUlUEAMSIwofTkVYVF9TVEVQX1ZFUklGSUNBVElPTl9SRVFVSVJFRBAEEhoKFk5FWFRfU1RFUF9GQUlMRURfRklOQUwQBRITCg9ORVhUX1NURVBfQ0xBSU0QBipfCgpSZXNvbHV0aW9uEhoKFlJFU09MVVRJT05fVU5TUEVDSUZJRUQQABIYChRSRVNPTFVUSU9OX1NVQ0NFRURFRBABEhsKF1JFU09MVVRJT05fRkFJTEVEX0ZJTkFMEAIy6AoKDkpvdXJuYWxTZXJ2aWNlEkkKCFJlZ2lzdGVyEh0ub3Bqb3VybmFsLnYxLlJlZ2lzdGVyUmVxdWVzdBoeLm9wam91cm5hbC52MS5SZWdpc3RlclJlc3BvbnNlEkAKBUNsYWltEhoub3Bqb3VybmFsLnYxLkNsYWltUmVxdWVzdBobLm9wam91cm5hbC52MS5DbGFpbVJlc3BvbnNlElIKC0V4dGVuZExlYXNlEiAub3Bqb3VybmFsLnYxLkV4dGVuZExlYXNlUmVxdWVzdBohLm9wam91cm5hbC52MS5FeHRlbmRMZWFzZVJlc3BvbnNlElgKDU1hcmtTdWNjZWVkZWQSIi5vcGpvdXJuYWwudjEuTWFya1N1Y2NlZWRlZFJlcXVlc3QaIy5vcGpvdXJuYWwudjEuTWFya1N1Y2NlZWRlZFJlc3BvbnNlElIKC01hcmtVbmtub3duEiAub3Bqb3VybmFsLnYxLk1hcmtVbmtub3duUmVxdWVzdBohLm9wam91cm5hbC52MS5NYXJrVW5rbm93blJlc3BvbnNlEl4KD01hcmtGYWlsZWRGaW5hbBIkLm9wam91cm5hbC52MS5NYXJrRmFpbGVkRmluYWxSZXF1ZXN0GiUub3Bqb3VybmFsLnYxLk1hcmtGYWlsZWRGaW5hbFJlc3BvbnNlEkMKBkxvb2t1cBIbLm9wam91cm5hbC52MS5Mb29rdXBSZXF1ZXN0Ghwub3Bqb3VybmFsLnYxLkxvb2t1cFJlc3BvbnNlElsKDkxpc3RPcGVyYXRpb25zEiMub3Bqb3VybmFsLnYxLkxpc3RPcGVyYXRpb25zUmVxdWVzdBokLm9wam91cm5hbC52MS5MaXN0T3BlcmF0aW9uc1Jlc3BvbnNlEl4KD1JlbGVhc2VGb3JSZXRyeRIkLm9wam91cm5hbC52MS5SZWxlYXNlRm9yUmV0cnlSZXF1ZXN0GiUub3Bqb3VybmFsLnYxLlJlbGVhc2VGb3JSZXRyeVJlc3BvbnNlElIKC1JlY29yZENoZWNrEiAub3Bqb3VybmFsLnYxLlJlY29yZENoZWNrUmVxdWVzdBohLm9wam91cm5hbC52MS5SZWNvcmRDaGVja1Jlc3BvbnNlEkkKCEVzY2FsYXRlEh0ub3Bqb3VybmFsLnYxLkVzY2FsYXRlUmVxdWVzdBoeLm9wam91cm5hbC52MS5Fc2NhbGF0ZVJlc3BvbnNlEkYKB1Jlc29sdmUSHC5vcGpvdXJuYWwudjEuUmVzb2x2ZVJlcXVlc3QaHS5vcGpvdXJuYWwudjEuUmVzb2x2ZVJlc3BvbnNlElIKC0Fja25vd2xlZGdlEiAub3Bqb3VybmFsLnYxLkFja25vd2xlZGdlUmVxdWVzdBohLm9wam91cm5hbC52MS5BY2tub3dsZWRnZVJlc3BvbnNlEkYKB1NldE5vdGUSHC5vcGpvdXJuYWwudjEuU2V0Tm90ZVJlcXVlc3QaHS5vcGpvdXJuYWwudjEuU2V0Tm90ZVJlc3BvbnNlEk8KCkxpc3RFdmVudHMSHy5vcGpvdXJuYWwudjEuTGlzdEV2ZW50c1JlcXVlc3QaIC5vcGpvdXJuYWwudjEuTGlzdEV2ZW50c1Jlc3BvbnNlEkwKCUdldFBvbGljeRIeLm9wam91cm5hbC52MS5HZXRQb2xpY3lSZXF1ZXN0Gh8ub3Bqb3VybmFsLnYxLkdldFBvbGljeVJlc3BvbnNlEkMKBldob0FtSRIbLm9wam91cm5hbC52MS5XaG9BbUlSZXF1ZXN0Ghwub3Bqb3VybmFsLnYxLldob0FtSVJlc3BvbnNlQj1aO2dpdGh1Yi5jb20vb3Bqb3VybmFsL29wam91cm5hbC9nZW4vb3Bqb3VybmFsL3YxO29wam91cm5hbHYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChpvcGpvdXJuYWwvdjEvam91cm5hbC5wcm90bxIMb3Bqb3VybmFsLnYxIvsHCglPcGVyYXRpb24SFQoNb3BlcmF0aW9uX2tleRgBIAEoCRITCgthY3Rpb25fdHlwZRgCIAEoCRIUCgxyZXF1ZXN0X2hhc2gYAyABKAkSJAoGc3RhdHVzGAQgASgOMhQub3Bqb3VybmFsLnYxLlN0YXR1cxIVCg1hdHRlbXB0X2NvdW50GAUgASgFEhMKC2V4dGVybmFsX2lkGAYgASgJEicKBnJlc3VsdBgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZXJyb3JfY29kZRgIIAEoCRIvCgtsZWFzZV91bnRpbBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMbmVlZHNfcmV2aWV3GAogASgIEhUKDXJldmlld19yZWFzb24YCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2Vfb3duZXIYDiABKAkSHQoVZHVwbGljYXRlX2V4dGVybmFsX2lkGA8gASgJEigKB3BheWxvYWQYECABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjEKDXVua25vd25fc2luY2UYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2NoZWNrX2NvdW50GBIgASgFEjMKD2xhc3RfY2hlY2tlZF9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNbmV4dF9jaGVja19hdBgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHgoWZHVwbGljYXRlX2V4dGVybmFsX2lkcxgVIAMoCRIZChFkdXBsaWNhdGVfcmVwb3J0cxgWIAEoBRI2ChJhdHRlbXB0X3N0YXJ0ZWRfYXQYFyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KBHJlZnMYGCADKAsyIS5vcGpvdXJuYWwudjEuT3BlcmF0aW9uLlJlZnNFbnRyeRISCgpwYXJlbnRfa2V5GBkgASgJEjQKEGZpcnN0X2F0dGVtcHRfYXQYGiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBG5vdGUYGyABKAkSKAoIYXBwcm92YWwYHCABKAsyFi5vcGpvdXJuYWwudjEuQXBwcm92YWwaKwoJUmVmc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi/QEKCEFwcHJvdmFsEhAKCHJlcXVpcmVkGAEgASgIEhEKCWFwcHJvdmVycxgCIAMoCRIfChdkaXN0aW5jdF9mcm9tX3JlcXVlc3RlchgDIAEoCBISCgp0d29fcGVyc29uGAQgASgIEhQKDHJlcXVlc3RlZF9ieRgFIAEoCRIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKb25fdGltZW91dBgHIAEoCRIxCglhcHByb3ZhbHMYCCADKAsyHi5vcGpvdXJuYWwudjEuQXBwcm92YWxEZWNpc2lvbhIMCgRydWxlGAkgASgJIl0KEEFwcHJvdmFsRGVjaXNpb24SEQoJcHJpbmNpcGFsGAEgASgJEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YAyABKAki6gEKBUV2ZW50EgoKAmlkGAEgASgDEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIpCgtmcm9tX3N0YXR1cxgDIAEoDjIULm9wam91cm5hbC52MS5TdGF0dXMSJwoJdG9fc3RhdHVzGAQgASgOMhQub3Bqb3VybmFsLnYxLlN0YXR1cxIPCgdhdHRlbXB0GAUgASgFEg0KBWFjdG9yGAYgASgJEg4KBnJlYXNvbhgHIAEoCRITCgtleHRlcm5hbF9pZBgIIAEoCRIUCgxzdGF0ZWRfYWN0b3IYCSABKAkiOAoMQ2xhaW1PcHRpb25zEhEKCXdvcmtlcl9pZBgBIAEoCRIVCg1sZWFzZV9zZWNvbmRzGAIgASgFIrUCCg9SZWdpc3RlclJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRITCgthY3Rpb25fdHlwZRgCIAEoCRIoCgdwYXlsb2FkGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIpCgVjbGFpbRgEIAEoCzIaLm9wam91cm5hbC52MS5DbGFpbU9wdGlvbnMSNQoEcmVmcxgFIAMoCzInLm9wam91cm5hbC52MS5SZWdpc3RlclJlcXVlc3QuUmVmc0VudHJ5EhIKCnBhcmVudF9rZXkYBiABKAkSKQoEdmlldxgHIAEoDjIbLm9wam91cm5hbC52MS5PcGVyYXRpb25WaWV3GisKCVJlZnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIvwBChBSZWdpc3RlclJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24SDwoHY3JlYXRlZBgCIAEoCBIPCgdjbGFpbWVkGAMgASgIEg8KB2F0dGVtcHQYBCABKAUSLwoLbGVhc2VfdW50aWwYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JldHJ5X2FmdGVyX3NlY29uZHMYBiABKAUSJAoEbmV4dBgHIAEoDjIWLm9wam91cm5hbC52MS5OZXh0U3RlcBIVCg1sZWFzZV9zZWNvbmRzGAggASgFInoKDENsYWltUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEhEKCXdvcmtlcl9pZBgCIAEoCRIVCg1sZWFzZV9zZWNvbmRzGAMgASgFEikKBHZpZXcYBCABKA4yGy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uVmlldyLoAQoNQ2xhaW1SZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uEg8KB2NsYWltZWQYAiABKAgSDwoHYXR0ZW1wdBgDIAEoBRIvCgtsZWFzZV91bnRpbBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGwoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgFIAEoBRIkCgRuZXh0GAYgASgOMhYub3Bqb3VybmFsLnYxLk5leHRTdGVwEhUKDWxlYXNlX3NlY29uZHMYByABKAUifgoSRXh0ZW5kTGVhc2VSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRIVCg1sZWFzZV9zZWNvbmRzGAMgASgFEikKBHZpZXcYBCABKA4yGy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uVmlldyKJAQoTRXh0ZW5kTGVhc2VSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uEi8KC2xlYXNlX3VudGlsGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg1sZWFzZV9zZWNvbmRzGAMgASgFIrYBChRNYXJrU3VjY2VlZGVkUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg8KB2F0dGVtcHQYAiABKAUSEwoLZXh0ZXJuYWxfaWQYAyABKAkSJwoGcmVzdWx0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBINCgVhY3RvchgFIAEoCRIpCgR2aWV3GAYgASgOMhsub3Bqb3VybmFsLnYxLk9wZXJhdGlvblZpZXciQwoVTWFya1N1Y2NlZWRlZFJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iewoSTWFya1Vua25vd25SZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRISCgplcnJvcl9jb2RlGAMgASgJEikKBHZpZXcYBCABKA4yGy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uVmlldyJBChNNYXJrVW5rbm93blJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iqAEKFk1hcmtGYWlsZWRGaW5hbFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEhIKCmVycm9yX2NvZGUYAyABKAkSJwoGcmVzdWx0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIpCgR2aWV3GAUgASgOMhsub3Bqb3VybmFsLnYxLk9wZXJhdGlvblZpZXciRQoXTWFya0ZhaWxlZEZpbmFsUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJnCg1Mb29rdXBSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSKQoEdmlldxgCIAEoDjIbLm9wam91cm5hbC52MS5PcGVyYXRpb25WaWV3EhQKDHdhaXRfc2Vjb25kcxgDIAEoBSI8Cg5Mb29rdXBSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIucCChVMaXN0T3BlcmF0aW9uc1JlcXVlc3QSJgoIc3RhdHVzZXMYASADKA4yFC5vcGpvdXJuYWwudjEuU3RhdHVzEhkKDG5lZWRzX3JldmlldxgCIAEoCEgAiAEBEhMKC2FjdGlvbl90eXBlGAMgASgJEhUKDWR1ZV9mb3JfY2hlY2sYBCABKAgSEQoJcGFnZV9zaXplGAUgASgFEhIKCnBhZ2VfdG9rZW4YBiABKAkSKQoEdmlldxgHIAEoDjIbLm9wam91cm5hbC52MS5PcGVyYXRpb25WaWV3EjsKBHJlZnMYCCADKAsyLS5vcGpvdXJuYWwudjEuTGlzdE9wZXJhdGlvbnNSZXF1ZXN0LlJlZnNFbnRyeRISCgpwYXJlbnRfa2V5GAkgASgJGisKCVJlZnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQg8KDV9uZWVkc19yZXZpZXciXgoWTGlzdE9wZXJhdGlvbnNSZXNwb25zZRIrCgpvcGVyYXRpb25zGAEgAygLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiXwoWUmVsZWFzZUZvclJldHJ5UmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg8KB2F0dGVtcHQYAiABKAUSDQoFYWN0b3IYAyABKAkSDgoGcmVhc29uGAQgASgJIkUKF1JlbGVhc2VGb3JSZXRyeVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iewoSUmVjb3JkQ2hlY2tSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRINCgVhY3RvchgDIAEoCRIMCgRub3RlGAQgASgJEiAKGG5leHRfY2hlY2tfYWZ0ZXJfc2Vjb25kcxgFIAEoBSJBChNSZWNvcmRDaGVja1Jlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iRwoPRXNjYWxhdGVSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDQoFYWN0b3IYAiABKAkSDgoGcmVhc29uGAMgASgJIj4KEEVzY2FsYXRlUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiLGAQoOUmVzb2x2ZVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIsCgpyZXNvbHV0aW9uGAIgASgOMhgub3Bqb3VybmFsLnYxLlJlc29sdXRpb24SEwoLZXh0ZXJuYWxfaWQYAyABKAkSJwoGcmVzdWx0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBISCgplcnJvcl9jb2RlGAUgASgJEg0KBWFjdG9yGAYgASgJEg4KBnJlYXNvbhgHIAEoCSI9Cg9SZXNvbHZlUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJKChJBY2tub3dsZWRnZVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRINCgVhY3RvchgCIAEoCRIOCgZyZWFzb24YAyABKAkiQQoTQWNrbm93bGVkZ2VSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIk0KDkFwcHJvdmVSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSFAoMcmVxdWVzdF9oYXNoGAIgASgJEg4KBnJlYXNvbhgDIAEoCSJPCg9BcHByb3ZlUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbhIQCghyZWxlYXNlZBgCIAEoCCJgCg1SZWplY3RSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSFAoMcmVxdWVzdF9oYXNoGAIgASgJEg4KBnJlYXNvbhgDIAEoCRISCgplcnJvcl9jb2RlGAQgASgJIjwKDlJlamVjdFJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iRAoOU2V0Tm90ZVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIMCgRub3RlGAIgASgJEg0KBWFjdG9yGAMgASgJIj0KD1NldE5vdGVSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIlEKEUxpc3RFdmVudHNSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiUgoSTGlzdEV2ZW50c1Jlc3BvbnNlEiMKBmV2ZW50cxgBIAMoCzITLm9wam91cm5hbC52MS5FdmVudBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiEgoQR2V0UG9saWN5UmVxdWVzdCIPCg1XaG9BbUlSZXF1ZXN0IpoBCg5XaG9BbUlSZXNwb25zZRIVCg1hdXRoZW50aWNhdGVkGAEgASgIEhQKDHByaW5jaXBhbF9pZBgCIAEoCRIMCgRuYW1lGAMgASgJEg4KBnRlbmFudBgEIAEoCRINCgVyb2xlcxgFIAMoCRIuCgpleHBpcmVzX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI4ChFHZXRQb2xpY3lSZXNwb25zZRITCgtmaW5nZXJwcmludBgBIAEoCRIOCgZzb3VyY2UYAiABKAkqrQEKBlN0YXR1cxIWChJTVEFUVVNfVU5TUEVDSUZJRUQQABISCg5TVEFUVVNfUEVORElORxABEhYKElNUQVRVU19JTl9QUk9HUkVTUxACEhIKDlNUQVRVU19VTktOT1dOEAMSFAoQU1RBVFVTX1NVQ0NFRURFRBAEEhcKE1NUQVRVU19GQUlMRURfRklOQUwQBRIcChhTVEFUVVNfQVdBSVRJTkdfQVBQUk9WQUwQBipiCg1PcGVyYXRpb25WaWV3Eh4KGk9QRVJBVElPTl9WSUVXX1VOU1BFQ0lGSUVEEAASGAoUT1BFUkFUSU9OX1ZJRVdfQkFTSUMQARIXChNPUEVSQVRJT05fVklFV19GVUxMEAIq4AEKCE5leHRTdGVwEhkKFU5FWFRfU1RFUF9VTlNQRUNJRklFRBAAEhsKF05FWFRfU1RFUF9DQUxMX1BST1ZJREVSEAESFAoQTkVYVF9TVEVQX1JFUExBWRACEhIKDk5FWFRfU1RFUF9XQUlUEAMSIwofTkVYVF9TVEVQX1ZFUklGSUNBVElPTl9SRVFVSVJFRBAEEhoKFk5FWFRfU1RFUF9GQUlMRURfRklOQUwQBRITCg9ORVhUX1NURVBfQ0xBSU0QBhIcChhORVhUX1NURVBfQVdBSVRfQVBQUk9WQUwQBypfCgpSZXNvbHV0aW9uEhoKFlJFU09MVVRJT05fVU5TUEVDSUZJRUQQABIYChRSRVNPTFVUSU9OX1NVQ0NFRURFRBABEhsKF1JFU09MVVRJT05fRkFJTEVEX0ZJTkFMEAIy9QsKDkpvdXJuYWxTZXJ2aWNlEkkKCFJlZ2lzdGVyEh0ub3Bqb3VybmFsLnYxLlJlZ2lzdGVyUmVxdWVzdBoeLm9wam91cm5hbC52MS5SZWdpc3RlclJlc3BvbnNlEkAKBUNsYWltEhoub3Bqb3VybmFsLnYxLkNsYWltUmVxdWVzdBobLm9wam91cm5hbC52MS5DbGFpbVJlc3BvbnNlElIKC0V4dGVuZExlYXNlEiAub3Bqb3VybmFsLnYxLkV4dGVuZExlYXNlUmVxdWVzdBohLm9wam91cm5hbC52MS5FeHRlbmRMZWFzZVJlc3BvbnNlElgKDU1hcmtTdWNjZWVkZWQSIi5vcGpvdXJuYWwudjEuTWFya1N1Y2NlZWRlZFJlcXVlc3QaIy5vcGpvdXJuYWwudjEuTWFya1N1Y2NlZWRlZFJlc3BvbnNlElIKC01hcmtVbmtub3duEiAub3Bqb3VybmFsLnYxLk1hcmtVbmtub3duUmVxdWVzdBohLm9wam91cm5hbC52MS5NYXJrVW5rbm93blJlc3BvbnNlEl4KD01hcmtGYWlsZWRGaW5hbBIkLm9wam91cm5hbC52MS5NYXJrRmFpbGVkRmluYWxSZXF1ZXN0GiUub3Bqb3VybmFsLnYxLk1hcmtGYWlsZWRGaW5hbFJlc3BvbnNlEkMKBkxvb2t1cBIbLm9wam91cm5hbC52MS5Mb29rdXBSZXF1ZXN0Ghwub3Bqb3VybmFsLnYxLkxvb2t1cFJlc3BvbnNlElsKDkxpc3RPcGVyYXRpb25zEiMub3Bqb3VybmFsLnYxLkxpc3RPcGVyYXRpb25zUmVxdWVzdBokLm9wam91cm5hbC52MS5MaXN0T3BlcmF0aW9uc1Jlc3BvbnNlEl4KD1JlbGVhc2VGb3JSZXRyeRIkLm9wam91cm5hbC52MS5SZWxlYXNlRm9yUmV0cnlSZXF1ZXN0GiUub3Bqb3VybmFsLnYxLlJlbGVhc2VGb3JSZXRyeVJlc3BvbnNlElIKC1JlY29yZENoZWNrEiAub3Bqb3VybmFsLnYxLlJlY29yZENoZWNrUmVxdWVzdBohLm9wam91cm5hbC52MS5SZWNvcmRDaGVja1Jlc3BvbnNlEkkKCEVzY2FsYXRlEh0ub3Bqb3VybmFsLnYxLkVzY2FsYXRlUmVxdWVzdBoeLm9wam91cm5hbC52MS5Fc2NhbGF0ZVJlc3BvbnNlEkYKB1Jlc29sdmUSHC5vcGpvdXJuYWwudjEuUmVzb2x2ZVJlcXVlc3QaHS5vcGpvdXJuYWwudjEuUmVzb2x2ZVJlc3BvbnNlElIKC0Fja25vd2xlZGdlEiAub3Bqb3VybmFsLnYxLkFja25vd2xlZGdlUmVxdWVzdBohLm9wam91cm5hbC52MS5BY2tub3dsZWRnZVJlc3BvbnNlEkYKB1NldE5vdGUSHC5vcGpvdXJuYWwudjEuU2V0Tm90ZVJlcXVlc3QaHS5vcGpvdXJuYWwudjEuU2V0Tm90ZVJlc3BvbnNlEkYKB0FwcHJvdmUSHC5vcGpvdXJuYWwudjEuQXBwcm92ZVJlcXVlc3QaHS5vcGpvdXJuYWwudjEuQXBwcm92ZVJlc3BvbnNlEkMKBlJlamVjdBIbLm9wam91cm5hbC52MS5SZWplY3RSZXF1ZXN0Ghwub3Bqb3VybmFsLnYxLlJlamVjdFJlc3BvbnNlEk8KCkxpc3RFdmVudHMSHy5vcGpvdXJuYWwudjEuTGlzdEV2ZW50c1JlcXVlc3QaIC5vcGpvdXJuYWwudjEuTGlzdEV2ZW50c1Jlc3BvbnNlEkwKCUdldFBvbGljeRIeLm9wam91cm5hbC52MS5HZXRQb2xpY3lSZXF1ZXN0Gh8ub3Bqb3VybmFsLnYxLkdldFBvbGljeVJlc3BvbnNlEkMKBldob0FtSRIbLm9wam91cm5hbC52MS5XaG9BbUlSZXF1ZXN0Ghwub3Bqb3VybmFsLnYxLldob0FtSVJlc3BvbnNlQj1aO2dpdGh1Yi5jb20vb3Bqb3VybmFsL29wam91cm5hbC9nZW4vb3Bqb3VybmFsL3YxO29wam91cm5hbHYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Operation is the journal's record of one business intent.
@@ -226,6 +226,15 @@ export type Operation = Message<"opjournal.v1.Operation"> & {
    * @generated from field: string note = 27;
    */
   note: string;
+
+  /**
+   * The approval the action's policy asked for at registration; unset
+   * when none was needed. Recorded once: a later policy change does not
+   * re-open a decided question.
+   *
+   * @generated from field: opjournal.v1.Approval approval = 28;
+   */
+  approval?: Approval | undefined;
 };
 
 /**
@@ -234,6 +243,120 @@ export type Operation = Message<"opjournal.v1.Operation"> & {
  */
 export const OperationSchema: GenMessage<Operation> = /*@__PURE__*/
   messageDesc(file_opjournal_v1_journal, 0);
+
+/**
+ * Approval is what the policy required of an operation at its
+ * registration and the decisions made on it so far.
+ *
+ * @generated from message opjournal.v1.Approval
+ */
+export type Approval = Message<"opjournal.v1.Approval"> & {
+  /**
+   * True: a person had to approve before any attempt.
+   *
+   * @generated from field: bool required = 1;
+   */
+  required: boolean;
+
+  /**
+   * The roles that may decide.
+   *
+   * @generated from field: repeated string approvers = 2;
+   */
+  approvers: string[];
+
+  /**
+   * The principal who registered the operation may not approve it.
+   *
+   * @generated from field: bool distinct_from_requester = 3;
+   */
+  distinctFromRequester: boolean;
+
+  /**
+   * Two distinct principals must approve.
+   *
+   * @generated from field: bool two_person = 4;
+   */
+  twoPerson: boolean;
+
+  /**
+   * The principal who registered the operation (empty without authentication).
+   *
+   * @generated from field: string requested_by = 5;
+   */
+  requestedBy: string;
+
+  /**
+   * When the question times out (database clock); unset for never.
+   *
+   * @generated from field: google.protobuf.Timestamp deadline = 6;
+   */
+  deadline?: Timestamp | undefined;
+
+  /**
+   * What happens at the deadline: "reject" (FAILED_FINAL,
+   * error_code "approval_timeout") or "escalate" (needs_review).
+   *
+   * @generated from field: string on_timeout = 7;
+   */
+  onTimeout: string;
+
+  /**
+   * The approvals given so far, oldest first (at most two).
+   *
+   * @generated from field: repeated opjournal.v1.ApprovalDecision approvals = 8;
+   */
+  approvals: ApprovalDecision[];
+
+  /**
+   * Why the policy asked: the `when` expression that held, or "required".
+   *
+   * @generated from field: string rule = 9;
+   */
+  rule: string;
+};
+
+/**
+ * Describes the message opjournal.v1.Approval.
+ * Use `create(ApprovalSchema)` to create a new message.
+ */
+export const ApprovalSchema: GenMessage<Approval> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 1);
+
+/**
+ * ApprovalDecision is one person's approval.
+ *
+ * @generated from message opjournal.v1.ApprovalDecision
+ */
+export type ApprovalDecision = Message<"opjournal.v1.ApprovalDecision"> & {
+  /**
+   * The authenticated principal who approved.
+   *
+   * @generated from field: string principal = 1;
+   */
+  principal: string;
+
+  /**
+   * When (database clock).
+   *
+   * @generated from field: google.protobuf.Timestamp at = 2;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * The reason they gave.
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message opjournal.v1.ApprovalDecision.
+ * Use `create(ApprovalDecisionSchema)` to create a new message.
+ */
+export const ApprovalDecisionSchema: GenMessage<ApprovalDecision> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 2);
 
 /**
  * Event is one entry of an operation's history, written in the same
@@ -314,7 +437,7 @@ export type Event = Message<"opjournal.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 1);
+  messageDesc(file_opjournal_v1_journal, 3);
 
 /**
  * ClaimOptions asks Register to claim the operation in the same call.
@@ -343,7 +466,7 @@ export type ClaimOptions = Message<"opjournal.v1.ClaimOptions"> & {
  * Use `create(ClaimOptionsSchema)` to create a new message.
  */
 export const ClaimOptionsSchema: GenMessage<ClaimOptions> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 2);
+  messageDesc(file_opjournal_v1_journal, 4);
 
 /**
  * RegisterRequest registers an operation before its external call.
@@ -415,7 +538,7 @@ export type RegisterRequest = Message<"opjournal.v1.RegisterRequest"> & {
  * Use `create(RegisterRequestSchema)` to create a new message.
  */
 export const RegisterRequestSchema: GenMessage<RegisterRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 3);
+  messageDesc(file_opjournal_v1_journal, 5);
 
 /**
  * RegisterResponse answers Register.
@@ -488,7 +611,7 @@ export type RegisterResponse = Message<"opjournal.v1.RegisterResponse"> & {
  * Use `create(RegisterResponseSchema)` to create a new message.
  */
 export const RegisterResponseSchema: GenMessage<RegisterResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 4);
+  messageDesc(file_opjournal_v1_journal, 6);
 
 /**
  * ClaimRequest asks for a lease.
@@ -532,7 +655,7 @@ export type ClaimRequest = Message<"opjournal.v1.ClaimRequest"> & {
  * Use `create(ClaimRequestSchema)` to create a new message.
  */
 export const ClaimRequestSchema: GenMessage<ClaimRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 5);
+  messageDesc(file_opjournal_v1_journal, 7);
 
 /**
  * ClaimResponse answers Claim.
@@ -595,7 +718,7 @@ export type ClaimResponse = Message<"opjournal.v1.ClaimResponse"> & {
  * Use `create(ClaimResponseSchema)` to create a new message.
  */
 export const ClaimResponseSchema: GenMessage<ClaimResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 6);
+  messageDesc(file_opjournal_v1_journal, 8);
 
 /**
  * ExtendLeaseRequest is a heartbeat of the current lease holder.
@@ -639,7 +762,7 @@ export type ExtendLeaseRequest = Message<"opjournal.v1.ExtendLeaseRequest"> & {
  * Use `create(ExtendLeaseRequestSchema)` to create a new message.
  */
 export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 7);
+  messageDesc(file_opjournal_v1_journal, 9);
 
 /**
  * ExtendLeaseResponse answers ExtendLease.
@@ -675,7 +798,7 @@ export type ExtendLeaseResponse = Message<"opjournal.v1.ExtendLeaseResponse"> & 
  * Use `create(ExtendLeaseResponseSchema)` to create a new message.
  */
 export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 8);
+  messageDesc(file_opjournal_v1_journal, 10);
 
 /**
  * MarkSucceededRequest records a confirmed effect.
@@ -736,7 +859,7 @@ export type MarkSucceededRequest = Message<"opjournal.v1.MarkSucceededRequest"> 
  * Use `create(MarkSucceededRequestSchema)` to create a new message.
  */
 export const MarkSucceededRequestSchema: GenMessage<MarkSucceededRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 9);
+  messageDesc(file_opjournal_v1_journal, 11);
 
 /**
  * MarkSucceededResponse answers MarkSucceeded.
@@ -757,7 +880,7 @@ export type MarkSucceededResponse = Message<"opjournal.v1.MarkSucceededResponse"
  * Use `create(MarkSucceededResponseSchema)` to create a new message.
  */
 export const MarkSucceededResponseSchema: GenMessage<MarkSucceededResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 10);
+  messageDesc(file_opjournal_v1_journal, 12);
 
 /**
  * MarkUnknownRequest records an attempt without a definite answer.
@@ -800,7 +923,7 @@ export type MarkUnknownRequest = Message<"opjournal.v1.MarkUnknownRequest"> & {
  * Use `create(MarkUnknownRequestSchema)` to create a new message.
  */
 export const MarkUnknownRequestSchema: GenMessage<MarkUnknownRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 11);
+  messageDesc(file_opjournal_v1_journal, 13);
 
 /**
  * MarkUnknownResponse answers MarkUnknown.
@@ -821,7 +944,7 @@ export type MarkUnknownResponse = Message<"opjournal.v1.MarkUnknownResponse"> & 
  * Use `create(MarkUnknownResponseSchema)` to create a new message.
  */
 export const MarkUnknownResponseSchema: GenMessage<MarkUnknownResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 12);
+  messageDesc(file_opjournal_v1_journal, 14);
 
 /**
  * MarkFailedFinalRequest records a confirmed rejection.
@@ -874,7 +997,7 @@ export type MarkFailedFinalRequest = Message<"opjournal.v1.MarkFailedFinalReques
  * Use `create(MarkFailedFinalRequestSchema)` to create a new message.
  */
 export const MarkFailedFinalRequestSchema: GenMessage<MarkFailedFinalRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 13);
+  messageDesc(file_opjournal_v1_journal, 15);
 
 /**
  * MarkFailedFinalResponse answers MarkFailedFinal.
@@ -895,7 +1018,7 @@ export type MarkFailedFinalResponse = Message<"opjournal.v1.MarkFailedFinalRespo
  * Use `create(MarkFailedFinalResponseSchema)` to create a new message.
  */
 export const MarkFailedFinalResponseSchema: GenMessage<MarkFailedFinalResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 14);
+  messageDesc(file_opjournal_v1_journal, 16);
 
 /**
  * LookupRequest names an operation.
@@ -916,6 +1039,16 @@ export type LookupRequest = Message<"opjournal.v1.LookupRequest"> & {
    * @generated from field: opjournal.v1.OperationView view = 2;
    */
   view: OperationView;
+
+  /**
+   * A long poll: while the operation is AWAITING_APPROVAL, hold the answer
+   * until it is decided (or times out) or this many seconds pass (0: answer
+   * at once; at most 60), then answer with the record as it is. The SDKs
+   * wait for an approval with it instead of polling.
+   *
+   * @generated from field: int32 wait_seconds = 3;
+   */
+  waitSeconds: number;
 };
 
 /**
@@ -923,7 +1056,7 @@ export type LookupRequest = Message<"opjournal.v1.LookupRequest"> & {
  * Use `create(LookupRequestSchema)` to create a new message.
  */
 export const LookupRequestSchema: GenMessage<LookupRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 15);
+  messageDesc(file_opjournal_v1_journal, 17);
 
 /**
  * LookupResponse answers Lookup.
@@ -944,7 +1077,7 @@ export type LookupResponse = Message<"opjournal.v1.LookupResponse"> & {
  * Use `create(LookupResponseSchema)` to create a new message.
  */
 export const LookupResponseSchema: GenMessage<LookupResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 16);
+  messageDesc(file_opjournal_v1_journal, 18);
 
 /**
  * ListOperationsRequest filters and pages operations.
@@ -1024,7 +1157,7 @@ export type ListOperationsRequest = Message<"opjournal.v1.ListOperationsRequest"
  * Use `create(ListOperationsRequestSchema)` to create a new message.
  */
 export const ListOperationsRequestSchema: GenMessage<ListOperationsRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 17);
+  messageDesc(file_opjournal_v1_journal, 19);
 
 /**
  * ListOperationsResponse is one page.
@@ -1052,7 +1185,7 @@ export type ListOperationsResponse = Message<"opjournal.v1.ListOperationsRespons
  * Use `create(ListOperationsResponseSchema)` to create a new message.
  */
 export const ListOperationsResponseSchema: GenMessage<ListOperationsResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 18);
+  messageDesc(file_opjournal_v1_journal, 20);
 
 /**
  * ReleaseForRetryRequest releases an unknown operation after proven absence.
@@ -1095,7 +1228,7 @@ export type ReleaseForRetryRequest = Message<"opjournal.v1.ReleaseForRetryReques
  * Use `create(ReleaseForRetryRequestSchema)` to create a new message.
  */
 export const ReleaseForRetryRequestSchema: GenMessage<ReleaseForRetryRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 19);
+  messageDesc(file_opjournal_v1_journal, 21);
 
 /**
  * ReleaseForRetryResponse answers ReleaseForRetry.
@@ -1116,7 +1249,7 @@ export type ReleaseForRetryResponse = Message<"opjournal.v1.ReleaseForRetryRespo
  * Use `create(ReleaseForRetryResponseSchema)` to create a new message.
  */
 export const ReleaseForRetryResponseSchema: GenMessage<ReleaseForRetryResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 20);
+  messageDesc(file_opjournal_v1_journal, 22);
 
 /**
  * RecordCheckRequest records an inconclusive check.
@@ -1166,7 +1299,7 @@ export type RecordCheckRequest = Message<"opjournal.v1.RecordCheckRequest"> & {
  * Use `create(RecordCheckRequestSchema)` to create a new message.
  */
 export const RecordCheckRequestSchema: GenMessage<RecordCheckRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 21);
+  messageDesc(file_opjournal_v1_journal, 23);
 
 /**
  * RecordCheckResponse answers RecordCheck.
@@ -1187,7 +1320,7 @@ export type RecordCheckResponse = Message<"opjournal.v1.RecordCheckResponse"> & 
  * Use `create(RecordCheckResponseSchema)` to create a new message.
  */
 export const RecordCheckResponseSchema: GenMessage<RecordCheckResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 22);
+  messageDesc(file_opjournal_v1_journal, 24);
 
 /**
  * EscalateRequest hands an operation to a person.
@@ -1223,7 +1356,7 @@ export type EscalateRequest = Message<"opjournal.v1.EscalateRequest"> & {
  * Use `create(EscalateRequestSchema)` to create a new message.
  */
 export const EscalateRequestSchema: GenMessage<EscalateRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 23);
+  messageDesc(file_opjournal_v1_journal, 25);
 
 /**
  * EscalateResponse answers Escalate.
@@ -1244,7 +1377,7 @@ export type EscalateResponse = Message<"opjournal.v1.EscalateResponse"> & {
  * Use `create(EscalateResponseSchema)` to create a new message.
  */
 export const EscalateResponseSchema: GenMessage<EscalateResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 24);
+  messageDesc(file_opjournal_v1_journal, 26);
 
 /**
  * ResolveRequest records an operator's decision.
@@ -1309,7 +1442,7 @@ export type ResolveRequest = Message<"opjournal.v1.ResolveRequest"> & {
  * Use `create(ResolveRequestSchema)` to create a new message.
  */
 export const ResolveRequestSchema: GenMessage<ResolveRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 25);
+  messageDesc(file_opjournal_v1_journal, 27);
 
 /**
  * ResolveResponse answers Resolve.
@@ -1330,7 +1463,7 @@ export type ResolveResponse = Message<"opjournal.v1.ResolveResponse"> & {
  * Use `create(ResolveResponseSchema)` to create a new message.
  */
 export const ResolveResponseSchema: GenMessage<ResolveResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 26);
+  messageDesc(file_opjournal_v1_journal, 28);
 
 /**
  * AcknowledgeRequest records an operator's decision on a terminal
@@ -1367,7 +1500,7 @@ export type AcknowledgeRequest = Message<"opjournal.v1.AcknowledgeRequest"> & {
  * Use `create(AcknowledgeRequestSchema)` to create a new message.
  */
 export const AcknowledgeRequestSchema: GenMessage<AcknowledgeRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 27);
+  messageDesc(file_opjournal_v1_journal, 29);
 
 /**
  * AcknowledgeResponse answers Acknowledge.
@@ -1388,7 +1521,136 @@ export type AcknowledgeResponse = Message<"opjournal.v1.AcknowledgeResponse"> & 
  * Use `create(AcknowledgeResponseSchema)` to create a new message.
  */
 export const AcknowledgeResponseSchema: GenMessage<AcknowledgeResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 28);
+  messageDesc(file_opjournal_v1_journal, 30);
+
+/**
+ * ApproveRequest approves an operation awaiting approval.
+ *
+ * @generated from message opjournal.v1.ApproveRequest
+ */
+export type ApproveRequest = Message<"opjournal.v1.ApproveRequest"> & {
+  /**
+   * The operation.
+   *
+   * @generated from field: string operation_key = 1;
+   */
+  operationKey: string;
+
+  /**
+   * The request hash the approver saw (Operation.request_hash); another
+   * one is PAYLOAD_MISMATCH.
+   *
+   * @generated from field: string request_hash = 2;
+   */
+  requestHash: string;
+
+  /**
+   * Why (required, ≤ 200 characters, no secrets), for the history.
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message opjournal.v1.ApproveRequest.
+ * Use `create(ApproveRequestSchema)` to create a new message.
+ */
+export const ApproveRequestSchema: GenMessage<ApproveRequest> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 31);
+
+/**
+ * ApproveResponse answers Approve.
+ *
+ * @generated from message opjournal.v1.ApproveResponse
+ */
+export type ApproveResponse = Message<"opjournal.v1.ApproveResponse"> & {
+  /**
+   * The record after the call (FULL view): PENDING once released,
+   * still AWAITING_APPROVAL after the first of two approvals.
+   *
+   * @generated from field: opjournal.v1.Operation operation = 1;
+   */
+  operation?: Operation | undefined;
+
+  /**
+   * True when this decision released the operation (PENDING).
+   *
+   * @generated from field: bool released = 2;
+   */
+  released: boolean;
+};
+
+/**
+ * Describes the message opjournal.v1.ApproveResponse.
+ * Use `create(ApproveResponseSchema)` to create a new message.
+ */
+export const ApproveResponseSchema: GenMessage<ApproveResponse> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 32);
+
+/**
+ * RejectRequest rejects an operation awaiting approval.
+ *
+ * @generated from message opjournal.v1.RejectRequest
+ */
+export type RejectRequest = Message<"opjournal.v1.RejectRequest"> & {
+  /**
+   * The operation.
+   *
+   * @generated from field: string operation_key = 1;
+   */
+  operationKey: string;
+
+  /**
+   * The request hash the approver saw; another one is PAYLOAD_MISMATCH.
+   *
+   * @generated from field: string request_hash = 2;
+   */
+  requestHash: string;
+
+  /**
+   * Why (required, ≤ 200 characters, no secrets), for the history.
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * The error code the operation ends with (≤ 100 characters; default
+   * "approval_rejected").
+   *
+   * @generated from field: string error_code = 4;
+   */
+  errorCode: string;
+};
+
+/**
+ * Describes the message opjournal.v1.RejectRequest.
+ * Use `create(RejectRequestSchema)` to create a new message.
+ */
+export const RejectRequestSchema: GenMessage<RejectRequest> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 33);
+
+/**
+ * RejectResponse answers Reject.
+ *
+ * @generated from message opjournal.v1.RejectResponse
+ */
+export type RejectResponse = Message<"opjournal.v1.RejectResponse"> & {
+  /**
+   * The record after the call (FULL view): FAILED_FINAL.
+   *
+   * @generated from field: opjournal.v1.Operation operation = 1;
+   */
+  operation?: Operation | undefined;
+};
+
+/**
+ * Describes the message opjournal.v1.RejectResponse.
+ * Use `create(RejectResponseSchema)` to create a new message.
+ */
+export const RejectResponseSchema: GenMessage<RejectResponse> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 34);
 
 /**
  * SetNoteRequest sets or clears an operation's note.
@@ -1426,7 +1688,7 @@ export type SetNoteRequest = Message<"opjournal.v1.SetNoteRequest"> & {
  * Use `create(SetNoteRequestSchema)` to create a new message.
  */
 export const SetNoteRequestSchema: GenMessage<SetNoteRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 29);
+  messageDesc(file_opjournal_v1_journal, 35);
 
 /**
  * SetNoteResponse answers SetNote.
@@ -1447,7 +1709,7 @@ export type SetNoteResponse = Message<"opjournal.v1.SetNoteResponse"> & {
  * Use `create(SetNoteResponseSchema)` to create a new message.
  */
 export const SetNoteResponseSchema: GenMessage<SetNoteResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 30);
+  messageDesc(file_opjournal_v1_journal, 36);
 
 /**
  * ListEventsRequest asks for one page of an operation's history.
@@ -1482,7 +1744,7 @@ export type ListEventsRequest = Message<"opjournal.v1.ListEventsRequest"> & {
  * Use `create(ListEventsRequestSchema)` to create a new message.
  */
 export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 31);
+  messageDesc(file_opjournal_v1_journal, 37);
 
 /**
  * ListEventsResponse is one page of the history, oldest first.
@@ -1510,7 +1772,7 @@ export type ListEventsResponse = Message<"opjournal.v1.ListEventsResponse"> & {
  * Use `create(ListEventsResponseSchema)` to create a new message.
  */
 export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 32);
+  messageDesc(file_opjournal_v1_journal, 38);
 
 /**
  * GetPolicyRequest asks for the server's policy.
@@ -1525,7 +1787,7 @@ export type GetPolicyRequest = Message<"opjournal.v1.GetPolicyRequest"> & {
  * Use `create(GetPolicyRequestSchema)` to create a new message.
  */
 export const GetPolicyRequestSchema: GenMessage<GetPolicyRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 33);
+  messageDesc(file_opjournal_v1_journal, 39);
 
 /**
  * WhoAmIRequest asks who the caller is.
@@ -1540,7 +1802,7 @@ export type WhoAmIRequest = Message<"opjournal.v1.WhoAmIRequest"> & {
  * Use `create(WhoAmIRequestSchema)` to create a new message.
  */
 export const WhoAmIRequestSchema: GenMessage<WhoAmIRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 34);
+  messageDesc(file_opjournal_v1_journal, 40);
 
 /**
  * WhoAmIResponse is the caller's principal.
@@ -1603,7 +1865,7 @@ export type WhoAmIResponse = Message<"opjournal.v1.WhoAmIResponse"> & {
  * Use `create(WhoAmIResponseSchema)` to create a new message.
  */
 export const WhoAmIResponseSchema: GenMessage<WhoAmIResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 35);
+  messageDesc(file_opjournal_v1_journal, 41);
 
 /**
  * GetPolicyResponse is the policy the server enforces.
@@ -1634,7 +1896,7 @@ export type GetPolicyResponse = Message<"opjournal.v1.GetPolicyResponse"> & {
  * Use `create(GetPolicyResponseSchema)` to create a new message.
  */
 export const GetPolicyResponseSchema: GenMessage<GetPolicyResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 36);
+  messageDesc(file_opjournal_v1_journal, 42);
 
 /**
  * Status is the state of an operation. See docs/protocol.md for the transitions.
@@ -1685,6 +1947,16 @@ export enum Status {
    * @generated from enum value: STATUS_FAILED_FINAL = 5;
    */
   FAILED_FINAL = 5,
+
+  /**
+   * STATUS_AWAITING_APPROVAL: registered, and the action's policy says a
+   * person must approve this exact request (its request_hash) before any
+   * attempt; nothing may call the provider. Approve makes it PENDING,
+   * Reject or the approval's timeout (on_timeout: reject) FAILED_FINAL.
+   *
+   * @generated from enum value: STATUS_AWAITING_APPROVAL = 6;
+   */
+  AWAITING_APPROVAL = 6,
 }
 
 /**
@@ -1800,6 +2072,17 @@ export enum NextStep {
    * @generated from enum value: NEXT_STEP_CLAIM = 6;
    */
   CLAIM = 6,
+
+  /**
+   * NEXT_STEP_AWAIT_APPROVAL: a person must approve this exact request
+   * first; call nothing. Ask again (Register or Claim with the same key and
+   * payload) after retry_after_seconds, or wait for the decision with
+   * Lookup's wait_seconds. Never rephrase or split the request: another
+   * payload is another request that needs its own approval.
+   *
+   * @generated from enum value: NEXT_STEP_AWAIT_APPROVAL = 7;
+   */
+  AWAIT_APPROVAL = 7,
 }
 
 /**
@@ -2035,6 +2318,39 @@ export const JournalService: GenService<{
     methodKind: "unary";
     input: typeof SetNoteRequestSchema;
     output: typeof SetNoteResponseSchema;
+  },
+  /**
+   * Approve is a person's yes to the exact request of an operation that is
+   * AWAITING_APPROVAL: request_hash must be the hash the approver saw
+   * (another one is PAYLOAD_MISMATCH and changes nothing). The approver is
+   * the authenticated principal; only the roles of the action's
+   * approval.approvers may decide (operator and admin by default; never
+   * agents, reconcilers or scrapers), and with distinct_from_requester the
+   * principal who registered it may not. The operation becomes PENDING
+   * (claimable as usual); with two_person the first approval is recorded
+   * and the second, from another principal, releases it. Reason is
+   * required; every decision is in the history.
+   *
+   * @generated from rpc opjournal.v1.JournalService.Approve
+   */
+  approve: {
+    methodKind: "unary";
+    input: typeof ApproveRequestSchema;
+    output: typeof ApproveResponseSchema;
+  },
+  /**
+   * Reject is a person's no to an operation that is AWAITING_APPROVAL: it
+   * becomes FAILED_FINAL with error_code (default "approval_rejected"),
+   * and every later Register of the key replays that refusal. The same
+   * checks as Approve (request_hash, roles, reason); one rejection is
+   * enough, also under two_person.
+   *
+   * @generated from rpc opjournal.v1.JournalService.Reject
+   */
+  reject: {
+    methodKind: "unary";
+    input: typeof RejectRequestSchema;
+    output: typeof RejectResponseSchema;
   },
   /**
    * ListEvents returns an operation's history, oldest first, one page at a

@@ -13,5 +13,7 @@ export const MODEL_TEXTS = {
   "replayed_succeeded": "This call of {tool} was already made and it succeeded (external id {external_id_quoted}). It was not called again.",
   "refused_arguments": "The call of {tool} was refused before anything was sent: {detail}. Correct the arguments and call again.",
   "journal_unavailable": "The journal that protects {tool} cannot be reached, so nothing was sent. Call again in a few seconds with exactly the same arguments.",
-  "missing_argument": "The call of {tool} needs the argument {argument_quoted}: its identifying arguments ({ids}) name this action, so that a retry is recognised. Nothing was sent."
+  "missing_argument": "The call of {tool} needs the argument {argument_quoted}: its identifying arguments ({ids}) name this action, so that a retry is recognised. Nothing was sent.",
+  "awaiting_approval": "A person must approve this exact call of {tool} (the identifying arguments: {ids}) before it runs, so it was held and NOT sent. Do not change, rephrase or split the arguments to get around this: any other request needs its own approval. Tell the user the call awaits a person's approval; call again later with exactly the same arguments to get its result once it is decided.",
+  "approval_rejected": "A person rejected this call of {tool} (the identifying arguments: {ids}) before it ran ({error_code}), so it was not sent. It will not be sent with these arguments; do not retry it rephrased or split. Tell the user it was rejected."
 } as const;

@@ -54,6 +54,10 @@ type Service struct {
 	// policy is immutable, and PayloadOptions is on every gRPC Register's
 	// path, where Policy.Action's defensive copy would cost allocations.
 	payloadOpts map[string]canonjson.Options
+	// replays answers replays of terminal operations (replaycache.go);
+	// nil when disabled.
+	replays      *replayCache
+	replayConfig ReplayCacheConfig
 }
 
 // Option configures a Service.
@@ -75,7 +79,7 @@ func New(st store.Store, pol *policy.Policy, limits Limits, opts ...Option) *Ser
 		limits.MaxResultBytes = DefaultLimits.MaxResultBytes
 	}
 	s := &Service{store: st, policy: pol, limits: limits, redacts: redactNames(pol), actions: newActionCache(actionCacheSize),
-		payloadOpts: map[string]canonjson.Options{}}
+		payloadOpts: map[string]canonjson.Options{}, replayConfig: ReplayCacheConfig{Size: DefaultReplayCacheSize}}
 	for _, name := range pol.Names() {
 		if a, ok := pol.Action(name); ok {
 			s.payloadOpts[name] = canonjson.Options{IntegerFields: a.IntegerFields}
@@ -87,6 +91,13 @@ func New(st store.Store, pol *policy.Policy, limits Limits, opts ...Option) *Ser
 	if s.hashKeys == nil {
 		s.hashKeys, _ = hashkey.New(hashkey.Random("process"))
 	}
+	s.replays = newReplayCache(s.replayConfig, func(action string) (time.Duration, bool) {
+		a, ok := pol.Action(action)
+		if !ok {
+			return 0, false
+		}
+		return a.Retention, true
+	})
 	return s
 }
 
@@ -190,9 +201,20 @@ func claimResult(a store.Applied) ClaimResult {
 // Caller.who), and names the command and key in the error.
 func (s *Service) apply(ctx context.Context, caller Caller, stated string, c *protocol.Command) (store.Applied, error) {
 	c.Actor, c.StatedActor = caller.who(stated)
+	t := s.replays.ticket(caller.Tenant, c.Key)
 	a, err := s.store.Apply(ctx, caller.Tenant, c)
 	if err != nil {
 		return store.Applied{}, fmt.Errorf("%s %q: %w", store.Verb(c.Kind), c.Key, err)
+	}
+	// Keep what a replay or a terminal mark returned for the next replay
+	// (replaycache.go). Register never changes a terminal row; every
+	// other command may (a duplicate report, Acknowledge, SetNote).
+	if c.Kind == protocol.CmdRegister {
+		if !a.Created {
+			s.replays.fill(t, a.Operation, true)
+		}
+	} else {
+		s.replays.afterChange(t, caller.Tenant, a.Operation)
 	}
 	return a, nil
 }
@@ -249,6 +271,10 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 	if err != nil {
 		return RegisterResult{}, err
 	}
+	c.RequestHash, c.HashKeyID, c.HashFor = s.requestHash(act, envelope)
+	if res, ok, err := s.replayed(req, c, act, canonical); ok || err != nil {
+		return res, err
+	}
 	if err := checkSchema(act, canonical); err != nil {
 		return RegisterResult{}, err
 	}
@@ -259,7 +285,6 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 		return RegisterResult{}, err
 	}
 	c.Payload = stored
-	c.RequestHash, c.HashKeyID, c.HashFor = s.requestHash(act, envelope)
 	a, err := s.apply(ctx, req.Caller, stated, c)
 	if err != nil {
 		return RegisterResult{}, err

@@ -290,6 +290,7 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 		return RegisterResult{}, err
 	}
 	s.actions.put(req.Tenant, req.Key, a.Operation.Action)
+	a.Operation = finalRecord(a.Operation) // replaycache.go
 	res := RegisterResult{Operation: a.Operation, Created: a.Created}
 	if c.Claim {
 		cr := claimResult(a)

@@ -309,13 +309,33 @@ func (s *Service) replayed(req RegisterRequest, c *protocol.Command, act *policy
 		}
 		e.schemaChecked.Store(true)
 	}
-	// A copy of the record, so that a caller that sets a field of its
-	// answer cannot change the entry; the maps and slices are shared and
-	// read only, as the store's own answers are.
-	op := *e.op
-	res = RegisterResult{Operation: &op}
+	// A copy of the record (finalRecord), so that a caller that sets a
+	// field of its answer cannot change the entry; the maps and slices are
+	// shared and read only, as the store's own answers are.
+	op := finalRecord(e.op)
+	res = RegisterResult{Operation: op}
 	if c.Claim {
-		res.Claim = &ClaimResult{Operation: &op}
+		res.Claim = &ClaimResult{Operation: op}
 	}
 	return res, true, nil
+}
+
+// finalRecord is op as a Register answers it when op is terminal: the
+// record that never changes again (status, result, external_id, error
+// code, attempts, payload, refs, times of the attempts), without the
+// bookkeeping a terminal row still changes — the review (needs_review,
+// review_reason), the duplicate reports, the note and updated_at. A
+// replay's answer is the same from the store and from the replay cache of
+// any replica, however old the entry: the decision it carries (replay,
+// or failed_final) is final, and the review state is Lookup's to show.
+// A non-terminal op is returned as it is.
+func finalRecord(op *opjournal.Operation) *opjournal.Operation {
+	if !cacheable(op) {
+		return op
+	}
+	c := *op
+	c.NeedsReview, c.ReviewReason = false, ""
+	c.DuplicateExternalID, c.DuplicateExternalIDs, c.DuplicateReports = "", nil, 0
+	c.Note, c.UpdatedAt = "", time.Time{}
+	return &c
 }

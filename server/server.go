@@ -96,6 +96,9 @@ type Server struct {
 	// process (http.go).
 	journal     *journalServer
 	interceptor grpc.UnaryServerInterceptor
+	// methods are the JournalService methods' series, bound once
+	// (methodmetrics.go).
+	methods map[string]*methodMetrics
 }
 
 // New returns a Server for svc.
@@ -117,7 +120,7 @@ func New(svc *journal.Service, cfg Config) *Server {
 	m.registry.MustRegister(newBatchCollector(svc.BatchStats))
 	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m, purgeMetrics: newPurgeMetrics(m.registry), purgeHistory: &purgeHistory{},
 		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}},
-		journal: &journalServer{svc: svc, metrics: m}}
+		journal: &journalServer{svc: svc, metrics: m}, methods: m.bindMethods()}
 	s.interceptor = s.unaryInterceptor()
 	return s
 }

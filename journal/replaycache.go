@@ -42,9 +42,16 @@ import (
 // stale answer.
 
 // DefaultReplayCacheSize is the number of terminal operations a Service
-// keeps for replays unless WithReplayCache says otherwise: a few KiB
-// each with a 1 KiB payload and result, so about 50 MiB at most.
-const DefaultReplayCacheSize = 16384
+// keeps for replays unless WithReplayCache says otherwise. An entry holds
+// at most maxReplayEntryBytes of payload and result (larger operations
+// are not kept: their store read is not what their replay costs), so
+// about 4 KiB each at worst with its key and fields: under 20 MiB in all,
+// within the 64 MiB soft memory limit `opjournal serve` runs with.
+const DefaultReplayCacheSize = 4096
+
+// maxReplayEntryBytes bounds the payload and result of an operation the
+// replay cache keeps.
+const maxReplayEntryBytes = 3 << 10
 
 // ReplayCacheMaxAge bounds how long a replay cache entry lives after it
 // was filled, and how close to the end of its row's retention it may be
@@ -165,6 +172,11 @@ func cacheable(op *opjournal.Operation) bool {
 	return op != nil && (op.Status == opjournal.StatusSucceeded || op.Status == opjournal.StatusFailedFinal)
 }
 
+// small reports whether op is small enough to keep (maxReplayEntryBytes).
+func small(op *opjournal.Operation) bool {
+	return len(op.Payload)+len(op.Result) <= maxReplayEntryBytes
+}
+
 func (c *replayCache) stripe(tenant, key string) int {
 	return int(maphash.Comparable(c.seed, replayKey{tenant, key}) % replayStripes)
 }
@@ -226,7 +238,7 @@ func (c *replayCache) expiry(op *opjournal.Operation, now time.Time) (time.Time,
 // through this process since t. checked says the request was validated
 // against the payload_schema.
 func (c *replayCache) fill(t replayTicket, op *opjournal.Operation, checked bool) {
-	if c == nil || !cacheable(op) {
+	if c == nil || !cacheable(op) || !small(op) {
 		return
 	}
 	now := c.now()
@@ -257,6 +269,7 @@ func (c *replayCache) afterChange(t replayTicket, tenant string, op *opjournal.O
 	}
 	now := c.now()
 	exp, keep := c.expiry(op, now)
+	keep = keep && small(op)
 	k := replayKey{tenant, op.Key}
 	c.mu.Lock()
 	defer c.mu.Unlock()

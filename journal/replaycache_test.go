@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -193,6 +194,15 @@ func TestReplayCacheMissesGiveTheStoresRefusal(t *testing.T) {
 	f.register(t, f.cached, running)
 	if s := f.cached.ReplayCacheStats(); s.Len != before {
 		t.Fatalf("a non-terminal operation was cached: %+v", s)
+	}
+	// Nor is a large one: the cache's memory stays bounded by its size.
+	big := f.request("", "pay-big")
+	big.Payload = json.RawMessage(`{"order_id":"817","amount_minor":1,"currency":"RUB","memo":"` + strings.Repeat("m", 4<<10) + `"}`)
+	f.succeed(t, f.cached, big)
+	big.Claim = nil
+	f.sameAnswer(t, big)
+	if s := f.cached.ReplayCacheStats(); s.Len != before {
+		t.Fatalf("a 4 KiB payload was cached: %+v", s)
 	}
 }
 

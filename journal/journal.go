@@ -58,6 +58,9 @@ type Service struct {
 	// nil when disabled.
 	replays      *replayCache
 	replayConfig ReplayCacheConfig
+	// schemas remembers the requests validated against their action's
+	// payload_schema (schemacache.go).
+	schemas *schemaChecks
 }
 
 // Option configures a Service.
@@ -79,7 +82,7 @@ func New(st store.Store, pol *policy.Policy, limits Limits, opts ...Option) *Ser
 		limits.MaxResultBytes = DefaultLimits.MaxResultBytes
 	}
 	s := &Service{store: st, policy: pol, limits: limits, redacts: redactNames(pol), actions: newActionCache(actionCacheSize),
-		payloadOpts: map[string]canonjson.Options{}, replayConfig: ReplayCacheConfig{Size: DefaultReplayCacheSize}}
+		payloadOpts: map[string]canonjson.Options{}, replayConfig: ReplayCacheConfig{Size: DefaultReplayCacheSize}, schemas: newSchemaChecks()}
 	for _, name := range pol.Names() {
 		if a, ok := pol.Action(name); ok {
 			s.payloadOpts[name] = canonjson.Options{IntegerFields: a.IntegerFields}
@@ -211,7 +214,7 @@ func (s *Service) apply(ctx context.Context, caller Caller, stated string, c *pr
 	// other command may (a duplicate report, Acknowledge, SetNote).
 	if c.Kind == protocol.CmdRegister {
 		if !a.Created {
-			s.replays.fill(t, a.Operation, true)
+			s.replays.fill(t, a.Operation)
 		}
 	} else {
 		s.replays.afterChange(t, caller.Tenant, a.Operation)
@@ -272,11 +275,11 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 		return RegisterResult{}, err
 	}
 	c.RequestHash, c.HashKeyID, c.HashFor = s.requestHash(act, envelope)
-	if res, ok, err := s.replayed(req, c, act, canonical); ok || err != nil {
-		return res, err
-	}
-	if err := checkSchema(act, canonical); err != nil {
+	if err := s.schemas.check(act, c.HashKeyID, c.RequestHash, canonical); err != nil {
 		return RegisterResult{}, err
+	}
+	if res, ok := s.replayed(req, c); ok {
+		return res, nil
 	}
 	// The hash covers the whole payload; what is stored has the policy's
 	// redact_fields blanked, so no secret reaches the table.

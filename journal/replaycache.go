@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"encoding/json"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/protocol"
-	"github.com/opjournal/opjournal/policy"
 )
 
 // The replay cache answers a Register of a terminal operation from memory:
@@ -67,15 +65,13 @@ const replayStripes = 1024
 // request hash, refs and parent are compared with the entry's record.
 type replayKey struct{ tenant, key string }
 
-// replayEntry is a terminal operation as the store returned it.
+// replayEntry is a terminal operation as the store returned it. A hit
+// still validates the request against the payload_schema (once per
+// request: schemacache.go), as the operation may have been registered by
+// another replica.
 type replayEntry struct {
 	op      *opjournal.Operation
 	expires time.Time
-	// schemaChecked is set once this process has validated the request
-	// against the action's payload_schema: a fill from a Register has, a
-	// fill from a mark has not (the operation may have been registered by
-	// another replica), so its first hit checks it.
-	schemaChecked atomic.Bool
 }
 
 // replayTicket is what a fill compares, taken before its store call.
@@ -235,9 +231,8 @@ func (c *replayCache) expiry(op *opjournal.Operation, now time.Time) (time.Time,
 
 // fill keeps op, which a store call made after t was taken returned, if
 // it is terminal and nothing changed the key's row or purged anything
-// through this process since t. checked says the request was validated
-// against the payload_schema.
-func (c *replayCache) fill(t replayTicket, op *opjournal.Operation, checked bool) {
+// through this process since t.
+func (c *replayCache) fill(t replayTicket, op *opjournal.Operation) {
 	if c == nil || !cacheable(op) || !small(op) {
 		return
 	}
@@ -247,7 +242,6 @@ func (c *replayCache) fill(t replayTicket, op *opjournal.Operation, checked bool
 		return
 	}
 	e := &replayEntry{op: op, expires: exp}
-	e.schemaChecked.Store(checked)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.changes[t.stripe].Load() != t.changes || c.purges.Load() != t.purge {
@@ -305,22 +299,14 @@ func (c *replayCache) purged(action string, newest time.Time) {
 }
 
 // replayed answers req, whose command c has its request hash, refs and
-// parent set, from the replay cache: ok is false on a miss, and Register
-// goes on to the store. A hit answers as the store's replay would (the
-// record as it is, and with a claim a lost claim without retry-after,
-// since a terminal operation has no lease); it first validates the
-// payload against the payload_schema if this process never did for the
-// entry, so a request the schema refuses is refused as without the cache.
-func (s *Service) replayed(req RegisterRequest, c *protocol.Command, act *policy.Action, canonical json.RawMessage) (res RegisterResult, ok bool, err error) {
+// parent set and whose payload passed its checks, from the replay cache:
+// ok is false on a miss, and Register goes on to the store. A hit answers
+// as the store's replay would (the final record, and with a claim a lost
+// claim without retry-after, since a terminal operation has no lease).
+func (s *Service) replayed(req RegisterRequest, c *protocol.Command) (res RegisterResult, ok bool) {
 	e := s.replays.lookup(req.Tenant, c)
 	if e == nil {
-		return RegisterResult{}, false, nil
-	}
-	if !e.schemaChecked.Load() {
-		if err := checkSchema(act, canonical); err != nil {
-			return RegisterResult{}, false, err
-		}
-		e.schemaChecked.Store(true)
+		return RegisterResult{}, false
 	}
 	// A copy of the record (finalRecord), so that a caller that sets a
 	// field of its answer cannot change the entry; the maps and slices are
@@ -330,7 +316,7 @@ func (s *Service) replayed(req RegisterRequest, c *protocol.Command, act *policy
 	if c.Claim {
 		res.Claim = &ClaimResult{Operation: op}
 	}
-	return res, true, nil
+	return res, true
 }
 
 // finalRecord is op as a Register answers it when op is terminal: the

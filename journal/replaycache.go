@@ -15,16 +15,17 @@ import (
 // The replay cache answers a Register of a terminal operation from memory:
 // the same key, request hash, refs and parent as a succeeded or
 // failed_final operation this process has seen is a replay (the protocol
-// table's "Register: replay" rule), and the answer is the stored record,
-// which the store would read again at the cost of a round trip and a
-// transaction. A terminal operation's decision never changes (the status,
-// result, external_id and error code are final), so an entry may be used
-// on any replica. What a terminal row can still change is bookkeeping —
-// the duplicate reports of MarkSucceeded, Acknowledge's end of a review,
-// SetNote's note and their updated_at — and every such command through
-// this process replaces or drops the entry (afterChange); through another
-// replica, the entry's age bound (ReplayCacheMaxAge) bounds how long the
-// bookkeeping of an answer can lag.
+// table's "Register: replay" rule, evaluated on the entry), which the
+// store would read again at the cost of a round trip and a transaction.
+// A Register of a terminal operation answers its final record
+// (finalRecord): the status, result, external_id and error code, which
+// never change again, without the bookkeeping a terminal row still
+// changes (the duplicate reports of MarkSucceeded, Acknowledge's end of a
+// review, SetNote's note, their updated_at). So an entry gives the answer
+// the store would give, on any replica and whatever another replica has
+// done to the row since, as long as the row exists. Commands through this
+// process that change a terminal row also refresh or drop its entry
+// (afterChange), which keeps the entry's record current for no cost.
 //
 // An entry must never outlive its row: a purge through this process drops
 // the entries of the action it purged (purged), and no entry lives past

@@ -57,6 +57,13 @@ type Service struct {
 	// watch wakes Lookup's long polls when this process decides an
 	// approval (watch.go).
 	watch watchers
+	// replays answers replays of terminal operations (replaycache.go);
+	// nil when disabled.
+	replays      *replayCache
+	replayConfig ReplayCacheConfig
+	// schemas remembers the requests validated against their action's
+	// payload_schema (schemacache.go).
+	schemas *schemaChecks
 }
 
 // Option configures a Service.
@@ -78,7 +85,7 @@ func New(st store.Store, pol *policy.Policy, limits Limits, opts ...Option) *Ser
 		limits.MaxResultBytes = DefaultLimits.MaxResultBytes
 	}
 	s := &Service{store: st, policy: pol, limits: limits, redacts: redactNames(pol), actions: newActionCache(actionCacheSize),
-		payloadOpts: map[string]canonjson.Options{}}
+		payloadOpts: map[string]canonjson.Options{}, replayConfig: ReplayCacheConfig{Size: DefaultReplayCacheSize}, schemas: newSchemaChecks()}
 	for _, name := range pol.Names() {
 		if a, ok := pol.Action(name); ok {
 			s.payloadOpts[name] = canonjson.Options{IntegerFields: a.IntegerFields}
@@ -90,6 +97,13 @@ func New(st store.Store, pol *policy.Policy, limits Limits, opts ...Option) *Ser
 	if s.hashKeys == nil {
 		s.hashKeys, _ = hashkey.New(hashkey.Random("process"))
 	}
+	s.replays = newReplayCache(s.replayConfig, func(action string) (time.Duration, bool) {
+		a, ok := pol.Action(action)
+		if !ok {
+			return 0, false
+		}
+		return a.Retention, true
+	})
 	return s
 }
 
@@ -200,9 +214,20 @@ func claimResult(a store.Applied) ClaimResult {
 // Caller.who), and names the command and key in the error.
 func (s *Service) apply(ctx context.Context, caller Caller, stated string, c *protocol.Command) (store.Applied, error) {
 	c.Actor, c.StatedActor = caller.who(stated)
+	t := s.replays.ticket(caller.Tenant, c.Key)
 	a, err := s.store.Apply(ctx, caller.Tenant, c)
 	if err != nil {
 		return store.Applied{}, fmt.Errorf("%s %q: %w", store.Verb(c.Kind), c.Key, err)
+	}
+	// Keep what a replay or a terminal mark returned for the next replay
+	// (replaycache.go). Register never changes a terminal row; every
+	// other command may (a duplicate report, Acknowledge, SetNote).
+	if c.Kind == protocol.CmdRegister {
+		if !a.Created {
+			s.replays.fill(t, a.Operation)
+		}
+	} else {
+		s.replays.afterChange(t, caller.Tenant, a.Operation)
 	}
 	return a, nil
 }
@@ -259,8 +284,12 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 	if err != nil {
 		return RegisterResult{}, err
 	}
-	if err := checkSchema(act, canonical); err != nil {
+	c.RequestHash, c.HashKeyID, c.HashFor = s.requestHash(act, envelope)
+	if err := s.schemas.check(act, c.HashKeyID, c.RequestHash, canonical); err != nil {
 		return RegisterResult{}, err
+	}
+	if res, ok := s.replayed(req, c); ok {
+		return res, nil
 	}
 	// The hash covers the whole payload; what is stored has the policy's
 	// redact_fields blanked, so no secret reaches the table.
@@ -269,7 +298,6 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 		return RegisterResult{}, err
 	}
 	c.Payload = stored
-	c.RequestHash, c.HashKeyID, c.HashFor = s.requestHash(act, envelope)
 	// The approval is decided here, once, on the whole payload (before
 	// redaction: a when may read a redacted member); the store records it
 	// on a new row and ignores it for an existing one, so a policy change
@@ -280,6 +308,7 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 		return RegisterResult{}, err
 	}
 	s.actions.put(req.Tenant, req.Key, a.Operation.Action)
+	a.Operation = finalRecord(a.Operation) // replaycache.go
 	res := RegisterResult{Operation: a.Operation, Created: a.Created}
 	if a.Operation.Status == opjournal.StatusAwaitingApproval {
 		res.RetryAfter = a.RetryAfter

@@ -123,6 +123,10 @@ func (s *Service) purgeAction(ctx context.Context, rep *PurgeReport, o PurgeOpti
 			return err
 		}
 		rep.Batches++
+		if !o.DryRun && res.Operations > 0 {
+			// The rows are gone: so must be their replay answers.
+			s.replays.purged(rep.Action, res.Newest)
+		}
 		rep.Operations += res.Operations
 		rep.Events += res.Events
 		if !res.Oldest.IsZero() && (rep.Oldest.IsZero() || res.Oldest.Before(rep.Oldest)) {

@@ -377,7 +377,6 @@ func operationPBView(op *opjournal.Operation, payload, result bool) (*pb.Operati
 		DuplicateExternalIds: op.DuplicateExternalIDs,
 		DuplicateReports:     int32(op.DuplicateReports),
 		CreatedAt:            timestamppb.New(op.CreatedAt),
-		UpdatedAt:            timestamppb.New(op.UpdatedAt),
 		Refs:                 op.Refs,
 		ParentKey:            op.ParentKey,
 	}
@@ -389,7 +388,7 @@ func operationPBView(op *opjournal.Operation, payload, result bool) (*pb.Operati
 	for _, t := range []struct {
 		src time.Time
 		dst **timestamppb.Timestamp
-	}{{op.LeaseUntil, &out.LeaseUntil}, {op.UnknownSince, &out.UnknownSince}, {op.LastCheckedAt, &out.LastCheckedAt}, {op.NextCheckAt, &out.NextCheckAt},
+	}{{op.UpdatedAt, &out.UpdatedAt}, {op.LeaseUntil, &out.LeaseUntil}, {op.UnknownSince, &out.UnknownSince}, {op.LastCheckedAt, &out.LastCheckedAt}, {op.NextCheckAt, &out.NextCheckAt},
 		{op.AttemptStartedAt, &out.AttemptStartedAt}, {op.FirstAttemptAt, &out.FirstAttemptAt}} {
 		if !t.src.IsZero() {
 			*t.dst = timestamppb.New(t.src)

@@ -27,6 +27,7 @@ type metrics struct {
 	rpcs       *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
 	approvals  *approvalMetrics // set by New (the series read the store)
+	outcomes   outcomes
 }
 
 func newMetrics() *metrics {
@@ -98,9 +99,8 @@ var mutations = map[string]bool{
 // audit logs a successful call of a mutating method: the method, the key,
 // the principal and tenant (from authentication) and the status after.
 // Never a payload, result or token.
-func (s *Server) audit(ctx context.Context, fullMethod string, req, resp any) {
-	method := strings.TrimPrefix(fullMethod, servicePrefix)
-	if !mutations[method] {
+func (s *Server) audit(ctx context.Context, mm *methodMetrics, req, resp any) {
+	if !mm.audited {
 		return
 	}
 	key := ""
@@ -111,7 +111,7 @@ func (s *Server) audit(ctx context.Context, fullMethod string, req, resp any) {
 	if r, ok := resp.(interface{ GetOperation() *pb.Operation }); ok {
 		st = r.GetOperation().GetStatus().String()
 	}
-	s.auditLine(ctx, method, callerOf(ctx), key, st, "")
+	s.auditLine(ctx, mm.name, callerOf(ctx), key, st, "")
 }
 
 // auditDecision logs a decision taken in the console: the same line as an
@@ -131,7 +131,7 @@ func (s *Server) auditLine(ctx context.Context, method string, c journal.Caller,
 }
 
 func (m *metrics) outcome(action, outcome string) {
-	m.operations.WithLabelValues(action, outcome).Inc()
+	m.outcomeCounter(action, outcome).Inc()
 }
 
 // unaryInterceptor authenticates and authorises the caller (auth.go),
@@ -143,6 +143,7 @@ func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		start := time.Now()
 		method := info.FullMethod
+		mm := s.methodOf(method)
 		// The call's server span (tracing off: none, and nothing else).
 		// JournalService calls only: a load balancer's health checks
 		// would bury them.
@@ -164,9 +165,13 @@ func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
 				if code = string(codeOf(err)); code == "" {
 					code = status.Code(err).String()
 				}
+				m.rpcs.WithLabelValues(method, code).Inc()
 			}
-			m.rpcs.WithLabelValues(method, code).Inc()
-			m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+			series := mm.series()
+			if err == nil {
+				series.ok.Inc()
+			}
+			series.latency.Observe(time.Since(start).Seconds())
 			if span != nil {
 				endSpan(span, req, resp, err, code)
 			}
@@ -183,7 +188,7 @@ func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
 			resp, err = handler(ctx, req)
 		}
 		if err == nil {
-			s.audit(ctx, method, req, resp)
+			s.audit(ctx, mm, req, resp)
 			return resp, nil
 		}
 		switch c := opjournal.ErrorCode(err); c {

@@ -100,6 +100,9 @@ type Server struct {
 	// process (http.go).
 	journal     *journalServer
 	interceptor grpc.UnaryServerInterceptor
+	// methods are the JournalService methods' series, bound once
+	// (methodmetrics.go).
+	methods map[string]*methodMetrics
 }
 
 // New returns a Server for svc.
@@ -122,7 +125,7 @@ func New(svc *journal.Service, cfg Config) *Server {
 	m.approvals = newApprovalMetrics(m.registry, svc.ApprovalCounts)
 	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m, purgeMetrics: newPurgeMetrics(m.registry), purgeHistory: &purgeHistory{},
 		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}},
-		journal: &journalServer{svc: svc, metrics: m}}
+		journal: &journalServer{svc: svc, metrics: m}, methods: m.bindMethods()}
 	s.interceptor = s.unaryInterceptor()
 	return s
 }

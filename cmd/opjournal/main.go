@@ -69,6 +69,7 @@ type options struct {
 	policyPath      string
 	maxPayloadBytes int
 	maxResultBytes  int
+	replayCacheSize int
 	authFile        string
 	insecureOK      bool
 	noConsole       bool
@@ -154,6 +155,7 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *pflag.Fl
 		fs.BoolVar(&o.noConsole, "no-console", false, "do not serve the operators' console (/console/) on --http-addr")
 		fs.IntVar(&o.maxPayloadBytes, "max-payload-bytes", journal.DefaultLimits.MaxPayloadBytes, "largest payload, as canonical JSON bytes")
 		fs.IntVar(&o.maxResultBytes, "max-result-bytes", journal.DefaultLimits.MaxResultBytes, "largest result, as canonical JSON bytes")
+		fs.IntVar(&o.replayCacheSize, "replay-cache-size", journal.DefaultReplayCacheSize, "terminal operations kept in memory to answer replays without a database read (0: off)")
 		fs.StringVar(&o.authFile, "auth-file", "", "tokens file (YAML of token digests, tenants and roles); without it every caller is the default tenant with every role")
 		fs.BoolVar(&o.insecureOK, "insecure", false, "allow listening on a non-loopback address without --auth-file")
 		fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate: serve both listeners over TLS (with --tls-key)")
@@ -197,6 +199,9 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	}
 	if o.approvalSweep < 0 {
 		return errors.New("--approval-sweep-interval must not be negative")
+	}
+	if o.replayCacheSize < 0 {
+		return errors.New("--replay-cache-size must not be negative (0 turns the cache off)")
 	}
 	if o.purgeInterval < 0 || o.purgeBatch < 1 || o.purgePause < 0 {
 		return errors.New("--purge-interval and --purge-pause must not be negative, --purge-batch must be at least 1")
@@ -270,7 +275,7 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	defer st.Close()
 
 	svc := journal.New(st, pol, journal.Limits{MaxPayloadBytes: o.maxPayloadBytes, MaxResultBytes: o.maxResultBytes},
-		journal.WithHashKeys(keys))
+		journal.WithHashKeys(keys), journal.WithReplayCache(journal.ReplayCacheConfig{Size: o.replayCacheSize}))
 	srv := server.New(svc, cfg)
 	return srv.Run(ctx, func(a server.Addrs) {
 		metricsAddr := ""

@@ -93,13 +93,19 @@ func TestProtocolAnswers(t *testing.T) {
 				return o.Op.DuplicateID == "x2" && o.Op.DuplicateIDs == "x2,x3"
 			})},
 		},
+		// Register answers a terminal operation's final record: the review
+		// (needs_review, the duplicates) is Lookup's (journal.finalRecord).
 		"next for a terminal operation under review: REPLAY, FAILED_FINAL": {
 			{in: reg(true)}, {in: ms(1, "x1")}, {in: ms(1, "x2")},
-			{in: reg(false), check: want("REPLAY", func(o Output) bool { return o.Next == NextReplay && o.Op.NeedsReview })},
+			{in: Input{Kind: Lookup}, check: want("under review", func(o Output) bool { return o.Op.NeedsReview && o.Op.DuplicateIDs == "x2" })},
+			{in: reg(false), check: want("REPLAY, the final record", func(o Output) bool {
+				return o.Next == NextReplay && !o.Op.NeedsReview && o.Op.DuplicateIDs == "" && o.Op.ExternalID == "x1"
+			})},
 			{in: reg(true), check: want("REPLAY, not claimed", func(o Output) bool { return o.Next == NextReplay && !o.Claimed })},
 		},
 		"next for failed_final under review": append(failedFinal[:2:2], step{in: ms(1, "x1")},
-			step{in: reg(false), check: want("FAILED_FINAL", func(o Output) bool { return o.Next == NextFailedFinal && o.Op.NeedsReview })}),
+			step{in: Input{Kind: Lookup}, check: want("under review", func(o Output) bool { return o.Op.NeedsReview })},
+			step{in: reg(false), check: want("FAILED_FINAL, the final record", func(o Output) bool { return o.Next == NextFailedFinal && !o.Op.NeedsReview })}),
 		"a confirm leaves error_code as it was": {
 			{in: reg(true)}, {in: Input{Kind: MarkUnknown, Attempt: 1, ErrorCode: "timeout"}}, {in: ms(1, "x1"), check: want("succeeded with error_code timeout", func(o Output) bool {
 				return o.Op.Status == Succeeded && o.Op.ErrorCode == "timeout"

@@ -298,6 +298,16 @@ func (s State) view(t int64, result bool) View {
 	return v
 }
 
+// registerView is what a Register's answer shows of an operation: a
+// terminal one's final record, without the review bookkeeping it may
+// still change (journal.finalRecord), which Lookup shows.
+func registerView(v View) View {
+	if terminal(v.Status) {
+		v.NeedsReview, v.DuplicateID, v.DuplicateIDs, v.Reports = false, "", "", 0
+	}
+	return v
+}
+
 // issued: 1 ≤ attempt ≤ attempt_count ("attempt issued").
 func (s State) issued(a int) bool { return a >= 1 && a <= s.Attempts }
 
@@ -346,7 +356,7 @@ func (m *Model) Step(s State, in Input) (Output, State) {
 			return refuse("PAYLOAD_MISMATCH")
 		}
 		if !in.Claim {
-			out := Output{Op: s.view(t, true), Next: next(s, t, false)}
+			out := Output{Op: registerView(s.view(t, true)), Next: next(s, t, false)}
 			if eff == Awaiting {
 				out.RetryAfter = s.awaitRetryAfter(t)
 			}
@@ -355,6 +365,7 @@ func (m *Model) Step(s State, in Input) (Output, State) {
 		// A replay with a claim is a replay, then a claim, as one step.
 		out, n := m.claim(s, in, act, t, lease)
 		out.Created = false
+		out.Op = registerView(out.Op)
 		return out, n
 
 	case Claim:

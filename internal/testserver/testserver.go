@@ -41,6 +41,13 @@ type options struct {
 	clock      func() time.Time
 	auth       *auth.Authenticator
 	adminToken string
+	journal    []journal.Option
+}
+
+// WithJournalOptions configures the journal service (journal.New's
+// options): a replay cache of another size, say.
+func WithJournalOptions(opts ...journal.Option) Option {
+	return func(o *options) { o.journal = append(o.journal, opts...) }
 }
 
 // WithAuth makes the journal authenticate callers with a (as --auth-file
@@ -74,7 +81,7 @@ func Start(t testing.TB, pol *policy.Policy, opts ...Option) *Journal {
 	if o.clock != nil {
 		st.SetClock(o.clock)
 	}
-	srv := server.New(journal.New(st, pol, journal.Limits{}), server.Config{
+	srv := server.New(journal.New(st, pol, journal.Limits{}, o.journal...), server.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Auth: o.auth,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

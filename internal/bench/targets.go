@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,16 @@ var HotPathTargets = []Target{
 		Name: "one caller: server CPU per fused operation", Cmp: AtMost, Threshold: 250, Unit: "µs",
 		How:     "cpu_server_us_per_op of opjournal fused-grpc, PostgreSQL, c=1",
 		Compute: serverCPU(Ref{"opjournal", "fused-grpc", "postgres", 1}),
+	},
+	{
+		Name: "gateway HTTP at one caller: added p50 / fused gRPC p50", Cmp: AtMost, Threshold: 1,
+		How:     "(p50_ms of gateway gateway-http − p50_ms of gateway direct-http, the provider called straight) ÷ p50_ms of opjournal fused-grpc, c=1",
+		Compute: gatewayAdded("http"),
+	},
+	{
+		Name: "gateway MCP at one caller: added p50 / fused gRPC p50", Cmp: AtMost, Threshold: 1,
+		How:     "(p50_ms of gateway gateway-mcp − p50_ms of gateway direct-mcp) ÷ p50_ms of opjournal fused-grpc, c=1",
+		Compute: gatewayAdded("mcp"),
 	},
 	{
 		Name: "ahead of DBOS at every c (lowest fused / DBOS)", Cmp: Above, Threshold: 1,
@@ -146,6 +157,14 @@ type TargetResult struct {
 	Measured   *float64 `json:"measured,omitempty"` // nil when the figure could not be computed
 	Verdict    string   `json:"verdict"`
 	Detail     string   `json:"detail,omitempty"` // the inputs, or why it was skipped or missed
+	// Measured in rounds: the figure of each round, their median (the
+	// figure Measured holds and the verdict is on) and their spread,
+	// (max − min) / median; Unstable when the spread is above
+	// UnstableSpread. Absent for a run without rounds.
+	Rounds   []float64 `json:"rounds,omitempty"`
+	Median   *float64  `json:"median,omitempty"`
+	Spread   *float64  `json:"spread,omitempty"`
+	Unstable bool      `json:"unstable,omitempty"`
 }
 
 // ErrNotRun marks a figure whose scenario did not run (SKIP).
@@ -155,30 +174,86 @@ var ErrNotRun = errors.New("not run")
 // computed, on its value rounded to t.Decimals(); MISS, with why, for a
 // figure whose scenario ran without one successful operation; SKIP, with
 // why, for one whose scenario did not run or left no CPU figure.
+//
+// When the rows were measured in rounds (Row.Round), each figure is
+// computed in every round from that round's rows (RoundRows), and the
+// verdict is on the median of the rounds; Rounds, Median and Spread hold
+// them, and a spread above UnstableSpread marks the figure Unstable. A
+// round in which a scenario failed makes the figure a MISS.
 func CheckTargets(targets []Target, rows []Row) []TargetResult {
+	rounds := Rounds(rows)
 	out := make([]TargetResult, 0, len(targets))
 	for _, t := range targets {
 		r := TargetResult{Name: t.Name, How: t.How, Comparison: t.Cmp, Threshold: t.Threshold, Unit: t.Unit}
-		v, detail, err := t.Compute(rows)
-		switch {
-		case errors.Is(err, ErrNotRun):
-			r.Verdict, r.Detail = Skip, err.Error()
-		case err != nil:
-			r.Verdict, r.Detail = Miss, err.Error()
-		case math.IsNaN(v) || math.IsInf(v, 0):
-			r.Verdict, r.Detail = Miss, fmt.Sprintf("no finite figure (%v): %s", v, detail)
-		default:
-			p := math.Pow(10, float64(t.Decimals()))
-			v = math.Round(v*p) / p
-			r.Measured, r.Detail = &v, detail
-			r.Verdict = Miss
-			if t.Cmp.holds(v, t.Threshold) {
-				r.Verdict = Met
+		if len(rounds) == 0 {
+			v, detail, err := t.Compute(rows)
+			r.judge(t, v, detail, err)
+			out = append(out, r)
+			continue
+		}
+		var vals []float64
+		var details []string
+		var failed, skipped error
+		for _, n := range rounds {
+			v, detail, err := t.Compute(RoundRows(rows, n))
+			switch {
+			case errors.Is(err, ErrNotRun):
+				skipped = cmp.Or(skipped, err)
+			case err == nil && (math.IsNaN(v) || math.IsInf(v, 0)):
+				failed = cmp.Or(failed, fmt.Errorf("round %d: no finite figure (%v): %s", n, v, detail))
+			case err != nil:
+				failed = cmp.Or(failed, fmt.Errorf("round %d: %w", n, err))
+			default:
+				vals, details = append(vals, v), append(details, detail)
 			}
+		}
+		switch {
+		case failed != nil:
+			r.judge(t, 0, "", failed)
+		case len(vals) == 0:
+			r.judge(t, 0, "", skipped)
+		default:
+			med := Median(vals)
+			// The detail of the round nearest the median: its inputs.
+			near := 0
+			for i, v := range vals {
+				if math.Abs(v-med) < math.Abs(vals[near]-med) {
+					near = i
+				}
+			}
+			r.judge(t, med, details[near], nil)
+			spread := math.Round(Spread(vals)*1e4) / 1e4
+			r.Spread, r.Unstable = &spread, spread > UnstableSpread
+			r.Median = r.Measured
+			for _, v := range vals {
+				r.Rounds = append(r.Rounds, math.Round(v*1e4)/1e4)
+			}
+			r.Detail = "median round: " + r.Detail
 		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// judge sets r's verdict for the figure v (rounded to t.Decimals()) or the
+// error of computing it.
+func (r *TargetResult) judge(t Target, v float64, detail string, err error) {
+	switch {
+	case errors.Is(err, ErrNotRun):
+		r.Verdict, r.Detail = Skip, err.Error()
+	case err != nil:
+		r.Verdict, r.Detail = Miss, err.Error()
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		r.Verdict, r.Detail = Miss, fmt.Sprintf("no finite figure (%v): %s", v, detail)
+	default:
+		p := math.Pow(10, float64(t.Decimals()))
+		v = math.Round(v*p) / p
+		r.Measured, r.Detail = &v, detail
+		r.Verdict = Miss
+		if t.Cmp.holds(v, t.Threshold) {
+			r.Verdict = Met
+		}
+	}
 }
 
 // Missed returns how many results are MISS.
@@ -197,12 +272,11 @@ func (r TargetResult) Value() string {
 	if r.Measured == nil {
 		return "-"
 	}
-	d := 2
-	if r.Unit == "µs" {
-		d = 0
-	}
-	return withUnit(strconv.FormatFloat(*r.Measured, 'f', d, 64), r.Unit)
+	return withUnit(strconv.FormatFloat(*r.Measured, 'f', r.decimals(), 64), r.Unit)
 }
+
+// decimals is the precision of the figure, as Target.Decimals.
+func (r TargetResult) decimals() int { return Target{Unit: r.Unit}.Decimals() }
 
 // Want renders the comparison and threshold ("≥ 1.3", "≤ 80 µs").
 func (r TargetResult) Want() string {
@@ -228,7 +302,11 @@ func WriteTargets(w io.Writer, prefix string, results []TargetResult) {
 		wantW = max(wantW, utf8.RuneCountInString(r.Want()))
 	}
 	for _, r := range results {
-		line := fmt.Sprintf("%s%-4s %s  %s %s  %s", prefix, r.Verdict, pad(r.Name, nameW, false), pad(r.Value(), valueW, true), pad(r.Want(), wantW, false), r.Detail)
+		detail := r.Detail
+		if s := r.SpreadText(); s != "" {
+			detail = s + "; " + detail
+		}
+		line := fmt.Sprintf("%s%-4s %s  %s %s  %s", prefix, r.Verdict, pad(r.Name, nameW, false), pad(r.Value(), valueW, true), pad(r.Want(), wantW, false), detail)
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}
 }
@@ -246,9 +324,25 @@ func pad(s string, n int, right bool) string {
 // TargetsMarkdown renders results as a Markdown table.
 func TargetsMarkdown(results []TargetResult) string {
 	var b strings.Builder
-	b.WriteString("| verdict | figure | measured | target | how it is computed | detail |\n|---|---|--:|---|---|---|\n")
+	rounds := slices.ContainsFunc(results, func(r TargetResult) bool { return r.Spread != nil })
+	if !rounds {
+		b.WriteString("| verdict | figure | measured | target | how it is computed | detail |\n|---|---|--:|---|---|---|\n")
+		for _, r := range results {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Verdict, mdCell(r.Name), r.Value(), r.Want(), mdCell(r.How), mdCell(r.Detail))
+		}
+		return b.String()
+	}
+	b.WriteString("| verdict | figure | median | target | spread | rounds | how it is computed | detail |\n|---|---|--:|---|--:|---|---|---|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Verdict, mdCell(r.Name), r.Value(), r.Want(), mdCell(r.How), mdCell(r.Detail))
+		spread, perRound := "-", "-"
+		if r.Spread != nil {
+			spread = fmt.Sprintf("%.0f%%", *r.Spread*100)
+			if r.Unstable {
+				spread = "**" + spread + " unstable**"
+			}
+			perRound = roundsText(r.Rounds, r.decimals())
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Verdict, mdCell(r.Name), r.Value(), r.Want(), spread, perRound, mdCell(r.How), mdCell(r.Detail))
 	}
 	return b.String()
 }
@@ -276,6 +370,8 @@ func (r Ref) flag() string {
 		return "peers"
 	case strings.HasPrefix(r.Scenario, "fused-grpc-at-"):
 		return "growth"
+	case r.System == "gateway":
+		return "gateway"
 	}
 	return r.Scenario
 }
@@ -287,7 +383,11 @@ func row(rows []Row, ref Ref) (Row, error) {
 		return r.System == ref.System && r.Scenario == ref.Scenario && r.Store == ref.Store && r.Concurrency == ref.C
 	})
 	if i < 0 {
-		return Row{}, fmt.Errorf("%s %w (--scenarios %s, --concurrency %d)", ref, ErrNotRun, ref.flag(), ref.C)
+		levels := "--concurrency"
+		if ref.System == "gateway" {
+			levels = "--gateway-concurrency"
+		}
+		return Row{}, fmt.Errorf("%s %w (--scenarios %s, %s %d)", ref, ErrNotRun, ref.flag(), levels, ref.C)
 	}
 	r := rows[i]
 	if r.OpsPerSec <= 0 {
@@ -358,6 +458,24 @@ func p50Ratio(a, b Ref) func([]Row) (float64, string, error) {
 			return 0, "", err
 		}
 		return ra.P50ms / rb.P50ms, fmt.Sprintf("p50 %.3f vs %.3f ms%s", ra.P50ms, rb.P50ms, errorsNote(ra, rb)), nil
+	}
+}
+
+// gatewayAdded is what the gateway adds to the p50 of a call through the
+// door (http or mcp) at one caller, over the p50 of the fused SDK path:
+// the gateway journals the call with the same two RPCs, so the added time
+// above them is the gateway's own.
+func gatewayAdded(door string) func([]Row) (float64, string, error) {
+	return func(rows []Row) (float64, string, error) {
+		g, errG := row(rows, Ref{"gateway", "gateway-" + door, "postgres", 1})
+		d, errD := row(rows, Ref{"gateway", "direct-" + door, "postgres", 1})
+		f, errF := row(rows, Ref{"opjournal", "fused-grpc", "postgres", 1})
+		if err := combine(errG, errD, errF); err != nil {
+			return 0, "", err
+		}
+		added := g.P50ms - d.P50ms
+		return added / f.P50ms, fmt.Sprintf("added p50 %.3f ms (%.3f through the gateway vs %.3f direct) vs fused p50 %.3f ms; the gateway's CPU %.0f µs per call%s",
+			added, g.P50ms, d.P50ms, f.P50ms, g.CPUServerUs, errorsNote(g, d, f)), nil
 	}
 }
 

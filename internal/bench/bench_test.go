@@ -164,6 +164,7 @@ func passingRun() []Row {
 		pg("gateway", "gateway-http", 1, 500, 1.7, 3, 300), // adds 1.2 ms = the fused p50
 		pg("gateway", "direct-mcp", 1, 1500, 0.6, 1, 60),
 		pg("gateway", "gateway-mcp", 1, 450, 1.5, 3, 320),
+		pg("gateway", "fused-grpc", 1, 850, 1.2, 2, 210), // the fused path in the gateway's rounds
 	}
 	for _, c := range []int{1, 32} {
 		rows = append(rows, pg("dbos", "workflow-1-step", c, 800, 1, 2, 0), pg("river", "unique-job", c, 100, 250, 255, 0))

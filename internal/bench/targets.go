@@ -70,12 +70,12 @@ var HotPathTargets = []Target{
 	},
 	{
 		Name: "gateway HTTP at one caller: added p50 / fused gRPC p50", Cmp: AtMost, Threshold: 1,
-		How:     "(p50_ms of gateway gateway-http − p50_ms of gateway direct-http, the provider called straight) ÷ p50_ms of opjournal fused-grpc, c=1",
+		How:     "(p50_ms of gateway gateway-http − p50_ms of gateway direct-http, the provider called straight) ÷ p50_ms of gateway fused-grpc (the fused SDK path, in the gateway's rounds), c=1",
 		Compute: gatewayAdded("http"),
 	},
 	{
 		Name: "gateway MCP at one caller: added p50 / fused gRPC p50", Cmp: AtMost, Threshold: 1,
-		How:     "(p50_ms of gateway gateway-mcp − p50_ms of gateway direct-mcp) ÷ p50_ms of opjournal fused-grpc, c=1",
+		How:     "(p50_ms of gateway gateway-mcp − p50_ms of gateway direct-mcp) ÷ p50_ms of gateway fused-grpc, c=1",
 		Compute: gatewayAdded("mcp"),
 	},
 	{
@@ -469,7 +469,7 @@ func gatewayAdded(door string) func([]Row) (float64, string, error) {
 	return func(rows []Row) (float64, string, error) {
 		g, errG := row(rows, Ref{"gateway", "gateway-" + door, "postgres", 1})
 		d, errD := row(rows, Ref{"gateway", "direct-" + door, "postgres", 1})
-		f, errF := row(rows, Ref{"opjournal", "fused-grpc", "postgres", 1})
+		f, errF := row(rows, Ref{"gateway", "fused-grpc", "postgres", 1})
 		if err := combine(errG, errD, errF); err != nil {
 			return 0, "", err
 		}

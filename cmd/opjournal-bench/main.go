@@ -64,19 +64,19 @@ type config struct {
 	gatewayLevels []int
 	// rounds is how many times each scenario of a level is measured, the
 	// scenarios alternating (bench.Alternate); the figures are medians.
-	rounds      int
-	warmup      time.Duration
-	duration    time.Duration
-	poolMax     int
-	growthRows  int
-	growthC     int
-	purgeRows   int
-	contenders  int
-	resultsDir  string
-	resultsMD   string
-	serverLog   string
-	replayKeys  int
-	only        map[string]bool // scenarios to run; empty: all
+	rounds     int
+	warmup     time.Duration
+	duration   time.Duration
+	poolMax    int
+	growthRows int
+	growthC    int
+	purgeRows  int
+	contenders int
+	resultsDir string
+	resultsMD  string
+	serverLog  string
+	replayKeys int
+	only       map[string]bool // scenarios to run; empty: all
 	// requireTargets makes a MISS of the hot path's targets exit non-zero.
 	requireTargets bool
 	serverArgs     []string

@@ -480,6 +480,7 @@ func run(ctx context.Context, c config) error {
 	sum.HotPath = bench.CheckTargets(bench.HotPathTargets, rows)
 	sum.Machine["run_seconds"] = fmt.Sprintf("%.0f", time.Since(started).Seconds())
 	sum.Machine["loadavg_at_end"] = loadavg()
+	sum.Machine["per_point"] = fmt.Sprintf("%s warm-up + %s measured", c.warmup, c.duration)
 	return report(c, rows, sum)
 }
 
@@ -876,7 +877,8 @@ func rereport(c config) error {
 	sum.HotPath = bench.CheckTargets(bench.HotPathTargets, rows)
 	sum.Targets = slices.DeleteFunc(sum.Targets, func(t target) bool {
 		for _, old := range []string{"fused gRPC / raw-sql at", "full cycle gRPC / raw-sql at", "replay / fused gRPC at",
-			"fused gRPC / dbos at", "fused gRPC / river at", "p99 fused gRPC at ", "p99 at growth"} {
+			"fused gRPC / dbos at", "fused gRPC / river at", "p99 fused gRPC at ", "p99 at growth",
+			"added p50 through the gateway, http, c=1 ", "added p50 through the gateway, mcp, c=1 "} {
 			if strings.HasPrefix(t.Name, old) {
 				return true
 			}
@@ -1017,10 +1019,14 @@ func markdown(c config, all []bench.Row, s summary, chart string) string {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "- %s: %s\n", k, s.Machine[k])
 	}
-	fmt.Fprintf(&b, "- run: %s warm-up + %s measured per point, pool_max_conns=%d (server, raw-sql and peers), one gRPC connection, PostgreSQL on the same machine\n",
-		c.warmup, c.duration, c.poolMax)
+	// A redrawn report (--report-only) describes the run it redraws.
+	perPoint := cmp.Or(s.Machine["per_point"], fmt.Sprintf("%s warm-up + %s measured", c.warmup, c.duration))
+	fmt.Fprintf(&b, "- run: %s per point, pool_max_conns=%d (server, raw-sql and peers), one gRPC connection, PostgreSQL on the same machine\n",
+		perPoint, c.poolMax)
 	serverConf := "the server with its defaults (group commit with one statement in flight per kind, GOGC=400, GOMEMLIMIT=64MiB)"
-	if extra := strings.TrimSpace(strings.Join(append(c.serverArgs, c.serverEnv...), " ")); extra != "" {
+	// The request-hash key is random per run and stays out of the report.
+	env := slices.DeleteFunc(slices.Clone(c.serverEnv), func(e string) bool { return strings.HasPrefix(e, hashkey.EnvFor()) })
+	if extra := strings.TrimSpace(strings.Join(append(slices.Clone(c.serverArgs), env...), " ")); extra != "" {
 		serverConf += ", plus " + extra
 	}
 	fmt.Fprintf(&b, "- server: %s\n", serverConf)

@@ -470,6 +470,12 @@ func gatewayAdded(door string) func([]Row) (float64, string, error) {
 		g, errG := row(rows, Ref{"gateway", "gateway-" + door, "postgres", 1})
 		d, errD := row(rows, Ref{"gateway", "direct-" + door, "postgres", 1})
 		f, errF := row(rows, Ref{"gateway", "fused-grpc", "postgres", 1})
+		if errors.Is(errF, ErrNotRun) {
+			// A run from before the gateway measured its own reference.
+			if o, err := row(rows, Ref{"opjournal", "fused-grpc", "postgres", 1}); err == nil {
+				f, errF = o, nil
+			}
+		}
 		if err := combine(errG, errD, errF); err != nil {
 			return 0, "", err
 		}

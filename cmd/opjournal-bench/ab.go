@@ -26,10 +26,9 @@ type abVariant struct {
 // abVariants are the settings --ab can try. Keepalive is not among them:
 // its pings go out only after a connection has been idle for their
 // interval (10 s at the least the server allows), which a closed loop
-// never is.
+// never is. Nor is grpc.WithSharedWriteBuffer: the shared write buffer is
+// grpc-go's default now (the option is deprecated and does nothing more).
 var abVariants = []abVariant{
-	{name: "shared-write-buffer", what: "grpc.WithSharedWriteBuffer(true): the transport's write buffer is released between flushes",
-		dial: []grpc.DialOption{grpc.WithSharedWriteBuffer(true)}},
 	{name: "no-buffers", what: "grpc.WithWriteBufferSize(0), WithReadBufferSize(0): frames go to the socket without the transport's buffers",
 		dial: []grpc.DialOption{grpc.WithWriteBufferSize(0), grpc.WithReadBufferSize(0)}},
 	{name: "static-window", what: "grpc.WithInitialWindowSize and WithInitialConnWindowSize (1 MiB): a fixed flow-control window, which turns off the BDP estimator's pings",

@@ -159,7 +159,7 @@ run fails; 2 for bad flags.`,
 	serverArgs := fs.String("server-args", "", "extra space-separated arguments for \"opjournal serve\" (e.g. --pprof-addr 127.0.0.1:6060)")
 	reportOnly := fs.Bool("report-only", false, "measure nothing: redraw the chart and RESULTS.md from --results-dir's latest.json and summary.json (after a change to the report)")
 	serverEnv := fs.String("server-env", "", "extra space-separated NAME=VALUE environment for the server (e.g. GOMAXPROCS=1)")
-	fs.StringSliceVar(&c.ab, "ab", nil, "with --scenarios ab: client-side settings to try on the fused path against the default connection, in alternating rounds at the one-caller levels: shared-write-buffer, no-buffers, static-window, client-gomaxprocs-1")
+	fs.StringSliceVar(&c.ab, "ab", nil, "with --scenarios ab: client-side settings to try on the fused path against the default connection, in alternating rounds at the one-caller levels: no-buffers, static-window, client-gomaxprocs-1")
 	fs.StringVar(&c.abOp, "ab-op", "fused", "the operation --ab drives: fused (Register with claim, MarkSucceeded), replay (Register of a succeeded key) or noop (a health check)")
 	fs.BoolVar(&c.requireTargets, "require-targets", false, "exit with status 3, after writing the report, if any of the hot path's targets is a MISS (a SKIP does not fail)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {

@@ -1059,7 +1059,9 @@ func markdown(c config, all []bench.Row, s summary, chart string) string {
 	if rounds > 0 {
 		fmt.Fprintf(&b, "## Targets (the hot path)\n\n%s. Each figure is computed in each of the %d rounds from that round's rows (the two sides of a ratio measured "+
 			"minutes apart at most, so that the machine's drift cancels); the verdict is on the median, and the spread is (max − min) / median of the "+
-			"per-round figures, marked unstable above %.0f%%. Rows measured once (peers, growth) enter every round as they are. ",
+			"per-round figures, marked unstable above %.0f%%. Rows measured once (peers, growth) enter every round as they are. "+
+			"A throughput ratio is also estimated from both sides' CPU per operation (client + server + PostgreSQL; CPU-normalised): "+
+			"the two agree when both are CPU-bound on a quiet machine, and the CPU figure moves much less when another tenant takes CPU. ",
 			tally(s.HotPath), rounds, bench.UnstableSpread*100)
 	} else {
 		fmt.Fprintf(&b, "## Targets (the hot path)\n\n%s. ", tally(s.HotPath))

@@ -176,8 +176,21 @@ func (r TargetResult) SpreadText() string {
 	if r.Spread == nil {
 		return ""
 	}
+	s := fmt.Sprintf("spread %.0f%% (rounds %s)", *r.Spread*100, roundsText(r.Rounds, r.decimals()))
 	if r.Unstable {
-		return fmt.Sprintf("spread %.0f%% > %.0f%%: unstable (rounds %s)", *r.Spread*100, UnstableSpread*100, roundsText(r.Rounds, r.decimals()))
+		s = fmt.Sprintf("spread %.0f%% > %.0f%%: unstable (rounds %s)", *r.Spread*100, UnstableSpread*100, roundsText(r.Rounds, r.decimals()))
 	}
-	return fmt.Sprintf("spread %.0f%% (rounds %s)", *r.Spread*100, roundsText(r.Rounds, r.decimals()))
+	if c := r.CPUText(); c != "" {
+		s += "; " + c
+	}
+	return s
+}
+
+// CPUText renders the CPU-normalised estimate of a throughput ratio:
+// "CPU-normalised 1.08, spread 6%"; "" if there is none.
+func (r TargetResult) CPUText() string {
+	if r.CPUMedian == nil {
+		return ""
+	}
+	return fmt.Sprintf("CPU-normalised %.2f, spread %.0f%%", *r.CPUMedian, *r.CPUSpread*100)
 }

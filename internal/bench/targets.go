@@ -32,11 +32,13 @@ var HotPathTargets = []Target{
 		Name: "fused gRPC / raw SQL (3 statements) at c=32", Cmp: AtLeast, Threshold: 1.3,
 		How:     "ops/s of opjournal fused-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",
 		Compute: opsRatio(Ref{"opjournal", "fused-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
+		CPUNormalised: cpuRatio(Ref{"opjournal", "fused-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
 	},
 	{
 		Name: "full cycle gRPC / raw SQL at c=32", Cmp: AtLeast, Threshold: 0.9,
 		How:     "ops/s of opjournal full-cycle-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",
 		Compute: opsRatio(Ref{"opjournal", "full-cycle-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
+		CPUNormalised: cpuRatio(Ref{"opjournal", "full-cycle-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
 	},
 	{
 		Name: "server CPU per fused operation at c=32", Cmp: AtMost, Threshold: 80, Unit: "µs",
@@ -47,11 +49,13 @@ var HotPathTargets = []Target{
 		Name: "REST fused / gRPC fused at c=32", Cmp: AtLeast, Threshold: 0.85,
 		How:     "ops/s of opjournal fused-rest ÷ ops/s of opjournal fused-grpc, PostgreSQL, c=32",
 		Compute: opsRatio(Ref{"opjournal", "fused-rest", "postgres", 32}, Ref{"opjournal", "fused-grpc", "postgres", 32}),
+		CPUNormalised: cpuRatio(Ref{"opjournal", "fused-rest", "postgres", 32}, Ref{"opjournal", "fused-grpc", "postgres", 32}),
 	},
 	{
 		Name: "replay / no-op gRPC call ceiling at c=32", Cmp: AtLeast, Threshold: 0.5,
 		How:     "ops/s of opjournal replay-grpc ÷ ops/s of grpc noop-health-check (same connection), c=32",
 		Compute: opsRatio(Ref{"opjournal", "replay-grpc", "postgres", 32}, Ref{"grpc", "noop-health-check", "postgres", 32}),
+		CPUNormalised: cpuRatio(Ref{"opjournal", "replay-grpc", "postgres", 32}, Ref{"grpc", "noop-health-check", "postgres", 32}),
 	},
 	{
 		Name: "SQLite fused: server CPU per operation at c=32", Cmp: AtMost, Threshold: 250, Unit: "µs",
@@ -129,6 +133,16 @@ type Target struct {
 	// Compute returns the figure and a detail (the inputs). An error
 	// wrapping ErrNotRun makes the figure SKIP; any other error is a MISS.
 	Compute func(rows []Row) (value float64, detail string, err error)
+	// CPUNormalised, for a ratio of throughputs, is the same ratio
+	// estimated from the CPU each side spends per operation (all of
+	// it: client, server, PostgreSQL): B's over A's. When both sides are
+	// CPU-bound on the same cores, as at 32 callers on this machine, ops/s
+	// is the CPU they get over their CPU per operation, so the two agree
+	// on a quiet machine (within 0.04 in the run of 2026-12-01 15:26);
+	// on a shared one another tenant takes CPU from one side and not the
+	// other, which moves the ops/s ratio but hardly the CPU per operation.
+	// It is reported beside the figure, never instead of it.
+	CPUNormalised func(rows []Row) (float64, error)
 }
 
 // Decimals is the precision the figure is printed and compared at: whole
@@ -165,6 +179,11 @@ type TargetResult struct {
 	Median   *float64  `json:"median,omitempty"`
 	Spread   *float64  `json:"spread,omitempty"`
 	Unstable bool      `json:"unstable,omitempty"`
+	// The CPU-normalised estimate of a throughput ratio
+	// (Target.CPUNormalised) in each round, its median and spread.
+	CPURounds []float64 `json:"cpu_normalised_rounds,omitempty"`
+	CPUMedian *float64  `json:"cpu_normalised_median,omitempty"`
+	CPUSpread *float64  `json:"cpu_normalised_spread,omitempty"`
 }
 
 // ErrNotRun marks a figure whose scenario did not run (SKIP).
@@ -229,10 +248,33 @@ func CheckTargets(targets []Target, rows []Row) []TargetResult {
 				r.Rounds = append(r.Rounds, math.Round(v*1e4)/1e4)
 			}
 			r.Detail = "median round: " + r.Detail
+			r.cpuNormalised(t, rows, rounds)
 		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// cpuNormalised sets r's CPU-normalised figures, if t has them and every
+// round has CPU figures for both sides.
+func (r *TargetResult) cpuNormalised(t Target, rows []Row, rounds []int) {
+	if t.CPUNormalised == nil {
+		return
+	}
+	var vals []float64
+	for _, n := range rounds {
+		v, err := t.CPUNormalised(RoundRows(rows, n))
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return
+		}
+		vals = append(vals, v)
+	}
+	med := math.Round(Median(vals)*100) / 100
+	spread := math.Round(Spread(vals)*1e4) / 1e4
+	r.CPUMedian, r.CPUSpread = &med, &spread
+	for _, v := range vals {
+		r.CPURounds = append(r.CPURounds, math.Round(v*1e4)/1e4)
+	}
 }
 
 // judge sets r's verdict for the figure v (rounded to t.Decimals()) or the
@@ -332,7 +374,7 @@ func TargetsMarkdown(results []TargetResult) string {
 		}
 		return b.String()
 	}
-	b.WriteString("| verdict | figure | median | target | spread | rounds | how it is computed | detail |\n|---|---|--:|---|--:|---|---|---|\n")
+	b.WriteString("| verdict | figure | median | target | spread | rounds | CPU-normalised (spread) | how it is computed | detail |\n|---|---|--:|---|--:|---|--:|---|---|\n")
 	for _, r := range results {
 		spread, perRound := "-", "-"
 		if r.Spread != nil {
@@ -342,7 +384,11 @@ func TargetsMarkdown(results []TargetResult) string {
 			}
 			perRound = roundsText(r.Rounds, r.decimals())
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Verdict, mdCell(r.Name), r.Value(), r.Want(), spread, perRound, mdCell(r.How), mdCell(r.Detail))
+		cpu := "-"
+		if r.CPUMedian != nil {
+			cpu = fmt.Sprintf("%.2f (%.0f%%)", *r.CPUMedian, *r.CPUSpread*100)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Verdict, mdCell(r.Name), r.Value(), r.Want(), spread, perRound, cpu, mdCell(r.How), mdCell(r.Detail))
 	}
 	return b.String()
 }
@@ -446,6 +492,23 @@ func opsRatio(a, b Ref) func([]Row) (float64, string, error) {
 			return 0, "", err
 		}
 		return ra.OpsPerSec / rb.OpsPerSec, fmt.Sprintf("%.0f vs %.0f ops/s%s", ra.OpsPerSec, rb.OpsPerSec, errorsNote(ra, rb)), nil
+	}
+}
+
+// cpuRatio is the CPU per operation (client + server + PostgreSQL) of b
+// over that of a: a's throughput over b's, estimated from their costs.
+func cpuRatio(a, b Ref) func([]Row) (float64, error) {
+	return func(rows []Row) (float64, error) {
+		ra, errA := row(rows, a)
+		rb, errB := row(rows, b)
+		if err := combine(errA, errB); err != nil {
+			return 0, err
+		}
+		ca, cb := ra.CPUClientUs+ra.CPUServerUs+ra.CPUPostgresUs, rb.CPUClientUs+rb.CPUServerUs+rb.CPUPostgresUs
+		if ca <= 0 || cb <= 0 {
+			return 0, notRunError(fmt.Sprintf("%s or %s has no CPU figure", a, b))
+		}
+		return cb / ca, nil
 	}
 }
 

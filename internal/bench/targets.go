@@ -30,14 +30,14 @@ import (
 var HotPathTargets = []Target{
 	{
 		Name: "fused gRPC / raw SQL (3 statements) at c=32", Cmp: AtLeast, Threshold: 1.3,
-		How:     "ops/s of opjournal fused-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",
-		Compute: opsRatio(Ref{"opjournal", "fused-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
+		How:           "ops/s of opjournal fused-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",
+		Compute:       opsRatio(Ref{"opjournal", "fused-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
 		CPUNormalised: cpuRatio(Ref{"opjournal", "fused-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
 	},
 	{
 		Name: "full cycle gRPC / raw SQL at c=32", Cmp: AtLeast, Threshold: 0.9,
-		How:     "ops/s of opjournal full-cycle-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",
-		Compute: opsRatio(Ref{"opjournal", "full-cycle-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
+		How:           "ops/s of opjournal full-cycle-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",
+		Compute:       opsRatio(Ref{"opjournal", "full-cycle-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
 		CPUNormalised: cpuRatio(Ref{"opjournal", "full-cycle-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
 	},
 	{
@@ -47,14 +47,14 @@ var HotPathTargets = []Target{
 	},
 	{
 		Name: "REST fused / gRPC fused at c=32", Cmp: AtLeast, Threshold: 0.85,
-		How:     "ops/s of opjournal fused-rest ÷ ops/s of opjournal fused-grpc, PostgreSQL, c=32",
-		Compute: opsRatio(Ref{"opjournal", "fused-rest", "postgres", 32}, Ref{"opjournal", "fused-grpc", "postgres", 32}),
+		How:           "ops/s of opjournal fused-rest ÷ ops/s of opjournal fused-grpc, PostgreSQL, c=32",
+		Compute:       opsRatio(Ref{"opjournal", "fused-rest", "postgres", 32}, Ref{"opjournal", "fused-grpc", "postgres", 32}),
 		CPUNormalised: cpuRatio(Ref{"opjournal", "fused-rest", "postgres", 32}, Ref{"opjournal", "fused-grpc", "postgres", 32}),
 	},
 	{
 		Name: "replay / no-op gRPC call ceiling at c=32", Cmp: AtLeast, Threshold: 0.5,
-		How:     "ops/s of opjournal replay-grpc ÷ ops/s of grpc noop-health-check (same connection), c=32",
-		Compute: opsRatio(Ref{"opjournal", "replay-grpc", "postgres", 32}, Ref{"grpc", "noop-health-check", "postgres", 32}),
+		How:           "ops/s of opjournal replay-grpc ÷ ops/s of grpc noop-health-check (same connection), c=32",
+		Compute:       opsRatio(Ref{"opjournal", "replay-grpc", "postgres", 32}, Ref{"grpc", "noop-health-check", "postgres", 32}),
 		CPUNormalised: cpuRatio(Ref{"opjournal", "replay-grpc", "postgres", 32}, Ref{"grpc", "noop-health-check", "postgres", 32}),
 	},
 	{

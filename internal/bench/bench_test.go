@@ -61,6 +61,12 @@ func TestReadCPU(t *testing.T) {
 	if after.Client <= before.Client || after.Server != 0 {
 		t.Errorf("ReadCPU around 100 ms of spinning: before %+v, after %+v", before, after)
 	}
+	// The scheduler's ns, not 10 ms ticks: the CPU of 100 ms of spinning
+	// (less on a loaded machine) is not a whole number of ticks (a
+	// 1-in-10,000 chance it is).
+	if d := after.Client - before.Client; d%clockTick == 0 {
+		t.Errorf("ReadCPU measured %d µs of 100 ms spinning, want the scheduler's precise time", d)
+	}
 }
 
 func TestRunCountsOnlyAfterWarmup(t *testing.T) {

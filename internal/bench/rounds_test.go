@@ -164,6 +164,27 @@ func TestCheckTargetsInRounds(t *testing.T) {
 	if r.Verdict != Miss || !strings.HasPrefix(r.Detail, "round 2: ") || r.Measured != nil {
 		t.Errorf("failed round: %s %s (%s)", r.Verdict, r.Value(), r.Detail)
 	}
+	// A round in which a scenario completed nothing and failed nothing
+	// (one call outlasted the window) is left out, and the figure says so.
+	rows = roundsRun()
+	for i := range rows {
+		if r := &rows[i]; r.Scenario == "replay-grpc" && r.Round == 3 {
+			r.OpsPerSec = 0
+		}
+	}
+	r = byName(t, CheckTargets(HotPathTargets, rows))("replay / no-op gRPC call ceiling at c=32")
+	if r.Verdict != Met || len(r.Rounds) != 2 || !strings.Contains(r.Detail, "round 3 left out: opjournal replay-grpc (postgres) c=32 stalled") || len(r.CPURounds) != 2 {
+		t.Errorf("stalled round: %s %s rounds %v (%s)", r.Verdict, r.Value(), r.Rounds, r.Detail)
+	}
+	for i := range rows {
+		if r := &rows[i]; r.Scenario == "replay-grpc" {
+			r.OpsPerSec = 0
+		}
+	}
+	r = byName(t, CheckTargets(HotPathTargets, rows))("replay / no-op gRPC call ceiling at c=32")
+	if r.Verdict != Miss || !strings.HasPrefix(r.Detail, "every round stalled: round 1 left out") {
+		t.Errorf("every round stalled: %s (%s)", r.Verdict, r.Detail)
+	}
 	// A scenario absent from every round is a SKIP.
 	rows = slices.DeleteFunc(roundsRun(), func(r Row) bool { return r.Scenario == "fused-rest" })
 	if r := byName(t, CheckTargets(HotPathTargets, rows))("REST fused / gRPC fused at c=32"); r.Verdict != Skip || r.Spread != nil {

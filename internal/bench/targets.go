@@ -212,23 +212,28 @@ func CheckTargets(targets []Target, rows []Row) []TargetResult {
 		}
 		var vals []float64
 		var details []string
-		var failed, skipped error
+		var failed, skipped, stalled error
+		var used []int
 		for _, n := range rounds {
 			v, detail, err := t.Compute(RoundRows(rows, n))
 			switch {
 			case errors.Is(err, ErrNotRun):
 				skipped = cmp.Or(skipped, err)
+			case errors.Is(err, errStalled):
+				stalled = cmp.Or(stalled, fmt.Errorf("round %d left out: %w", n, err))
 			case err == nil && (math.IsNaN(v) || math.IsInf(v, 0)):
 				failed = cmp.Or(failed, fmt.Errorf("round %d: no finite figure (%v): %s", n, v, detail))
 			case err != nil:
 				failed = cmp.Or(failed, fmt.Errorf("round %d: %w", n, err))
 			default:
-				vals, details = append(vals, v), append(details, detail)
+				vals, details, used = append(vals, v), append(details, detail), append(used, n)
 			}
 		}
 		switch {
 		case failed != nil:
 			r.judge(t, 0, "", failed)
+		case len(vals) == 0 && stalled != nil:
+			r.judge(t, 0, "", fmt.Errorf("every round stalled: %w", stalled))
 		case len(vals) == 0:
 			r.judge(t, 0, "", skipped)
 		default:
@@ -248,7 +253,10 @@ func CheckTargets(targets []Target, rows []Row) []TargetResult {
 				r.Rounds = append(r.Rounds, math.Round(v*1e4)/1e4)
 			}
 			r.Detail = "median round: " + r.Detail
-			r.cpuNormalised(t, rows, rounds)
+			if stalled != nil {
+				r.Detail += "; " + stalled.Error()
+			}
+			r.cpuNormalised(t, rows, used)
 		}
 		out = append(out, r)
 	}
@@ -436,22 +444,35 @@ func row(rows []Row, ref Ref) (Row, error) {
 		return Row{}, fmt.Errorf("%s %w (--scenarios %s, %s %d)", ref, ErrNotRun, ref.flag(), levels, ref.C)
 	}
 	r := rows[i]
+	if r.OpsPerSec <= 0 && r.Errors == 0 && r.Round > 0 {
+		return r, fmt.Errorf("%s %w: no operation started and ended in the round's window, and none failed", ref, errStalled)
+	}
 	if r.OpsPerSec <= 0 {
 		return r, fmt.Errorf("%s completed no operation (%d errors) %s", ref, r.Errors, r.Note)
 	}
 	return r, nil
 }
 
+// errStalled marks a round in which a scenario completed nothing and
+// failed nothing: one call outlasted the whole window, which a loaded
+// machine does. CheckTargets leaves such a round out of the figure (and
+// says so) instead of failing it; a figure with every round stalled is a
+// MISS.
+var errStalled = errors.New("stalled")
+
 // combine joins errs on one line. The result is ErrNotRun (SKIP) only if
 // every error is: a scenario that ran and failed makes the figure a MISS
 // even when another one it needs did not run.
 func combine(errs ...error) error {
 	var msgs []string
-	notRun := true
+	notRun, stalled := true, false
+	failed := false
 	for _, err := range errs {
 		if err != nil {
 			msgs = append(msgs, err.Error())
 			notRun = notRun && errors.Is(err, ErrNotRun)
+			stalled = stalled || errors.Is(err, errStalled)
+			failed = failed || !errors.Is(err, ErrNotRun) && !errors.Is(err, errStalled)
 		}
 	}
 	switch {
@@ -459,9 +480,18 @@ func combine(errs ...error) error {
 		return nil
 	case notRun:
 		return notRunError(strings.Join(msgs, "; "))
+	case stalled && !failed:
+		return stalledError(strings.Join(msgs, "; "))
 	}
 	return errors.New(strings.Join(msgs, "; "))
 }
+
+// stalledError is a combined message whose only failures are stalls: it
+// matches errStalled.
+type stalledError string
+
+func (e stalledError) Error() string        { return string(e) }
+func (e stalledError) Is(target error) bool { return target == errStalled }
 
 // notRunError is a message that is ErrNotRun.
 type notRunError string

@@ -138,7 +138,7 @@ type Target struct {
 	// it: client, server, PostgreSQL): B's over A's. When both sides are
 	// CPU-bound on the same cores, as at 32 callers on this machine, ops/s
 	// is the CPU they get over their CPU per operation, so the two agree
-	// on a quiet machine (within 0.04 in the run of 2026-12-01 15:26);
+	// on a quiet machine (within 0.06 in the run of 2026-12-01 15:26);
 	// on a shared one another tenant takes CPU from one side and not the
 	// other, which moves the ops/s ratio but hardly the CPU per operation.
 	// It is reported beside the figure, never instead of it.

@@ -7,11 +7,13 @@
 //
 // It creates a fresh schema per run (dropped at the end), starts
 // `opjournal serve` on it, drives each scenario at each concurrency for a
-// fixed duration after a warm-up, and writes a table to stdout,
-// results/latest.json, results/summary.json, results/chart.svg and
-// RESULTS.md. It ends with the hot path's targets (bench.HotPathTargets), one
-// MET/MISS/SKIP line each; --require-targets makes a MISS exit with
-// status 3. `make bench` is the full run, `make bench-quick` a short one.
+// fixed duration after a warm-up, in --rounds alternating rounds per level
+// (the scenarios of a level one after the other, round after round), and
+// writes a table of the medians to stdout, results/latest.json (every
+// round's rows), results/summary.json, results/chart.svg and RESULTS.md. It
+// ends with the hot path's targets (bench.HotPathTargets), one MET/MISS/SKIP
+// line each, on the median of the figure's rounds with their spread;
+// --require-targets makes a MISS exit with status 3. `make bench` is the full run, `make bench-quick` a short one.
 package main
 
 import (
@@ -124,9 +126,12 @@ with pgx) and against two peers (DBOS Transact and River, run by the separate
 bench/peers module) in one run on one PostgreSQL, with the real server
 process. It creates a fresh schema per run (dropped at the end), starts
 "opjournal serve" on it, drives each scenario at each concurrency for a fixed
-duration after a warm-up, and writes a table to stdout, results/latest.json,
-results/summary.json, results/chart.svg and RESULTS.md, ending with the
-targets, one MET/MISS/SKIP line each.
+duration after a warm-up, in alternating rounds (--rounds: every scenario of a
+level once per round, round after round), and writes a table of the medians to
+stdout, results/latest.json (every round's rows), results/summary.json,
+results/chart.svg and RESULTS.md, ending with the targets, one MET/MISS/SKIP
+line each: the median of the figure's per-round values, with their spread
+((max - min) / median; above 10% it is printed unstable).
 
 Exit status: 0, also on a MISS unless --require-targets (then 3); 1 when the
 run fails; 2 for bad flags.`,

@@ -47,7 +47,7 @@ bench-build:
 	cd bench/peers && $(GO) build -o ../../bin/opjournal-bench-peers .
 
 ## bench: the full run (3 alternating rounds of 4 s per point after a 1 s warm-up, growth at 1M
-## operations; ~15 min); writes bench/results/{latest,summary}.json, bench/results/chart.svg and
+## operations; 15–20 min); writes bench/results/{latest,summary}.json, bench/results/chart.svg and
 ## bench/RESULTS.md. Both runs end with the hot path's targets as MET/MISS/SKIP lines
 ## (internal/bench/targets.go), each the median of its rounds with their spread; they exit 0
 ## on a MISS unless BENCH_FLAGS=--require-targets (then status 3)

@@ -46,17 +46,20 @@ bench-build:
 	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-bench ./cmd/opjournal-fakeprovider ./cmd/opjournal-gateway
 	cd bench/peers && $(GO) build -o ../../bin/opjournal-bench-peers .
 
-## bench: the full run (10 s per point after a 2 s warm-up, growth at 1M operations; ~9 min);
-## writes bench/results/{latest,summary}.json, bench/results/chart.svg and bench/RESULTS.md.
-## Both runs end with issue 16's targets as MET/MISS/SKIP lines (internal/bench/targets.go); they exit 0
+## bench: the full run (3 alternating rounds of 4 s per point after a 1 s warm-up, growth at 1M
+## operations; 15–20 min); writes bench/results/{latest,summary}.json, bench/results/chart.svg and
+## bench/RESULTS.md. Both runs end with the hot path's targets as MET/MISS/SKIP lines
+## (internal/bench/targets.go), each the median of its rounds with their spread; they exit 0
 ## on a MISS unless BENCH_FLAGS=--require-targets (then status 3)
 bench: bench-build
-	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' $(BENCH_FLAGS)
+	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --warmup 1s --duration 4s $(BENCH_FLAGS)
 
-## bench-quick: a ≤ 60 s smoke run (0.7 s per point, growth at 100k) into bench/results/quick/
+## bench-quick: a ~3 min run of the targets' levels (c=1, 2, 4 and 32; 5 alternating rounds of
+## 0.8 s per point after 0.2 s of warm-up; growth at 50k, purge of 20k) into bench/results/quick/
 bench-quick: bench-build
-	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --warmup 200ms --duration 700ms \
-		--growth-rows 100000 --purge-rows 100000 --results-dir bench/results/quick --results-md "" $(BENCH_FLAGS)
+	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --concurrency 1,32 --gateway-concurrency 1 \
+		--rounds 5 --warmup 200ms --duration 800ms --growth-rows 50000 --purge-rows 20000 \
+		--results-dir bench/results/quick --results-md "" $(BENCH_FLAGS)
 
 ## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod),
 ## the Python client's clients/python/opjournal/v1 (Debian's protoc and grpc_python_plugin) and

@@ -17,17 +17,18 @@ import (
 	"github.com/opjournal/opjournal/internal/procs"
 )
 
-// gatewayLevels are the concurrency levels of the gateway rows.
-var gatewayLevels = []int{1, 32}
-
 // gatewayRows starts the test provider (with its MCP server) and
 // opjournal-gateway (both doors, on the bench's journal) as their own
 // processes, and measures a new payment per call straight to the provider
-// and through the gateway, over HTTP and over MCP, at 1 and 32 callers.
-// The gateway rows' server CPU is the gateway's. The difference of a
+// and through the gateway, over HTTP and over MCP, at each of
+// c.gatewayLevels, in alternating rounds. The gateway rows' server CPU is
+// the gateway's, the direct rows' the provider's. The difference of a
 // gateway row and its direct row is what the gateway adds: register and
-// claim before the call, the record after it, and its own proxying.
-func gatewayRows(ctx context.Context, c config, grpcAddr string, k keyer, progress func(bench.Row)) ([]bench.Row, error) {
+// claim before the call, the record after it, and its own proxying. ref
+// is the fused SDK path that the one-caller targets compare that with: it
+// joins the rounds, so that both sides of the comparison are measured
+// minutes apart at most.
+func gatewayRows(ctx context.Context, c config, grpcAddr string, k keyer, ref step) ([]bench.Row, error) {
 	dir := filepath.Dir(c.bin)
 	prov, err := procs.Start(ctx, procs.Spec{Name: "provider", Path: filepath.Join(dir, "opjournal-fakeprovider"), Ready: "serving",
 		Args: []string{"--addr", "127.0.0.1:0", "--mcp"}}, 30*time.Second)
@@ -36,8 +37,10 @@ func gatewayRows(ctx context.Context, c config, grpcAddr string, k keyer, progre
 	}
 	defer func() { _ = prov.Stop(10 * time.Second) }()
 	provURL := "http://" + prov.Field("addr")
+	// The bench's journal runs without authentication, so the gateway
+	// treats every caller as one (--anonymous, on loopback listeners).
 	args := []string{"--journal-addr", grpcAddr, "--http-addr", "127.0.0.1:0", "--mcp-addr", "127.0.0.1:0",
-		"--mcp-upstream", provURL + "/mcp", "--worker-id", "bench-gateway"}
+		"--mcp-upstream", provURL + "/mcp", "--worker-id", "bench-gateway", "--anonymous"}
 	if a := os.Getenv("BENCH_GATEWAY_PPROF"); a != "" {
 		args = append(args, "--pprof-addr", a) // to profile the gateway during the run
 	}
@@ -52,7 +55,7 @@ func gatewayRows(ctx context.Context, c config, grpcAddr string, k keyer, progre
 
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	var rows []bench.Row
-	for _, cc := range gatewayLevels {
+	for _, cc := range c.gatewayLevels {
 		direct, err := mcpSessions(ctx, provURL+"/mcp", cc)
 		if err != nil {
 			return rows, err
@@ -61,21 +64,14 @@ func gatewayRows(ctx context.Context, c config, grpcAddr string, k keyer, progre
 		if err != nil {
 			return rows, err
 		}
-		for _, s := range []struct {
-			scenario string
-			pid      int
-			op       bench.Op
-		}{
-			{"direct-http", prov.Pid(), httpPayment(hc, provURL, k, "direct-http", cc)},
-			{"gateway-http", gw.Pid(), httpPayment(hc, gwHTTP, k, "gateway-http", cc)},
-			{"direct-mcp", prov.Pid(), mcpPayment(direct, k, "direct-mcp", cc, true)},
-			{"gateway-mcp", gw.Pid(), mcpPayment(through, k, "gateway-mcp", cc, false)},
-		} {
-			r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: c.duration}, s.pid, s.op)
-			r.System, r.Scenario, r.Store = "gateway", s.scenario, "postgres"
-			rows = append(rows, r)
-			progress(r)
+		steps := []step{
+			{system: "gateway", scenario: "direct-http", op: func(k keyer, cc int) bench.Op { return httpPayment(hc, provURL, k, "direct-http", cc) }, pid: prov.Pid()},
+			{system: "gateway", scenario: "gateway-http", op: func(k keyer, cc int) bench.Op { return httpPayment(hc, gwHTTP, k, "gateway-http", cc) }, pid: gw.Pid()},
+			{system: "gateway", scenario: "direct-mcp", op: func(k keyer, cc int) bench.Op { return mcpPayment(direct, k, "direct-mcp", cc, true) }, pid: prov.Pid()},
+			{system: "gateway", scenario: "gateway-mcp", op: func(k keyer, cc int) bench.Op { return mcpPayment(through, k, "gateway-mcp", cc, false) }, pid: gw.Pid()},
 		}
+		steps = append(steps, ref)
+		rows = append(rows, runRounds(ctx, c, cc, 0, k, "postgres", steps)...)
 		for _, s := range append(direct, through...) {
 			s.Close()
 		}

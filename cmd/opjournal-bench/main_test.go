@@ -1,14 +1,20 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/opjournal/opjournal/internal/bench"
+	"github.com/opjournal/opjournal/internal/pgtest"
 )
 
 // TestReportOnlyRedrawsTheCommittedRun redraws the report of the full run of
@@ -43,7 +49,7 @@ func TestReportOnlyRedrawsTheCommittedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"## Targets (the hot path)\n\n2 MET, 9 MISS, 0 SKIP.",
+		"## Targets (the hot path)\n\n2 MET, 9 MISS, 2 SKIP.",
 		"| MISS | fused gRPC / raw SQL (3 statements) at c=32 | 0.84 | ≥ 1.3 |",
 		"| MET | p99 at the grown journal / empty (fused gRPC) | 1.13 | ≤ 1.2 |",
 		"## Other targets",
@@ -70,5 +76,72 @@ func TestReportOnlyRedrawsTheCommittedRun(t *testing.T) {
 	var missed errTargetsMissed
 	if err := rereport(c); !errors.As(err, &missed) || missed != 9 {
 		t.Errorf("rereport with --require-targets = %v, want 9 targets missed", err)
+	}
+}
+
+// TestRunInRounds runs the bench for real (the server binary built here,
+// PostgreSQL from pgtest) at one caller in two short rounds: every point
+// is measured once per round, in the same order, with keys of its own
+// (a key registered in round 1 again in round 2 would come back as a
+// replay, not claimed, and fail the fused path), and the targets carry
+// the per-round figures, their median and spread.
+func TestRunInRounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the server and drives it")
+	}
+	bin := filepath.Join(t.TempDir(), "opjournal")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/opjournal/opjournal/cmd/opjournal").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	cmd := newRoot(&stdout, &stderr)
+	cmd.SetArgs([]string{"--database-url", pgtest.BaseURL(), "--bin", bin, "--peers-bin", "",
+		"--scenarios", "raw-sql,fused-grpc,replay-grpc,grpc", "--concurrency", "1", "--one-caller-concurrency", "1,2",
+		"--rounds", "2", "--warmup", "20ms", "--duration", "150ms", "--growth-rows", "0", "--purge-rows", "0",
+		"--results-dir", dir, "--results-md", filepath.Join(dir, "RESULTS.md")})
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	var rows []bench.Row
+	b, err := os.ReadFile(filepath.Join(dir, "latest.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &rows)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("r%d %s c=%d", r.Round, r.Scenario, r.Concurrency))
+		if r.Errors > 0 || r.OpsPerSec <= 0 {
+			t.Errorf("round %d %s c=%d: %d errors, %.0f ops/s (%s)", r.Round, r.Scenario, r.Concurrency, r.Errors, r.OpsPerSec, r.Note)
+		}
+	}
+	want := []string{
+		"r1 full-cycle c=1", "r1 fused-grpc c=1", "r1 replay-grpc c=1", "r1 noop-health-check c=1",
+		"r2 full-cycle c=1", "r2 fused-grpc c=1", "r2 replay-grpc c=1", "r2 noop-health-check c=1",
+		"r1 full-cycle c=2", "r1 fused-grpc c=2", "r2 full-cycle c=2", "r2 fused-grpc c=2",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("rows measured:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var sum summary
+	if b, err = os.ReadFile(filepath.Join(dir, "summary.json")); err == nil {
+		err = json.Unmarshal(b, &sum)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range sum.HotPath {
+		if r.Name == "one caller: fused p50 / raw SQL p50" && (len(r.Rounds) != 2 || r.Median == nil || r.Spread == nil || *r.Median != *r.Measured) {
+			t.Errorf("%s: rounds %v median %v spread %v", r.Name, r.Rounds, r.Median, r.Spread)
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "RESULTS.md"))
+	for _, s := range []string{"- rounds: 2 per level", "## One caller and a few", "| 2 | ", "| verdict | figure | median | target | spread | rounds | CPU-normalised (spread) |"} {
+		if !strings.Contains(string(md), s) {
+			t.Errorf("RESULTS.md lacks %q", s)
+		}
 	}
 }

@@ -46,6 +46,10 @@ func (k keyer) key(scenario string, c int, seq int64) string {
 	return fmt.Sprintf("bench:%s:%s:c%d:%d", k, scenario, c, seq)
 }
 
+// round is the keyer of one round of a schedule: its keys differ from
+// every other round's.
+func (k keyer) round(r int) keyer { return keyer(fmt.Sprintf("%s.r%d", k, r)) }
+
 // rawSQL is the floor: the protocol's three statements, each its own commit,
 // issued directly with pgx against the same operations table (no history
 // rows, no hashing, no policy).

@@ -35,6 +35,9 @@ type Row struct {
 	CPUClientUs   float64 `json:"cpu_client_us_per_op,omitempty"`
 	CPUServerUs   float64 `json:"cpu_server_us_per_op,omitempty"`
 	CPUPostgresUs float64 `json:"cpu_postgres_us_per_op,omitempty"`
+	// Round is the round of an alternating schedule the row was measured
+	// in (from 1; see Alternate); 0 for a point measured once.
+	Round int `json:"round,omitempty"`
 	// Calls counts every successful operation, warm-up included.
 	Calls int64 `json:"-"`
 }

@@ -61,6 +61,12 @@ func TestReadCPU(t *testing.T) {
 	if after.Client <= before.Client || after.Server != 0 {
 		t.Errorf("ReadCPU around 100 ms of spinning: before %+v, after %+v", before, after)
 	}
+	// The scheduler's ns, not 10 ms ticks: the CPU of 100 ms of spinning
+	// (less on a loaded machine) is not a whole number of ticks (a
+	// 1-in-10,000 chance it is).
+	if d := after.Client - before.Client; d%clockTick == 0 {
+		t.Errorf("ReadCPU measured %d µs of 100 ms spinning, want the scheduler's precise time", d)
+	}
 }
 
 func TestRunCountsOnlyAfterWarmup(t *testing.T) {
@@ -160,6 +166,11 @@ func passingRun() []Row {
 		pg("grpc", "noop-health-check", 32, 40000, 0.8, 3, 14),
 		pg("opjournal", "fused-grpc-at-100k", 32, 5000, 6.5, 11.9, 82),
 		{System: "opjournal", Scenario: "fused-grpc", Store: "sqlite", Concurrency: 32, OpsPerSec: 2000, CPUServerUs: 250},
+		pg("gateway", "direct-http", 1, 2000, 0.5, 1, 50),
+		pg("gateway", "gateway-http", 1, 500, 1.7, 3, 300), // adds 1.2 ms = the fused p50
+		pg("gateway", "direct-mcp", 1, 1500, 0.6, 1, 60),
+		pg("gateway", "gateway-mcp", 1, 450, 1.5, 3, 320),
+		pg("gateway", "fused-grpc", 1, 850, 1.2, 2, 210), // the fused path in the gateway's rounds
 	}
 	for _, c := range []int{1, 32} {
 		rows = append(rows, pg("dbos", "workflow-1-step", c, 800, 1, 2, 0), pg("river", "unique-job", c, 100, 250, 255, 0))
@@ -230,6 +241,9 @@ func TestHotPathTargetVerdicts(t *testing.T) {
 			set("dbos", "workflow-1-step", "postgres", 32, func(r *Row) { r.Concurrency = 2 })},
 		{"no peers", "ahead of River at every c (lowest fused / River)", Skip, "--scenarios peers", drop("river", "unique-job")},
 		{"no growth", "p99 at the grown journal / empty (fused gRPC)", Skip, "--scenarios growth", drop("opjournal", "fused-grpc-at-100k")},
+		{"gateway slower than the fused path", "gateway MCP at one caller: added p50 / fused gRPC p50", Miss, "added p50 1.500 ms (2.100 through the gateway vs 0.600 direct) vs fused p50 1.200 ms",
+			set("gateway", "gateway-mcp", "postgres", 1, func(r *Row) { r.P50ms = 2.1 })},
+		{"no gateway", "gateway HTTP at one caller: added p50 / fused gRPC p50", Skip, "(--scenarios gateway, --gateway-concurrency 1)", drop("gateway", "gateway-http")},
 		{"errors beside successes", "full cycle gRPC / raw SQL at c=32", Met, "3600 vs 4000 ops/s; opjournal full-cycle-grpc: 3 errors",
 			set("opjournal", "full-cycle-grpc", "postgres", 32, func(r *Row) { r.Errors = 3 })},
 	} {

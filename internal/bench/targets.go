@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -29,13 +30,15 @@ import (
 var HotPathTargets = []Target{
 	{
 		Name: "fused gRPC / raw SQL (3 statements) at c=32", Cmp: AtLeast, Threshold: 1.3,
-		How:     "ops/s of opjournal fused-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",
-		Compute: opsRatio(Ref{"opjournal", "fused-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
+		How:           "ops/s of opjournal fused-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",
+		Compute:       opsRatio(Ref{"opjournal", "fused-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
+		CPUNormalised: cpuRatio(Ref{"opjournal", "fused-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
 	},
 	{
 		Name: "full cycle gRPC / raw SQL at c=32", Cmp: AtLeast, Threshold: 0.9,
-		How:     "ops/s of opjournal full-cycle-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",
-		Compute: opsRatio(Ref{"opjournal", "full-cycle-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
+		How:           "ops/s of opjournal full-cycle-grpc ÷ ops/s of raw-sql full-cycle, PostgreSQL, c=32",
+		Compute:       opsRatio(Ref{"opjournal", "full-cycle-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
+		CPUNormalised: cpuRatio(Ref{"opjournal", "full-cycle-grpc", "postgres", 32}, Ref{"raw-sql", "full-cycle", "postgres", 32}),
 	},
 	{
 		Name: "server CPU per fused operation at c=32", Cmp: AtMost, Threshold: 80, Unit: "µs",
@@ -44,13 +47,15 @@ var HotPathTargets = []Target{
 	},
 	{
 		Name: "REST fused / gRPC fused at c=32", Cmp: AtLeast, Threshold: 0.85,
-		How:     "ops/s of opjournal fused-rest ÷ ops/s of opjournal fused-grpc, PostgreSQL, c=32",
-		Compute: opsRatio(Ref{"opjournal", "fused-rest", "postgres", 32}, Ref{"opjournal", "fused-grpc", "postgres", 32}),
+		How:           "ops/s of opjournal fused-rest ÷ ops/s of opjournal fused-grpc, PostgreSQL, c=32",
+		Compute:       opsRatio(Ref{"opjournal", "fused-rest", "postgres", 32}, Ref{"opjournal", "fused-grpc", "postgres", 32}),
+		CPUNormalised: cpuRatio(Ref{"opjournal", "fused-rest", "postgres", 32}, Ref{"opjournal", "fused-grpc", "postgres", 32}),
 	},
 	{
 		Name: "replay / no-op gRPC call ceiling at c=32", Cmp: AtLeast, Threshold: 0.5,
-		How:     "ops/s of opjournal replay-grpc ÷ ops/s of grpc noop-health-check (same connection), c=32",
-		Compute: opsRatio(Ref{"opjournal", "replay-grpc", "postgres", 32}, Ref{"grpc", "noop-health-check", "postgres", 32}),
+		How:           "ops/s of opjournal replay-grpc ÷ ops/s of grpc noop-health-check (same connection), c=32",
+		Compute:       opsRatio(Ref{"opjournal", "replay-grpc", "postgres", 32}, Ref{"grpc", "noop-health-check", "postgres", 32}),
+		CPUNormalised: cpuRatio(Ref{"opjournal", "replay-grpc", "postgres", 32}, Ref{"grpc", "noop-health-check", "postgres", 32}),
 	},
 	{
 		Name: "SQLite fused: server CPU per operation at c=32", Cmp: AtMost, Threshold: 250, Unit: "µs",
@@ -66,6 +71,16 @@ var HotPathTargets = []Target{
 		Name: "one caller: server CPU per fused operation", Cmp: AtMost, Threshold: 250, Unit: "µs",
 		How:     "cpu_server_us_per_op of opjournal fused-grpc, PostgreSQL, c=1",
 		Compute: serverCPU(Ref{"opjournal", "fused-grpc", "postgres", 1}),
+	},
+	{
+		Name: "gateway HTTP at one caller: added p50 / fused gRPC p50", Cmp: AtMost, Threshold: 1,
+		How:     "(p50_ms of gateway gateway-http − p50_ms of gateway direct-http, the provider called straight) ÷ p50_ms of gateway fused-grpc (the fused SDK path, in the gateway's rounds), c=1",
+		Compute: gatewayAdded("http"),
+	},
+	{
+		Name: "gateway MCP at one caller: added p50 / fused gRPC p50", Cmp: AtMost, Threshold: 1,
+		How:     "(p50_ms of gateway gateway-mcp − p50_ms of gateway direct-mcp) ÷ p50_ms of gateway fused-grpc, c=1",
+		Compute: gatewayAdded("mcp"),
 	},
 	{
 		Name: "ahead of DBOS at every c (lowest fused / DBOS)", Cmp: Above, Threshold: 1,
@@ -118,6 +133,16 @@ type Target struct {
 	// Compute returns the figure and a detail (the inputs). An error
 	// wrapping ErrNotRun makes the figure SKIP; any other error is a MISS.
 	Compute func(rows []Row) (value float64, detail string, err error)
+	// CPUNormalised, for a ratio of throughputs, is the same ratio
+	// estimated from the CPU each side spends per operation (all of
+	// it: client, server, PostgreSQL): B's over A's. When both sides are
+	// CPU-bound on the same cores, as at 32 callers on this machine, ops/s
+	// is the CPU they get over their CPU per operation, so the two agree
+	// on a quiet machine (within 0.06 in the run of 2026-12-01 15:26);
+	// on a shared one another tenant takes CPU from one side and not the
+	// other, which moves the ops/s ratio but hardly the CPU per operation.
+	// It is reported beside the figure, never instead of it.
+	CPUNormalised func(rows []Row) (float64, error)
 }
 
 // Decimals is the precision the figure is printed and compared at: whole
@@ -146,6 +171,19 @@ type TargetResult struct {
 	Measured   *float64 `json:"measured,omitempty"` // nil when the figure could not be computed
 	Verdict    string   `json:"verdict"`
 	Detail     string   `json:"detail,omitempty"` // the inputs, or why it was skipped or missed
+	// Measured in rounds: the figure of each round, their median (the
+	// figure Measured holds and the verdict is on) and their spread,
+	// (max − min) / median; Unstable when the spread is above
+	// UnstableSpread. Absent for a run without rounds.
+	Rounds   []float64 `json:"rounds,omitempty"`
+	Median   *float64  `json:"median,omitempty"`
+	Spread   *float64  `json:"spread,omitempty"`
+	Unstable bool      `json:"unstable,omitempty"`
+	// The CPU-normalised estimate of a throughput ratio
+	// (Target.CPUNormalised) in each round, its median and spread.
+	CPURounds []float64 `json:"cpu_normalised_rounds,omitempty"`
+	CPUMedian *float64  `json:"cpu_normalised_median,omitempty"`
+	CPUSpread *float64  `json:"cpu_normalised_spread,omitempty"`
 }
 
 // ErrNotRun marks a figure whose scenario did not run (SKIP).
@@ -155,30 +193,117 @@ var ErrNotRun = errors.New("not run")
 // computed, on its value rounded to t.Decimals(); MISS, with why, for a
 // figure whose scenario ran without one successful operation; SKIP, with
 // why, for one whose scenario did not run or left no CPU figure.
+//
+// When the rows were measured in rounds (Row.Round), each figure is
+// computed in every round from that round's rows (RoundRows), and the
+// verdict is on the median of the rounds; Rounds, Median and Spread hold
+// them, and a spread above UnstableSpread marks the figure Unstable. A
+// round in which a scenario failed makes the figure a MISS.
 func CheckTargets(targets []Target, rows []Row) []TargetResult {
+	rounds := Rounds(rows)
 	out := make([]TargetResult, 0, len(targets))
 	for _, t := range targets {
 		r := TargetResult{Name: t.Name, How: t.How, Comparison: t.Cmp, Threshold: t.Threshold, Unit: t.Unit}
-		v, detail, err := t.Compute(rows)
-		switch {
-		case errors.Is(err, ErrNotRun):
-			r.Verdict, r.Detail = Skip, err.Error()
-		case err != nil:
-			r.Verdict, r.Detail = Miss, err.Error()
-		case math.IsNaN(v) || math.IsInf(v, 0):
-			r.Verdict, r.Detail = Miss, fmt.Sprintf("no finite figure (%v): %s", v, detail)
-		default:
-			p := math.Pow(10, float64(t.Decimals()))
-			v = math.Round(v*p) / p
-			r.Measured, r.Detail = &v, detail
-			r.Verdict = Miss
-			if t.Cmp.holds(v, t.Threshold) {
-				r.Verdict = Met
+		if len(rounds) == 0 {
+			v, detail, err := t.Compute(rows)
+			r.judge(t, v, detail, err)
+			out = append(out, r)
+			continue
+		}
+		var vals []float64
+		var details []string
+		var failed, skipped, stalled error
+		var used []int
+		for _, n := range rounds {
+			v, detail, err := t.Compute(RoundRows(rows, n))
+			switch {
+			case errors.Is(err, ErrNotRun):
+				skipped = cmp.Or(skipped, err)
+			case errors.Is(err, errStalled):
+				stalled = cmp.Or(stalled, fmt.Errorf("round %d left out: %w", n, err))
+			case err == nil && (math.IsNaN(v) || math.IsInf(v, 0)):
+				failed = cmp.Or(failed, fmt.Errorf("round %d: no finite figure (%v): %s", n, v, detail))
+			case err != nil:
+				failed = cmp.Or(failed, fmt.Errorf("round %d: %w", n, err))
+			default:
+				vals, details, used = append(vals, v), append(details, detail), append(used, n)
 			}
+		}
+		switch {
+		case failed != nil:
+			r.judge(t, 0, "", failed)
+		case len(vals) == 0 && stalled != nil:
+			r.judge(t, 0, "", fmt.Errorf("every round stalled: %w", stalled))
+		case len(vals) == 0:
+			r.judge(t, 0, "", skipped)
+		default:
+			med := Median(vals)
+			// The detail of the round nearest the median: its inputs.
+			near := 0
+			for i, v := range vals {
+				if math.Abs(v-med) < math.Abs(vals[near]-med) {
+					near = i
+				}
+			}
+			r.judge(t, med, details[near], nil)
+			spread := math.Round(Spread(vals)*1e4) / 1e4
+			r.Spread, r.Unstable = &spread, spread > UnstableSpread
+			r.Median = r.Measured
+			for _, v := range vals {
+				r.Rounds = append(r.Rounds, math.Round(v*1e4)/1e4)
+			}
+			r.Detail = "median round: " + r.Detail
+			if stalled != nil {
+				r.Detail += "; " + stalled.Error()
+			}
+			r.cpuNormalised(t, rows, used)
 		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// cpuNormalised sets r's CPU-normalised figures, if t has them and every
+// round has CPU figures for both sides.
+func (r *TargetResult) cpuNormalised(t Target, rows []Row, rounds []int) {
+	if t.CPUNormalised == nil {
+		return
+	}
+	var vals []float64
+	for _, n := range rounds {
+		v, err := t.CPUNormalised(RoundRows(rows, n))
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return
+		}
+		vals = append(vals, v)
+	}
+	med := math.Round(Median(vals)*100) / 100
+	spread := math.Round(Spread(vals)*1e4) / 1e4
+	r.CPUMedian, r.CPUSpread = &med, &spread
+	for _, v := range vals {
+		r.CPURounds = append(r.CPURounds, math.Round(v*1e4)/1e4)
+	}
+}
+
+// judge sets r's verdict for the figure v (rounded to t.Decimals()) or the
+// error of computing it.
+func (r *TargetResult) judge(t Target, v float64, detail string, err error) {
+	switch {
+	case errors.Is(err, ErrNotRun):
+		r.Verdict, r.Detail = Skip, err.Error()
+	case err != nil:
+		r.Verdict, r.Detail = Miss, err.Error()
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		r.Verdict, r.Detail = Miss, fmt.Sprintf("no finite figure (%v): %s", v, detail)
+	default:
+		p := math.Pow(10, float64(t.Decimals()))
+		v = math.Round(v*p) / p
+		r.Measured, r.Detail = &v, detail
+		r.Verdict = Miss
+		if t.Cmp.holds(v, t.Threshold) {
+			r.Verdict = Met
+		}
+	}
 }
 
 // Missed returns how many results are MISS.
@@ -197,12 +322,11 @@ func (r TargetResult) Value() string {
 	if r.Measured == nil {
 		return "-"
 	}
-	d := 2
-	if r.Unit == "µs" {
-		d = 0
-	}
-	return withUnit(strconv.FormatFloat(*r.Measured, 'f', d, 64), r.Unit)
+	return withUnit(strconv.FormatFloat(*r.Measured, 'f', r.decimals(), 64), r.Unit)
 }
+
+// decimals is the precision of the figure, as Target.Decimals.
+func (r TargetResult) decimals() int { return Target{Unit: r.Unit}.Decimals() }
 
 // Want renders the comparison and threshold ("≥ 1.3", "≤ 80 µs").
 func (r TargetResult) Want() string {
@@ -228,7 +352,11 @@ func WriteTargets(w io.Writer, prefix string, results []TargetResult) {
 		wantW = max(wantW, utf8.RuneCountInString(r.Want()))
 	}
 	for _, r := range results {
-		line := fmt.Sprintf("%s%-4s %s  %s %s  %s", prefix, r.Verdict, pad(r.Name, nameW, false), pad(r.Value(), valueW, true), pad(r.Want(), wantW, false), r.Detail)
+		detail := r.Detail
+		if s := r.SpreadText(); s != "" {
+			detail = s + "; " + detail
+		}
+		line := fmt.Sprintf("%s%-4s %s  %s %s  %s", prefix, r.Verdict, pad(r.Name, nameW, false), pad(r.Value(), valueW, true), pad(r.Want(), wantW, false), detail)
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}
 }
@@ -246,9 +374,29 @@ func pad(s string, n int, right bool) string {
 // TargetsMarkdown renders results as a Markdown table.
 func TargetsMarkdown(results []TargetResult) string {
 	var b strings.Builder
-	b.WriteString("| verdict | figure | measured | target | how it is computed | detail |\n|---|---|--:|---|---|---|\n")
+	rounds := slices.ContainsFunc(results, func(r TargetResult) bool { return r.Spread != nil })
+	if !rounds {
+		b.WriteString("| verdict | figure | measured | target | how it is computed | detail |\n|---|---|--:|---|---|---|\n")
+		for _, r := range results {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Verdict, mdCell(r.Name), r.Value(), r.Want(), mdCell(r.How), mdCell(r.Detail))
+		}
+		return b.String()
+	}
+	b.WriteString("| verdict | figure | median | target | spread | rounds | CPU-normalised (spread) | how it is computed | detail |\n|---|---|--:|---|--:|---|--:|---|---|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.Verdict, mdCell(r.Name), r.Value(), r.Want(), mdCell(r.How), mdCell(r.Detail))
+		spread, perRound := "-", "-"
+		if r.Spread != nil {
+			spread = fmt.Sprintf("%.0f%%", *r.Spread*100)
+			if r.Unstable {
+				spread = "**" + spread + " unstable**"
+			}
+			perRound = roundsText(r.Rounds, r.decimals())
+		}
+		cpu := "-"
+		if r.CPUMedian != nil {
+			cpu = fmt.Sprintf("%.2f (%.0f%%)", *r.CPUMedian, *r.CPUSpread*100)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Verdict, mdCell(r.Name), r.Value(), r.Want(), spread, perRound, cpu, mdCell(r.How), mdCell(r.Detail))
 	}
 	return b.String()
 }
@@ -276,6 +424,8 @@ func (r Ref) flag() string {
 		return "peers"
 	case strings.HasPrefix(r.Scenario, "fused-grpc-at-"):
 		return "growth"
+	case r.System == "gateway":
+		return "gateway"
 	}
 	return r.Scenario
 }
@@ -287,25 +437,42 @@ func row(rows []Row, ref Ref) (Row, error) {
 		return r.System == ref.System && r.Scenario == ref.Scenario && r.Store == ref.Store && r.Concurrency == ref.C
 	})
 	if i < 0 {
-		return Row{}, fmt.Errorf("%s %w (--scenarios %s, --concurrency %d)", ref, ErrNotRun, ref.flag(), ref.C)
+		levels := "--concurrency"
+		if ref.System == "gateway" {
+			levels = "--gateway-concurrency"
+		}
+		return Row{}, fmt.Errorf("%s %w (--scenarios %s, %s %d)", ref, ErrNotRun, ref.flag(), levels, ref.C)
 	}
 	r := rows[i]
+	if r.OpsPerSec <= 0 && r.Errors == 0 && r.Round > 0 {
+		return r, fmt.Errorf("%s %w: no operation started and ended in the round's window, and none failed", ref, errStalled)
+	}
 	if r.OpsPerSec <= 0 {
 		return r, fmt.Errorf("%s completed no operation (%d errors) %s", ref, r.Errors, r.Note)
 	}
 	return r, nil
 }
 
+// errStalled marks a round in which a scenario completed nothing and
+// failed nothing: one call outlasted the whole window, which a loaded
+// machine does. CheckTargets leaves such a round out of the figure (and
+// says so) instead of failing it; a figure with every round stalled is a
+// MISS.
+var errStalled = errors.New("stalled")
+
 // combine joins errs on one line. The result is ErrNotRun (SKIP) only if
 // every error is: a scenario that ran and failed makes the figure a MISS
 // even when another one it needs did not run.
 func combine(errs ...error) error {
 	var msgs []string
-	notRun := true
+	notRun, stalled := true, false
+	failed := false
 	for _, err := range errs {
 		if err != nil {
 			msgs = append(msgs, err.Error())
 			notRun = notRun && errors.Is(err, ErrNotRun)
+			stalled = stalled || errors.Is(err, errStalled)
+			failed = failed || !errors.Is(err, ErrNotRun) && !errors.Is(err, errStalled)
 		}
 	}
 	switch {
@@ -313,9 +480,18 @@ func combine(errs ...error) error {
 		return nil
 	case notRun:
 		return notRunError(strings.Join(msgs, "; "))
+	case stalled && !failed:
+		return stalledError(strings.Join(msgs, "; "))
 	}
 	return errors.New(strings.Join(msgs, "; "))
 }
+
+// stalledError is a combined message whose only failures are stalls: it
+// matches errStalled.
+type stalledError string
+
+func (e stalledError) Error() string        { return string(e) }
+func (e stalledError) Is(target error) bool { return target == errStalled }
 
 // notRunError is a message that is ErrNotRun.
 type notRunError string
@@ -349,6 +525,23 @@ func opsRatio(a, b Ref) func([]Row) (float64, string, error) {
 	}
 }
 
+// cpuRatio is the CPU per operation (client + server + PostgreSQL) of b
+// over that of a: a's throughput over b's, estimated from their costs.
+func cpuRatio(a, b Ref) func([]Row) (float64, error) {
+	return func(rows []Row) (float64, error) {
+		ra, errA := row(rows, a)
+		rb, errB := row(rows, b)
+		if err := combine(errA, errB); err != nil {
+			return 0, err
+		}
+		ca, cb := ra.CPUClientUs+ra.CPUServerUs+ra.CPUPostgresUs, rb.CPUClientUs+rb.CPUServerUs+rb.CPUPostgresUs
+		if ca <= 0 || cb <= 0 {
+			return 0, notRunError(fmt.Sprintf("%s or %s has no CPU figure", a, b))
+		}
+		return cb / ca, nil
+	}
+}
+
 // p50Ratio is the p50 latency of a over that of b.
 func p50Ratio(a, b Ref) func([]Row) (float64, string, error) {
 	return func(rows []Row) (float64, string, error) {
@@ -358,6 +551,30 @@ func p50Ratio(a, b Ref) func([]Row) (float64, string, error) {
 			return 0, "", err
 		}
 		return ra.P50ms / rb.P50ms, fmt.Sprintf("p50 %.3f vs %.3f ms%s", ra.P50ms, rb.P50ms, errorsNote(ra, rb)), nil
+	}
+}
+
+// gatewayAdded is what the gateway adds to the p50 of a call through the
+// door (http or mcp) at one caller, over the p50 of the fused SDK path:
+// the gateway journals the call with the same two RPCs, so the added time
+// above them is the gateway's own.
+func gatewayAdded(door string) func([]Row) (float64, string, error) {
+	return func(rows []Row) (float64, string, error) {
+		g, errG := row(rows, Ref{"gateway", "gateway-" + door, "postgres", 1})
+		d, errD := row(rows, Ref{"gateway", "direct-" + door, "postgres", 1})
+		f, errF := row(rows, Ref{"gateway", "fused-grpc", "postgres", 1})
+		if errors.Is(errF, ErrNotRun) {
+			// A run from before the gateway measured its own reference.
+			if o, err := row(rows, Ref{"opjournal", "fused-grpc", "postgres", 1}); err == nil {
+				f, errF = o, nil
+			}
+		}
+		if err := combine(errG, errD, errF); err != nil {
+			return 0, "", err
+		}
+		added := g.P50ms - d.P50ms
+		return added / f.P50ms, fmt.Sprintf("added p50 %.3f ms (%.3f through the gateway vs %.3f direct) vs fused p50 %.3f ms; the gateway's CPU %.0f µs per call%s",
+			added, g.P50ms, d.P50ms, f.P50ms, g.CPUServerUs, errorsNote(g, d, f)), nil
 	}
 }
 

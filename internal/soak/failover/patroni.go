@@ -49,7 +49,6 @@ type patroniCluster struct {
 	sync      bool
 	set       PatroniSettings
 	cred      *syscall.Credential // the postgres user's, when we are root
-	say       func(format string, args ...any)
 	client    *http.Client
 
 	etcdPort, etcdPeer int
@@ -61,17 +60,16 @@ type patroniCluster struct {
 
 // patroniMember is one member as GET /cluster describes it.
 type patroniMember struct {
-	Name     string          `json:"name"`
-	Role     string          `json:"role"` // leader, replica, sync_standby, standby_leader
-	State    string          `json:"state"`
-	Timeline int             `json:"timeline"`
-	Lag      json.RawMessage `json:"lag"`
+	Name     string `json:"name"`
+	Role     string `json:"role"` // leader, replica, sync_standby, standby_leader
+	State    string `json:"state"`
+	Timeline int    `json:"timeline"`
 }
 
 // newPatroni lays the cluster out under root on free ports. Nothing runs
 // yet.
-func newPatroni(bin, root string, sync bool, set PatroniSettings, say func(string, ...any)) (*patroniCluster, error) {
-	c := &patroniCluster{bin: bin, root: root, sync: sync, set: set, say: say,
+func newPatroni(bin, root string, sync bool, set PatroniSettings) (*patroniCluster, error) {
+	c := &patroniCluster{bin: bin, root: root, sync: sync, set: set,
 		client: &http.Client{Timeout: 3 * time.Second}, etcdDir: filepath.Join(root, "etcd"), etcdLog: filepath.Join(root, "etcd.log")}
 	var err error
 	if c.etcdPort, err = freePort(); err != nil {

@@ -285,9 +285,12 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 	defer probes.Wait()
 	defer stopProbes()
 
-	loadCtx, endLoad := context.WithTimeout(ctx, h.cfg.Duration)
+	var loadCtx context.Context
+	var endLoad context.CancelFunc
 	if h.cfg.Manager == ManagerPatroni { // until the scenarios are done, and Duration at least
 		loadCtx, endLoad = context.WithCancel(ctx)
+	} else {
+		loadCtx, endLoad = context.WithTimeout(ctx, h.cfg.Duration)
 	}
 	defer endLoad()
 	hardCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
@@ -398,7 +401,7 @@ func (h *harness) databaseURL() string {
 // etcd) and waits until they are ready for the first failover.
 func (h *harness) startClusters(ctx context.Context, root string) error {
 	if h.cfg.Manager == ManagerPatroni {
-		c, err := newPatroni(h.cfg.PGBin, root, h.cfg.Mode == Sync, h.cfg.Patroni, h.say)
+		c, err := newPatroni(h.cfg.PGBin, root, h.cfg.Mode == Sync, h.cfg.Patroni)
 		if err != nil {
 			return err
 		}

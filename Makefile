@@ -170,12 +170,17 @@ soak-pgbouncer:
 ## soak-failover: the failover harness (internal/soak/failover): throwaway PostgreSQL 15 primary + streaming
 ## standby, two journal replicas on one multi-host URL, the reconciler and agents under load; kill -9
 ## of the primary and promotion of the standby FAILOVERS times per mode. MODE=sync|async|both;
-## DURATION is the load per mode (75s unless given); e.g. make soak-failover MODE=async DURATION=5m
+## DURATION is the load per mode (75s unless given); e.g. make soak-failover MODE=async DURATION=5m.
+## MANAGER=patroni: three Patroni nodes and one etcd decide instead, under every fault of
+## internal/soak/failover's scenarios (SCENARIOS=switchover,kill-node,… to choose; FAILOVERS is ignored)
 MODE ?= both
+MANAGER ?= harness
+SCENARIOS ?=
 FAILOVERS ?= 2
 FAILOVER_FLAGS ?=
 FAILOVER_DURATION = $(if $(filter command line environment,$(origin DURATION)),$(DURATION),75s)
 .PHONY: soak-failover
 soak-failover: binaries
 	$(GO) build -o bin/ ./cmd/opjournal-soak-failover
-	./bin/opjournal-soak-failover --bin-dir bin --mode $(MODE) --duration $(FAILOVER_DURATION) --failovers $(FAILOVERS) $(FAILOVER_FLAGS)
+	./bin/opjournal-soak-failover --bin-dir bin --mode $(MODE) --manager $(MANAGER) --duration $(FAILOVER_DURATION) --failovers $(FAILOVERS) \
+		$(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(FAILOVER_FLAGS)

@@ -108,6 +108,8 @@ type serverOpts struct {
 	Env []string
 	// Dir is the working directory (default: the test's).
 	Dir string
+	// OnLine, if set, is called with every line the process writes.
+	OnLine func(line []byte)
 }
 
 // startServer runs `opjournal serve ARGS… --grpc-addr 127.0.0.1:0
@@ -150,7 +152,12 @@ func spawn(t *testing.T, o serverOpts, args ...string) (*proc, error) {
 		done:  make(chan struct{}),
 		ready: make(chan servingLine, 1),
 	}
-	p.stderr = &logBuffer{onLine: p.scanServing}
+	p.stderr = &logBuffer{onLine: func(line []byte) {
+		p.scanServing(line)
+		if o.OnLine != nil {
+			o.OnLine(line)
+		}
+	}}
 	cmd.Stderr = p.stderr
 	cmd.Stdout = p.stderr
 	cmd.WaitDelay = 5 * time.Second

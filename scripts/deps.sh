@@ -18,7 +18,14 @@ cd "$(dirname "$0")/.."
 # protobuf-compiler, which --no-install-recommends skips.
 # pgbouncer: the conformance suite, the model test and a short soak run
 # through a real PgBouncer in transaction pooling mode (internal/pgbouncer).
-debs="python3-grpcio python3-protobuf python3-venv python3-setuptools python3-wheel protobuf-compiler protobuf-compiler-grpc libprotobuf-dev curl jq sqlite3 postgresql-client chromium fonts-dejavu-core pgbouncer"
+# patroni, etcd-server and etcd-client: the failover harness under a real
+# failover manager (make soak-failover MANAGER=patroni; a short run is part
+# of make test: internal/soak/failover). About 7 s to install, so always,
+# rather than a second path that make test would have to remember. The
+# harness starts its own etcd and Patroni daemons on free ports; on a
+# machine with systemd, Debian's postinst also enables their services (etcd
+# on 127.0.0.1:2379; patroni fails to start without /etc/patroni/config.yml).
+debs="python3-grpcio python3-protobuf python3-venv python3-setuptools python3-wheel protobuf-compiler protobuf-compiler-grpc libprotobuf-dev curl jq sqlite3 postgresql-client chromium fonts-dejavu-core pgbouncer patroni etcd-server etcd-client"
 if ! dpkg -s $debs >/dev/null 2>&1; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 		echo "deps.sh: missing Debian packages; install them: apt-get install -y $debs" >&2

@@ -52,13 +52,14 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	var mode string
 	c := &cobra.Command{
 		Use:   "opjournal-soak-failover [--mode sync|async|both] [flags]",
-		Short: "the failover harness: PostgreSQL primary killed and standby promoted under load",
+		Short: "the failover harness: PostgreSQL primary killed and standby promoted under load (by the harness, or by Patroni)",
 		Long: `Run the failover harness (package soak/failover) in one or both replication
 modes, print its progress and a report per mode, then a summary line per mode.
 Exit status: 0 when every check passed, 1 when a check failed, 2 for bad flags
 or when the run could not be carried out.`,
 		Example: `  opjournal-soak-failover --mode both --duration 75s --failovers 2 --bin-dir bin
-  opjournal-soak-failover --mode async --keep --work-dir /tmp/failover`,
+  opjournal-soak-failover --mode async --keep --work-dir /tmp/failover
+  opjournal-soak-failover --manager patroni --mode sync --scenarios switchover,kill-node,freeze-primary --bin-dir bin`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var modes []failover.Mode
 			switch mode {
@@ -98,8 +99,8 @@ func run(ctx context.Context, cfg failover.Config, modes []failover.Mode, stdout
 		if !s.Passed() {
 			verdict, err = "FAIL", checksFailed{}
 		}
-		fmt.Fprintf(stdout, "%-5s failovers %d  intents %d  acknowledged %d  found %d  missing %d  regressed %d  lost-after-failover %d  duplicates %d  %s\n",
-			s.Mode, len(s.Failovers), s.Intents, s.Acknowledged, s.Found, s.Missing, s.Regressed, len(s.Lost), s.Duplicates, verdict)
+		fmt.Fprintf(stdout, "%-5s %-8s failovers %d  intents %d  acknowledged %d  found %d  missing %d  regressed %d  lost-after-failover %d  duplicates %d  %s\n",
+			s.Mode, s.Manager, len(s.Failovers), s.Intents, s.Acknowledged, s.Found, s.Missing, s.Regressed, len(s.Lost), s.Duplicates, verdict)
 	}
 	return err
 }

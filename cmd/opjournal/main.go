@@ -38,6 +38,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/hashkey"
 	"github.com/opjournal/opjournal/internal/cli"
@@ -84,6 +85,7 @@ type options struct {
 	metricsAddr     string
 	purgeInterval   time.Duration
 	approvalSweep   time.Duration
+	databaseWait    time.Duration
 	purgeBatch      int
 	purgePause      time.Duration
 	allowedHosts    hostList
@@ -146,7 +148,7 @@ func validHost(s string) bool {
 func flags(name string, stderr io.Writer, o *options, serveFlags bool) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.databaseURL, "database-url", "sqlite://opjournal.db", "postgres://… for PostgreSQL, or sqlite://PATH for the embedded store")
+	fs.StringVar(&o.databaseURL, "database-url", "sqlite://opjournal.db", "PostgreSQL as postgres://… (several hosts: postgres://u@db1,db2/j?target_session_attrs=read-write) or as keyword/value pairs (host=db1,db2 dbname=j …), or sqlite://PATH for the embedded store")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "json", "json or text")
 	if serveFlags {
@@ -169,6 +171,7 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *pflag.Fl
 		fs.StringVar(&o.publicURL, "public-url", "", "the console's external URL (https://journal.example) when a proxy serves it; an https URL makes the console's session cookie Secure")
 		fs.BoolVar(&o.trustProxy, "trust-proxy-headers", false, "trust X-Forwarded-Proto from the proxy in front (https makes the console's cookie Secure); only behind a proxy that sets it, as any client can send it")
 		fs.DurationVar(&o.approvalSweep, "approval-sweep-interval", 5*time.Second, "apply the timeout (on_timeout) of approvals whose deadline has passed this often (0: never; several servers may sweep at once)")
+		fs.DurationVar(&o.databaseWait, "database-wait", 60*time.Second, "at start-up, wait this long for PostgreSQL to accept writes (not up yet, no primary elected yet), trying every second; 0: exit at once")
 		fs.DurationVar(&o.purgeInterval, "purge-interval", 10*time.Minute, "delete terminal operations older than their action's retention this often (0: never; with several servers on one database, one purges at a time)")
 	}
 	if serveFlags || name == "purge" {
@@ -205,6 +208,9 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	}
 	if o.purgeInterval < 0 || o.purgeBatch < 1 || o.purgePause < 0 {
 		return errors.New("--purge-interval and --purge-pause must not be negative, --purge-batch must be at least 1")
+	}
+	if o.databaseWait < 0 {
+		return errors.New("--database-wait must not be negative (0: exit at once when the database is unavailable)")
 	}
 	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
 		MetricsAddr: o.metricsAddr, NoConsole: o.noConsole,
@@ -268,7 +274,7 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st, err := openStore(ctx, o.databaseURL)
+	st, err := openStoreWaiting(ctx, o.databaseURL, o.databaseWait, log)
 	if err != nil {
 		return err
 	}
@@ -522,6 +528,45 @@ func migrateCmd(o *options, stderr io.Writer) error {
 	return nil
 }
 
+// databaseWaitLogEvery is how often openStoreWaiting says it is still
+// waiting.
+const databaseWaitLogEvery = 5 * time.Second
+
+// openStoreWaiting opens the store, and while PostgreSQL is unavailable
+// (not up yet, or no host writable yet: a failover manager still electing
+// its leader) tries again every second for up to wait, logging every few
+// seconds the hosts it tries. A service started beside its database,
+// as Kubernetes starts them, waits for it rather than exiting into a
+// restart loop. Any other error (a bad URL, a wrong password, a missing
+// database) ends it at once, as does wait 0.
+func openStoreWaiting(ctx context.Context, url string, wait time.Duration, log *slog.Logger) (store.Store, error) {
+	start := time.Now()
+	lastLog := start
+	for {
+		st, err := openStore(ctx, url)
+		if err == nil || opjournal.ErrorCode(err) != opjournal.CodeUnavailable || storeKind(url) != "postgres" {
+			return st, err
+		}
+		waited := time.Since(start)
+		if waited >= wait {
+			if wait > 0 {
+				return nil, fmt.Errorf("%w (waited %s for a writable host, --database-wait)", err, wait)
+			}
+			return nil, err
+		}
+		if time.Since(lastLog) >= databaseWaitLogEvery || waited < time.Second {
+			lastLog = time.Now()
+			log.Warn("waiting for the database", "hosts", strings.Join(postgres.Hosts(url), ","), "waited", waited.Round(time.Second).String(),
+				"wait", wait.String(), "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(min(time.Second, wait-waited)):
+		}
+	}
+}
+
 // openStore opens the store a database URL names.
 func openStore(ctx context.Context, url string) (store.Store, error) {
 	kind, target, err := splitURL(url)
@@ -536,7 +581,7 @@ func openStore(ctx context.Context, url string) (store.Store, error) {
 
 func splitURL(url string) (kind, target string, err error) {
 	switch {
-	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"), postgres.IsKeywordValue(url):
 		return "postgres", url, nil
 	case strings.HasPrefix(url, "sqlite://"):
 		path := strings.TrimPrefix(url, "sqlite://")
@@ -545,7 +590,7 @@ func splitURL(url string) (kind, target string, err error) {
 		}
 		return "sqlite", path, nil
 	}
-	return "", "", errors.New("--database-url: must start with postgres://, postgresql:// or sqlite://")
+	return "", "", errors.New("--database-url: want postgres://…, postgresql://…, the keyword/value form (host=db1,db2 dbname=opjournal …) or sqlite://PATH")
 }
 
 func storeKind(url string) string {

@@ -58,6 +58,18 @@ const (
 	// authentication. Without it pgx waits as long as the caller's context
 	// lets it, and pgxpool caps a pool connection's attempt at 2 minutes.
 	defaultConnectTimeout = 5 * time.Second
+	// defaultMultiHostConnectTimeout is connect_timeout for a connection
+	// string that names several hosts (a primary and its standbys, for a
+	// failover manager to promote one). pgx tries them in order and waits
+	// the whole timeout on a host that accepts connections and never
+	// answers (a frozen primary: SIGSTOP, a hung VM, a stalled network)
+	// before it tries the next; at 5 s, the statement bound, a statement
+	// that needed a new connection failed before reaching the writable
+	// host, and writes came back 8 s after a promotion (1.4 s at 2 s).
+	// Every connection the pool opens pays it while such a host is first
+	// in the list. A healthy server answers the startup in milliseconds,
+	// also with TLS, so 2 s leaves a wide margin.
+	defaultMultiHostConnectTimeout = 2 * time.Second
 	// defaultPingTimeout (pool_ping_timeout) bounds the liveness ping that
 	// pgxpool sends before handing out a connection idle for more than a
 	// second. A connection cut while idle then fails its ping (at once when
@@ -119,12 +131,21 @@ type connSettings struct {
 // parseSettings applies the defaults to a postgres:// or postgresql:// URL
 // and splits it for pgxpool and golang-migrate: each driver sends the
 // parameters it does not know to the server as settings, which it rejects.
-// Other forms (keyword/value) are passed through as they are; Open still
-// sets the pool's defaults on its parsed configuration.
+// A keyword/value string (host=a,b dbname=j …) is first turned into the
+// same URL (connstring.go). Other strings are passed through as they are
+// (pgx reports what is wrong with them); Open still sets the pool's
+// defaults on its parsed configuration.
 func parseSettings(raw string) (connSettings, error) {
 	cs := connSettings{poolURL: raw, migrateURL: raw, stmtTimeout: defaultStatementTimeout,
 		batchWorkers: defaultBatchWorkers, batchSize: defaultBatchSize}
 	_, envTimeout := os.LookupEnv("PGCONNECT_TIMEOUT")
+	if IsKeywordValue(raw) {
+		u, err := keywordValueURL(raw)
+		if err != nil {
+			return cs, err
+		}
+		raw, cs.poolURL, cs.migrateURL = u, u, u
+	}
 	scheme, rest, _ := strings.Cut(raw, "://")
 	if scheme != "postgres" && scheme != "postgresql" {
 		cs.explicitConnect = envTimeout || strings.Contains(raw, "connect_timeout=")
@@ -164,7 +185,11 @@ func parseSettings(raw string) (connSettings, error) {
 	cs.explicitPing = q.Has("pool_ping_timeout")
 	cs.explicitConnect = envTimeout || q.Has("connect_timeout")
 	if !cs.explicitConnect {
-		q.Set("connect_timeout", strconv.Itoa(int(defaultConnectTimeout/time.Second)))
+		d := defaultConnectTimeout
+		if multiHost(u, q) {
+			d = defaultMultiHostConnectTimeout
+		}
+		q.Set("connect_timeout", strconv.Itoa(int(d/time.Second)))
 	}
 	without := func(prefix string) string {
 		v := neturl.Values{}
@@ -183,9 +208,12 @@ func parseSettings(raw string) (connSettings, error) {
 }
 
 // Open applies pending migrations to the database at url
-// ("postgres://user@host:port/db?..."; pgx connection parameters such as
-// search_path, connect_timeout or pool_max_conns are honoured, and so is
-// opjournal_statement_timeout) and returns a Store. It returns an
+// ("postgres://user@host:port/db?...", or the keyword/value form
+// "host=a,b port=5432 dbname=db ..."; pgx connection parameters such as
+// search_path, connect_timeout, target_session_attrs or pool_max_conns
+// are honoured, and so is opjournal_statement_timeout) and returns a
+// Store. Without connect_timeout it is 5 s, or 2 s when the string names
+// several hosts. It returns an
 // *opjournal.Error with CodeUnavailable when the database cannot be
 // reached.
 //
@@ -205,7 +233,14 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	behindPooler := pooled(cfg.ConnConfig)
 	if !cs.explicitConnect && cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout // keyword/value form
+		// A string parseSettings passed through (a URL net/url refuses,
+		// such as postgres://a:1,b/db): the same defaults.
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+		for _, f := range cfg.ConnConfig.Fallbacks {
+			if f.Host != cfg.ConnConfig.Host {
+				cfg.ConnConfig.ConnectTimeout = defaultMultiHostConnectTimeout
+			}
+		}
 	}
 	if !cs.explicitPing {
 		cfg.PingTimeout = defaultPingTimeout

@@ -275,6 +275,32 @@ func (p *prober) firstOKAfter(t time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// longestGap returns the longest time between the ends of two successive
+// successful probes (or from the last one to to) that overlaps [from, to].
+func (p *prober) longestGap(from, to time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var gap time.Duration
+	var prev time.Time
+	for _, s := range p.oks {
+		if !prev.IsZero() && s.end.After(from) && prev.Before(to) {
+			gap = max(gap, s.end.Sub(prev))
+		}
+		prev = s.end
+		if s.end.After(to) {
+			return gap
+		}
+	}
+	if !prev.IsZero() && prev.Before(to) {
+		since := prev
+		if from.After(since) {
+			since = from
+		}
+		gap = max(gap, to.Sub(since))
+	}
+	return gap
+}
+
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -23,10 +25,63 @@ const (
 	Async Mode = "async"
 )
 
+// Manager is who decides and performs the failovers.
+type Manager string
+
+// The failover managers.
+const (
+	// ManagerHarness: the harness itself (kill -9, PromoteDelay, pg_ctl
+	// promote, a fresh pg_basebackup), with exact, repeatable timing.
+	ManagerHarness Manager = "harness"
+	// ManagerPatroni: three nodes under Patroni with one etcd; the harness
+	// injects the faults of Config.Scenarios and Patroni decides.
+	ManagerPatroni Manager = "patroni"
+)
+
+// PatroniSettings are the failover timing of the Patroni cluster (its DCS
+// settings, seconds). Patroni wants LoopWait + 2*RetryTimeout <= TTL.
+type PatroniSettings struct {
+	// TTL is the leader key's lifetime: a leader that stops renewing it
+	// (dead, frozen, cut from etcd) is replaced after at most TTL.
+	TTL int
+	// LoopWait is the pause between Patroni's checks.
+	LoopWait int
+	// RetryTimeout bounds etcd and PostgreSQL operations; a leader that
+	// cannot reach etcd for this long demotes itself.
+	RetryTimeout int
+}
+
+// The Patroni scenarios (Config.Scenarios); each is one fault, then the
+// wait until Patroni has restored a whole cluster.
+const (
+	ScenarioSwitchover     = "switchover"      // POST /switchover to the leader's Patroni
+	ScenarioKillNode       = "kill-node"       // kill -9 of the leader's Patroni and PostgreSQL
+	ScenarioKillPostmaster = "kill-postmaster" // kill -9 of the leader's PostgreSQL alone
+	ScenarioFreezePrimary  = "freeze-primary"  // SIGSTOP of the leader's PostgreSQL past the ttl, then SIGCONT
+	ScenarioFreezeStandby  = "freeze-standby"  // SIGSTOP of the synchronous standby's PostgreSQL, then SIGCONT
+	ScenarioPauseEtcd      = "pause-etcd"      // SIGSTOP of etcd past the ttl, then SIGCONT
+	ScenarioStallKill      = "stall-kill"      // async: replication stalled, then kill-node
+)
+
+// DefaultScenarios are the scenarios of a mode, in order.
+func DefaultScenarios(m Mode) []string {
+	if m == Async {
+		return []string{ScenarioSwitchover, ScenarioKillNode, ScenarioKillPostmaster, ScenarioFreezePrimary, ScenarioPauseEtcd, ScenarioStallKill}
+	}
+	return []string{ScenarioSwitchover, ScenarioKillNode, ScenarioKillPostmaster, ScenarioFreezePrimary, ScenarioFreezeStandby, ScenarioPauseEtcd}
+}
+
 // Config is one failover run (one mode).
 type Config struct {
 	// Mode is sync or async.
 	Mode Mode
+	// Manager performs the failovers (ManagerHarness if empty).
+	Manager Manager
+	// Scenarios (ManagerPatroni) are the faults, in order; empty: the
+	// mode's DefaultScenarios. Failovers is then their number.
+	Scenarios []string
+	// Patroni is the Patroni cluster's timing.
+	Patroni PatroniSettings
 	// Duration is the load phase; Failovers failovers happen in it, evenly
 	// spaced (each waits for the standby first, so a slow rebuild delays
 	// the next one).
@@ -75,8 +130,17 @@ func DefaultConfig(m Mode) Config {
 		Mode: m, Duration: 75 * time.Second, Failovers: 2, Agents: 8, EmailShare: 0.3,
 		PromoteDelay: time.Second, LagWindow: 500 * time.Millisecond, LeaseSeconds: 5,
 		Settle: 90 * time.Second, BinDir: "bin", PGBin: "/usr/lib/postgresql/15/bin",
-		Seed: 1, Progress: 5 * time.Second,
+		Seed: 1, Progress: 5 * time.Second, Manager: ManagerHarness,
+		Patroni: PatroniSettings{TTL: 10, LoopWait: 1, RetryTimeout: 4},
 	}
+}
+
+// scenarios are the Patroni scenarios of the run.
+func (c Config) scenarios() []string {
+	if len(c.Scenarios) > 0 {
+		return c.Scenarios
+	}
+	return DefaultScenarios(c.Mode)
 }
 
 // RegisterFlags binds the fields to flags (mode excepted: the command
@@ -97,6 +161,26 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Keep, "keep", c.Keep, "keep the clusters' directories and logs")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed of the payloads and of the action mix")
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "interval of the progress lines")
+	fs.Func("manager", "who fails over: harness (kill -9 and pg_ctl promote, exact timing) or patroni (three Patroni nodes and etcd; default harness)", func(v string) error {
+		if m := Manager(v); m != ManagerHarness && m != ManagerPatroni {
+			return fmt.Errorf("want harness or patroni")
+		}
+		c.Manager = Manager(v)
+		return nil
+	})
+	fs.Func("scenarios", "patroni: comma-separated faults, in order (default per mode: "+strings.Join(DefaultScenarios(Sync), ",")+"; async: "+
+		strings.Join(DefaultScenarios(Async), ",")+")", func(v string) error {
+		c.Scenarios = nil
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				c.Scenarios = append(c.Scenarios, s)
+			}
+		}
+		return nil
+	})
+	fs.IntVar(&c.Patroni.TTL, "patroni-ttl", c.Patroni.TTL, "patroni: the leader key's ttl (seconds)")
+	fs.IntVar(&c.Patroni.LoopWait, "patroni-loop-wait", c.Patroni.LoopWait, "patroni: loop_wait (seconds)")
+	fs.IntVar(&c.Patroni.RetryTimeout, "patroni-retry-timeout", c.Patroni.RetryTimeout, "patroni: retry_timeout (seconds)")
 }
 
 // emailShare is the share of emails in c's mode.
@@ -114,7 +198,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mode %q: want sync or async", c.Mode)
 	case c.Failovers < 1:
 		return fmt.Errorf("--failovers %d: want at least 1", c.Failovers)
-	case c.Duration < time.Duration(c.Failovers)*10*time.Second:
+	case c.Manager != ManagerPatroni && c.Duration < time.Duration(c.Failovers)*10*time.Second: // Patroni's run back to back, as long as they take
 		return fmt.Errorf("--duration %s: want at least 10s per failover (%d failovers)", c.Duration, c.Failovers)
 	case c.Agents < 1:
 		return fmt.Errorf("--agents %d: want at least 1", c.Agents)
@@ -129,6 +213,15 @@ func (c Config) Validate() error {
 	case c.Seed <= 0:
 		return errors.New("--seed must be positive")
 	}
+	switch c.Manager {
+	case "", ManagerHarness:
+	case ManagerPatroni:
+		if err := c.validatePatroni(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--manager %q: want harness or patroni", c.Manager)
+	}
 	for _, b := range []string{"opjournal", "opjournal-reconciler", "opjournal-fakeprovider"} {
 		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil {
 			return fmt.Errorf("%s: %w (build the binaries: make binaries)", b, err)
@@ -138,6 +231,29 @@ func (c Config) Validate() error {
 		if _, err := os.Stat(filepath.Join(c.PGBin, b)); err != nil {
 			return fmt.Errorf("%s: %w (Debian's postgresql-15 package, or --pg-bin)", b, err)
 		}
+	}
+	return nil
+}
+
+// validatePatroni checks the Patroni run's settings and programs.
+func (c Config) validatePatroni() error {
+	p := c.Patroni
+	if p.TTL < 1 || p.LoopWait < 1 || p.RetryTimeout < 1 || p.LoopWait+2*p.RetryTimeout > p.TTL {
+		return fmt.Errorf("--patroni-ttl %d, --patroni-loop-wait %d, --patroni-retry-timeout %d: want each at least 1 and loop_wait + 2 × retry_timeout ≤ ttl",
+			p.TTL, p.LoopWait, p.RetryTimeout)
+	}
+	known := map[string]bool{ScenarioSwitchover: true, ScenarioKillNode: true, ScenarioKillPostmaster: true, ScenarioFreezePrimary: true,
+		ScenarioPauseEtcd: true, ScenarioFreezeStandby: c.Mode == Sync, ScenarioStallKill: c.Mode == Async}
+	for _, s := range c.scenarios() {
+		if !known[s] {
+			return fmt.Errorf("--scenarios: %q is not a scenario of %s mode (want some of %s)", s, c.Mode, strings.Join(DefaultScenarios(c.Mode), ", "))
+		}
+	}
+	if _, err := exec.LookPath("patroni"); err != nil {
+		return fmt.Errorf("--manager patroni: %w (Debian: apt-get install patroni etcd-server etcd-client, or scripts/deps.sh)", err)
+	}
+	if _, err := exec.LookPath("etcd"); err != nil {
+		return fmt.Errorf("--manager patroni: %w (Debian: apt-get install etcd-server etcd-client)", err)
 	}
 	return nil
 }

@@ -58,4 +58,24 @@
 // agent retries (a new registration, created=true a second time), and an
 // agent that had its answer does not. PASS requires no duplicate and no
 // restart; the losses are the measurement.
+//
+// Under Patroni (Config.Manager = ManagerPatroni, `make soak-failover
+// MANAGER=patroni`) the same journal replicas, agents, ledger, reconciler
+// and checks run against three PostgreSQL nodes, each under its own
+// Patroni daemon, and one etcd, all on 127.0.0.1 under the run's
+// directory (patroni.go). Patroni decides and promotes; the harness only
+// injects each fault of Config.Scenarios (patroni_scenarios.go): a
+// switchover (POST /switchover), kill -9 of the leader's node (Patroni and
+// PostgreSQL; restarted afterwards, as a supervisor would), kill -9 of
+// the leader's postmaster alone, SIGSTOP of the leader's PostgreSQL until
+// another node is leader (then SIGCONT), SIGSTOP of the synchronous
+// standby until Patroni picked another, SIGSTOP of etcd until the leader
+// demoted itself, and (async) a replication stall before a kill. The
+// journal's URL names the three nodes and no connect_timeout, so it runs
+// on store/postgres's multi-host default. Each scenario reports the
+// promotions it caused, the longest time a journal replica went without
+// a write, and that time's bound from Patroni's ttl, loop_wait and
+// retry_timeout and the journal's timeouts (Config.gapBound), which a
+// scenario must not exceed. Why the etcd v2 API, and which settings the
+// guarantee needs: docs/ha.md.
 package failover

@@ -16,6 +16,8 @@ import (
 type Summary struct {
 	// Mode is the replication mode.
 	Mode Mode
+	// Manager is who failed over.
+	Manager Manager
 	// Elapsed is the whole run.
 	Elapsed time.Duration
 	// Failovers are the failovers performed, in order.
@@ -76,8 +78,18 @@ type FailoverReport struct {
 	// killed, To the standby promoted.
 	N        int
 	From, To string
-	// StandbyAtKill is the standby's state/sync_state at the kill.
+	// StandbyAtKill is the standby's state/sync_state at the kill
+	// (Patroni: "sync NODE", the synchronous standby, or "async").
 	StandbyAtKill string
+	// Scenario (ManagerPatroni) is the fault; Note what it observed
+	// besides the figures (pause-etcd: whether the leader demoted itself).
+	Scenario, Note string
+	// Promotions (ManagerPatroni) counts the timeline changes the fault
+	// caused; LongestGap is the longest time a journal replica's probe
+	// went without a successful write from the fault until the cluster
+	// was whole again, and GapBound its bound from the manager's settings.
+	Promotions           int
+	LongestGap, GapBound time.Duration
 	// Kill is when the primary was killed; the durations count from it:
 	// Promoted (the promotion done), FirstAgentOK (the first agent call
 	// answered OK), Recovered (both journal replicas answered a write).
@@ -118,7 +130,7 @@ type LostReport struct {
 
 // summarize runs the final checks.
 func (h *harness) summarize(ctx context.Context) Summary {
-	s := Summary{Mode: h.cfg.Mode, OtherErrors: map[string]int{}}
+	s := Summary{Mode: h.cfg.Mode, Manager: h.cfg.Manager, OtherErrors: map[string]int{}}
 	final := h.checkLedger(ctx, 0)
 	s.Acknowledged, s.Found, s.Missing, s.Regressed = final.acked, final.found, final.missing, final.regressed
 	s.Intents, s.Settled = int(h.intents.Load()), int(h.settled.Load())
@@ -134,7 +146,8 @@ func (h *harness) summarize(ctx context.Context) Summary {
 		r := FailoverReport{N: f.n, From: f.from, To: f.to, StandbyAtKill: f.standbyBefore, Kill: f.kill,
 			Promoted: f.promoted.Sub(f.kill), Recovered: f.recovered.Sub(f.kill), Rebuilt: f.rebuilt,
 			Unavailable: int(f.unavailable.Load()), Other: maps.Clone(f.other), Wrong: f.wrong,
-			Acked: f.check.acked, Found: f.check.found, Missing: f.check.missing, Regressed: f.check.regressed}
+			Acked: f.check.acked, Found: f.check.found, Missing: f.check.missing, Regressed: f.check.regressed,
+			Scenario: f.scenario, Note: f.note, Promotions: f.timelines, LongestGap: f.gap, GapBound: f.gapBound}
 		if !f.firstAgentOK.IsZero() {
 			r.FirstAgentOK = f.firstAgentOK.Sub(f.kill)
 		}
@@ -190,9 +203,18 @@ func (h *harness) summarize(ctx context.Context) Summary {
 				l.Key, l.Final, l.Effects, l.Fate))
 		}
 	}
-	if h.cfg.Mode == Async && s.Straddled < len(s.Failovers)*straddlesPerFailover {
+	h.mu.Lock()
+	straddleEvents := h.straddleEvents
+	h.mu.Unlock()
+	if h.cfg.Mode == Async && s.Straddled < straddleEvents*straddlesPerFailover {
 		violations = append(violations, fmt.Sprintf("%d of %d succeeded records meant to be lost were lost: the proof that the reconciler restores them is short",
-			s.Straddled, len(s.Failovers)*straddlesPerFailover))
+			s.Straddled, straddleEvents*straddlesPerFailover))
+	}
+	for _, f := range s.Failovers {
+		if f.GapBound > 0 && f.LongestGap > f.GapBound {
+			violations = append(violations, fmt.Sprintf("failover %d (%s): writes stopped for %s, beyond the bound %s (ttl + loop_wait + retry_timeout + the journal's statement and connect timeouts)",
+				f.N, f.Scenario, f.LongestGap.Round(time.Millisecond), f.GapBound.Round(time.Millisecond)))
+		}
 	}
 	for i, j := range h.journals {
 		if j.Exited() || j.Pid() != h.journalPIDs[i] {
@@ -272,7 +294,18 @@ func (h *harness) fate(ctx context.Context, key string, found bool, st state) st
 
 // Write prints the report.
 func (s Summary) Write(w io.Writer) {
-	fmt.Fprintf(w, "\n=== failover report: %s replication (%s) ===\n", s.Mode, s.Elapsed.Round(time.Second))
+	if s.Manager == ManagerPatroni {
+		fmt.Fprintf(w, "\n=== failover report: %s replication, Patroni %s with etcd (v2 API) (%s) ===\n", s.Mode, patroniVersion(), s.Elapsed.Round(time.Second))
+		s.writePatroni(w)
+	} else {
+		fmt.Fprintf(w, "\n=== failover report: %s replication (%s) ===\n", s.Mode, s.Elapsed.Round(time.Second))
+		s.writeHarness(w)
+	}
+	s.writeTotals(w)
+}
+
+// writeHarness prints the harness's failovers, one line each.
+func (s Summary) writeHarness(w io.Writer) {
 	fmt.Fprintf(w, "%-3s %-15s %-13s %-9s %-10s %-10s %-9s %-6s %-6s %-7s %-7s %-7s %-9s %s\n",
 		"#", "primary→new", "standby@kill", "promoted", "1st agent", "recovered", "rebuilt", "unavl", "other", "wrong", "acked", "found", "missing", "regressed")
 	for _, f := range s.Failovers {
@@ -284,6 +317,10 @@ func (s Summary) Write(w io.Writer) {
 			fmt.Fprintf(w, "    other errors: %v\n", f.Other)
 		}
 	}
+}
+
+// writeTotals prints the run's totals and the verdict.
+func (s Summary) writeTotals(w io.Writer) {
 	fmt.Fprintf(w, "intents %d (settled as the agents saw it: %d)\n", s.Intents, s.Settled)
 	fmt.Fprintf(w, "acknowledged operations %d: found %d, missing %d, regressed %d (at the end; lost after a failover: %d)\n",
 		s.Acknowledged, s.Found, s.Missing, s.Regressed, len(s.Lost))
@@ -337,6 +374,23 @@ func (s Summary) Write(w io.Writer) {
 		fmt.Fprintf(w, "VIOLATION: %s\n", v)
 	}
 	fmt.Fprintf(w, "FAIL (%s)\n", s.Mode)
+}
+
+// writePatroni prints the Patroni scenarios, one line each.
+func (s Summary) writePatroni(w io.Writer) {
+	fmt.Fprintf(w, "%-3s %-16s %-13s %-17s %-10s %-10s %-10s %-10s %-10s %-6s %-6s %-6s %-7s %-7s %s\n",
+		"#", "scenario", "leader→new", "standby@fault", "promotions", "promoted", "recovered", "gap", "bound", "unavl", "other", "wrong", "acked", "lost", "whole")
+	for _, f := range s.Failovers {
+		fmt.Fprintf(w, "%-3d %-16s %-13s %-17s %-10d %-10s %-10s %-10s %-10s %-6d %-6d %-6d %-7d %-7d %s\n",
+			f.N, f.Scenario, strings.TrimPrefix(f.From, "node-")+"→"+strings.TrimPrefix(f.To, "node-"), f.StandbyAtKill, f.Promotions,
+			ms(f.Promoted), ms(f.Recovered), ms(f.LongestGap), ms(f.GapBound), f.Unavailable, total(f.Other), f.Wrong, f.Acked, f.Missing+f.Regressed, ms(f.Rebuilt))
+		if f.Note != "" {
+			fmt.Fprintf(w, "    %s\n", f.Note)
+		}
+		if len(f.Other) > 0 {
+			fmt.Fprintf(w, "    other errors: %v\n", f.Other)
+		}
+	}
 }
 
 // foundKind names what a check found, without the attempt.

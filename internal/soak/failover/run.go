@@ -41,7 +41,8 @@ type harness struct {
 	outMu sync.Mutex
 	start time.Time
 
-	pair        *pgPair
+	pair        *pgPair         // ManagerHarness
+	patroni     *patroniCluster // ManagerPatroni
 	providerURL string
 	control     *fakeprovider.ControlClient
 	journals    []*procs.Proc
@@ -52,14 +53,15 @@ type harness struct {
 
 	ledger *ledger
 
-	mu           sync.Mutex
-	failovers    []*failoverRecord
-	open         *failoverRecord // the failover whose window (kill → recovered) is open
-	otherCalls   map[string]int  // non-UNAVAILABLE errors, by "Method CODE", outside failover windows
-	wrongs       []string
-	violations   []string
-	lost         map[string]lostOp // acknowledged, then missing or regressed after a failover
-	straddleKeys map[string]bool   // async: claimed before a stall, marked after it
+	mu             sync.Mutex
+	failovers      []*failoverRecord
+	open           *failoverRecord // the failover whose window (kill → recovered) is open
+	otherCalls     map[string]int  // non-UNAVAILABLE errors, by "Method CODE", outside failover windows
+	wrongs         []string
+	violations     []string
+	lost           map[string]lostOp // acknowledged, then missing or regressed after a failover
+	straddleKeys   map[string]bool   // async: claimed before a stall, marked after it
+	straddleEvents int               // failovers that lost straddling intents on purpose
 
 	calls, unavailable, clientGaveUp                 atomic.Int64
 	intents, settled, reviews, executes, notRecorded atomic.Int64
@@ -84,6 +86,10 @@ type failoverRecord struct {
 	firstAgentOK   time.Time
 	rebuilt        time.Duration // until the old primary streamed again as the standby (and was sync)
 	standbyBefore  string        // the standby's state at the kill
+	scenario       string        // ManagerPatroni: the fault
+	note           string        // what the scenario observed besides the figures
+	timelines      int           // ManagerPatroni: promotions (timeline changes)
+	gap, gapBound  time.Duration // ManagerPatroni: the longest pause between two writes of a probe, and its bound
 	unavailable    atomic.Int64
 	other          map[string]int
 	wrong          int
@@ -95,6 +101,12 @@ type failoverRecord struct {
 // be carried out (a binary missing, a cluster that would not start);
 // what the run found is in the Summary (Summary.Passed).
 func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
+	if cfg.Manager == "" {
+		cfg.Manager = ManagerHarness
+	}
+	if cfg.Manager == ManagerPatroni {
+		cfg.Failovers = len(cfg.scenarios())
+	}
 	if err := cfg.Validate(); err != nil {
 		return Summary{}, fmt.Errorf("failover: %w", err)
 	}
@@ -175,24 +187,10 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 	}
 
 	// The clusters.
-	pair, err := newPair(h.cfg.PGBin, root, h.cfg.Mode == Sync, h.say)
-	if err != nil {
+	if err := h.startClusters(ctx, root); err != nil {
 		return sum, err
 	}
-	h.pair = pair
-	defer pair.stop()
-	if err := pair.initPrimary(ctx); err != nil {
-		return sum, err
-	}
-	if err := pair.rebuildStandby(ctx, pair.standbyNode()); err != nil {
-		return sum, err
-	}
-	if err := h.syncAgain(ctx); err != nil {
-		return sum, err
-	}
-	h.say("PostgreSQL: primary %s on :%d, standby %s on :%d streaming through a proxy (%s), %s replication; data in %s",
-		pair.primaryNode().name, pair.primaryNode().port, pair.standbyNode().name, pair.standbyNode().port,
-		pair.primaryNode().proxy.Addr(), h.cfg.Mode, root)
+	defer h.stopClusters()
 
 	// The journal, the reconciler and the provider.
 	policy := soak.DefaultConfig()
@@ -287,7 +285,13 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 	defer probes.Wait()
 	defer stopProbes()
 
-	loadCtx, endLoad := context.WithTimeout(ctx, h.cfg.Duration)
+	var loadCtx context.Context
+	var endLoad context.CancelFunc
+	if h.cfg.Manager == ManagerPatroni { // until the scenarios are done, and Duration at least
+		loadCtx, endLoad = context.WithCancel(ctx)
+	} else {
+		loadCtx, endLoad = context.WithTimeout(ctx, h.cfg.Duration)
+	}
 	defer endLoad()
 	hardCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
 	defer hardStop()
@@ -314,9 +318,26 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 	defer stopProgress()
 	go h.progress(progressCtx)
 
-	// The failovers, evenly spread over the load phase.
+	// The failovers, evenly spread over the load phase; Patroni's
+	// scenarios back to back, with a few seconds of steady load between
+	// them, the load lasting as long as they take (Duration at least).
 	var chaosErr error
-	for i := 1; i <= h.cfg.Failovers; i++ {
+	if h.cfg.Manager == ManagerPatroni {
+		for i, sc := range h.cfg.scenarios() {
+			sleep(loadCtx, 3*time.Second)
+			if loadCtx.Err() != nil {
+				break
+			}
+			if chaosErr = h.patroniEvent(ctx, i+1, sc); chaosErr != nil {
+				break
+			}
+		}
+		if chaosErr == nil {
+			sleep(ctx, max(3*time.Second, time.Until(h.start.Add(h.cfg.Duration))))
+			endLoad()
+		}
+	}
+	for i := 1; i <= h.cfg.Failovers && h.cfg.Manager != ManagerPatroni; i++ {
 		at := h.start.Add(time.Duration(i) * h.cfg.Duration / time.Duration(h.cfg.Failovers+1))
 		sleep(loadCtx, time.Until(at))
 		if loadCtx.Err() != nil {
@@ -365,8 +386,64 @@ func (h *harness) run(ctx context.Context) (sum Summary, err error) {
 // same URL follows every promotion. connect_timeout 2 s bounds a try of a
 // host that does not answer.
 func (h *harness) databaseURL() string {
+	if c := h.patroni; c != nil {
+		// No connect_timeout: store/postgres's multi-host default (2 s) is
+		// what a user who gives none gets, and what this measures.
+		return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write",
+			c.nodes[0].port, c.nodes[1].port, c.nodes[2].port)
+	}
 	a, b := h.pair.nodes[0], h.pair.nodes[1]
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2", a.port, b.port)
+}
+
+// startClusters starts the PostgreSQL servers of the run and their
+// failover manager (the harness's pair, or Patroni's three nodes and
+// etcd) and waits until they are ready for the first failover.
+func (h *harness) startClusters(ctx context.Context, root string) error {
+	if h.cfg.Manager == ManagerPatroni {
+		c, err := newPatroni(h.cfg.PGBin, root, h.cfg.Mode == Sync, h.cfg.Patroni)
+		if err != nil {
+			return err
+		}
+		h.patroni = c
+		if err := c.start(ctx); err != nil {
+			return fmt.Errorf("patroni: %w (logs in %s: etcd.log, node-*.log; --keep keeps them)", err, root)
+		}
+		ms, _ := c.members(ctx, "")
+		leader, _ := leaderOf(ms)
+		h.say("Patroni %s: three nodes (PostgreSQL on :%d, :%d, :%d), one etcd (v2 API) on :%d, leader %s, %s replication (ttl %ds, loop_wait %ds, retry_timeout %ds); data in %s",
+			patroniVersion(), c.nodes[0].port, c.nodes[1].port, c.nodes[2].port, c.etcdPort, leader, h.cfg.Mode,
+			c.set.TTL, c.set.LoopWait, c.set.RetryTimeout, root)
+		return nil
+	}
+	pair, err := newPair(h.cfg.PGBin, root, h.cfg.Mode == Sync, h.say)
+	if err != nil {
+		return err
+	}
+	h.pair = pair
+	if err := pair.initPrimary(ctx); err != nil {
+		return err
+	}
+	if err := pair.rebuildStandby(ctx, pair.standbyNode()); err != nil {
+		return err
+	}
+	if err := h.syncAgain(ctx); err != nil {
+		return err
+	}
+	h.say("PostgreSQL: primary %s on :%d, standby %s on :%d streaming through a proxy (%s), %s replication; data in %s",
+		pair.primaryNode().name, pair.primaryNode().port, pair.standbyNode().name, pair.standbyNode().port,
+		pair.primaryNode().proxy.Addr(), h.cfg.Mode, root)
+	return nil
+}
+
+// stopClusters stops what startClusters started.
+func (h *harness) stopClusters() {
+	if h.patroni != nil {
+		h.patroni.stop()
+	}
+	if h.pair != nil {
+		h.pair.stop()
+	}
 }
 
 // syncAgain waits until the standby streams and, in sync mode, makes it
@@ -505,6 +582,11 @@ func (h *harness) failover(ctx context.Context, n int) error {
 		return fmt.Errorf("failover %d: %w", n, err)
 	}
 	f.rebuilt = time.Since(rb)
+	h.mu.Lock()
+	if st != nil {
+		h.straddleEvents++
+	}
+	h.mu.Unlock()
 	h.say("failover %d: %s rebuilt (pg_basebackup) and streaming%s after %s", n, old.name,
 		map[bool]string{true: " as the synchronous standby", false: ""}[p.sync], f.rebuilt.Round(time.Millisecond))
 	return nil

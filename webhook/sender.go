@@ -201,7 +201,7 @@ func CheckURL(u string) error {
 	case p.Host == "" || p.Hostname() == "":
 		return errors.New("must name a host")
 	case p.User != nil:
-		return errors.New("must not carry credentials (user:password@); put a receiver's token in the path or query")
+		return errors.New("must not carry credentials (user:password@)")
 	}
 	return nil
 }

@@ -7,9 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/standardwebhooks"
 	"github.com/opjournal/opjournal/webhook"
 )
 
@@ -430,7 +428,7 @@ func TestTheStandardWebhooksLibraryVerifiesADelivery(t *testing.T) {
 	settledAs(t, s, webhook.OutcomeDelivered)
 	got := r.requests()[0]
 	for _, secret := range []string{currentText, previousText} {
-		payload, err := VerifyWithStandardWebhooks(t, secret, got.Header, got.Body)
+		payload, err := standardwebhooks.Verify(t, secret, got.Header, got.Body)
 		if err != nil {
 			t.Fatalf("standardwebhooks refused the delivery: %v", err)
 		}
@@ -439,44 +437,7 @@ func TestTheStandardWebhooksLibraryVerifiesADelivery(t *testing.T) {
 		}
 	}
 	tampered := bytes.Replace(got.Body, []byte("agent-7"), []byte("agent-8"), 1)
-	if _, err := VerifyWithStandardWebhooks(t, currentText, got.Header, tampered); err == nil {
+	if _, err := standardwebhooks.Verify(t, currentText, got.Header, tampered); err == nil {
 		t.Error("standardwebhooks accepted a tampered body")
 	}
 }
-
-// VerifyWithStandardWebhooks runs e2e/standardwebhooks-node/verify.mjs
-// (npm package standardwebhooks, installed by scripts/deps.sh) on one
-// delivery and returns the payload it verified.
-func VerifyWithStandardWebhooks(t *testing.T, secret string, h http.Header, body []byte) (map[string]any, error) {
-	t.Helper()
-	dir, err := filepath.Abs("../e2e/standardwebhooks-node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "standardwebhooks")); err != nil {
-		t.Fatalf("standardwebhooks is not installed: run scripts/deps.sh (npm ci in e2e/standardwebhooks-node): %v", err)
-	}
-	in, _ := json.Marshal(map[string]any{"secret": secret, "body": string(body), "headers": map[string]string{
-		webhook.HeaderID: h.Get(webhook.HeaderID), webhook.HeaderTimestamp: h.Get(webhook.HeaderTimestamp),
-		webhook.HeaderSignature: h.Get(webhook.HeaderSignature)}})
-	cmd := exec.Command("node", "verify.mjs")
-	cmd.Dir, cmd.Stdin = dir, bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, &verifyError{stderr.String(), err}
-	}
-	var payload map[string]any
-	if err := json.Unmarshal(out, &payload); err != nil {
-		t.Fatalf("verify.mjs printed %q: %v", out, err)
-	}
-	return payload, nil
-}
-
-type verifyError struct {
-	stderr string
-	err    error
-}
-
-func (e *verifyError) Error() string { return e.err.Error() + ": " + strings.TrimSpace(e.stderr) }

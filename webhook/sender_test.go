@@ -441,3 +441,31 @@ func TestTheStandardWebhooksLibraryVerifiesADelivery(t *testing.T) {
 		t.Error("standardwebhooks accepted a tampered body")
 	}
 }
+
+// TestRetryAfterPostponesTheRetry: a 503 with Retry-After: 1 is retried
+// no sooner than a second later, although the backoff says milliseconds.
+func TestRetryAfterPostponesTheRetry(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var at []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		n := len(at)
+		mu.Unlock()
+		if n == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	// MaxDelay bounds a Retry-After too: leave room for the one asked.
+	s := start(t, webhook.Config{BaseDelay: 5 * time.Millisecond, MaxDelay: 5 * time.Second})
+	s.Notify(notification(srv.URL, "payment:later"))
+	settledAs(t, s, webhook.OutcomeDelivered)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 2 || at[1].Sub(at[0]) < time.Second {
+		t.Errorf("%d attempts, %v apart; want 2, at least 1s apart", len(at), at[len(at)-1].Sub(at[0]))
+	}
+}

@@ -74,7 +74,7 @@ func TestClientBinariesDoNotLinkTheJournal(t *testing.T) {
 func TestProductDoesNotLinkHarnesses(t *testing.T) {
 	product := []string{".", "./auth", "./canonjson", "./client", "./console", "./gateway", "./hashkey",
 		"./journal", "./migrations", "./ops", "./policy", "./reconciler", "./server", "./store",
-		"./store/postgres", "./store/sqlite", "./internal/cli/...", "./internal/groupq", "./internal/hostcheck",
+		"./store/postgres", "./store/sqlite", "./webhook", "./internal/cli/...", "./internal/groupq", "./internal/hostcheck",
 		"./internal/tracing", "./cmd/opjournal", "./cmd/opjournal-gateway", "./cmd/opjournal-reconciler"}
 	harness := []string{module + "/e2e", module + "/deploy",
 		module + "/fakeprovider", module + "/store/storetest", module + "/internal/pgtest", module + "/internal/testserver",

@@ -57,6 +57,9 @@ type Service struct {
 	// watch wakes Lookup's long polls when this process decides an
 	// approval (watch.go).
 	watch watchers
+	// onAwaitingApproval is told of each operation Register created
+	// awaiting approval (WithAwaitingApproval, notify.go); nil for none.
+	onAwaitingApproval func(*opjournal.Operation)
 }
 
 // Option configures a Service.
@@ -277,6 +280,9 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 		return RegisterResult{}, err
 	}
 	s.actions.put(req.Tenant, req.Key, a.Operation.Action)
+	if a.Created && a.Operation.Status == opjournal.StatusAwaitingApproval && s.onAwaitingApproval != nil {
+		s.onAwaitingApproval(a.Operation)
+	}
 	res := RegisterResult{Operation: a.Operation, Created: a.Created}
 	if c.Claim {
 		cr := claimResult(a)

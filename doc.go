@@ -32,6 +32,8 @@
 //	server/              gRPC service, REST mirror, metrics, error table;
 //	                     mounts the console
 //	console/             the operators' web console
+//	webhook/             the approval webhooks (Standard Webhooks): signing,
+//	                     queue, retries, rescan
 //	client/              the Go SDK (Execute, typed outcomes, ClassifyHTTP)
 //	gateway/             the HTTP reverse proxy and MCP server in front of providers
 //	reconciler/          the worker that settles unknown operations

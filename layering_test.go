@@ -74,12 +74,12 @@ func TestClientBinariesDoNotLinkTheJournal(t *testing.T) {
 func TestProductDoesNotLinkHarnesses(t *testing.T) {
 	product := []string{".", "./auth", "./canonjson", "./client", "./console", "./gateway", "./hashkey",
 		"./journal", "./migrations", "./ops", "./policy", "./reconciler", "./server", "./store",
-		"./store/postgres", "./store/sqlite", "./internal/cli/...", "./internal/groupq", "./internal/hostcheck",
+		"./store/postgres", "./store/sqlite", "./webhook", "./internal/cli/...", "./internal/groupq", "./internal/hostcheck",
 		"./internal/tracing", "./cmd/opjournal", "./cmd/opjournal-gateway", "./cmd/opjournal-reconciler"}
 	harness := []string{module + "/e2e", module + "/deploy",
 		module + "/fakeprovider", module + "/store/storetest", module + "/internal/pgtest", module + "/internal/testserver",
 		module + "/internal/await", module + "/internal/linearize", module + "/internal/procs", module + "/internal/tcpproxy",
-		module + "/internal/testclock", module + "/internal/soak", module + "/internal/demo", module + "/internal/bench"}
+		module + "/internal/testclock", module + "/internal/standardwebhooks", module + "/internal/soak", module + "/internal/demo", module + "/internal/bench"}
 	for pkg, deps := range linked(t, product...) {
 		if bad := forbidden(deps, harness...); len(bad) > 0 {
 			t.Errorf("%s links the harness packages %v", pkg, bad)

@@ -188,6 +188,21 @@ func (a *Authenticator) AuthenticateDigest(d TokenDigest) (Principal, error) {
 	return p, nil
 }
 
+// Tenants returns every tenant a credential of the file can act in (its
+// tokens' and its JWT issuers'), sorted, each once: the tenants a
+// process that works across them (the approval webhooks' rescan) visits.
+func (a *Authenticator) Tenants() []string {
+	var ts []string
+	for _, p := range a.byDigest {
+		ts = append(ts, p.Tenant)
+	}
+	for _, is := range a.issuers {
+		ts = append(ts, is.tenant)
+	}
+	slices.Sort(ts)
+	return slices.Compact(ts)
+}
+
 // BearerToken extracts the token from an "authorization" value ("Bearer
 // <token>", scheme case-insensitive), or "" if there is none.
 func BearerToken(header string) string {

@@ -114,3 +114,18 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestTenantsListsEveryTokensTenantOnce(t *testing.T) {
+	t.Parallel()
+	a, err := auth.Parse(file(
+		entry("pay-agent", "tok-agent-0123456789abcdef", "payments", "agent"),
+		entry("pay-op", "tok-op-0123456789abcdef", "payments", "operator"),
+		entry("mail-agent", "tok-mail-0123456789abcdef", "mail", "agent"),
+	), "tokens.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(a.Tenants(), ","); got != "mail,payments" {
+		t.Errorf("Tenants = %q, want mail,payments", got)
+	}
+}

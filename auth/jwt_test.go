@@ -216,3 +216,15 @@ func TestRotatedTokensOfOnePrincipalAreOneCaller(t *testing.T) {
 }
 
 func (e Entry) withPrincipal(p string) Entry { e.Principal = p; return e }
+
+func TestTenantsIncludesTheIssuersTenants(t *testing.T) {
+	k := newTestKey(t, "k1")
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(path, jwks(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := issuerFile(t, "jwks_file: "+path, "tokens:\n  - name: mail-agent\n    sha256: "+Digest("tok-mail-0123456789abcdef")+"\n    tenant: mail\n    roles: [agent]\n")
+	if got := a.Tenants(); len(got) != 2 || got[0] != "mail" || got[1] != "payments" {
+		t.Errorf("Tenants = %q, want [mail payments]", got)
+	}
+}

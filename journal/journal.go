@@ -64,6 +64,9 @@ type Service struct {
 	// schemas remembers the requests validated against their action's
 	// payload_schema (schemacache.go).
 	schemas *schemaChecks
+	// onAwaitingApproval is told of each operation Register created
+	// awaiting approval (WithAwaitingApproval, notify.go); nil for none.
+	onAwaitingApproval func(*opjournal.Operation)
 }
 
 // Option configures a Service.
@@ -309,6 +312,9 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 	}
 	s.actions.put(req.Tenant, req.Key, a.Operation.Action)
 	a.Operation = finalRecord(a.Operation) // replaycache.go
+	if a.Created && a.Operation.Status == opjournal.StatusAwaitingApproval && s.onAwaitingApproval != nil {
+		s.onAwaitingApproval(a.Operation)
+	}
 	res := RegisterResult{Operation: a.Operation, Created: a.Created}
 	if a.Operation.Status == opjournal.StatusAwaitingApproval {
 		res.RetryAfter = a.RetryAfter

@@ -48,3 +48,9 @@ if [ ! -d e2e/stripe-node/node_modules ] || [ e2e/stripe-node/package-lock.json 
 	echo "deps.sh: npm ci (e2e/stripe-node, exact versions from package-lock.json)" >&2
 	(cd e2e/stripe-node && npm ci --no-audit --no-fund >/dev/null)
 fi
+# standardwebhooks (npm, MIT; the Standard Webhooks project's own library) for the
+# webhook and e2e tests: an independent verifier of the approval notifications' signatures.
+if [ ! -d e2e/standardwebhooks-node/node_modules ] || [ e2e/standardwebhooks-node/package-lock.json -nt e2e/standardwebhooks-node/node_modules ]; then
+	echo "deps.sh: npm ci (e2e/standardwebhooks-node, exact versions from package-lock.json)" >&2
+	(cd e2e/standardwebhooks-node && npm ci --no-audit --no-fund >/dev/null)
+fi

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -77,6 +78,9 @@ type Config struct {
 	// TrustProxyHeaders lets X-Forwarded-Proto say the console is served
 	// over https (only behind a proxy that sets it; a client could).
 	TrustProxyHeaders bool
+	// Collectors are more series for /metrics, from the parts the binary
+	// runs beside the server (the approval webhooks' sender).
+	Collectors []prometheus.Collector
 }
 
 // HostChecked reports whether requests must address an allowed host
@@ -122,6 +126,7 @@ func New(svc *journal.Service, cfg Config) *Server {
 	}
 	m := newMetrics()
 	m.registry.MustRegister(newBatchCollector(svc.BatchStats))
+	m.registry.MustRegister(cfg.Collectors...)
 	m.approvals = newApprovalMetrics(m.registry, svc.ApprovalCounts)
 	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m, purgeMetrics: newPurgeMetrics(m.registry), purgeHistory: &purgeHistory{},
 		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}},

@@ -51,6 +51,7 @@ import (
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/postgres"
 	"github.com/opjournal/opjournal/store/sqlite"
+	"github.com/opjournal/opjournal/webhook"
 )
 
 func main() {
@@ -91,6 +92,7 @@ type options struct {
 	allowedHosts    hostList
 	publicURL       string
 	trustProxy      bool
+	webhookSecrets  string
 }
 
 // hostList is --allowed-hosts: repeatable, and each value may list
@@ -172,6 +174,7 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *pflag.Fl
 		fs.BoolVar(&o.trustProxy, "trust-proxy-headers", false, "trust X-Forwarded-Proto from the proxy in front (https makes the console's cookie Secure); only behind a proxy that sets it, as any client can send it")
 		fs.DurationVar(&o.approvalSweep, "approval-sweep-interval", 5*time.Second, "apply the timeout (on_timeout) of approvals whose deadline has passed this often (0: never; several servers may sweep at once)")
 		fs.DurationVar(&o.databaseWait, "database-wait", 60*time.Second, "at start-up, wait this long for PostgreSQL to accept writes (not up yet, no primary elected yet), trying every second; 0: exit at once")
+		fs.StringVar(&o.webhookSecrets, "webhook-secret-file", "", "the approval webhooks' signing secrets (Standard Webhooks): one whsec_… per line, the current one first; each delivery is signed with every one, for rotation. Required when an action's approval has notify")
 		fs.DurationVar(&o.purgeInterval, "purge-interval", 10*time.Minute, "delete terminal operations older than their action's retention this often (0: never; with several servers on one database, one purges at a time)")
 	}
 	if serveFlags || name == "purge" {
@@ -274,14 +277,43 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	secrets, err := webhookSecrets(o.webhookSecrets, pol, log)
+	if err != nil {
+		return err
+	}
 	st, err := openStoreWaiting(ctx, o.databaseURL, o.databaseWait, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 
-	svc := journal.New(st, pol, journal.Limits{MaxPayloadBytes: o.maxPayloadBytes, MaxResultBytes: o.maxResultBytes},
-		journal.WithHashKeys(keys), journal.WithReplayCache(journal.ReplayCacheConfig{Size: o.replayCacheSize}))
+	// The approval webhooks: Register hands every operation it created in
+	// awaiting_approval to the sender, which queues it and returns at once.
+	var sender *webhook.Sender
+	opts := []journal.Option{journal.WithHashKeys(keys), journal.WithReplayCache(journal.ReplayCacheConfig{Size: o.replayCacheSize})}
+	if secrets != nil {
+		opts = append(opts, journal.WithAwaitingApproval(func(op *opjournal.Operation) {
+			if n, ok := webhook.ForOperation(pol, op); ok {
+				sender.Notify(n)
+			}
+		}))
+	}
+	svc := journal.New(st, pol, journal.Limits{MaxPayloadBytes: o.maxPayloadBytes, MaxResultBytes: o.maxResultBytes}, opts...)
+	if secrets != nil {
+		tenants := []string{""}
+		if cfg.Auth != nil {
+			tenants = cfg.Auth.Tenants()
+		}
+		if sender, err = webhook.New(webhook.Config{Secrets: secrets, PublicURL: o.publicURL, Logger: log,
+			Pending: webhook.Pending(svc, tenants)}); err != nil {
+			return err
+		}
+		cfg.Collectors = append(cfg.Collectors, sender)
+		senderCtx, stopSender := context.WithCancel(ctx)
+		stopped := make(chan struct{})
+		go func() { defer close(stopped); _ = sender.Run(senderCtx) }()
+		defer func() { stopSender(); <-stopped }()
+	}
 	srv := server.New(svc, cfg)
 	return srv.Run(ctx, func(a server.Addrs) {
 		metricsAddr := ""
@@ -343,6 +375,25 @@ func hashKeys(path, databaseURL string, pol *policy.Policy, log *slog.Logger) (*
 		log.Warn("created a request-hash key file beside the database; keep it with the database (replays of operations hashed under it need it)", "hash_key_file", keyPath)
 	}
 	return r, nil
+}
+
+// webhookSecrets loads the approval webhooks' signing secrets when an
+// action's approval has notify (nil when none has). Deliveries are always
+// signed, so such a policy without --webhook-secret-file is a usage error.
+func webhookSecrets(path string, pol *policy.Policy, log *slog.Logger) ([]webhook.Secret, error) {
+	notifying := webhook.NotifyingActions(pol)
+	if len(notifying) == 0 {
+		if path != "" {
+			log.Warn("--webhook-secret-file is given, but no action's approval has notify: no webhook is sent")
+		}
+		return nil, nil
+	}
+	if path == "" {
+		return nil, cli.Usage(fmt.Errorf("the approval of %s has notify, and its webhooks are signed: give --webhook-secret-file FILE, "+
+			"one whsec_ secret per line (make one with: printf 'whsec_%%s\\n' \"$(head -c 32 /dev/urandom | base64)\" > FILE; chmod 600 FILE)",
+			strings.Join(notifying, ", ")))
+	}
+	return webhook.LoadSecrets(path)
 }
 
 // hashkeyCmd prints a new request-hash key file, or rotates one: a new

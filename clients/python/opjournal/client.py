@@ -19,7 +19,7 @@ from .v1 import journal_pb2 as pb
 from .v1 import journal_pb2_grpc as pb_grpc
 
 __all__ = [
-    "Journal", "Operation", "Registration", "ClaimResult", "LeaseExtension", "Event", "EventPage",
+    "Journal", "Operation", "Approval", "ApprovalDecision", "Registration", "ClaimResult", "LeaseExtension", "Event", "EventPage",
     "OperationPage", "Policy", "default_worker_id",
 ]
 
@@ -50,6 +50,50 @@ def _lookup_slice(left: float) -> int:
 
 
 @dataclass(frozen=True)
+class ApprovalDecision:
+    """One person's approval: the authenticated ``principal``, when
+    (``at``, database clock) and the ``reason`` they gave."""
+
+    principal: str
+    at: Optional[datetime]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Approval:
+    """What the action's policy asked of an operation at registration: a
+    person's approval of this exact request (its ``request_hash``).
+    ``approvers`` are the roles that may decide; with
+    ``distinct_from_requester`` the principal who registered it
+    (``requested_by``) may not; with ``two_person`` two distinct principals
+    must. ``deadline`` (None for never) is when the question times out, and
+    ``on_timeout`` what happens then ("reject": failed_final
+    "approval_timeout"; "escalate": needs_review). ``approvals`` are the
+    decisions so far, oldest first; ``rule`` why the policy asked (the
+    ``when`` expression that held, or "required")."""
+
+    required: bool
+    approvers: Tuple[str, ...]
+    distinct_from_requester: bool
+    two_person: bool
+    requested_by: str
+    deadline: Optional[datetime]
+    on_timeout: str
+    approvals: Tuple[ApprovalDecision, ...]
+    rule: str
+
+    @classmethod
+    def from_pb(cls, a: pb.Approval) -> "Approval":
+        """The Approval of a generated pb.Approval message."""
+        return cls(required=a.required, approvers=tuple(a.approvers),
+                   distinct_from_requester=a.distinct_from_requester, two_person=a.two_person,
+                   requested_by=a.requested_by, deadline=_convert.timestamp(a, "deadline"), on_timeout=a.on_timeout,
+                   approvals=tuple(ApprovalDecision(d.principal, _convert.timestamp(d, "at"), d.reason)
+                                   for d in a.approvals),
+                   rule=a.rule)
+
+
+@dataclass(frozen=True)
 class Operation:
     """The journal's record of one business intent.
 
@@ -74,7 +118,8 @@ class Operation:
     ``refs`` are the business references given at registration ({"order_id":
     "817"}; an empty dict for none) and ``parent_key`` the key of the
     operation this one is a side effect of ("" for none); both are fixed at
-    registration."""
+    registration. ``approval`` is the approval the action's policy asked
+    for at registration (an Approval), None when none was needed."""
 
     operation_key: str
     action_type: str
@@ -102,6 +147,7 @@ class Operation:
     refs: Dict[str, str] = field(default_factory=dict)
     parent_key: str = ""
     first_attempt_at: Optional[datetime] = None
+    approval: Optional[Approval] = None
 
     @classmethod
     def from_pb(cls, op: pb.Operation) -> "Operation":
@@ -134,6 +180,7 @@ class Operation:
             refs=dict(op.refs),
             parent_key=op.parent_key,
             first_attempt_at=ts(op, "first_attempt_at"),
+            approval=Approval.from_pb(op.approval) if op.HasField("approval") else None,
         )
 
 

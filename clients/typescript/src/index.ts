@@ -8,6 +8,7 @@ export {
   Journal,
   defaultWorkerId,
   type AnswerOptions,
+  type Approval,
   type CallOptions,
   type ClaimParams,
   type ClaimResult,

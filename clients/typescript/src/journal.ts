@@ -76,6 +76,35 @@ export interface Operation {
   checkCount: number;
   lastCheckedAt: Date | null;
   nextCheckAt: Date | null;
+  /** The approval the action's policy asked for at registration (see Approval); null when none was needed. */
+  approval: Approval | null;
+}
+
+/**
+ * What the action's policy asked of an operation at registration: a
+ * person's approval of this exact request (its requestHash), who may give
+ * it, and the decisions so far. Recorded once: a later policy change does
+ * not re-open a decided question.
+ */
+export interface Approval {
+  /** A person had to approve before any attempt. */
+  required: boolean;
+  /** The roles that may decide ("operator", "admin"). */
+  approvers: string[];
+  /** The principal who registered it may not approve it. */
+  distinctFromRequester: boolean;
+  /** Two distinct principals must approve. */
+  twoPerson: boolean;
+  /** The principal who registered it ("" without authentication). */
+  requestedBy: string;
+  /** When the question times out (database clock); null for never. */
+  deadline: Date | null;
+  /** What happens then: "reject" (failed_final, "approval_timeout") or "escalate" (needs_review). */
+  onTimeout: string;
+  /** The approvals given so far, oldest first. */
+  approvals: { principal: string; at: Date | null; reason: string }[];
+  /** Why the policy asked: the `when` expression that held, or "required". */
+  rule: string;
 }
 
 /**
@@ -896,6 +925,17 @@ export function operationOf(op: PbOperation | undefined): Operation {
     checkCount: op.checkCount,
     lastCheckedAt: dateOf(op.lastCheckedAt),
     nextCheckAt: dateOf(op.nextCheckAt),
+    approval: op.approval ? {
+      required: op.approval.required,
+      approvers: [...op.approval.approvers],
+      distinctFromRequester: op.approval.distinctFromRequester,
+      twoPerson: op.approval.twoPerson,
+      requestedBy: op.approval.requestedBy,
+      deadline: dateOf(op.approval.deadline),
+      onTimeout: op.approval.onTimeout,
+      approvals: op.approval.approvals.map((d) => ({ principal: d.principal, at: dateOf(d.at), reason: d.reason })),
+      rule: op.approval.rule,
+    } : null,
   };
 }
 

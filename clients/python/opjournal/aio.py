@@ -418,8 +418,8 @@ async def _until_cancel(aw: Awaitable[Any], cancel: Optional[asyncio.Event]) -> 
     finally:
         stop.cancel()
         if not work.done():
-            work.cancel()
-    return None if work.cancelled() else work.result()
+            work.cancel()  # it ends at its next step; nobody waits for it
+    return work.result() if work.done() and not work.cancelled() else None
 
 
 async def _call_fn(fn: Callable[..., Any], key: str, attempt: int, kwargs: Mapping[str, Any]) -> Any:

@@ -51,7 +51,7 @@ class VectorsTest(unittest.TestCase):
         self.assertGreaterEqual(len(self.vectors), 10)
         kinds = {v["expect"].get("kind") for v in self.vectors}
         self.assertTrue({"succeeded", "failed_final", "in_progress_elsewhere", "verification_required",
-                         "conflict"} <= kinds, kinds)
+                         "conflict", "awaiting_approval"} <= kinds, kinds)
         self.assertTrue(any(v["expect"].get("call") for v in self.vectors))
         self.assertTrue(any(v["expect"].get("error") for v in self.vectors))
 

@@ -376,3 +376,49 @@ func TestTheSDKsPageShowsTheApprovalExample(t *testing.T) {
 		t.Error("ExampleOp_approvalWait does not have docs/sdks.md's block as one piece")
 	}
 }
+
+// eagerConn is a journal without the long poll: Register says to await an
+// approval and every Lookup answers at once that it still waits. It
+// counts the Lookups.
+type eagerConn struct{ lookups *atomic.Int32 }
+
+func (c eagerConn) Invoke(_ context.Context, method string, _, reply any, _ ...grpc.CallOption) error {
+	op := &opjournalv1.Operation{OperationKey: "k", Status: opjournalv1.Status_STATUS_AWAITING_APPROVAL, RequestHash: "ab12"}
+	switch {
+	case strings.HasSuffix(method, "/Register"):
+		*reply.(*opjournalv1.RegisterResponse) = opjournalv1.RegisterResponse{Operation: op, Next: opjournalv1.NextStep_NEXT_STEP_AWAIT_APPROVAL}
+	case strings.HasSuffix(method, "/Lookup"):
+		c.lookups.Add(1)
+		*reply.(*opjournalv1.LookupResponse) = opjournalv1.LookupResponse{Operation: op}
+	}
+	return nil
+}
+
+func (eagerConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, errors.New("no streams")
+}
+
+// TestApprovalWaitIsNoTightLoopWithoutTheLongPoll: a journal that answers
+// every Lookup at once is asked at most once a second, and the wait still
+// ends at its bound, calling nothing.
+func TestApprovalWaitIsNoTightLoopWithoutTheLongPoll(t *testing.T) {
+	t.Parallel()
+	var lookups atomic.Int32
+	c := client.New(eagerConn{&lookups})
+	start := time.Now()
+	out, err := c.Execute(context.Background(), client.Op{Key: "k", Action: "create_payment", Payload: map[string]any{}, ApprovalWait: 2500 * time.Millisecond},
+		func(context.Context, client.Attempt) (client.Effect, error) {
+			t.Error("fn was called")
+			return client.Effect{}, nil
+		})
+	took := time.Since(start)
+	if err != nil || out.Kind != client.AwaitingApproval || out.Operation.GetRequestHash() != "ab12" || out.RetryAfter != time.Second {
+		t.Fatalf("Execute = %v (%v, retry after %s), %v", out.Kind, out.Operation, out.RetryAfter, err)
+	}
+	if took < 2500*time.Millisecond || took > 4*time.Second {
+		t.Fatalf("Execute took %s, want the 2.5s bound", took)
+	}
+	if n := lookups.Load(); n < 2 || n > 3 {
+		t.Fatalf("Lookups in 2.5s = %d, want 2 or 3 (one a second)", n)
+	}
+}

@@ -22,9 +22,14 @@ func TestKindOf(t *testing.T) {
 		"acknowledged by operator: refunded":                                 KindAcknowledged,
 		`duplicate effect: external_id "b" reported after "a" was confirmed`: KindDuplicate,
 		`effect "b" confirmed after the operation was marked failed_final`:   KindDuplicate,
-		"":                   KindOther,
-		"outcome unknownish": KindOther,
-		"something else":     KindOther,
+		"registered, awaiting approval":                                      KindRegistered,
+		"approved (1 of 2): looks right":                                     KindApproved,
+		"approved: agreed with the customer":                                 KindApproved,
+		"approval rejected: not ordered":                                     KindDenied,
+		"approval timed out: rejected":                                       KindApprovalTimeout,
+		"":                                                                   KindOther,
+		"outcome unknownish":                                                 KindOther,
+		"something else":                                                     KindOther,
 	} {
 		if got := KindOf(reason); got != want {
 			t.Errorf("KindOf(%q) = %s, want %s", reason, got, want)

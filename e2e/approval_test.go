@@ -372,6 +372,13 @@ func testApprovalTimeoutE2E(t *testing.T, s *approvalStack) {
 	if err != nil || !res.GetReleased() || res.GetOperation().GetNeedsReview() {
 		t.Fatalf("approval after the escalation: %v %v", res, err)
 	}
+	_, _, metrics := doAs(t, adminA, http.MethodGet, s.srv.BaseURL+"/metrics", "")
+	for _, want := range []string{`opjournal_approval_decisions_total{action="quick_reject",outcome="timed_out"} 1`,
+		`opjournal_approval_decisions_total{action="quick_escalate",outcome="timed_out"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 func testApprovalLongPoll(t *testing.T, s *approvalStack) {
@@ -407,8 +414,12 @@ func testApprovalLongPoll(t *testing.T, s *approvalStack) {
 	}
 	// REST: more than 60 is INVALID_ARGUMENT.
 	code, _, text := doAs(t, agentA, http.MethodGet, s.srv.BaseURL+"/v1/operations:lookup?operation_key=transfer-poll&wait_seconds=61", "")
-	if code != http.StatusBadRequest || !strings.Contains(text, "wait_seconds") {
+	if code != http.StatusBadRequest || !strings.Contains(text, `"field":"wait_seconds"`) || !strings.Contains(text, "must be 0") {
 		t.Fatalf("wait_seconds 61: %d %s", code, text)
+	}
+	if code, _, text := doAs(t, agentA, http.MethodGet, s.srv.BaseURL+"/v1/operations:lookup?operation_key=transfer-poll&wait_seconds=1", ""); code != http.StatusOK ||
+		!strings.Contains(text, `"status":"STATUS_AWAITING_APPROVAL"`) {
+		t.Fatalf("REST wait_seconds 1: %d %s", code, text)
 	}
 }
 

@@ -55,7 +55,7 @@ func TestRESTListRefusesUnknownQueryParameters(t *testing.T) {
 		{"ref[order_id]=817", "ref[order_id]", `unknown query parameter "ref[order_id]"; did you mean "refs[order_id]"? ` + accepted},
 		{"created_after=2026-01-01T00:00:00Z", "created_after", `unknown query parameter "created_after" ` + accepted},
 		{"refs=817", "refs", `query parameter "refs" takes a key: refs[NAME]=VALUE ` + accepted},
-		{"statuses=succeded", "statuses", `"succeded" is not a value of statuses; did you mean "succeeded"? (pending, in_progress, unknown, succeeded, failed_final, or their STATUS_NAME forms)`},
+		{"statuses=succeded", "statuses", `"succeded" is not a value of statuses; did you mean "succeeded"? (pending, in_progress, unknown, succeeded, failed_final, awaiting_approval, or their STATUS_NAME forms)`},
 	} {
 		r := do(t, http.MethodGet, srv.BaseURL+"/v1/operations?"+tc.query, nil)
 		if r.Status != http.StatusBadRequest {

@@ -174,6 +174,9 @@ type RegisterResult struct {
 	Created bool
 	// Claim is set when RegisterRequest.Claim was.
 	Claim *ClaimResult
+	// RetryAfter is when to ask again about an operation awaiting
+	// approval (database clock: at most 30 s, less before its deadline).
+	RetryAfter time.Duration
 }
 
 // ClaimResult is the outcome of a claim.
@@ -278,6 +281,9 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 	}
 	s.actions.put(req.Tenant, req.Key, a.Operation.Action)
 	res := RegisterResult{Operation: a.Operation, Created: a.Created}
+	if a.Operation.Status == opjournal.StatusAwaitingApproval {
+		res.RetryAfter = a.RetryAfter
+	}
 	if c.Claim {
 		cr := claimResult(a)
 		res.Claim = &cr

@@ -15,6 +15,7 @@ import (
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/testserver"
 	"github.com/opjournal/opjournal/ops"
+	"github.com/opjournal/opjournal/policy"
 )
 
 // escalated makes an unknown, escalated payment for key.
@@ -345,5 +346,54 @@ func TestNoteShowsInShow(t *testing.T) {
 	}
 	if _, err := run(t, j.Client, "note", "k"); !errors.Is(err, ops.ErrUsage) {
 		t.Fatalf("note without TEXT: %v", err)
+	}
+}
+
+// TestApproveAndReject: list finds what awaits approval, show prints the
+// approval, approve with another hash is refused and changes nothing,
+// approve and reject with the shown hash decide, and missing --hash or
+// --reason is a usage error.
+func TestApproveAndReject(t *testing.T) {
+	t.Parallel()
+	pol, err := policy.Parse([]byte("actions:\n  wire:\n    approval: {required: true}\n"), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := testserver.Start(t, pol)
+	ctx := context.Background()
+	hashes := map[string]string{}
+	for _, key := range []string{"a", "b"} {
+		r, err := j.Client.Register(ctx, &pb.RegisterRequest{OperationKey: key, ActionType: "wire", Payload: &structpb.Struct{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashes[key] = r.GetOperation().GetRequestHash()
+	}
+	out, err := run(t, j.Client, "list", "--status", "awaiting_approval")
+	if err != nil || !strings.Contains(out, "awaiting_approval") || strings.Count(out, "\n") != 3 {
+		t.Fatalf("list awaiting_approval: %v\n%s", err, out)
+	}
+	out, err = run(t, j.Client, "show", "a")
+	if err != nil || !strings.Contains(out, "approval") || !strings.Contains(out, "required (required); by operator or admin") || !strings.Contains(out, hashes["a"]) {
+		t.Fatalf("show: %v\n%s", err, out)
+	}
+	if _, err := run(t, j.Client, "approve", "a", "--hash", hashes["b"]+"0", "--reason", "ok", "--actor", "alice"); client.CodeOf(err) != "PAYLOAD_MISMATCH" {
+		t.Fatalf("approve with another hash: %v", err)
+	}
+	for _, args := range [][]string{{"approve", "a", "--reason", "ok"}, {"approve", "a", "--hash", hashes["a"]}, {"reject", "b", "--reason", "no"}} {
+		if _, err := run(t, j.Client, args...); !errors.Is(err, ops.ErrUsage) {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	if out, err := run(t, j.Client, "approve", "a", "--hash", hashes["a"], "--reason", "ok", "--actor", "alice"); err != nil || !strings.Contains(out, "a approved: now pending") {
+		t.Fatalf("approve: %v\n%s", err, out)
+	}
+	if out, err := run(t, j.Client, "reject", "b", "--hash", hashes["b"], "--reason", "no", "--error-code", "not_wanted", "--actor", "alice"); err != nil ||
+		!strings.Contains(out, "b rejected: now failed_final (not_wanted)") {
+		t.Fatalf("reject: %v\n%s", err, out)
+	}
+	out, _ = run(t, j.Client, "show", "a")
+	if !strings.Contains(out, "approval 1") || !strings.Contains(out, "alice at ") {
+		t.Fatalf("show after the approval:\n%s", out)
 	}
 }

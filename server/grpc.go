@@ -67,23 +67,11 @@ func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (
 		out.Claimed, out.Attempt, out.LeaseUntil, out.RetryAfterSeconds, out.LeaseSeconds = c.claimed, c.attempt, c.leaseUntil, c.retryAfter, c.leaseSeconds
 	}
 	out.Next = nextPB[opjournal.NextStepOf(res.Operation, res.Claim != nil, claimed)]
-	if out.Next == pb.NextStep_NEXT_STEP_AWAIT_APPROVAL {
-		out.RetryAfterSeconds = awaitRetryAfter(res.Operation)
+	if out.Next == pb.NextStep_NEXT_STEP_AWAIT_APPROVAL && res.Claim == nil {
+		// At most 30 s, less before the deadline (the store's clock).
+		out.RetryAfterSeconds = int32(max(1, journal.RetryAfterSeconds(res.RetryAfter)))
 	}
 	return out, nil
-}
-
-// awaitRetryAfter is the retry-after hint of an operation awaiting
-// approval: at most 30 s (a person may decide any moment, and Lookup's
-// wait_seconds answers at once when they do), less when the deadline comes
-// sooner, at least 1 s. The deadline is the database's; the hint counts
-// on this server's clock, which only makes it a little early or late.
-func awaitRetryAfter(op *opjournal.Operation) int32 {
-	d := 30 * time.Second
-	if a := op.Approval; a != nil && !a.Deadline.IsZero() {
-		d = min(d, time.Until(a.Deadline))
-	}
-	return int32(max(1, journal.RetryAfterSeconds(d)))
 }
 
 // claimAnswer is what a claim tells its caller.
@@ -142,9 +130,6 @@ func (s *journalServer) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.Cl
 	out := &pb.ClaimResponse{Operation: op, Claimed: c.claimed, Attempt: c.attempt, LeaseUntil: c.leaseUntil,
 		RetryAfterSeconds: c.retryAfter, LeaseSeconds: c.leaseSeconds,
 		Next: nextPB[opjournal.NextStepOf(res.Operation, true, c.claimed)]}
-	if out.Next == pb.NextStep_NEXT_STEP_AWAIT_APPROVAL {
-		out.RetryAfterSeconds = awaitRetryAfter(res.Operation)
-	}
 	return out, nil
 }
 

@@ -104,7 +104,8 @@ type Applied struct {
 	Claimed bool
 	// RetryAfter (Claim, Register with c.Claim) is how long another
 	// worker's live lease still runs (by the database clock), when that is
-	// why the claim was lost.
+	// why the claim was lost; for an operation awaiting approval (Claim,
+	// and Register with or without a claim) it is AwaitRetryAfter.
 	RetryAfter time.Duration
 }
 
@@ -284,6 +285,9 @@ func EventPage(evs []opjournal.Event, limit int) ([]opjournal.Event, int64) {
 // RetryAfter is how long op's lease still runs at now, for a claim that
 // lost to a live lease; 0 otherwise.
 func RetryAfter(op *opjournal.Operation, now time.Time) time.Duration {
+	if op.Status == opjournal.StatusAwaitingApproval {
+		return AwaitRetryAfter(op, now)
+	}
 	if op.Status == opjournal.StatusInProgress {
 		// A statement's clock may read a little before the claim it loses
 		// to (PostgreSQL's now() is its transaction's start, and the
@@ -295,6 +299,22 @@ func RetryAfter(op *opjournal.Operation, now time.Time) time.Duration {
 		return op.LeaseUntil.Sub(now)
 	}
 	return 0
+}
+
+// MaxAwaitRetryAfter bounds the retry-after hint of an operation
+// awaiting approval: a person may decide at any moment (and Lookup's
+// wait_seconds answers at once when they do).
+const MaxAwaitRetryAfter = 30 * time.Second
+
+// AwaitRetryAfter is the retry-after hint of an operation awaiting
+// approval at now (database clock): MaxAwaitRetryAfter, or less when the
+// deadline comes sooner, at least a second.
+func AwaitRetryAfter(op *opjournal.Operation, now time.Time) time.Duration {
+	d := MaxAwaitRetryAfter
+	if a := op.Approval; a != nil && !a.Deadline.IsZero() {
+		d = min(d, a.Deadline.Sub(now))
+	}
+	return max(d, time.Second)
 }
 
 // BatchStat describes one kind of call that a store groups into shared

@@ -22,6 +22,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/canonjson"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 )
 
@@ -29,14 +31,19 @@ import (
 type Endpoint struct {
 	GRPCAddr string
 	HTTPURL  string
+	// Expire applies the approval timeout of key as the serving process's
+	// sweep does (nil for a journal in another process: the workload then
+	// draws no Expire).
+	Expire func(ctx context.Context, key string) (*opjournal.Operation, error)
 }
 
 // Client calls one journal over both of its doors.
 type Client struct {
-	conn *grpc.ClientConn
-	grpc pb.JournalServiceClient
-	http *http.Client
-	base string
+	conn   *grpc.ClientConn
+	grpc   pb.JournalServiceClient
+	http   *http.Client
+	base   string
+	expire func(ctx context.Context, key string) (*opjournal.Operation, error)
 	// Base is the database clock's time that Input.Now 0 stands for (the
 	// zero time when the run's clock is not the test's).
 	Base time.Time
@@ -52,7 +59,7 @@ func Dial(e Endpoint, base time.Time) (*Client, error) {
 	// connections must not linger into the next one's.
 	tr := &http.Transport{MaxIdleConnsPerHost: 8}
 	return &Client{conn: conn, grpc: pb.NewJournalServiceClient(conn), http: &http.Client{Transport: tr},
-		base: strings.TrimRight(e.HTTPURL, "/"), Base: base}, nil
+		base: strings.TrimRight(e.HTTPURL, "/"), Base: base, expire: e.Expire}, nil
 }
 
 // Close closes the client's connections.
@@ -65,6 +72,9 @@ func (c *Client) Close() error {
 // answer as the model sees it. An error that leaves the outcome open
 // (timeout, UNAVAILABLE, a broken connection, a 5xx) is Output.Maybe.
 func (c *Client) Do(ctx context.Context, in Input) Output {
+	if in.Kind == Expire {
+		return c.doExpire(ctx, in)
+	}
 	req, verb := request(in)
 	var resp proto.Message
 	var err error
@@ -80,6 +90,51 @@ func (c *Client) Do(ctx context.Context, in Input) Output {
 		return Output{Maybe: true}
 	}
 	return c.output(resp)
+}
+
+// CanExpire reports whether the client can apply approval timeouts.
+func (c *Client) CanExpire() bool { return c.expire != nil }
+
+// doExpire applies ExpireApproval in process and answers with the
+// operation as Lookup then reads it (the sweep's answer is not on the
+// wire; the read after it is).
+func (c *Client) doExpire(ctx context.Context, in Input) Output {
+	op, err := c.expire(ctx, in.Key)
+	switch code := opjournal.ErrorCode(err); {
+	case err == nil:
+	case code == opjournal.CodeUnavailable || code == opjournal.CodeInternal || ctx.Err() != nil:
+		return Output{Maybe: true}
+	default:
+		return Output{Err: string(code)}
+	}
+	return Output{Op: c.viewOf(op)}
+}
+
+// viewOf is what the sweep's answer shows of op (its result is not
+// compared, as in the agent's answers).
+func (c *Client) viewOf(op *opjournal.Operation) View {
+	ms := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return t.Sub(c.Base).Milliseconds()
+	}
+	v := View{
+		Status: strings.ToUpper(string(op.Status)), Attempts: op.AttemptCount, Owner: op.LeaseOwner, NeedsReview: op.NeedsReview,
+		ExternalID: op.ExternalID, DuplicateID: op.DuplicateExternalID, DuplicateIDs: strings.Join(op.DuplicateExternalIDs, ","),
+		Reports: op.DuplicateReports, ErrorCode: op.ErrorCode, Checks: op.CheckCount, LeaseUntil: ms(op.LeaseUntil),
+		UnknownSince: ms(op.UnknownSince), NextCheck: ms(op.NextCheckAt), LastChecked: ms(op.LastCheckedAt),
+		Started: ms(op.AttemptStartedAt), FirstAttempt: ms(op.FirstAttemptAt),
+	}
+	if a := op.Approval; a != nil {
+		v.Deadline = ms(a.Deadline)
+		var who []string
+		for _, d := range a.Approvals {
+			who = append(who, d.Principal)
+		}
+		v.Approvers = strings.Join(who, ",")
+	}
+	return v
 }
 
 const actor = "linearize"
@@ -127,8 +182,27 @@ func request(in Input) (proto.Message, string) {
 		return &pb.AcknowledgeRequest{OperationKey: k, Actor: actor, Reason: "duplicate refunded"}, "acknowledge"
 	case Lookup:
 		return &pb.LookupRequest{OperationKey: k}, "lookup"
+	case Approve:
+		return &pb.ApproveRequest{OperationKey: k, RequestHash: requestHash(in.Action, in.Payload), Actor: in.Worker, Reason: "checked"}, "approve"
+	case Reject:
+		return &pb.RejectRequest{OperationKey: k, RequestHash: requestHash(in.Action, in.Payload), Actor: in.Worker, Reason: "not wanted",
+			ErrorCode: in.ErrorCode}, "reject"
 	}
 	panic("linearize: unknown command " + string(in.Kind))
+}
+
+// requestHash is the request hash of payload n of action, as the journal
+// computes it for an action without redact_fields (docs/spec.md).
+func requestHash(action string, n int) string {
+	b, err := protojson.Marshal(payload(n))
+	if err != nil {
+		panic(err)
+	}
+	env, _, err := canonjson.Request(action, b, canonjson.Options{})
+	if err != nil {
+		panic(err)
+	}
+	return canonjson.Hash(env)
 }
 
 func payload(n int) *structpb.Struct {
@@ -168,6 +242,10 @@ func (c *Client) call(ctx context.Context, k Kind, req proto.Message) (proto.Mes
 		return g.Acknowledge(ctx, r)
 	case *pb.LookupRequest:
 		return g.Lookup(ctx, r)
+	case *pb.ApproveRequest:
+		return g.Approve(ctx, r)
+	case *pb.RejectRequest:
+		return g.Reject(ctx, r)
 	}
 	return nil, fmt.Errorf("linearize: no gRPC method for %s", k)
 }
@@ -246,6 +324,10 @@ func (c *Client) rest(ctx context.Context, k Kind, verb string, req proto.Messag
 		out = &pb.AcknowledgeResponse{}
 	case Lookup:
 		out = &pb.LookupResponse{}
+	case Approve:
+		out = &pb.ApproveResponse{}
+	case Reject:
+		out = &pb.RejectResponse{}
 	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, out); err != nil {
 		return nil, fmt.Errorf("linearize: REST %s answer: %w", verb, err)
@@ -319,8 +401,13 @@ func (c *Client) view(op *pb.Operation, result bool) View {
 		Reports: int(op.GetDuplicateReports()), ErrorCode: op.GetErrorCode(), Checks: int(op.GetCheckCount()),
 		LeaseUntil: c.ms(op.GetLeaseUntil()), UnknownSince: c.ms(op.GetUnknownSince()), NextCheck: c.ms(op.GetNextCheckAt()),
 		LastChecked: c.ms(op.GetLastCheckedAt()), Started: c.ms(op.GetAttemptStartedAt()), FirstAttempt: c.ms(op.GetFirstAttemptAt()),
-		HasResult: result,
+		HasResult: result, Deadline: c.ms(op.GetApproval().GetDeadline()),
 	}
+	var who []string
+	for _, d := range op.GetApproval().GetApprovals() {
+		who = append(who, d.GetPrincipal())
+	}
+	v.Approvers = strings.Join(who, ",")
 	if r := op.GetResult(); r != nil {
 		v.Result = r.GetFields()["id"].GetStringValue()
 	}

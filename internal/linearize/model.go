@@ -38,11 +38,16 @@ const (
 	Resolve         Kind = "Resolve"
 	Acknowledge     Kind = "Acknowledge"
 	Lookup          Kind = "Lookup"
+	// Approve and Reject are a person's decisions; Expire is the timeout
+	// sweep's ExpireApproval (in process: there is no RPC for it).
+	Approve Kind = "Approve"
+	Reject  Kind = "Reject"
+	Expire  Kind = "Expire"
 )
 
 // Kinds is every command the workload draws from.
 var Kinds = []Kind{Register, Claim, ExtendLease, MarkSucceeded, MarkUnknown, MarkFailedFinal,
-	RecordCheck, ReleaseForRetry, Escalate, Resolve, Acknowledge, Lookup}
+	RecordCheck, ReleaseForRetry, Escalate, Resolve, Acknowledge, Lookup, Approve, Reject, Expire}
 
 // Statuses as the wire shows them (the proto enum without its prefix).
 const (
@@ -51,6 +56,7 @@ const (
 	Unknown     = "UNKNOWN"
 	Succeeded   = "SUCCEEDED"
 	FailedFinal = "FAILED_FINAL"
+	Awaiting    = "AWAITING_APPROVAL"
 )
 
 // Next steps as the wire shows them.
@@ -61,6 +67,7 @@ const (
 	NextVerification = "VERIFICATION_REQUIRED"
 	NextFailedFinal  = "FAILED_FINAL"
 	NextClaim        = "CLAIM"
+	NextAwait        = "AWAIT_APPROVAL"
 )
 
 // MaxDuplicates is how many distinct other external ids an operation
@@ -76,6 +83,13 @@ type Action struct {
 	ProviderWindowMS  int64 // retry.provider_dedup_window; 0: none
 	DefinitiveAbsence bool  // reconcile.definitive_absence
 	ReleaseAfterMS    int64 // visibility_lag + in_flight_window
+	// The approval block (approval: required): every registration awaits
+	// a person's decision for TimeoutMS, then is rejected or (Escalates)
+	// goes under review; TwoPerson needs two approvers.
+	Approval  bool
+	TwoPerson bool
+	Escalates bool
+	TimeoutMS int64
 }
 
 // Input is one call. Times are milliseconds since the run's base on the
@@ -86,15 +100,15 @@ type Input struct {
 	Kind    Kind
 	Key     string
 	Action  string // Register
-	Payload int    // Register: which of a few payloads (its request hash)
+	Payload int    // Register: which of a few payloads (its request hash); Approve, Reject: the hash of which one the approver saw
 	Claim   bool   // Register: with a claim
-	Worker  string // Register with a claim, Claim
+	Worker  string // Register with a claim, Claim; Approve, Reject: the approver
 	Lease   int    // Register with a claim, Claim, ExtendLease: seconds asked (0: the policy's)
 	Attempt int    // ExtendLease, Mark*, RecordCheck, ReleaseForRetry
 	// ExternalID: MarkSucceeded, Resolve as succeeded. Result is derived
 	// from it ("r-" + id), so a replay shows whose result is stored.
 	ExternalID string
-	ErrorCode  string // MarkUnknown, MarkFailedFinal, Resolve as failed_final
+	ErrorCode  string // MarkUnknown, MarkFailedFinal, Resolve as failed_final, Reject
 	Resolution string // Resolve: Succeeded or FailedFinal
 	CheckAfter int    // RecordCheck: next_check_after_seconds
 	Now        int64
@@ -128,6 +142,8 @@ type View struct {
 	FirstAttempt int64
 	HasResult    bool
 	Result       string
+	Approvers    string // the approvals given, their principals comma-separated
+	Deadline     int64  // the approval's deadline (0: no approval)
 }
 
 // Output is one answer. Maybe says the call's outcome is open (a
@@ -173,6 +189,13 @@ type State struct {
 	Reports      int
 	ErrorCode    string
 	Result       string
+	// The approval recorded at registration (Approval false: none).
+	Approval   bool
+	TwoPerson  bool
+	Escalates  bool
+	Deadline   int64
+	Approvers  [2]string
+	NApprovers int
 }
 
 // Model is the sequential specification over the actions of a run.
@@ -234,7 +257,7 @@ func Agree(want, got Output, times bool) bool {
 func untimed(o Output) Output {
 	o.RetryAfter, o.LeaseUntil = 0, 0
 	v := &o.Op
-	v.LeaseUntil, v.UnknownSince, v.NextCheck, v.LastChecked, v.Started, v.FirstAttempt = 0, 0, 0, 0, 0, 0
+	v.LeaseUntil, v.UnknownSince, v.NextCheck, v.LastChecked, v.Started, v.FirstAttempt, v.Deadline = 0, 0, 0, 0, 0, 0, 0
 	return o
 }
 
@@ -265,7 +288,7 @@ func (s State) view(t int64, result bool) View {
 		ExternalID: s.ExternalID, DuplicateIDs: strings.Join(s.Dups[:s.NDups], ","), Reports: s.Reports,
 		ErrorCode: s.ErrorCode, Checks: s.Checks, LeaseUntil: s.LeaseUntil, UnknownSince: s.UnknownSince,
 		NextCheck: s.NextCheck, LastChecked: s.LastChecked, Started: s.Started, FirstAttempt: s.FirstAttempt,
-		HasResult: result, Result: s.Result,
+		HasResult: result, Result: s.Result, Approvers: strings.Join(s.Approvers[:s.NApprovers], ","), Deadline: s.Deadline,
 	}
 	if s.NDups > 0 {
 		v.DuplicateID = s.Dups[0]
@@ -308,6 +331,10 @@ func (m *Model) Step(s State, in Input) (Output, State) {
 	case Register:
 		if !s.Exists {
 			n := State{Exists: true, Action: in.Action, Payload: in.Payload, Status: Pending}
+			if act.Approval { // awaiting a person, with or without a claim asked
+				n.Status, n.Approval, n.TwoPerson, n.Escalates, n.Deadline = Awaiting, true, act.TwoPerson, act.Escalates, t+act.TimeoutMS
+				return Output{Op: n.view(t, true), Created: true, Next: NextAwait, RetryAfter: n.awaitRetryAfter(t)}, n
+			}
 			if in.Claim {
 				n.Status, n.Attempts, n.Owner, n.LeaseUntil, n.Started, n.FirstAttempt = InProgress, 1, in.Worker, t+lease, t, t
 				return Output{Op: n.view(t, true), Created: true, Claimed: true, Attempt: 1, Next: NextCallProvider,
@@ -319,7 +346,11 @@ func (m *Model) Step(s State, in Input) (Output, State) {
 			return refuse("PAYLOAD_MISMATCH")
 		}
 		if !in.Claim {
-			return Output{Op: s.view(t, true), Next: next(s, t, false)}, s
+			out := Output{Op: s.view(t, true), Next: next(s, t, false)}
+			if eff == Awaiting {
+				out.RetryAfter = s.awaitRetryAfter(t)
+			}
+			return out, s
 		}
 		// A replay with a claim is a replay, then a claim, as one step.
 		out, n := m.claim(s, in, act, t, lease)
@@ -418,7 +449,7 @@ func (m *Model) Step(s State, in Input) (Output, State) {
 
 	case Escalate:
 		switch {
-		case !terminal(eff) && !s.NeedsReview:
+		case !terminal(eff) && eff != Awaiting && !s.NeedsReview:
 			n := s
 			n.NeedsReview = true
 			return answer(n, true)
@@ -428,7 +459,7 @@ func (m *Model) Step(s State, in Input) (Output, State) {
 		return refuse("INVALID_STATE")
 
 	case Resolve:
-		if terminal(eff) || !(eff == Unknown || s.NeedsReview) {
+		if terminal(eff) || eff == Awaiting || !(eff == Unknown || s.NeedsReview) {
 			return refuse("INVALID_STATE")
 		}
 		n := s
@@ -453,6 +484,46 @@ func (m *Model) Step(s State, in Input) (Output, State) {
 
 	case Lookup:
 		return answer(s, true)
+
+	case Approve, Reject:
+		switch {
+		case eff != Awaiting:
+			return refuse("INVALID_STATE")
+		case in.Payload != s.Payload: // the hash the approver saw is another request's
+			return refuse("PAYLOAD_MISMATCH")
+		case !(t < s.Deadline || s.NeedsReview): // timed out, and not escalated
+			return refuse("INVALID_STATE")
+		}
+		n := s
+		if in.Kind == Reject {
+			n.Status, n.NeedsReview, n.ErrorCode = FailedFinal, false, in.ErrorCode
+			if n.ErrorCode == "" {
+				n.ErrorCode = "approval_rejected"
+			}
+			return answer(n, true)
+		}
+		if slices.Contains(s.Approvers[:s.NApprovers], in.Worker) {
+			return refuse("INVALID_STATE") // the same person twice
+		}
+		n.Approvers[n.NApprovers] = in.Worker
+		n.NApprovers++
+		if !s.TwoPerson || n.NApprovers == 2 { // released
+			n.Status, n.NeedsReview = Pending, false
+		}
+		return answer(n, true)
+
+	case Expire:
+		switch {
+		case eff != Awaiting, s.NeedsReview, t < s.Deadline:
+			return refuse("INVALID_STATE")
+		}
+		n := s
+		if s.Escalates {
+			n.NeedsReview = true
+		} else {
+			n.Status, n.ErrorCode = FailedFinal, "approval_timeout"
+		}
+		return answer(n, true)
 	}
 	panic("linearize: unknown command " + string(in.Kind))
 }
@@ -464,8 +535,11 @@ func (m *Model) claim(s State, in Input, act Action, t, lease int64) (Output, St
 		(act.RetrySameKey && eff == Unknown && (act.ProviderWindowMS == 0 || t < s.FirstAttempt+act.ProviderWindowMS)))
 	if !win {
 		out := Output{Op: s.view(t, true), Next: next(s, t, true)}
-		if eff == InProgress { // another worker's live lease: seconds until it ends
+		switch eff {
+		case InProgress: // another worker's live lease: seconds until it ends
 			out.RetryAfter = int((s.LeaseUntil - t + 999) / 1000)
+		case Awaiting:
+			out.RetryAfter = s.awaitRetryAfter(t)
 		}
 		return out, s
 	}
@@ -488,6 +562,14 @@ func (s State) unknownSince(t int64) int64 {
 	return s.UnknownSince
 }
 
+// awaitRetryAfter is the hint to ask again about an operation awaiting
+// approval: 30 s, less before the deadline, at least 1 s (whole seconds,
+// rounded up).
+func (s State) awaitRetryAfter(t int64) int {
+	ms := min(30_000, s.Deadline-t)
+	return int(max(1, (ms+999)/1000))
+}
+
 // next is the README's next step for a caller that did not win a claim:
 // a confirmed effect is replayed and a rejection answered, also under
 // review (terminal first); else unknown or under review needs
@@ -499,6 +581,8 @@ func next(s State, t int64, claimAsked bool) string {
 		return NextReplay
 	case eff == FailedFinal:
 		return NextFailedFinal
+	case eff == Awaiting: // a person decides, also after an escalated timeout
+		return NextAwait
 	case s.NeedsReview, eff == Unknown:
 		return NextVerification
 	case eff == InProgress:
@@ -535,6 +619,8 @@ func describe(in Input, out Output) string {
 		fmt.Fprintf(&b, " attempt=%d ext=%q", in.Attempt, in.ExternalID)
 	case Resolve:
 		fmt.Fprintf(&b, " as=%s ext=%q code=%q", in.Resolution, in.ExternalID, in.ErrorCode)
+	case Approve, Reject:
+		fmt.Fprintf(&b, " by=%s hash-of=%d code=%q", in.Worker, in.Payload, in.ErrorCode)
 	}
 	if in.Now != TimeUnknown {
 		fmt.Fprintf(&b, " @%dms", in.Now)

@@ -247,6 +247,9 @@ func (w *worker) one(ctx context.Context, now int64) {
 	k := w.cfg.Keys[r.IntN(len(w.cfg.Keys))]
 	in := Input{Key: k.Key, Now: now, REST: r.IntN(2) == 0, Worker: fmt.Sprintf("w%d", w.id)}
 	in.Kind = w.kind()
+	if in.Kind == Expire && !w.cfg.Clients[0].CanExpire() {
+		in.Kind = Lookup // a journal in another process: its own sweep (off) would be a call nobody recorded
+	}
 	act := w.cfg.Model.Actions[k.Action]
 	switch in.Kind {
 	case Register:
@@ -290,6 +293,16 @@ func (w *worker) one(ctx context.Context, now int64) {
 		}
 	case RecordCheck:
 		in.CheckAfter = 1 + r.IntN(30)
+	case Approve, Reject:
+		// The approvers are a few people, so that one meets itself under
+		// two_person; now and then one saw another request's hash.
+		in.Action, in.Worker = k.Action, fmt.Sprintf("p%d", r.IntN(3))
+		if r.IntN(6) == 0 {
+			in.Payload = 1
+		}
+		if in.Kind == Reject {
+			in.ErrorCode = []string{"", "not_wanted"}[r.IntN(2)]
+		}
 	}
 	switch in.Kind {
 	case MarkSucceeded, Resolve:
@@ -311,7 +324,8 @@ var weights = map[Workload][]struct {
 	w int
 }{
 	Mixed: {{Register, 10}, {Claim, 12}, {ExtendLease, 6}, {MarkSucceeded, 12}, {MarkUnknown, 8}, {MarkFailedFinal, 5},
-		{RecordCheck, 6}, {ReleaseForRetry, 6}, {Escalate, 5}, {Resolve, 6}, {Acknowledge, 8}, {Lookup, 8}},
+		{RecordCheck, 6}, {ReleaseForRetry, 6}, {Escalate, 5}, {Resolve, 6}, {Acknowledge, 8}, {Lookup, 8},
+		{Approve, 8}, {Reject, 2}, {Expire, 4}},
 	DuplicateRace: {{Register, 3}, {Claim, 2}, {MarkSucceeded, 40}, {Acknowledge, 30}, {MarkFailedFinal, 2}, {Lookup, 5},
 		{Escalate, 2}, {Resolve, 2}},
 }

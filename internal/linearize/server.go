@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/policy"
 	"github.com/opjournal/opjournal/server"
@@ -41,6 +42,12 @@ actions:
       on_timeout: retry_same_key
       provider_dedup_window: 20s
     unknown_after_seconds: 60
+  pay_approve:
+    lease_seconds: 5
+    approval: {required: true, timeout: 8s, on_timeout: reject}
+  pay_approve2:
+    lease_seconds: 5
+    approval: {required: true, two_person: true, timeout: 8s, on_timeout: escalate}
 `
 
 // RealTimePolicy is the policy of runs on the journal's own clock (real
@@ -80,6 +87,14 @@ func ModelOf(pol *policy.Policy) *Model {
 			RetrySameKey: a.AllowsRetryAfterUnknown(), ProviderWindowMS: a.ProviderDedupWindow.Milliseconds(),
 			DefinitiveAbsence: a.Reconcile.DefinitiveAbsence, ReleaseAfterMS: a.ReleaseAfter().Milliseconds(),
 		}
+		if ap := a.Approval; ap != nil {
+			if !ap.Required || ap.DistinctFor(false) {
+				panic("linearize: the model knows approvals required of everyone, without distinct_from_requester")
+			}
+			act := m.Actions[name]
+			act.Approval, act.TwoPerson, act.Escalates, act.TimeoutMS = true, ap.TwoPerson, ap.OnTimeout == "escalate", ap.Timeout.Milliseconds()
+			m.Actions[name] = act
+		}
 	}
 	return m
 }
@@ -87,7 +102,7 @@ func ModelOf(pol *policy.Policy) *Model {
 // Keys returns n keys per action of m, named by run and action.
 func Keys(m *Model, run string, n int) []Key {
 	var ks []Key
-	for _, name := range []string{"pay_reconcile", "pay_retry"} {
+	for _, name := range []string{"pay_reconcile", "pay_retry", "pay_approve", "pay_approve2"} {
 		if _, ok := m.Actions[name]; !ok {
 			continue
 		}
@@ -103,7 +118,8 @@ func Keys(m *Model, run string, n int) []Key {
 // it to end.
 func Serve(ctx context.Context, st store.Store, pol *policy.Policy) (e Endpoint, stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
-	srv := server.New(journal.New(st, pol, journal.Limits{}), server.Config{
+	svc := journal.New(st, pol, journal.Limits{})
+	srv := server.New(svc, server.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -112,7 +128,10 @@ func Serve(ctx context.Context, st store.Store, pol *policy.Policy) (e Endpoint,
 	go func() { done <- srv.Run(ctx, func(a server.Addrs) { ready <- a }) }()
 	select {
 	case a := <-ready:
-		return Endpoint{GRPCAddr: a.GRPC.String(), HTTPURL: "http://" + a.HTTP.String()}, func() { cancel(); <-done }, nil
+		expire := func(ctx context.Context, key string) (*opjournal.Operation, error) {
+			return svc.ExpireApproval(ctx, "", key)
+		}
+		return Endpoint{GRPCAddr: a.GRPC.String(), HTTPURL: "http://" + a.HTTP.String(), Expire: expire}, func() { cancel(); <-done }, nil
 	case err := <-done:
 		cancel()
 		return Endpoint{}, nil, err

@@ -772,7 +772,11 @@ func (s *Store) registerOne(ctx context.Context, tenant string, c *protocol.Comm
 // registered is the result of a Register that inserted the row.
 func registered(c *protocol.Command, sc scanned) store.Applied {
 	// A new key that needs approval is inserted awaiting it, never claimed.
-	return store.Applied{Operation: sc.op, Created: true, Claimed: c.Claim && sc.op.Raw() == opjournal.StatusInProgress}
+	res := store.Applied{Operation: sc.op, Created: true, Claimed: c.Claim && sc.op.Raw() == opjournal.StatusInProgress}
+	if sc.op.Status == opjournal.StatusAwaitingApproval {
+		res.RetryAfter = store.AwaitRetryAfter(sc.op, sc.dbNow)
+	}
+	return res
 }
 
 // registerExisting answers a Register whose key exists: the table decides
@@ -784,7 +788,11 @@ func (s *Store) registerExisting(ctx context.Context, tenant string, c *protocol
 		return store.Applied{}, err
 	}
 	if !c.Claim {
-		return store.Applied{Operation: existing.op}, nil
+		res := store.Applied{Operation: existing.op}
+		if existing.op.Status == opjournal.StatusAwaitingApproval {
+			res.RetryAfter = store.AwaitRetryAfter(existing.op, existing.dbNow)
+		}
+		return res, nil
 	}
 	ex, err := s.execute(ctx, tenant, store.ClaimOf(c), &existing)
 	if err != nil {

@@ -410,6 +410,8 @@ func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *protocol.C
 		if !res.claimed {
 			res.retryFor = store.RetryAfter(d.Op, dbNow)
 		}
+	case c.Kind == protocol.CmdRegister && d.Op.Status == opjournal.StatusAwaitingApproval:
+		res.retryFor = store.AwaitRetryAfter(d.Op, dbNow)
 	}
 	return res, nil
 }

@@ -296,6 +296,9 @@ func (m *model) apply(ops map[string]*opjournal.Operation, events map[string][]o
 			a.retryAfter = store.RetryAfter(a.op, m.now)
 		}
 	}
+	if c.Kind == protocol.CmdRegister && a.op.Status == opjournal.StatusAwaitingApproval {
+		a.retryAfter = store.AwaitRetryAfter(a.op, m.now)
+	}
 	return a, ops, events
 }
 

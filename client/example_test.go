@@ -198,3 +198,43 @@ func ExampleChildKey() {
 	// payment pay_1 replayed: true | receipt msg_1 replayed: true | parent recorded: true
 	// charges: 1 emails: 1
 }
+
+// A payment above the policy's threshold waits for a person's approval:
+// Execute holds (calling nothing) until an operator approves the request
+// hash they were shown, then charges once.
+func ExampleOp_approvalWait() {
+	j := startApprovalJournal() // a journal whose policy asks for an approval above 1,000.00
+	defer j.stop()
+	payments := newProvider("pay", "captured")
+	defer payments.Close()
+	c, err := client.Dial(j.addr, client.WithToken(j.agentToken))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	key := "payment:order-900:intent-01"
+	payment := map[string]any{"order_id": "900", "amount_minor": 2500000, "currency": "RUB"}
+	pay := func(ctx context.Context, a client.Attempt) (client.Effect, error) {
+		return call(ctx, http.DefaultClient, payments.URL+"/payments", a, payment)
+	}
+	go approveWhenAsked(j.operator, key) // a person, elsewhere, approves what they were shown
+
+	op := client.Op{Key: key, Action: "create_payment", Payload: payment, ApprovalWait: 2 * time.Minute}
+	out, err := c.Execute(ctx, op, pay) // holds until a person decides (or 2 minutes pass); pay runs only if approved
+	if err != nil {
+		log.Fatal(err)
+	}
+	switch out.Kind {
+	case client.Succeeded: // approved in time: pay ran once
+		fmt.Println("charged once:", out.ExternalID)
+	case client.FailedFinal: // a person rejected it ("approval_rejected"), or nobody decided in time ("approval_timeout")
+		fmt.Println("refused:", out.ErrorCode)
+	case client.AwaitingApproval: // nobody decided within ApprovalWait; nothing was called: ask again later, same key and payload
+		fmt.Println("awaits approval:", out.Operation.GetOperationKey(), out.Operation.GetRequestHash(), out.RetryAfter)
+	}
+	fmt.Println("provider effects:", payments.Effects())
+	// Output:
+	// charged once: pay_1
+	// provider effects: 1
+}

@@ -51,7 +51,7 @@ class VectorsTest(unittest.TestCase):
         self.assertGreaterEqual(len(self.vectors), 10)
         kinds = {v["expect"].get("kind") for v in self.vectors}
         self.assertTrue({"succeeded", "failed_final", "in_progress_elsewhere", "verification_required",
-                         "conflict"} <= kinds, kinds)
+                         "conflict", "awaiting_approval"} <= kinds, kinds)
         self.assertTrue(any(v["expect"].get("call") for v in self.vectors))
         self.assertTrue(any(v["expect"].get("error") for v in self.vectors))
 
@@ -137,7 +137,7 @@ class OnlyNextDecidesTest(unittest.TestCase):
         return out, calls
 
     def test_steps_this_sdk_does_not_act_on_never_call(self):
-        for nxt in (pb.NEXT_STEP_UNSPECIFIED, pb.NEXT_STEP_CLAIM, 7, 99):
+        for nxt in (pb.NEXT_STEP_UNSPECIFIED, pb.NEXT_STEP_CLAIM, 8, 99):
             with self.subTest(next=nxt):
                 # Claimed, in progress, an attempt and a lease: everything
                 # but the step says "go". Without the step it is an error.

@@ -62,7 +62,7 @@ function checkOutcome(name: string, out: Outcome, want: Vector["expect"]): void 
 test("the vectors file is there and covers every kind of answer", () => {
   assert.ok(vectors.length >= 10, `only ${vectors.length} vectors in ${vectorsFile}`);
   const kinds = new Set(vectors.map((v) => (v.expect.call ? "call" : v.expect.error ? "error" : v.expect.kind)));
-  for (const k of ["call", "error", "succeeded", "failed_final", "in_progress_elsewhere", "verification_required", "conflict"]) {
+  for (const k of ["call", "error", "succeeded", "failed_final", "in_progress_elsewhere", "verification_required", "conflict", "awaiting_approval"]) {
     assert.ok(kinds.has(k), `no vector for ${k}`);
   }
 });

@@ -111,11 +111,6 @@ const (
 	// FailedFinal: the provider confirmed a rejection (ErrorCode); no
 	// retry of this key will call fn again.
 	FailedFinal
-	// AwaitingApproval: the action's policy asks a person to approve this
-	// exact request (Operation.RequestHash) first; fn was not called. Ask
-	// again with the same key and payload after RetryAfter: once approved
-	// it runs, once rejected it is FailedFinal.
-	AwaitingApproval
 )
 
 // String returns the snake_case name ("succeeded", "in_progress_elsewhere",
@@ -132,8 +127,6 @@ func (k OutcomeKind) String() string {
 		return "conflict"
 	case FailedFinal:
 		return "failed_final"
-	case AwaitingApproval:
-		return "awaiting_approval"
 	}
 	return fmt.Sprintf("OutcomeKind(%d)", int(k))
 }
@@ -191,8 +184,6 @@ func (o Outcome) Err() error {
 		err = fmt.Errorf("%w; nothing was called; use a new operation key for a new intent", ErrConflict)
 	case FailedFinal:
 		err = fmt.Errorf("%w (%s)", ErrFailedFinal, o.ErrorCode)
-	case AwaitingApproval:
-		err = fmt.Errorf("opjournal: a person must approve this request first; nothing was called; ask again in %s", o.RetryAfter)
 	default:
 		return fmt.Errorf("opjournal: no outcome (%s)", o.Kind)
 	}
@@ -342,9 +333,6 @@ func outcomeOf(resp *opjournalv1.RegisterResponse) (out Outcome, call bool, err 
 		out.RetryAfter = max(time.Duration(resp.GetRetryAfterSeconds())*time.Second, time.Second)
 	case opjournalv1.NextStep_NEXT_STEP_VERIFICATION_REQUIRED:
 		out.Kind, out.ErrorCode = VerificationRequired, op.GetErrorCode()
-	case opjournalv1.NextStep_NEXT_STEP_AWAIT_APPROVAL:
-		out.Kind = AwaitingApproval
-		out.RetryAfter = max(time.Duration(resp.GetRetryAfterSeconds())*time.Second, time.Second)
 	default:
 		return Outcome{}, false, fmt.Errorf("opjournal: operation %q: the journal answered next step %s, which this SDK does not know; nothing was called (upgrade the SDK)",
 			op.GetOperationKey(), resp.GetNext())

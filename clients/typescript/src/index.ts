@@ -39,6 +39,7 @@ export {
   RECORD_TIMEOUT_MS,
   type AttemptContext,
   type AttemptFn,
+  type AwaitingApproval,
   type Conflict,
   type Decision,
   type Effect,

@@ -297,8 +297,15 @@ func TestGatewayNeverForwardsADecision(t *testing.T) {
 	}
 	s.awaiting(t, key) // unchanged
 	// Everything else still passes through to that upstream.
-	if r := do(t, http.MethodGet, gw+"/healthz", nil); r.Status != http.StatusOK {
-		t.Fatalf("a pass-through GET: %d %s", r.Status, r.Body)
+	req, _ := http.NewRequest(http.MethodGet, gw+"/healthz", nil)
+	req.Header.Set("Authorization", "Bearer "+s.callers.AgentA)
+	res, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("a pass-through GET: %d", res.StatusCode)
 	}
 	if r := s.decide(t, "approve", s.callers.Operator, key, hash); r.Status != http.StatusOK {
 		t.Fatalf("the operator's approval at the journal: %d %s", r.Status, r.Body)

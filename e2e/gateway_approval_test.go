@@ -27,8 +27,8 @@ import (
 // the journal, then sends it exactly once; a rejection is replayed as the
 // refusal. Callers retry on their own throughout.
 
-// approvalPolicy is the test policy with an approval for large payments.
-func approvalPolicy(t *testing.T) string {
+// gatewayApprovalPolicy is the test policy with an approval for large payments.
+func gatewayApprovalPolicy(t *testing.T) string {
 	t.Helper()
 	const head = "  create_payment:\n    operation_key: required\n    lease_seconds: 30\n"
 	pol := strings.Replace(testPolicy(), head, head+"    approval:\n      when: \"payload.amount_minor > 100000\"\n", 1)
@@ -144,7 +144,7 @@ func (s *stack) awaiting(t *testing.T, key string) string {
 // with the refusal and never sent.
 func TestGatewayApprovalHTTP(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, stackOpts{policy: approvalPolicy(t), callers: true})
+	s := startStack(t, stackOpts{policy: gatewayApprovalPolicy(t), callers: true})
 	gw, _ := s.startGateway(t, "gateway-1")
 	agent, scope := s.callers.AgentA, s.callers.ScopeA()
 	keyOf := func(k string) string { return "http:create_payment:" + scope + ":" + k }
@@ -212,7 +212,7 @@ func TestGatewayApprovalHTTP(t *testing.T) {
 // again: the provider is called exactly once.
 func TestGatewayApprovalConcurrentRetries(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, stackOpts{policy: approvalPolicy(t), callers: true})
+	s := startStack(t, stackOpts{policy: gatewayApprovalPolicy(t), callers: true})
 	gw, _ := s.startGateway(t, "gateway-1")
 	gw2, _ := s.startGateway(t, "gateway-2")
 	key := "http:create_payment:" + s.callers.ScopeA() + ":storm-1"
@@ -267,7 +267,7 @@ func TestGatewayApprovalConcurrentRetries(t *testing.T) {
 // still awaits approval, and the journal itself takes the operator's.
 func TestGatewayNeverForwardsADecision(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, stackOpts{policy: approvalPolicy(t), callers: true})
+	s := startStack(t, stackOpts{policy: gatewayApprovalPolicy(t), callers: true})
 	g := s.start(procs.Spec{Name: "gateway-misconfigured", Path: filepath.Join(binDir, "opjournal-gateway"), Ready: "serving",
 		Env:  []string{"PROVIDER_URL=" + s.providerURL},
 		Args: append([]string{"--journal-addr", s.grpcAddr, "--http-addr", "127.0.0.1:0", "--http-upstream", s.journalURL}, s.policyArgs...)})
@@ -322,7 +322,7 @@ func TestGatewayNeverForwardsADecision(t *testing.T) {
 // A rejected one is told approval_rejected.
 func TestGatewayApprovalMCP(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, stackOpts{policy: approvalPolicy(t), callers: true})
+	s := startStack(t, stackOpts{policy: gatewayApprovalPolicy(t), callers: true})
 	_, mcpURL := s.startGateway(t, "gateway-1")
 	session := mcpgoSession(t, mcpURL, s.callers.AgentA)
 	texts := readModelTexts(t)

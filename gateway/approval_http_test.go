@@ -61,6 +61,17 @@ func TestHTTPApprovalHeldThenSentOnce(t *testing.T) {
 	if e.effects(key) != 0 {
 		t.Fatalf("rejected, yet %d effects", e.effects(key))
 	}
+
+	// A person's own error code is still a person's rejection.
+	key = "http:create_payment:" + scopeOf("agent-a") + ":ap-3"
+	p = wantProblem(t, e.post("/payments", "ap-3", body), http.StatusConflict, "approval-pending")
+	if _, err := operator.Reject(context.Background(), &pb.RejectRequest{OperationKey: key, RequestHash: p["request_hash"].(string), Reason: "too large", ErrorCode: "too_risky"}); err != nil {
+		t.Fatal(err)
+	}
+	p = wantProblem(t, e.post("/payments", "ap-3", body), http.StatusUnprocessableEntity, "rejected-earlier")
+	if p["error_code"] != "too_risky" || p["title"] != "Rejected by a person" || e.effects(key) != 0 {
+		t.Fatalf("after a rejection with its own code: %v, %d effects", p, e.effects(key))
+	}
 }
 
 // TestHTTPDecisionRoutesNeverPassThrough: a gateway whose default upstream

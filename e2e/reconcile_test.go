@@ -34,6 +34,7 @@ import (
 type stack struct {
 	providerURL string
 	grpcAddr    string
+	journalURL  string // the journal's REST base URL (http://host:port)
 	rpc         pb.JournalServiceClient
 	sdk         *client.Client
 	provider    *fakeprovider.ControlClient
@@ -116,6 +117,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	}
 	j := start(procs.Spec{Name: "journal", Path: binary, Ready: "serving", Env: []string{testHashKeys}, Args: serveArgs})
 	s.grpcAddr = j.Field("grpc_addr")
+	s.journalURL = "http://" + j.Field("http_addr")
 	s.policyArgs, s.start = policyArgs, start
 	for i := range o.reconcilers {
 		start(procs.Spec{Name: fmt.Sprintf("reconciler-%d", i+1), Path: filepath.Join(binDir, "opjournal-reconciler"), Ready: "reconciling",

@@ -80,6 +80,12 @@ type storedResponse struct {
 
 // ServeHTTP is the HTTP front door.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if decisionRoute(r.URL) {
+		// Whoever asks: no approval or rejection goes through a door that
+		// agents use (approval.go).
+		writeDecisionRefused(w)
+		return
+	}
 	// Who calls, before anything of the request is read: every request,
 	// passed through or not, since the gateway holds the upstream's own
 	// credentials.
@@ -500,8 +506,13 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, route *httpRout
 			log.Warn("the stored answer is not replayed: its status is not one the gateway stores", "status", sa.Response.Status, "outcome", out.Kind.String())
 		}
 		if out.Kind == client.FailedFinal {
-			writeProblem(w, http.StatusUnprocessableEntity, probRejected, "Rejected earlier",
-				"the provider refused this request earlier ("+out.ErrorCode+"); it was not sent again", key, 0)
+			p := problem{Type: problemBase + probRejected, Title: "Rejected earlier", Status: http.StatusUnprocessableEntity, OperationKey: key, ErrorCode: out.ErrorCode,
+				Detail: "the provider refused this request earlier (" + out.ErrorCode + "); it was not sent again"}
+			if rejectedByApproval(out) {
+				log.Info("rejected by approval", "code", out.ErrorCode)
+				p.Title, p.Detail = "Rejected by a person", fmt.Sprintf(rejectedByApprovalDetail, out.ErrorCode)
+			}
+			writeProblemDoc(w, p, 0)
 			return
 		}
 		// Recorded without an answer to replay (settled by the
@@ -530,6 +541,9 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, route *httpRout
 	case client.VerificationRequired:
 		log.Info("outcome unknown", "code", out.ErrorCode, "needs_review", out.NeedsReview)
 		writeProblem(w, http.StatusConflict, probOutcomeUnknown, "Outcome unknown", unknownDetail, key, defaultRetry)
+	case client.AwaitingApproval:
+		log.Info("held for approval", "retry_after", out.RetryAfter)
+		writeApprovalPending(w, key, out)
 	case client.Conflict:
 		writeProblem(w, http.StatusUnprocessableEntity, probKeyReused, "Key reused with another request",
 			"this key was used with a different request; nothing was sent. A new intent needs a new key", key, 0)

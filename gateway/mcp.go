@@ -324,6 +324,10 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, ids, key string, out client
 			log.Info("replayed", "outcome", out.Kind.String())
 			return withMeta(res, key, true)
 		}
+		if rejectedByApproval(out) {
+			log.Info("rejected by approval", "code", out.ErrorCode)
+			return withMeta(toolError(approvalRejectedText, tool, ids, out.ErrorCode), key, true)
+		}
 		if out.Kind == client.FailedFinal {
 			return withMeta(toolError("This call of %s was already made and the tool refused it (%s). It was not called again; the answer will not change.", tool, out.ErrorCode), key, true)
 		}
@@ -345,6 +349,14 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, ids, key string, out client
 	case client.VerificationRequired:
 		log.Info("outcome unknown", "code", out.ErrorCode, "needs_review", out.NeedsReview)
 		return withMeta(toolError(unknownText, tool, ids), key, false)
+	case client.AwaitingApproval:
+		log.Info("held for approval", "retry_after", out.RetryAfter)
+		res := withMeta(toolError(awaitingApprovalText, tool, ids), key, false)
+		// What a client's UI shows beside the text: the request a person
+		// must approve, by its hash (never its arguments).
+		m := res.Meta[MetaKey].(map[string]any)
+		m["awaiting_approval"], m["request_hash"] = true, out.Operation.GetRequestHash()
+		return res
 	case client.Conflict:
 		return withMeta(toolError("A call of %s with the same identifying arguments (%s) but different other arguments was already made, so this one is refused and nothing was sent. "+
 			"Do not retry it with rephrased arguments. If this really is a new, separate action, it needs its own %s; if not, the earlier call stands.", tool, ids, ids), key, false)

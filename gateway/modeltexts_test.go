@@ -15,6 +15,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 )
 
 // The texts a model reads from the MCP door are shared with the
@@ -113,6 +114,17 @@ func TestModelTextsMatchTheMCPDoor(t *testing.T) {
 					&opjournal.Error{Code: opjournal.CodeInvalidArgument, Field: "payload/amount_minor", Message: "must be an integer"}},
 				{"refused_arguments", with("detail", ": payload is too large"), client.Outcome{},
 					&opjournal.Error{Code: opjournal.CodeTooLarge, Message: "payload is too large"}},
+				{"awaiting_approval", base, client.Outcome{Kind: client.AwaitingApproval, RetryAfter: 30 * time.Second}, nil},
+				{"approval_rejected", with("error_code", "approval_rejected"), client.Outcome{Kind: client.FailedFinal, Replayed: true, ErrorCode: "approval_rejected"}, nil},
+				{"approval_rejected", with("error_code", "approval_timeout"), client.Outcome{Kind: client.FailedFinal, Replayed: true, ErrorCode: "approval_timeout"}, nil},
+				// A person's own error code: the operation needed an
+				// approval and was never attempted.
+				{"approval_rejected", with("error_code", "too_risky"), client.Outcome{Kind: client.FailedFinal, Replayed: true, ErrorCode: "too_risky",
+					Operation: &pb.Operation{Status: pb.Status_STATUS_FAILED_FINAL, ErrorCode: "too_risky", Approval: &pb.Approval{Required: true}}}, nil},
+				// The provider's refusal of an approved request is the
+				// provider's, not a person's.
+				{"replayed_refused", with("error_code", "card_declined"), client.Outcome{Kind: client.FailedFinal, Replayed: true, ErrorCode: "card_declined",
+					Operation: &pb.Operation{Status: pb.Status_STATUS_FAILED_FINAL, ErrorCode: "card_declined", AttemptCount: 1, Approval: &pb.Approval{Required: true}}}, nil},
 				{"journal_unavailable", base, client.Outcome{}, &opjournal.Error{Code: opjournal.CodeUnavailable, Message: "down"}},
 				{"journal_unavailable", base, client.Outcome{}, &opjournal.Error{Code: opjournal.CodeRateLimited, Message: "slow down"}},
 			}

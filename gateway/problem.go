@@ -39,6 +39,11 @@ const (
 	probBadQuery         = "query-invalid"
 	// A success whose answer the journal does not hold.
 	probAnswerNotStored = "succeeded-answer-not-stored"
+	// A request held until a person approves it (approval.go), and a
+	// request for the journal's decision routes, which the gateway never
+	// forwards.
+	probApprovalPending = "approval-pending"
+	probDecisionRoute   = "approval-decision-not-here"
 )
 
 // problem is an RFC 9457 problem document.
@@ -51,11 +56,21 @@ type problem struct {
 	Field             string `json:"field,omitempty"`
 	ExternalID        string `json:"external_id,omitempty"`
 	RetryAfterSeconds int    `json:"retry_after_seconds,omitempty"`
+	// RequestHash is the journal's hash of the request a person must
+	// approve (approval-pending): what the approver sees and confirms.
+	RequestHash string `json:"request_hash,omitempty"`
+	// ErrorCode is the stored refusal of a request rejected earlier.
+	ErrorCode string `json:"error_code,omitempty"`
 }
 
 // writeProblem answers a problem; retryAfter > 0 also sets Retry-After.
 func writeProblem(w http.ResponseWriter, status int, name, title, detail, key string, retryAfter time.Duration) {
-	p := problem{Type: problemBase + name, Title: title, Status: status, Detail: detail, OperationKey: key}
+	writeProblemDoc(w, problem{Type: problemBase + name, Title: title, Status: status, Detail: detail, OperationKey: key}, retryAfter)
+}
+
+// writeProblemDoc answers p; retryAfter > 0 also sets Retry-After (whole
+// seconds, rounded up) and p's retry_after_seconds.
+func writeProblemDoc(w http.ResponseWriter, p problem, retryAfter time.Duration) {
 	if retryAfter > 0 {
 		secs := int((retryAfter + time.Second - 1) / time.Second)
 		p.RetryAfterSeconds = secs
@@ -64,6 +79,6 @@ func writeProblem(w http.ResponseWriter, status int, name, title, detail, key st
 	b, _ := json.Marshal(p)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
+	w.WriteHeader(p.Status)
 	_, _ = w.Write(append(b, '\n'))
 }

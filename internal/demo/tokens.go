@@ -16,9 +16,10 @@ const GatewayTenant = "demo"
 
 // GatewayCallers are the credentials of the gateway scenarios: two agents
 // (A with two tokens of one principal, as in a rotation), the reconciler,
-// and an admin that reads the journal for the narration.
+// an admin that reads the journal for the narration, and an operator who
+// decides approvals.
 type GatewayCallers struct {
-	AgentA, AgentARotated, AgentB, Reconciler, Admin string
+	AgentA, AgentARotated, AgentB, Reconciler, Admin, Operator string
 	// TokensFile is the journal's --auth-file listing them.
 	TokensFile string
 }
@@ -37,7 +38,7 @@ func WriteGatewayCallers(dir string) (GatewayCallers, error) {
 		_, _ = rand.Read(b)
 		return "oj_" + hex.EncodeToString(b)
 	}
-	c := GatewayCallers{AgentA: tok(), AgentARotated: tok(), AgentB: tok(), Reconciler: tok(), Admin: tok(),
+	c := GatewayCallers{AgentA: tok(), AgentARotated: tok(), AgentB: tok(), Reconciler: tok(), Admin: tok(), Operator: tok(),
 		TokensFile: filepath.Join(dir, "tokens.yaml")}
 	entries := []auth.Entry{
 		{Name: "agent-a-2026-11", Principal: "agent-a", SHA256: auth.Digest(c.AgentA), Tenant: GatewayTenant, Roles: []auth.Role{auth.RoleAgent}},
@@ -45,6 +46,7 @@ func WriteGatewayCallers(dir string) (GatewayCallers, error) {
 		auth.NewEntry("agent-b", c.AgentB, GatewayTenant, []auth.Role{auth.RoleAgent}),
 		auth.NewEntry("demo-reconciler", c.Reconciler, GatewayTenant, []auth.Role{auth.RoleReconciler}),
 		auth.NewEntry("demo-admin", c.Admin, GatewayTenant, []auth.Role{auth.RoleAdmin}),
+		auth.NewEntry("demo-operator", c.Operator, GatewayTenant, []auth.Role{auth.RoleOperator}),
 	}
 	src := auth.FileHeader
 	for _, e := range entries {

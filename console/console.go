@@ -178,6 +178,8 @@ func New(cfg Config) (*Console, error) {
 	m.HandleFunc("GET "+Prefix+"bulk", c.signedIn(c.bulkForm))
 	m.HandleFunc("POST "+Prefix+"bulk", c.signedIn(c.bulk))
 	m.HandleFunc("GET "+Prefix+"overview", c.signedIn(c.overview))
+	m.HandleFunc("GET "+Prefix+"approvals", c.signedIn(c.approvals))
+	m.HandleFunc("POST "+Prefix+"approvals/reject", c.signedIn(c.bulkReject))
 	m.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "There is no console page "+r.URL.Path+".")
 	})

@@ -11,20 +11,23 @@ type EventKind string
 
 // The kinds of history events.
 const (
-	KindRegistered    EventKind = "registered"     // Register (with or without its claim)
-	KindClaimed       EventKind = "claimed"        // Claim: an attempt began
-	KindLeaseExtended EventKind = "lease_extended" // ExtendLease
-	KindConfirmed     EventKind = "confirmed"      // MarkSucceeded: the effect was confirmed
-	KindUnknown       EventKind = "unknown"        // MarkUnknown: the outcome became unknown
-	KindRejected      EventKind = "rejected"       // MarkFailedFinal: the provider refused
-	KindReleased      EventKind = "released"       // ReleaseForRetry
-	KindChecked       EventKind = "checked"        // RecordCheck: a check found nothing definite
-	KindEscalated     EventKind = "escalated"      // Escalate: handed to a person
-	KindResolved      EventKind = "resolved"       // Resolve: an operator's verdict
-	KindAcknowledged  EventKind = "acknowledged"   // Acknowledge: a review ended
-	KindDuplicate     EventKind = "duplicate"      // another effect reported after the end
-	KindNoted         EventKind = "noted"          // SetNote: an operator's note was set or cleared
-	KindOther         EventKind = "other"          // a reason no rule writes
+	KindRegistered      EventKind = "registered"       // Register (with or without its claim)
+	KindClaimed         EventKind = "claimed"          // Claim: an attempt began
+	KindLeaseExtended   EventKind = "lease_extended"   // ExtendLease
+	KindConfirmed       EventKind = "confirmed"        // MarkSucceeded: the effect was confirmed
+	KindUnknown         EventKind = "unknown"          // MarkUnknown: the outcome became unknown
+	KindRejected        EventKind = "rejected"         // MarkFailedFinal: the provider refused
+	KindReleased        EventKind = "released"         // ReleaseForRetry
+	KindChecked         EventKind = "checked"          // RecordCheck: a check found nothing definite
+	KindEscalated       EventKind = "escalated"        // Escalate: handed to a person
+	KindResolved        EventKind = "resolved"         // Resolve: an operator's verdict
+	KindAcknowledged    EventKind = "acknowledged"     // Acknowledge: a review ended
+	KindDuplicate       EventKind = "duplicate"        // another effect reported after the end
+	KindNoted           EventKind = "noted"            // SetNote: an operator's note was set or cleared
+	KindApproved        EventKind = "approved"         // Approve: a person approved (one of two, or the release)
+	KindDenied          EventKind = "denied"           // Reject: a person refused the request
+	KindApprovalTimeout EventKind = "approval_timeout" // the approval's deadline passed (rejected or escalated)
+	KindOther           EventKind = "other"            // a reason no rule writes
 )
 
 // The reason texts the protocol's events begin with.
@@ -46,6 +49,16 @@ const (
 	// ReasonNote carries no text of the note: the history says that an
 	// operator changed it, the operation holds what it now says.
 	ReasonNote = "note"
+	// ReasonRegisteredAwaiting: registered, and a person must approve it.
+	ReasonRegisteredAwaiting = "registered, awaiting approval"
+	// ReasonApprovedFirstPrefix: the first of two approvals.
+	ReasonApprovedFirstPrefix = "approved (1 of 2): "
+	// ReasonApprovedPrefix: the approval that released the operation.
+	ReasonApprovedPrefix = "approved: "
+	// ReasonDeniedPrefix: a person rejected the request.
+	ReasonDeniedPrefix = "approval rejected: "
+	// ReasonApprovalTimedOutPrefix: the deadline passed (then what happened).
+	ReasonApprovalTimedOutPrefix = "approval timed out: "
 )
 
 // EventReason is one row of EventReasons: events whose reason is Text
@@ -78,6 +91,11 @@ var EventReasons = []EventReason{
 	{KindDuplicate, ReasonDuplicatePrefix, true},
 	{KindDuplicate, ReasonLateEffectPrefix, true},
 	{KindNoted, ReasonNote, false},
+	{KindRegistered, ReasonRegisteredAwaiting, false},
+	{KindApproved, ReasonApprovedFirstPrefix, true},
+	{KindApproved, ReasonApprovedPrefix, true},
+	{KindDenied, ReasonDeniedPrefix, true},
+	{KindApprovalTimeout, ReasonApprovalTimedOutPrefix, true},
 }
 
 // KindOf returns the kind of an event with this reason.

@@ -23,6 +23,10 @@ const (
 	// NextClaim: registered without a claim and pending: claim it to call
 	// the provider.
 	NextClaim NextStep = "claim"
+	// NextAwaitApproval: a person must approve this exact request first;
+	// call nothing, ask again after the retry-after hint (or wait with
+	// Lookup's wait_seconds). Another payload is another request.
+	NextAwaitApproval NextStep = "await_approval"
 )
 
 // NextStepOf decides the next step of a Register or Claim caller from the
@@ -31,6 +35,10 @@ func NextStepOf(op *Operation, claimAsked, claimed bool) NextStep {
 	switch {
 	case claimed:
 		return NextCallProvider
+	case op.Status == StatusAwaitingApproval:
+		// Before needs_review: an approval that timed out under
+		// on_timeout: escalate is still decided by Approve or Reject.
+		return NextAwaitApproval
 	case op.Status == StatusSucceeded:
 		return NextReplay
 	case op.Status == StatusFailedFinal:

@@ -26,15 +26,21 @@ const (
 	StatusUnknown     Status = "unknown"
 	StatusSucceeded   Status = "succeeded"
 	StatusFailedFinal Status = "failed_final"
+	// StatusAwaitingApproval: registered, and the action's policy says a
+	// person must approve this exact request (its request hash) before any
+	// attempt. Approve makes it pending; Reject, or the approval's timeout
+	// under on_timeout: reject, makes it failed_final. Nothing may call the
+	// provider while it lasts.
+	StatusAwaitingApproval Status = "awaiting_approval"
 )
 
 // Terminal reports whether no transition may leave s.
 func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFailedFinal }
 
-// Valid reports whether s is one of the five statuses.
+// Valid reports whether s is one of the six statuses.
 func (s Status) Valid() bool {
 	switch s {
-	case StatusPending, StatusInProgress, StatusUnknown, StatusSucceeded, StatusFailedFinal:
+	case StatusPending, StatusInProgress, StatusUnknown, StatusSucceeded, StatusFailedFinal, StatusAwaitingApproval:
 		return true
 	}
 	return false
@@ -104,6 +110,126 @@ type Operation struct {
 	// most MaxNoteLen characters; "" for none. It is never part of the
 	// protocol's decisions.
 	Note string
+	// Approval is what the action's policy required at registration and the
+	// approvals given so far; nil when no approval was needed. It is
+	// recorded once, at registration: a later policy change never re-opens
+	// a decided question nor asks for approval of an older operation.
+	Approval *Approval
+}
+
+// Approval is the approval an operation's policy asked for when it was
+// registered (policy approval block, evaluated once) and its decisions so
+// far. Everything but Approvals is fixed at registration.
+type Approval struct {
+	// Required: a person had to approve before any attempt (always true
+	// when an Approval is recorded).
+	Required bool `json:"required"`
+	// Approvers are the roles that may decide (operator, admin).
+	Approvers []string `json:"approvers"`
+	// DistinctFromRequester: the principal who registered the operation
+	// may not approve it.
+	DistinctFromRequester bool `json:"distinct_from_requester,omitempty"`
+	// TwoPerson: two distinct principals must approve.
+	TwoPerson bool `json:"two_person,omitempty"`
+	// RequestedBy is the principal who registered the operation (without
+	// authentication: the worker_id it stated, or "").
+	RequestedBy string `json:"requested_by,omitempty"`
+	// OnTimeout is what happens at Deadline: ApprovalTimeoutReject or
+	// ApprovalTimeoutEscalate.
+	OnTimeout string `json:"on_timeout"`
+	// Rule is why the policy asked: the when expression that held, or
+	// "required".
+	Rule string `json:"rule"`
+	// Approvals are the approvals given so far, oldest first (at most two).
+	Approvals []ApprovalDecision `json:"approvals,omitempty"`
+	// Deadline is when the question times out (database clock); zero for
+	// never. Stores keep it in a column of its own, which the timeout
+	// sweep indexes, never in the JSON.
+	Deadline time.Time `json:"-"`
+}
+
+// The values of Approval.OnTimeout.
+const (
+	// ApprovalTimeoutReject: at the deadline the operation becomes
+	// failed_final with error_code ErrorApprovalTimeout.
+	ApprovalTimeoutReject = "reject"
+	// ApprovalTimeoutEscalate: at the deadline the operation goes under
+	// review (needs_review) and stays awaiting_approval until a person
+	// approves or rejects it.
+	ApprovalTimeoutEscalate = "escalate"
+)
+
+// The error codes an approval ends an operation with.
+const (
+	// ErrorApprovalRejected is Reject's default error_code.
+	ErrorApprovalRejected = "approval_rejected"
+	// ErrorApprovalTimeout is the error_code of an approval that timed out
+	// under on_timeout: reject.
+	ErrorApprovalTimeout = "approval_timeout"
+)
+
+// ApprovalDecision is one person's approval.
+type ApprovalDecision struct {
+	// Principal is who approved: the authenticated principal.
+	Principal string `json:"principal"`
+	// At is when (database clock).
+	At time.Time `json:"at"`
+	// Reason is the reason they gave.
+	Reason string `json:"reason"`
+}
+
+// ApprovedBy reports whether principal has already approved.
+func (a *Approval) ApprovedBy(principal string) bool {
+	if a == nil {
+		return false
+	}
+	for _, d := range a.Approvals {
+		if d.Principal == principal {
+			return true
+		}
+	}
+	return false
+}
+
+// Clone returns a deep copy of a (nil for nil).
+func (a *Approval) Clone() *Approval {
+	if a == nil {
+		return nil
+	}
+	c := *a
+	c.Approvers = append([]string(nil), a.Approvers...)
+	c.Approvals = append([]ApprovalDecision(nil), a.Approvals...)
+	return &c
+}
+
+// ApprovalJSON is the approval as the stores keep it (without Deadline,
+// which has its own column); nil for nil.
+func ApprovalJSON(a *Approval) json.RawMessage {
+	if a == nil {
+		return nil
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		panic("opjournal: approval: " + err.Error()) // plain strings, bools and times: cannot fail
+	}
+	return b
+}
+
+// ParseApproval reads an approval as ApprovalJSON wrote it (or a store
+// rewrote it); deadline is its column's value. Empty input is nil.
+func ParseApproval(b []byte, deadline time.Time) (*Approval, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var a Approval
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, err
+	}
+	for i := range a.Approvals {
+		a.Approvals[i].At = a.Approvals[i].At.UTC()
+	}
+	a.Deadline = deadline
+	return &a, nil
 }
 
 // Raw returns the status as stored: an operation read as unknown that
@@ -120,6 +246,7 @@ func (op *Operation) Clone() *Operation {
 	c := *op
 	c.DuplicateExternalIDs = append([]string(nil), op.DuplicateExternalIDs...)
 	c.Refs = maps.Clone(op.Refs)
+	c.Approval = op.Approval.Clone()
 	return &c
 }
 

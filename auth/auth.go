@@ -59,8 +59,12 @@ var methodRoles = map[string][]Role{
 	"Resolve":         {RoleOperator},
 	"Acknowledge":     {RoleOperator},
 	"SetNote":         {RoleOperator},
-	"ListEvents":      {RoleOperator, RoleReconciler},
-	"GetPolicy":       {RoleReconciler, RoleOperator},
+	// A person's decision on an operation awaiting approval; the
+	// action's approval.approvers narrow it further (journal.Approve).
+	"Approve":    {RoleOperator},
+	"Reject":     {RoleOperator},
+	"ListEvents": {RoleOperator, RoleReconciler},
+	"GetPolicy":  {RoleReconciler, RoleOperator},
 }
 
 // The console's rules, beside methodRoles: reading a page needs the

@@ -225,6 +225,8 @@ func TestOpenAPIMatchesEveryRoute(t *testing.T) {
     integer_fields: [amount_minor]
     retry: {on_timeout: reconcile_before_retry}
     reconcile: {definitive_absence: true, visibility_lag: 0s, in_flight_window: 1s}
+  approved_payment:
+    approval: {required: true, distinct_from_requester: false}
 `
 	if err := os.WriteFile(policyFile, []byte(pol), 0o600); err != nil {
 		t.Fatal(err)
@@ -343,6 +345,24 @@ func TestOpenAPIMatchesEveryRoute(t *testing.T) {
 		t.Fatalf("note: %v", r)
 	}
 	wantCode(post(admin, "note", map[string]any{"operation_key": key, "note": "bell\a"}, http.StatusBadRequest), opjournal.CodeInvalidArgument)
+
+	// Approvals: a request awaiting one, approved (another hash is
+	// refused), and one rejected.
+	for _, k := range []string{"approve-me", "reject-me"} {
+		r = post(admin, "register", map[string]any{"operation_key": k, "action_type": "approved_payment", "payload": payload}, http.StatusOK)
+		if r["next"] != "NEXT_STEP_AWAIT_APPROVAL" {
+			t.Fatalf("register awaiting approval: %v", r)
+		}
+	}
+	hash := r["operation"].(map[string]any)["request_hash"]
+	wantCode(post(admin, "approve", map[string]any{"operation_key": "approve-me", "request_hash": "other", "reason": "ok"}, http.StatusUnprocessableEntity), opjournal.CodePayloadMismatch)
+	r = post(admin, "approve", map[string]any{"operation_key": "approve-me", "request_hash": hash, "reason": "ok"}, http.StatusOK)
+	if r["released"] != true {
+		t.Fatalf("approve: %v", r)
+	}
+	wantCode(post(admin, "reject", map[string]any{"operation_key": "approve-me", "request_hash": hash, "reason": "no"}, http.StatusConflict), opjournal.CodeInvalidState)
+	post(admin, "reject", map[string]any{"operation_key": "reject-me", "request_hash": hash, "reason": "no", "error_code": "not_wanted"}, http.StatusOK)
+	wantCode(c.call(admin, http.MethodGet, "/v1/operations:lookup?operation_key=reject-me&wait_seconds=61", "", http.StatusBadRequest), opjournal.CodeInvalidArgument)
 
 	// A pending operation released after a proven absence.
 	const key3 = "payment:order-817:intent-03"

@@ -136,6 +136,8 @@ func every(ctx context.Context, c pb.JournalServiceClient, key string) map[strin
 	_, errs["ExtendLease"] = c.ExtendLease(ctx, &pb.ExtendLeaseRequest{OperationKey: key, Attempt: 1})
 	_, errs["Acknowledge"] = c.Acknowledge(ctx, &pb.AcknowledgeRequest{OperationKey: key, Actor: "op", Reason: "why"})
 	_, errs["SetNote"] = c.SetNote(ctx, &pb.SetNoteRequest{OperationKey: key, Actor: "op", Note: "a note"})
+	_, errs["Approve"] = c.Approve(ctx, &pb.ApproveRequest{OperationKey: key, RequestHash: "h", Actor: "op", Reason: "why"})
+	_, errs["Reject"] = c.Reject(ctx, &pb.RejectRequest{OperationKey: key, RequestHash: "h", Actor: "op", Reason: "why"})
 	_, errs["GetPolicy"] = c.GetPolicy(ctx, &pb.GetPolicyRequest{})
 	_, errs["WhoAmI"] = c.WhoAmI(ctx, &pb.WhoAmIRequest{})
 	return errs
@@ -189,8 +191,8 @@ func TestAuthenticationAndRoles(t *testing.T) {
 	allowed := map[string]string{
 		agentA: "Register Claim ExtendLease MarkSucceeded MarkUnknown MarkFailedFinal Lookup WhoAmI",
 		reconA: "MarkSucceeded Lookup ListOperations ReleaseForRetry RecordCheck Escalate ListEvents GetPolicy WhoAmI",
-		operA:  "Lookup ListOperations ReleaseForRetry Escalate Resolve Acknowledge SetNote ListEvents GetPolicy WhoAmI",
-		adminA: "Register Claim ExtendLease MarkSucceeded MarkUnknown MarkFailedFinal Lookup ListOperations ReleaseForRetry RecordCheck Escalate Resolve Acknowledge SetNote ListEvents GetPolicy WhoAmI",
+		operA:  "Lookup ListOperations ReleaseForRetry Escalate Resolve Acknowledge SetNote Approve Reject ListEvents GetPolicy WhoAmI",
+		adminA: "Register Claim ExtendLease MarkSucceeded MarkUnknown MarkFailedFinal Lookup ListOperations ReleaseForRetry RecordCheck Escalate Resolve Acknowledge SetNote Approve Reject ListEvents GetPolicy WhoAmI",
 		metrA:  "WhoAmI", // any authenticated caller may ask who it is
 	}
 	for tok, may := range allowed {

@@ -54,6 +54,9 @@ type Service struct {
 	// policy is immutable, and PayloadOptions is on every gRPC Register's
 	// path, where Policy.Action's defensive copy would cost allocations.
 	payloadOpts map[string]canonjson.Options
+	// watch wakes Lookup's long polls when this process decides an
+	// approval (watch.go).
+	watch watchers
 }
 
 // Option configures a Service.
@@ -101,6 +104,10 @@ type Caller struct {
 	Tenant string
 	// Principal is the authenticated name; "" without authentication.
 	Principal string
+	// Roles are the authenticated principal's roles (auth.Role names);
+	// nil without authentication. Decisions that the policy reserves to
+	// some roles (an approval's approvers) check them.
+	Roles []string
 }
 
 // who returns the actor and stated actor of a change: the principal, or
@@ -260,6 +267,11 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 	}
 	c.Payload = stored
 	c.RequestHash, c.HashKeyID, c.HashFor = s.requestHash(act, envelope)
+	// The approval is decided here, once, on the whole payload (before
+	// redaction: a when may read a redacted member); the store records it
+	// on a new row and ignores it for an existing one, so a policy change
+	// never re-opens a decided question.
+	c.Approval, c.ApprovalTimeout = approvalOf(act, canonical, req.Refs, req.Caller, stated)
 	a, err := s.apply(ctx, req.Caller, stated, c)
 	if err != nil {
 		return RegisterResult{}, err

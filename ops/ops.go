@@ -40,6 +40,11 @@ const Usage = `Usage:
                         (end the review of a terminal one, e.g. a duplicate effect:
                         its status never changes)
   opjournal ops release KEY --reason WHY [--actor WHO] [--attempt N]
+  opjournal ops note    KEY TEXT [--actor WHO]
+  opjournal ops approve KEY --hash H --reason WHY [--actor WHO]
+  opjournal ops reject  KEY --hash H --reason WHY [--error-code C] [--actor WHO]
+                        (an operation awaiting approval; H is the request_hash you
+                        checked: ops list --status awaiting_approval, ops show)
 
 With --auth-file on the server, the history records the token's name as the
 actor; --actor is kept beside it as what you say you act for. Without
@@ -62,7 +67,7 @@ func usageErr(format string, args ...any) error {
 type Connect func(ctx context.Context) (pb.JournalServiceClient, func(), error)
 
 // subcommands lists the names, for messages.
-const subcommands = "list, show, resolve, acknowledge, release"
+const subcommands = "list, show, resolve, acknowledge, release, note, approve, reject"
 
 // NewCommand returns the "ops" command with its subcommands (list, show,
 // resolve, acknowledge, release). Each connects with connect; the caller
@@ -99,7 +104,8 @@ authentication --actor is required. The token comes from $OPJOURNAL_TOKEN or
 	}
 	cmd.SuggestionsMinimumDistance = 2
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
-	cmd.AddCommand(listCmd(connect), showCmd(connect), resolveCmd(connect), acknowledgeCmd(connect), releaseCmd(connect), noteCmd(connect))
+	cmd.AddCommand(listCmd(connect), showCmd(connect), resolveCmd(connect), acknowledgeCmd(connect), releaseCmd(connect), noteCmd(connect),
+		approveCmd(connect), rejectCmd(connect))
 	return cmd
 }
 
@@ -181,7 +187,7 @@ func noFiles(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellC
 var statusNames = map[string]pb.Status{
 	"pending": pb.Status_STATUS_PENDING, "in_progress": pb.Status_STATUS_IN_PROGRESS,
 	"unknown": pb.Status_STATUS_UNKNOWN, "succeeded": pb.Status_STATUS_SUCCEEDED,
-	"failed_final": pb.Status_STATUS_FAILED_FINAL,
+	"failed_final": pb.Status_STATUS_FAILED_FINAL, "awaiting_approval": pb.Status_STATUS_AWAITING_APPROVAL,
 }
 
 func listCmd(connect Connect) *cobra.Command {
@@ -203,7 +209,7 @@ given must match), --parent the side effects of an operation.`,
 	o := &listOpts{refs: refFlag{}}
 	fs := c.Flags()
 	fs.BoolVar(&o.all, "all", false, "every operation, not only the review queue")
-	fs.StringVar(&o.statuses, "status", "", "comma-separated statuses: pending, in_progress, unknown, succeeded, failed_final")
+	fs.StringVar(&o.statuses, "status", "", "comma-separated statuses: pending, in_progress, unknown, succeeded, failed_final, awaiting_approval")
 	fs.BoolVar(&o.due, "due", false, "only operations due for a reconciliation check")
 	fs.StringVar(&o.action, "action", "", "only this action")
 	fs.Var(o.refs, "ref", "only operations with this business reference, NAME=VALUE (repeat: all must match)")
@@ -243,7 +249,7 @@ func list(ctx context.Context, c pb.JournalServiceClient, o *listOpts, w io.Writ
 		for _, s := range strings.Split(o.statuses, ",") {
 			st, ok := statusNames[strings.TrimSpace(s)]
 			if !ok {
-				return usageErr("unknown status %q (pending, in_progress, unknown, succeeded, failed_final)", s)
+				return usageErr("unknown status %q (pending, in_progress, unknown, succeeded, failed_final, awaiting_approval)", s)
 			}
 			req.Statuses = append(req.Statuses, st)
 		}
@@ -364,6 +370,12 @@ func show(ctx context.Context, c pb.JournalServiceClient, key string, asJSON boo
 		row("needs_review", "yes: "+o.GetReviewReason())
 	} else if o.GetReviewReason() != "" {
 		row("review_reason", o.GetReviewReason()+" (resolved)")
+	}
+	if a := o.GetApproval(); a != nil {
+		row("approval", approvalSummary(a))
+		for i, d := range a.GetApprovals() {
+			row(fmt.Sprintf("approval %d", i+1), fmt.Sprintf("%s at %s: %s", d.GetPrincipal(), ts(d.GetAt()), d.GetReason()))
+		}
 	}
 	row("created_at", ts(o.GetCreatedAt()))
 	row("updated_at", ts(o.GetUpdatedAt()))
@@ -542,6 +554,92 @@ func setNote(ctx context.Context, c pb.JournalServiceClient, key, note, actor st
 		what = "note cleared"
 	}
 	_, err := fmt.Fprintf(w, "%s %s\n", key, what)
+	return err
+}
+
+// approvalSummary is the approval an operation's policy asked for, in
+// one line: why, who may decide, and until when.
+func approvalSummary(a *pb.Approval) string {
+	parts := []string{"required (" + a.GetRule() + ")", "by " + strings.Join(a.GetApprovers(), " or ")}
+	if a.GetTwoPerson() {
+		parts = append(parts, "two persons")
+	}
+	if a.GetDistinctFromRequester() {
+		parts = append(parts, "not "+a.GetRequestedBy())
+	}
+	if d := ts(a.GetDeadline()); d != "" {
+		parts = append(parts, "until "+d+", then "+a.GetOnTimeout())
+	}
+	return strings.Join(parts, "; ")
+}
+
+func approveCmd(connect Connect) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "approve KEY --hash H --reason WHY [flags]",
+		Short: "approve the exact request of an operation awaiting approval",
+		Long: `Approve the exact request of an operation awaiting approval: --hash is the
+request_hash you checked (ops show prints it); another one is refused
+(PAYLOAD_MISMATCH), so you approve what you saw and nothing else. The
+operation becomes pending and the agent's next call runs it; under
+two_person it waits for a second approval from another person. The approval
+is recorded in the history with you as the actor.`,
+		Example:           `  opjournal ops approve payment:order-900:intent-01 --hash 5112…40ed --reason "amount agreed with the customer"`,
+		Args:              oneKey,
+		ValidArgsFunction: noFiles,
+	}
+	hash := c.Flags().String("hash", "", "the request_hash you checked (required)")
+	actor := c.Flags().String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
+	reason := c.Flags().String("reason", "", "why (required)")
+	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
+		return approve(ctx, jc, &pb.ApproveRequest{OperationKey: args[0], RequestHash: *hash, Actor: *actor, Reason: *reason}, w)
+	})
+}
+
+func approve(ctx context.Context, c pb.JournalServiceClient, req *pb.ApproveRequest, w io.Writer) error {
+	if req.GetRequestHash() == "" || req.GetReason() == "" {
+		return usageErr("--hash and --reason are required: you approve the exact request you checked, and the decision is audited")
+	}
+	res, err := c.Approve(ctx, req)
+	if err != nil {
+		return err
+	}
+	if res.GetReleased() {
+		_, err = fmt.Fprintf(w, "%s approved: now %s\n", req.GetOperationKey(), statusName(res.GetOperation().GetStatus()))
+	} else {
+		_, err = fmt.Fprintf(w, "%s approved (1 of 2): a second person must approve\n", req.GetOperationKey())
+	}
+	return err
+}
+
+func rejectCmd(connect Connect) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "reject KEY --hash H --reason WHY [--error-code C] [flags]",
+		Short: "reject the request of an operation awaiting approval: it ends failed_final",
+		Long: `Reject the request of an operation awaiting approval: it becomes failed_final
+with --error-code (default approval_rejected), and every retry of the agent
+is told so. --hash is the request_hash you checked.`,
+		Example:           `  opjournal ops reject payment:order-900:intent-01 --hash 5112…40ed --reason "not ordered by the customer"`,
+		Args:              oneKey,
+		ValidArgsFunction: noFiles,
+	}
+	hash := c.Flags().String("hash", "", "the request_hash you checked (required)")
+	code := c.Flags().String("error-code", "", "the error code it ends with (default approval_rejected)")
+	actor := c.Flags().String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
+	reason := c.Flags().String("reason", "", "why (required)")
+	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
+		return reject(ctx, jc, &pb.RejectRequest{OperationKey: args[0], RequestHash: *hash, ErrorCode: *code, Actor: *actor, Reason: *reason}, w)
+	})
+}
+
+func reject(ctx context.Context, c pb.JournalServiceClient, req *pb.RejectRequest, w io.Writer) error {
+	if req.GetRequestHash() == "" || req.GetReason() == "" {
+		return usageErr("--hash and --reason are required: you reject the exact request you checked, and the decision is audited")
+	}
+	res, err := c.Reject(ctx, req)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s rejected: now %s (%s)\n", req.GetOperationKey(), statusName(res.GetOperation().GetStatus()), res.GetOperation().GetErrorCode())
 	return err
 }
 

@@ -28,7 +28,7 @@ var (
 	actionFields = []string{
 		"operation_key", "lease_seconds", "retry", "terminal_states",
 		"unknown_after_seconds", "on_unresolved", "retention", "integer_fields", "redact_fields",
-		"reconcile", "max_attempt_seconds", "payload_schema", "refs", "gateway", "provider_link",
+		"reconcile", "max_attempt_seconds", "payload_schema", "refs", "gateway", "provider_link", "approval",
 	}
 	retryFields = []string{"reuse_operation_key", "on_timeout", "provider_dedup_window"}
 	refsFields  = []string{"required", "forbidden"}
@@ -415,7 +415,7 @@ func (p *parser) action(n *yaml.Node, path, name string) *Action {
 	}
 	// The nodes of the two fields compared with each other, if present and
 	// individually valid.
-	var unknownAfterNode, retentionNode, maxAttemptNode, reconcileNode, retryNode, refsNode *yaml.Node
+	var unknownAfterNode, retentionNode, maxAttemptNode, reconcileNode, retryNode, refsNode, approvalNode *yaml.Node
 	unknownAfterValid, retentionValid := true, true
 	maxAttempt := int64(0)
 
@@ -475,6 +475,8 @@ func (p *parser) action(n *yaml.Node, path, name string) *Action {
 			p.refs(v, fpath, &a.Refs)
 		case "gateway":
 			a.Gateway = p.gateway(v, fpath)
+		case "approval":
+			approvalNode = v // checked after the loop, against payload_schema wherever it is written
 		case "provider_link":
 			if tmpl, ok := p.str(v, fpath); ok && p.providerLink(v, fpath, tmpl) {
 				a.ProviderLink = tmpl
@@ -494,6 +496,9 @@ func (p *parser) action(n *yaml.Node, path, name string) *Action {
 	})
 	if !ok {
 		return nil
+	}
+	if approvalNode != nil {
+		a.Approval = p.approval(approvalNode, join(path, "approval"), a.PayloadSchema)
 	}
 	a.MaxAttempt = time.Duration(defaultMaxAttemptLeases*a.LeaseSeconds) * time.Second
 	if maxAttempt > 0 {

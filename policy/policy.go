@@ -120,6 +120,12 @@ type Action struct {
 	// https://dashboard.stripe.com/payments/{external_id}. The console
 	// links to it; "" for none.
 	ProviderLink string `json:",omitempty"`
+	// Approval is when a person must approve a request before any attempt
+	// (approval: when or required, approvers, distinct_from_requester,
+	// two_person, timeout, on_timeout, notify); nil when never. The
+	// journal evaluates it once, at registration, and records the result
+	// on the operation.
+	Approval *ApprovalPolicy `json:",omitempty"`
 }
 
 // Link returns the provider's page for an operation of this action, or

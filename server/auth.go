@@ -42,7 +42,11 @@ func tenantOf(ctx context.Context) string {
 // without authentication. The history records the principal as the actor.
 func callerOf(ctx context.Context) journal.Caller {
 	if p, ok := ctx.Value(principalKey{}).(auth.Principal); ok {
-		return journal.Caller{Tenant: p.Tenant, Principal: p.Name}
+		roles := make([]string, len(p.Roles))
+		for i, r := range p.Roles {
+			roles[i] = string(r)
+		}
+		return journal.Caller{Tenant: p.Tenant, Principal: p.Name, Roles: roles}
 	}
 	return journal.Caller{}
 }

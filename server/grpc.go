@@ -67,7 +67,23 @@ func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (
 		out.Claimed, out.Attempt, out.LeaseUntil, out.RetryAfterSeconds, out.LeaseSeconds = c.claimed, c.attempt, c.leaseUntil, c.retryAfter, c.leaseSeconds
 	}
 	out.Next = nextPB[opjournal.NextStepOf(res.Operation, res.Claim != nil, claimed)]
+	if out.Next == pb.NextStep_NEXT_STEP_AWAIT_APPROVAL {
+		out.RetryAfterSeconds = awaitRetryAfter(res.Operation)
+	}
 	return out, nil
+}
+
+// awaitRetryAfter is the retry-after hint of an operation awaiting
+// approval: at most 30 s (a person may decide any moment, and Lookup's
+// wait_seconds answers at once when they do), less when the deadline comes
+// sooner, at least 1 s. The deadline is the database's; the hint counts
+// on this server's clock, which only makes it a little early or late.
+func awaitRetryAfter(op *opjournal.Operation) int32 {
+	d := 30 * time.Second
+	if a := op.Approval; a != nil && !a.Deadline.IsZero() {
+		d = min(d, time.Until(a.Deadline))
+	}
+	return int32(max(1, journal.RetryAfterSeconds(d)))
 }
 
 // claimAnswer is what a claim tells its caller.
@@ -104,6 +120,7 @@ var nextPB = map[opjournal.NextStep]pb.NextStep{
 	opjournal.NextVerificationRequired: pb.NextStep_NEXT_STEP_VERIFICATION_REQUIRED,
 	opjournal.NextFailedFinal:          pb.NextStep_NEXT_STEP_FAILED_FINAL,
 	opjournal.NextClaim:                pb.NextStep_NEXT_STEP_CLAIM,
+	opjournal.NextAwaitApproval:        pb.NextStep_NEXT_STEP_AWAIT_APPROVAL,
 }
 
 func (s *journalServer) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
@@ -122,9 +139,13 @@ func (s *journalServer) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.Cl
 		return nil, err
 	}
 	c := s.claimFields(res)
-	return &pb.ClaimResponse{Operation: op, Claimed: c.claimed, Attempt: c.attempt, LeaseUntil: c.leaseUntil,
+	out := &pb.ClaimResponse{Operation: op, Claimed: c.claimed, Attempt: c.attempt, LeaseUntil: c.leaseUntil,
 		RetryAfterSeconds: c.retryAfter, LeaseSeconds: c.leaseSeconds,
-		Next: nextPB[opjournal.NextStepOf(res.Operation, true, c.claimed)]}, nil
+		Next: nextPB[opjournal.NextStepOf(res.Operation, true, c.claimed)]}
+	if out.Next == pb.NextStep_NEXT_STEP_AWAIT_APPROVAL {
+		out.RetryAfterSeconds = awaitRetryAfter(res.Operation)
+	}
+	return out, nil
 }
 
 func (s *journalServer) ExtendLease(ctx context.Context, req *pb.ExtendLeaseRequest) (*pb.ExtendLeaseResponse, error) {
@@ -220,7 +241,7 @@ func (s *journalServer) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.
 	if err != nil {
 		return nil, err
 	}
-	op, err := s.svc.Lookup(ctx, tenantOf(ctx), req.GetOperationKey())
+	op, err := s.svc.LookupWait(ctx, tenantOf(ctx), req.GetOperationKey(), time.Duration(req.GetWaitSeconds())*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -335,11 +356,12 @@ func badValue(v *structpb.Value, path string, depth int) (string, string) {
 }
 
 var statusPB = map[opjournal.Status]pb.Status{
-	opjournal.StatusPending:     pb.Status_STATUS_PENDING,
-	opjournal.StatusInProgress:  pb.Status_STATUS_IN_PROGRESS,
-	opjournal.StatusUnknown:     pb.Status_STATUS_UNKNOWN,
-	opjournal.StatusSucceeded:   pb.Status_STATUS_SUCCEEDED,
-	opjournal.StatusFailedFinal: pb.Status_STATUS_FAILED_FINAL,
+	opjournal.StatusPending:          pb.Status_STATUS_PENDING,
+	opjournal.StatusInProgress:       pb.Status_STATUS_IN_PROGRESS,
+	opjournal.StatusUnknown:          pb.Status_STATUS_UNKNOWN,
+	opjournal.StatusSucceeded:        pb.Status_STATUS_SUCCEEDED,
+	opjournal.StatusFailedFinal:      pb.Status_STATUS_FAILED_FINAL,
+	opjournal.StatusAwaitingApproval: pb.Status_STATUS_AWAITING_APPROVAL,
 }
 
 // operationPB converts a record for the wire, every field (the FULL view).
@@ -375,6 +397,7 @@ func operationPBView(op *opjournal.Operation, payload, result bool) (*pb.Operati
 		ParentKey:            op.ParentKey,
 	}
 	out.CheckCount = int32(op.CheckCount)
+	out.Approval = approvalPB(op.Approval)
 	if payload {
 		out.Note = op.Note
 	}
@@ -404,4 +427,22 @@ func operationPBView(op *opjournal.Operation, payload, result bool) (*pb.Operati
 		*j.dst = st
 	}
 	return out, nil
+}
+
+// approvalPB converts an operation's approval for the wire (nil: none was
+// needed). Every view carries it: an agent told to await approval reads
+// what it waits for.
+func approvalPB(a *opjournal.Approval) *pb.Approval {
+	if a == nil {
+		return nil
+	}
+	out := &pb.Approval{Required: a.Required, Approvers: a.Approvers, DistinctFromRequester: a.DistinctFromRequester,
+		TwoPerson: a.TwoPerson, RequestedBy: a.RequestedBy, OnTimeout: a.OnTimeout, Rule: a.Rule}
+	if !a.Deadline.IsZero() {
+		out.Deadline = timestamppb.New(a.Deadline)
+	}
+	for _, d := range a.Approvals {
+		out.Approvals = append(out.Approvals, &pb.ApprovalDecision{Principal: d.Principal, At: timestamppb.New(d.At), Reason: d.Reason})
+	}
+	return out
 }

@@ -331,6 +331,14 @@ func (r *restServer) SetNote(ctx context.Context, req *pb.SetNoteRequest) (*pb.S
 	return call(r, ctx, "SetNote", req, r.inner.SetNote)
 }
 
+func (r *restServer) Approve(ctx context.Context, req *pb.ApproveRequest) (*pb.ApproveResponse, error) {
+	return call(r, ctx, "Approve", req, r.inner.Approve)
+}
+
+func (r *restServer) Reject(ctx context.Context, req *pb.RejectRequest) (*pb.RejectResponse, error) {
+	return call(r, ctx, "Reject", req, r.inner.Reject)
+}
+
 func (r *restServer) ListEvents(ctx context.Context, req *pb.ListEventsRequest) (*pb.ListEventsResponse, error) {
 	return call(r, ctx, "ListEvents", req, r.inner.ListEvents)
 }

@@ -26,6 +26,7 @@ type metrics struct {
 	operations *prometheus.CounterVec
 	rpcs       *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
+	approvals  *approvalMetrics // set by New (the series read the store)
 }
 
 func newMetrics() *metrics {
@@ -91,7 +92,7 @@ func (c *batchCollector) Collect(ch chan<- prometheus.Metric) {
 var mutations = map[string]bool{
 	"Register": true, "Claim": true, "ExtendLease": true, "MarkSucceeded": true, "MarkUnknown": true,
 	"MarkFailedFinal": true, "ReleaseForRetry": true, "RecordCheck": true, "Escalate": true,
-	"Resolve": true, "Acknowledge": true, "SetNote": true,
+	"Resolve": true, "Acknowledge": true, "SetNote": true, "Approve": true, "Reject": true,
 }
 
 // audit logs a successful call of a mutating method: the method, the key,

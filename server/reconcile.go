@@ -15,11 +15,12 @@ import (
 // The reconciler's and operators' RPCs.
 
 var statusFromPB = map[pb.Status]opjournal.Status{
-	pb.Status_STATUS_PENDING:      opjournal.StatusPending,
-	pb.Status_STATUS_IN_PROGRESS:  opjournal.StatusInProgress,
-	pb.Status_STATUS_UNKNOWN:      opjournal.StatusUnknown,
-	pb.Status_STATUS_SUCCEEDED:    opjournal.StatusSucceeded,
-	pb.Status_STATUS_FAILED_FINAL: opjournal.StatusFailedFinal,
+	pb.Status_STATUS_PENDING:           opjournal.StatusPending,
+	pb.Status_STATUS_IN_PROGRESS:       opjournal.StatusInProgress,
+	pb.Status_STATUS_UNKNOWN:           opjournal.StatusUnknown,
+	pb.Status_STATUS_SUCCEEDED:         opjournal.StatusSucceeded,
+	pb.Status_STATUS_FAILED_FINAL:      opjournal.StatusFailedFinal,
+	pb.Status_STATUS_AWAITING_APPROVAL: opjournal.StatusAwaitingApproval,
 }
 
 // fullView reports whether a request asks for payloads and results, def
@@ -153,6 +154,35 @@ func (s *journalServer) SetNote(ctx context.Context, req *pb.SetNoteRequest) (*p
 	}
 	pop, err := operationPB(op)
 	return &pb.SetNoteResponse{Operation: pop}, err
+}
+
+func (s *journalServer) Approve(ctx context.Context, req *pb.ApproveRequest) (*pb.ApproveResponse, error) {
+	res, err := s.svc.Approve(ctx, journal.DecisionRequest{
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), RequestHash: req.GetRequestHash(), Reason: req.GetReason(), Actor: req.GetActor(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	outcome := "approved"
+	if res.Released {
+		outcome = "released"
+	}
+	s.metrics.decision(res.Operation.Action, outcome)
+	pop, err := operationPB(res.Operation)
+	return &pb.ApproveResponse{Operation: pop, Released: res.Released}, err
+}
+
+func (s *journalServer) Reject(ctx context.Context, req *pb.RejectRequest) (*pb.RejectResponse, error) {
+	op, err := s.svc.Reject(ctx, journal.DecisionRequest{
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), RequestHash: req.GetRequestHash(), Reason: req.GetReason(),
+		ErrorCode: req.GetErrorCode(), Actor: req.GetActor(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.decision(op.Action, "rejected")
+	pop, err := operationPB(op)
+	return &pb.RejectResponse{Operation: pop}, err
 }
 
 func (s *journalServer) ListEvents(ctx context.Context, req *pb.ListEventsRequest) (*pb.ListEventsResponse, error) {

@@ -58,6 +58,10 @@ type Config struct {
 	MetricsAddr string
 	// Purge deletes expired operations on an interval (off when zero).
 	Purge PurgeConfig
+	// ApprovalSweep is how often the timeouts of approvals whose deadline
+	// has passed are applied (journal.ExpireApprovals); 0 turns the sweep
+	// off (another server, or the reconciler's host, runs it).
+	ApprovalSweep time.Duration
 	// NoConsole turns the operators' console (/console/) off.
 	NoConsole bool
 	// AllowedHosts are the names, besides localhost and the loopback IP
@@ -115,6 +119,7 @@ func New(svc *journal.Service, cfg Config) *Server {
 	}
 	m := newMetrics()
 	m.registry.MustRegister(newBatchCollector(svc.BatchStats))
+	m.approvals = newApprovalMetrics(m.registry, svc.ApprovalCounts)
 	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m, purgeMetrics: newPurgeMetrics(m.registry), purgeHistory: &purgeHistory{},
 		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}},
 		journal: &journalServer{svc: svc, metrics: m}}
@@ -223,6 +228,9 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 	go s.watchHealth(ctx, hs)
 	if s.cfg.Purge.Interval > 0 {
 		go s.purgeLoop(ctx)
+	}
+	if s.cfg.ApprovalSweep > 0 {
+		go s.approvalSweepLoop(ctx, s.cfg.ApprovalSweep)
 	}
 	if ready != nil {
 		a := Addrs{GRPC: grpcLis.Addr(), HTTP: httpLis.Addr()}

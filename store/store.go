@@ -63,6 +63,15 @@ type Store interface {
 	// operation of action last changed (zero if it has none) and the
 	// database's clock.
 	OldestTerminal(ctx context.Context, action string) (oldest, now time.Time, err error)
+	// DueApprovals returns up to limit operations, of every tenant, that
+	// await approval past their deadline (database clock) and are not yet
+	// under review: the ones ExpireApproval applies to. Oldest deadline
+	// first.
+	DueApprovals(ctx context.Context, limit int) ([]DueApproval, error)
+	// AwaitingApprovals counts the operations awaiting approval per
+	// action, in every tenant, with the oldest one's registration time,
+	// and returns the database's clock.
+	AwaitingApprovals(ctx context.Context) ([]ApprovalCount, time.Time, error)
 	// TryLock takes the named lock that keeps housekeeping (purge) to one
 	// process at a time among all that share the database; ok is false
 	// when another holds it. unlock releases it.
@@ -123,6 +132,19 @@ var verbs = map[protocol.CommandKind]string{
 	protocol.CmdMarkFailedFinal: "mark failed_final", protocol.CmdReleaseForRetry: "release",
 	protocol.CmdRecordCheck: "record check", protocol.CmdEscalate: "escalate", protocol.CmdResolve: "resolve",
 	protocol.CmdAcknowledge: "acknowledge", protocol.CmdSetNote: "set note",
+	protocol.CmdApprove: "approve", protocol.CmdReject: "reject", protocol.CmdExpireApproval: "expire approval",
+}
+
+// DueApproval names one operation whose approval has timed out.
+type DueApproval struct {
+	Tenant, Key string
+}
+
+// ApprovalCount is one action's row of AwaitingApprovals.
+type ApprovalCount struct {
+	Action        string
+	Count         int
+	OldestCreated time.Time
 }
 
 // ListParams filter and page List. Zero values do not filter.

@@ -82,6 +82,7 @@ type options struct {
 	hashKeyFile     string
 	metricsAddr     string
 	purgeInterval   time.Duration
+	approvalSweep   time.Duration
 	purgeBatch      int
 	purgePause      time.Duration
 	allowedHosts    hostList
@@ -165,6 +166,7 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *pflag.Fl
 		fs.Var(&o.allowedHosts, "allowed-hosts", "a host name (or name:port) requests may address besides localhost, 127.0.0.1 and [::1]; repeat or separate with commas. Without --auth-file every other Host (HTTP) or :authority (gRPC) is refused, against DNS rebinding; with --auth-file the check is off unless this is given")
 		fs.StringVar(&o.publicURL, "public-url", "", "the console's external URL (https://journal.example) when a proxy serves it; an https URL makes the console's session cookie Secure")
 		fs.BoolVar(&o.trustProxy, "trust-proxy-headers", false, "trust X-Forwarded-Proto from the proxy in front (https makes the console's cookie Secure); only behind a proxy that sets it, as any client can send it")
+		fs.DurationVar(&o.approvalSweep, "approval-sweep-interval", 5*time.Second, "apply the timeout (on_timeout) of approvals whose deadline has passed this often (0: never; several servers may sweep at once)")
 		fs.DurationVar(&o.purgeInterval, "purge-interval", 10*time.Minute, "delete terminal operations older than their action's retention this often (0: never; with several servers on one database, one purges at a time)")
 	}
 	if serveFlags || name == "purge" {
@@ -193,13 +195,17 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.approvalSweep < 0 {
+		return errors.New("--approval-sweep-interval must not be negative")
+	}
 	if o.purgeInterval < 0 || o.purgeBatch < 1 || o.purgePause < 0 {
 		return errors.New("--purge-interval and --purge-pause must not be negative, --purge-batch must be at least 1")
 	}
 	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
 		MetricsAddr: o.metricsAddr, NoConsole: o.noConsole,
 		AllowedHosts: o.allowedHosts, PublicURL: o.publicURL, TrustProxyHeaders: o.trustProxy,
-		Purge: server.PurgeConfig{Interval: o.purgeInterval, BatchSize: o.purgeBatch, Pause: o.purgePause}}
+		Purge:         server.PurgeConfig{Interval: o.purgeInterval, BatchSize: o.purgeBatch, Pause: o.purgePause},
+		ApprovalSweep: o.approvalSweep}
 	if o.authFile != "" {
 		if cfg.Auth, err = auth.Load(o.authFile); err != nil {
 			return err

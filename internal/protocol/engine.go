@@ -41,6 +41,12 @@ const (
 	CmdResolve         CommandKind = "Resolve"
 	CmdAcknowledge     CommandKind = "Acknowledge"
 	CmdSetNote         CommandKind = "SetNote"
+	// CmdApprove, CmdReject: a person's decision on an operation awaiting
+	// approval; CmdExpireApproval: its deadline passed (the serving
+	// process's sweep applies it).
+	CmdApprove        CommandKind = "Approve"
+	CmdReject         CommandKind = "Reject"
+	CmdExpireApproval CommandKind = "ExpireApproval"
 )
 
 // CommandPolicy is what the action's policy says about a command, resolved
@@ -91,6 +97,13 @@ type Command struct {
 	HashFor func(keyID string) (hash string, ok bool)
 	// Claim asks Register to claim a new operation in the same step.
 	Claim bool
+	// Approval, if not nil, is the approval the action's policy asks of
+	// this request (evaluated once, by the journal): a new operation is
+	// then created awaiting_approval, never claimed. ApprovalTimeout is
+	// how long the question stays open (the deadline is the database
+	// clock plus it).
+	Approval        *opjournal.Approval
+	ApprovalTimeout time.Duration
 	// Refs are the business references (validated; nil for none; the
 	// stores keep them as RefsJSON gives them). ParentKey is the parent
 	// operation's key ("" for none). Both are immutable: a replay must
@@ -119,6 +132,9 @@ type Command struct {
 	Resolution opjournal.Status
 	// SetNote: the operator's note ("" clears it).
 	Note string
+	// Approve and Reject carry the request hash the approver saw in
+	// RequestHash, the reason in Reason and (Reject) the error code in
+	// ErrorCode.
 
 	Policy CommandPolicy
 }
@@ -255,6 +271,20 @@ const (
 	// claimed yet, or the first one was claimed less than Param ago: the
 	// provider still remembers the key (WithinProviderWindow).
 	CondWithinProviderWindow
+	// CondSameHash: the command's request hash is the stored one (the
+	// hash an approver saw).
+	CondSameHash
+	// CondBeforeDeadline: the approval has no deadline, or it has not
+	// passed on the database clock.
+	CondBeforeDeadline
+	// CondFirstOfTwo: the approval needs two persons and none has
+	// approved yet.
+	CondFirstOfTwo
+	// CondNotApprovedByActor: the command's actor is not among the
+	// approvals given so far.
+	CondNotApprovedByActor
+	// CondTimeoutEscalates: the approval's on_timeout is escalate.
+	CondTimeoutEscalates
 	// CondAnd: every one of Sub holds.
 	CondAnd
 	// CondNot: Sub[0] does not hold.
@@ -279,7 +309,7 @@ type ExprKind int
 
 // The kinds of expressions.
 const (
-	// ExprLit is Value (a Status, bool, int, or nil for NULL).
+	// ExprLit is Value (a Status, string, bool, int, or nil for NULL).
 	ExprLit ExprKind = iota + 1
 	// ExprParam is the command's Param.
 	ExprParam
@@ -308,6 +338,9 @@ const (
 	ExprActorOrOwner
 	// ExprKeepOrNow is the field's value, or the clock when it has none.
 	ExprKeepOrNow
+	// ExprAppendApproval is the approval with one more decision: the
+	// actor's, at the clock, with the command's reason.
+	ExprAppendApproval
 )
 
 // Expr is a value a rule writes: data that Apply evaluates and that
@@ -349,6 +382,8 @@ const (
 	FieldDuplicateReports
 	FieldFirstAttemptAt
 	FieldNote
+	FieldApproval
+	FieldApprovalDeadline
 	// The fields only Register sets.
 	FieldAction
 	FieldRequestHash
@@ -389,6 +424,13 @@ const (
 	ParamParentKey
 	ParamProviderWindow
 	ParamNote
+	// ParamApprovalRequired: Register brings an approval (Command.Approval).
+	ParamApprovalRequired
+	ParamApproval
+	ParamApprovalTimeout
+	// ParamReason is the caller's reason (Command.Reason) as a value, for
+	// the rules that store it beside the event (an approval).
+	ParamReason
 )
 
 // ParamType is the type of a Param's value.

@@ -162,6 +162,36 @@ func init() {
 				return "(" + cd.Param.Name() + " = 0 or now < first_attempt_at + " + cd.Param.Name() + ")"
 			},
 		},
+		CondSameHash: {
+			eval: func(_ Cond, op *opjournal.Operation, c *Command, _ time.Time) bool {
+				return op.RequestHash == c.RequestHash
+			},
+			describe: func(Cond) string { return "request_hash = the stored one" },
+		},
+		CondBeforeDeadline: {
+			eval: func(_ Cond, op *opjournal.Operation, _ *Command, now time.Time) bool {
+				return op.Approval == nil || op.Approval.Deadline.IsZero() || op.Approval.Deadline.After(now)
+			},
+			describe: func(Cond) string { return "now < approval_deadline (or none)" },
+		},
+		CondFirstOfTwo: {
+			eval: func(_ Cond, op *opjournal.Operation, _ *Command, _ time.Time) bool {
+				return op.Approval != nil && op.Approval.TwoPerson && len(op.Approval.Approvals) == 0
+			},
+			describe: func(Cond) string { return "two_person and no approval yet" },
+		},
+		CondNotApprovedByActor: {
+			eval: func(_ Cond, op *opjournal.Operation, c *Command, _ time.Time) bool {
+				return !op.Approval.ApprovedBy(c.Actor)
+			},
+			describe: func(Cond) string { return "the actor has not approved yet" },
+		},
+		CondTimeoutEscalates: {
+			eval: func(_ Cond, op *opjournal.Operation, _ *Command, _ time.Time) bool {
+				return op.Approval != nil && op.Approval.OnTimeout == opjournal.ApprovalTimeoutEscalate
+			},
+			describe: func(Cond) string { return "on_timeout escalate" },
+		},
 		CondAnd: {
 			eval: func(cd Cond, op *opjournal.Operation, c *Command, now time.Time) bool {
 				for _, s := range cd.Sub {
@@ -375,6 +405,17 @@ var exprs = [...]exprDef{
 			return now
 		},
 		describe: func(Field, Expr) string { return "now if not yet set" },
+	},
+	ExprAppendApproval: {
+		eval: func(_ Expr, op *opjournal.Operation, _ Field, _ *Rule, c *Command, now time.Time) any {
+			a := op.Approval.Clone()
+			if a == nil {
+				a = &opjournal.Approval{}
+			}
+			a.Approvals = append(a.Approvals, opjournal.ApprovalDecision{Principal: c.Actor, At: now, Reason: c.Reason})
+			return opjournal.ApprovalJSON(a)
+		},
+		describe: func(f Field, _ Expr) string { return f.Column() + " + (actor, now, reason)" },
 	},
 }
 

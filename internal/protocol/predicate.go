@@ -106,6 +106,12 @@ var termColumns = map[string]func(op *opjournal.Operation) value{
 	"needs_review":  func(op *opjournal.Operation) value { return boolValue(op.NeedsReview) },
 	"next_check_at": func(op *opjournal.Operation) value { return timeValue(op.NextCheckAt) },
 	"updated_at":    func(op *opjournal.Operation) value { return timeValue(op.UpdatedAt) },
+	"approval_deadline": func(op *opjournal.Operation) value {
+		if op.Approval == nil {
+			return value{}
+		}
+		return timeValue(op.Approval.Deadline)
+	},
 }
 
 func tColumn(name string) Term {
@@ -186,6 +192,13 @@ var (
 	// person must look at: terminal and not under review. Only a settled
 	// operation is ever purged; any other pins its history.
 	SettledTerm = tAnd(TerminalTerm, tIsFalse("needs_review"))
+
+	// ApprovalDueTerm holds for an operation whose approval has timed out
+	// and is not yet escalated: awaiting approval, not under review, its
+	// deadline at or before the clock (store.Store.DueApprovals; the rules
+	// of ExpireApproval).
+	ApprovalDueTerm = tAnd(tEq(statusColumn, tText(string(opjournal.StatusAwaitingApproval))), tIsFalse("needs_review"),
+		tAtOrBefore(tColumn("approval_deadline"), tNow()))
 
 	// PurgeableTerm holds for an operation a purge may delete (see
 	// Purgeable): settled, and unchanged since the duration argument

@@ -20,9 +20,20 @@ import (
 var table = []*Rule{
 	// Register: the unique key makes it atomic.
 	{
+		Command: CmdRegister, Case: "new, awaiting approval",
+		Doc:      "a new key whose request the action's policy wants a person to approve (evaluated once, here): inserted awaiting_approval with the approval and its deadline; never claimed, with or without a claim asked",
+		Requires: reqs(absent(), approvalAsked()),
+		Sets: []Set{
+			set(FieldStatus, lit(opjournal.StatusAwaitingApproval)), set(FieldAttemptCount, lit(0)),
+			set(FieldApproval, param(ParamApproval)), set(FieldApprovalDeadline, nowPlus(ParamApprovalTimeout)),
+		},
+		Event:   event(fieldAttempt, opjournal.ReasonRegisteredAwaiting, Expr{}),
+		Outcome: Changed,
+	},
+	{
 		Command: CmdRegister, Case: "new, claimed",
 		Doc:      "a new key with a claim: inserted already in progress, attempt 1 (one statement, one commit)",
-		Requires: reqs(absent(), claimAsked()),
+		Requires: reqs(absent(), not(approvalAsked()), claimAsked()),
 		Sets: []Set{
 			set(FieldStatus, lit(opjournal.StatusInProgress)), set(FieldAttemptCount, lit(1)),
 			set(FieldLeaseOwner, param(ParamWorkerID)), set(FieldLeaseUntil, nowPlus(ParamLeaseSeconds)),
@@ -34,7 +45,7 @@ var table = []*Rule{
 	{
 		Command: CmdRegister, Case: "new",
 		Doc:      "a new key: inserted as pending",
-		Requires: reqs(absent(), not(claimAsked())),
+		Requires: reqs(absent(), not(approvalAsked()), not(claimAsked())),
 		Sets:     []Set{set(FieldStatus, lit(opjournal.StatusPending)), set(FieldAttemptCount, lit(0))},
 		Event:    event(fieldAttempt, opjournal.ReasonRegistered, Expr{}),
 		Outcome:  Changed,
@@ -70,7 +81,7 @@ var table = []*Rule{
 	},
 	{
 		Command: CmdClaim, Case: "lost",
-		Doc:     "anything else: claimed = false with the current state (retry_after while another lease is live)",
+		Doc:     "anything else: claimed = false with the current state (retry_after while another lease is live; awaiting_approval answers await_approval)",
 		Outcome: NotClaimed,
 	},
 
@@ -272,6 +283,65 @@ var table = []*Rule{
 		Event:   event(fieldAttempt, opjournal.ReasonNote, Expr{}),
 		Outcome: Changed,
 	},
+
+	// A person's decision on an operation awaiting approval, bound to the
+	// request hash they saw. Who may decide (the recorded approvers' roles,
+	// not the requester) is checked by the journal against the row's
+	// approval, which never changes after registration.
+	{
+		Command: CmdApprove, Case: "first of two",
+		Doc:      "awaiting approval, the hash the approver saw, not past the deadline (or escalated), two_person and no approval yet: the approval is recorded, the operation still waits",
+		Requires: append(approvalOpen(), Requirement{Cond: Cond{Kind: CondFirstOfTwo}}),
+		Sets:     []Set{set(FieldApproval, Expr{Kind: ExprAppendApproval})},
+		Event:    event(fieldAttempt, "", Expr{}, prefixed(opjournal.ReasonApprovedFirstPrefix)),
+		Outcome:  Changed,
+	},
+	{
+		Command: CmdApprove, Case: "release",
+		Doc:      "awaiting approval, the hash the approver saw, not past the deadline (or escalated), and not an approver already: pending (claimable), the review (if any) ends",
+		Requires: append(approvalOpen(), Requirement{Cond: Cond{Kind: CondNotApprovedByActor}, Refuse: refuseSameApprover}),
+		Sets: []Set{
+			set(FieldStatus, lit(opjournal.StatusPending)), set(FieldApproval, Expr{Kind: ExprAppendApproval}),
+			set(FieldNeedsReview, lit(false)),
+		},
+		Event:   event(fieldAttempt, "", Expr{}, prefixed(opjournal.ReasonApprovedPrefix)),
+		Outcome: Changed,
+	},
+	{
+		Command: CmdReject, Case: "reject",
+		Doc:      "awaiting approval, the hash the approver saw, not past the deadline (or escalated): failed_final with the error code (approval_rejected by default); every later Register replays it",
+		Requires: approvalOpen(),
+		Sets: []Set{
+			set(FieldStatus, lit(opjournal.StatusFailedFinal)), set(FieldErrorCode, Expr{Kind: ExprParamOrNull, Param: ParamErrorCode}),
+			set(FieldNeedsReview, lit(false)),
+		},
+		Event:   event(fieldAttempt, "", Expr{}, prefixed(opjournal.ReasonDeniedPrefix)),
+		Outcome: Changed,
+	},
+	{
+		Command: CmdExpireApproval, Case: "reject",
+		Doc:      "awaiting approval past its deadline (database clock), not under review, on_timeout reject: failed_final with error_code approval_timeout",
+		Requires: reqs(status(opjournal.StatusAwaitingApproval), notUnderReview(), not(Cond{Kind: CondBeforeDeadline}), not(Cond{Kind: CondTimeoutEscalates})),
+		Sets: []Set{
+			set(FieldStatus, lit(opjournal.StatusFailedFinal)), set(FieldErrorCode, lit(opjournal.ErrorApprovalTimeout)),
+		},
+		Event:   event(fieldAttempt, opjournal.ReasonApprovalTimedOutPrefix+"rejected", Expr{}),
+		Outcome: Changed,
+	},
+	{
+		Command: CmdExpireApproval, Case: "escalate",
+		Doc: "awaiting approval past its deadline, not under review, on_timeout escalate: needs_review; it stays awaiting_approval until a person approves or rejects it",
+		Requires: []Requirement{
+			{Cond: status(opjournal.StatusAwaitingApproval), Refuse: refuseNotAwaiting},
+			{Cond: notUnderReview(), Refuse: refuseAlreadyEscalated},
+			{Cond: not(Cond{Kind: CondBeforeDeadline}), Refuse: refuseDeadlineNotReached},
+			{Cond: Cond{Kind: CondTimeoutEscalates}},
+		},
+		Sets:         []Set{set(FieldNeedsReview, lit(true)), set(FieldReviewReason, param(ParamReviewReason))},
+		Event:        event(fieldAttempt, opjournal.ReasonApprovalTimedOutPrefix+"escalated to a person", Expr{}),
+		ReviewReason: constReason("the approval timed out: a person must approve or reject it"),
+		Outcome:      Changed,
+	},
 }
 
 // --- building blocks of the table -----------------------------------------
@@ -296,6 +366,7 @@ func notUnderReview() Cond               { return Cond{Kind: CondReview, Want: f
 func flag(p Param) Cond                  { return Cond{Kind: CondFlag, Param: p} }
 func absent() Cond                       { return Cond{Kind: CondAbsent} }
 func claimAsked() Cond                   { return flag(ParamClaim) }
+func approvalAsked() Cond                { return flag(ParamApprovalRequired) }
 func not(c Cond) Cond                    { return Cond{Kind: CondNot, Sub: []Cond{c}} }
 func or(cs ...Cond) Cond                 { return Cond{Kind: CondOr, Sub: cs} }
 func and(cs ...Cond) Cond                { return Cond{Kind: CondAnd, Sub: cs} }
@@ -390,6 +461,18 @@ func resolveGuard(to opjournal.Status) []Requirement {
 	}
 }
 
+// approvalOpen is what every decision on an approval requires: the
+// operation awaits one, the approver saw this very request, and the
+// question is still open (its deadline not passed, or it was escalated to
+// a person by the timeout).
+func approvalOpen() []Requirement {
+	return []Requirement{
+		{Cond: status(opjournal.StatusAwaitingApproval), Refuse: refuseNotAwaiting},
+		{Cond: Cond{Kind: CondSameHash}, Refuse: refuseOtherHash},
+		{Cond: or(Cond{Kind: CondBeforeDeadline}, underReview()), Refuse: refuseDeadlinePassed},
+	}
+}
+
 // notHolder is a STALE_ATTEMPT refusal of the lease holder's commands:
 // why says how the caller lost the lease.
 func notHolder(why func(op *opjournal.Operation, c *Command, now time.Time) string) *RefusalSpec {
@@ -448,6 +531,45 @@ var refuseAcknowledgeOpen = invalidState(func(op *opjournal.Operation, _ *Comman
 
 var refuseNothingToAcknowledge = invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
 	return fmt.Sprintf("operation %q is %s and not under review: there is nothing to acknowledge", op.Key, EffectiveStatus(op, now))
+})
+
+var refuseNotAwaiting = invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
+	st := EffectiveStatus(op, now)
+	switch {
+	case op.Approval == nil:
+		return fmt.Sprintf("operation %q is %s and was registered without an approval: there is nothing to decide", op.Key, st)
+	case st != opjournal.StatusFailedFinal && len(op.Approval.Approvals) > 0:
+		return fmt.Sprintf("operation %q is already approved (it is %s)", op.Key, st)
+	}
+	return fmt.Sprintf("operation %q is %s, not awaiting approval: it was already decided", op.Key, st)
+})
+
+var refuseOtherHash = &RefusalSpec{Code: opjournal.CodePayloadMismatch, Field: "request_hash", Why: func(op *opjournal.Operation, _ *Command, _ time.Time) string {
+	return fmt.Sprintf("is not the request hash of operation %q: the decision is for the exact request you saw; look it up again and decide on what it now shows", op.Key)
+}}
+
+var refuseDeadlinePassed = invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
+	if op.Approval == nil {
+		return fmt.Sprintf("operation %q has no approval to decide", op.Key)
+	}
+	return fmt.Sprintf("the approval of operation %q timed out at %s (database clock, %s ago): it is no longer decided by Approve or Reject but by its on_timeout (%s)",
+		op.Key, op.Approval.Deadline.UTC().Format(time.RFC3339), now.Sub(op.Approval.Deadline).Round(time.Second), op.Approval.OnTimeout)
+})
+
+var refuseSameApprover = invalidState(func(op *opjournal.Operation, c *Command, _ time.Time) string {
+	return fmt.Sprintf("%q has already approved operation %q: two_person needs a second approval from another principal", c.Actor, op.Key)
+})
+
+var refuseAlreadyEscalated = invalidState(func(op *opjournal.Operation, _ *Command, _ time.Time) string {
+	return fmt.Sprintf("the approval of operation %q has already timed out and is under review: a person decides", op.Key)
+})
+
+var refuseDeadlineNotReached = invalidState(func(op *opjournal.Operation, _ *Command, now time.Time) string {
+	if op.Approval == nil || op.Approval.Deadline.IsZero() {
+		return fmt.Sprintf("the approval of operation %q has no deadline", op.Key)
+	}
+	return fmt.Sprintf("the approval of operation %q is open until %s (database clock, %s from now)", op.Key,
+		op.Approval.Deadline.UTC().Format(time.RFC3339), op.Approval.Deadline.Sub(now).Round(time.Second))
 })
 
 var refuseHashKeyGone = &RefusalSpec{Code: opjournal.CodeInvalidState, Field: "payload", Why: func(op *opjournal.Operation, _ *Command, _ time.Time) string {

@@ -75,6 +75,31 @@ var fields = [...]fieldDef{
 		func(op *opjournal.Operation, v any) { op.FirstAttemptAt = asTime(v) }},
 	FieldNote: {"note", func(op *opjournal.Operation) any { return op.Note },
 		func(op *opjournal.Operation, v any) { op.Note = asString(v) }},
+	FieldApproval: {"approval", func(op *opjournal.Operation) any { return opjournal.ApprovalJSON(op.Approval) },
+		func(op *opjournal.Operation, v any) {
+			// The deadline has its own column (FieldApprovalDeadline), so
+			// it survives a new value of the rest.
+			var deadline time.Time
+			if op.Approval != nil {
+				deadline = op.Approval.Deadline
+			}
+			raw, _ := v.(json.RawMessage)
+			a, err := opjournal.ParseApproval(raw, deadline)
+			if err != nil {
+				panic("protocol: approval: " + err.Error()) // written by ApprovalJSON or ExprAppendApproval
+			}
+			op.Approval = a
+		}},
+	FieldApprovalDeadline: {"approval_deadline", func(op *opjournal.Operation) any {
+		if op.Approval == nil {
+			return time.Time{}
+		}
+		return op.Approval.Deadline
+	}, func(op *opjournal.Operation, v any) {
+		if op.Approval != nil { // set after FieldApproval (table.go lists it first)
+			op.Approval.Deadline = asTime(v)
+		}
+	}},
 	FieldAction:      {column: "action_type"},
 	FieldRequestHash: {column: "request_hash"},
 	FieldHashKeyID:   {column: "hash_key_id"},
@@ -156,15 +181,19 @@ var params = [...]paramDef{
 	ParamResolution: {name: "resolution", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string {
 		return string(c.Resolution)
 	}},
-	ParamAction:         {name: "action_type", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.Action }},
-	ParamRequestHash:    {name: "request_hash", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.RequestHash }},
-	ParamHashKeyID:      {name: "hash_key_id", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.HashKeyID }},
-	ParamPayload:        {name: "payload", json: func(c *Command) json.RawMessage { return c.Payload }},
-	ParamClaim:          {name: "claim", bool: func(c *Command) bool { return c.Claim }},
-	ParamRefs:           {name: "refs", json: func(c *Command) json.RawMessage { return opjournal.RefsJSON(c.Refs) }},
-	ParamParentKey:      {name: "parent_key", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.ParentKey }},
-	ParamProviderWindow: {name: "provider_dedup_window", duration: func(c *Command) time.Duration { return c.Policy.ProviderWindow }},
-	ParamNote:           {name: "note", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.Note }},
+	ParamAction:           {name: "action_type", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.Action }},
+	ParamRequestHash:      {name: "request_hash", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.RequestHash }},
+	ParamHashKeyID:        {name: "hash_key_id", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.HashKeyID }},
+	ParamPayload:          {name: "payload", json: func(c *Command) json.RawMessage { return c.Payload }},
+	ParamClaim:            {name: "claim", bool: func(c *Command) bool { return c.Claim }},
+	ParamRefs:             {name: "refs", json: func(c *Command) json.RawMessage { return opjournal.RefsJSON(c.Refs) }},
+	ParamParentKey:        {name: "parent_key", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.ParentKey }},
+	ParamProviderWindow:   {name: "provider_dedup_window", duration: func(c *Command) time.Duration { return c.Policy.ProviderWindow }},
+	ParamNote:             {name: "note", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.Note }},
+	ParamApprovalRequired: {name: "approval_required", bool: func(c *Command) bool { return c.Approval != nil }},
+	ParamApproval:         {name: "approval", json: func(c *Command) json.RawMessage { return opjournal.ApprovalJSON(c.Approval) }},
+	ParamApprovalTimeout:  {name: "approval_timeout", duration: func(c *Command) time.Duration { return c.ApprovalTimeout }},
+	ParamReason:           {name: "reason", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.Reason }},
 }
 
 func (p Param) def() *paramDef {

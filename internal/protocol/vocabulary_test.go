@@ -20,7 +20,7 @@ func TestEveryFieldAndParamHasItsRow(t *testing.T) {
 	if len(fields) != int(FieldParentKey)+1 {
 		t.Errorf("%d field rows for %d fields", len(fields)-1, FieldParentKey)
 	}
-	for p := ParamWorkerID; p <= ParamNote; p++ {
+	for p := ParamWorkerID; p <= ParamReason; p++ {
 		d := p.def()
 		n := 0
 		for _, set := range []bool{d.text != nil, d.int != nil, d.bool != nil, d.duration != nil, d.json != nil} {
@@ -32,8 +32,8 @@ func TestEveryFieldAndParamHasItsRow(t *testing.T) {
 			t.Errorf("parameter %d (%s): %d accessors, want 1", p, p.Name(), n)
 		}
 	}
-	if len(params) != int(ParamNote)+1 {
-		t.Errorf("%d parameter rows for %d parameters", len(params)-1, ParamNote)
+	if len(params) != int(ParamReason)+1 {
+		t.Errorf("%d parameter rows for %d parameters", len(params)-1, ParamReason)
 	}
 }
 
@@ -66,7 +66,7 @@ func TestEveryKindHasARow(t *testing.T) {
 	if got, want := len(CondKinds()), int(CondOr); got != want {
 		t.Errorf("%d condition kinds have a row, want %d", got, want)
 	}
-	if got, want := len(ExprKinds()), int(ExprKeepOrNow); got != want {
+	if got, want := len(ExprKinds()), int(ExprAppendApproval); got != want {
 		t.Errorf("%d expression kinds have a row, want %d", got, want)
 	}
 }

@@ -383,18 +383,28 @@ type scanned struct {
 func scanOp(row pgx.Row, extra ...any) (scanned, error) {
 	var (
 		op                                                                     opjournal.Operation
-		payload, result, refs                                                  *string
+		payload, result, refs, approval                                        *string
 		status                                                                 string
 		leaseUntil, unknownSince, lastCheck, nextCheck, attStart, firstAttempt *time.Time
+		deadline                                                               *time.Time
 		dbNow                                                                  time.Time
 	)
 	err := row.Scan(append(extra, &payload, &result, &op.Note, &op.Tenant, &op.Key, &op.Action, &op.RequestHash, &status,
 		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &op.DuplicateExternalIDs, &op.DuplicateReports,
 		&op.ErrorCode, &op.NeedsReview, &op.ReviewReason, &op.CreatedAt, &op.UpdatedAt,
 		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &attStart, &op.HashKeyID,
-		&refs, &op.ParentKey, &firstAttempt, &dbNow)...)
+		&refs, &op.ParentKey, &firstAttempt, &approval, &deadline, &dbNow)...)
 	if err != nil {
 		return scanned{}, err
+	}
+	if approval != nil {
+		var d time.Time
+		if deadline != nil {
+			d = deadline.UTC()
+		}
+		if op.Approval, err = opjournal.ParseApproval([]byte(*approval), d); err != nil {
+			return scanned{}, fmt.Errorf("approval: %w", err)
+		}
 	}
 	if refs != nil {
 		if op.Refs, err = opjournal.ParseRefs([]byte(*refs)); err != nil {
@@ -532,7 +542,11 @@ func init() {
 func insertRules() (claimed, plain *protocol.Rule) {
 	var inserting []*protocol.Rule
 	for _, r := range protocol.Rules(protocol.CmdRegister) {
-		if r.Outcome == protocol.Changed && requires(r, protocol.CondAbsent) {
+		// A Register with an approval is never batched (register sends it
+		// alone): the batched insert is for the two rules a command
+		// without one can take.
+		if r.Outcome == protocol.Changed && requires(r, protocol.CondAbsent) &&
+			(paramsHold(r, &protocol.Command{Kind: protocol.CmdRegister}) || paramsHold(r, &protocol.Command{Kind: protocol.CmdRegister, Claim: true})) {
 			inserting = append(inserting, r)
 		}
 	}
@@ -698,7 +712,9 @@ func (s *Store) Apply(ctx context.Context, tenant string, c *protocol.Command) (
 // directly as in_progress with attempt 1: one statement, one commit. The
 // statement is shared with concurrent calls (batch.go).
 func (s *Store) register(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
-	if s.registers == nil {
+	// A Register that needs approval is rare (a person decides it) and has
+	// a rule of its own, which the batched insert does not render.
+	if s.registers == nil || c.Approval != nil {
 		return s.registerOne(ctx, tenant, c)
 	}
 	if s.registers.tryAlone() {
@@ -755,7 +771,8 @@ func (s *Store) registerOne(ctx context.Context, tenant string, c *protocol.Comm
 
 // registered is the result of a Register that inserted the row.
 func registered(c *protocol.Command, sc scanned) store.Applied {
-	return store.Applied{Operation: sc.op, Created: true, Claimed: c.Claim}
+	// A new key that needs approval is inserted awaiting it, never claimed.
+	return store.Applied{Operation: sc.op, Created: true, Claimed: c.Claim && sc.op.Raw() == opjournal.StatusInProgress}
 }
 
 // registerExisting answers a Register whose key exists: the table decides

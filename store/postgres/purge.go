@@ -143,3 +143,58 @@ func (s *Store) OldestTerminal(ctx context.Context, action string) (oldest, now 
 }
 
 // TryLock is in lock.go.
+
+// DueApprovals lists the operations whose approval has timed out
+// (protocol.ApprovalDueTerm), of every tenant, oldest deadline first,
+// through operations_approval_due_idx.
+func (s *Store) DueApprovals(ctx context.Context, limit int) ([]store.DueApproval, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT tenant, operation_key FROM operations
+		WHERE status = 'awaiting_approval' AND `+approvalDue+` ORDER BY approval_deadline LIMIT $2`, s.clockArg(), limit)
+	if err != nil {
+		return nil, classify("due approvals", err)
+	}
+	defer rows.Close()
+	var out []store.DueApproval
+	for rows.Next() {
+		var d store.DueApproval
+		if err := rows.Scan(&d.Tenant, &d.Key); err != nil {
+			return nil, classify("due approvals", err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify("due approvals", err)
+	}
+	return out, nil
+}
+
+// AwaitingApprovals counts the operations awaiting approval per action,
+// through operations_approval_due_idx (only they are in it).
+func (s *Store) AwaitingApprovals(ctx context.Context) ([]store.ApprovalCount, time.Time, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT `+clock, s.clockArg()).Scan(&now); err != nil {
+		return nil, time.Time{}, classify("awaiting approvals", err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT action_type, count(*), min(created_at) FROM operations
+		WHERE status = 'awaiting_approval' GROUP BY 1 ORDER BY 1`)
+	if err != nil {
+		return nil, time.Time{}, classify("awaiting approvals", err)
+	}
+	defer rows.Close()
+	var out []store.ApprovalCount
+	for rows.Next() {
+		var r store.ApprovalCount
+		if err := rows.Scan(&r.Action, &r.Count, &r.OldestCreated); err != nil {
+			return nil, time.Time{}, classify("awaiting approvals", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, classify("awaiting approvals", err)
+	}
+	return out, now, nil
+}

@@ -52,6 +52,8 @@ var (
 	effectiveUnknownSince = protocol.EffectiveUnknownSinceTerm.SQL(dialect)
 	// terminal matches rows in a terminal status.
 	terminal = protocol.TerminalTerm.SQL(dialect)
+	// approvalDue matches operations whose approval has timed out.
+	approvalDue = protocol.ApprovalDueTerm.SQL(dialect)
 )
 
 // restColumns, after payload, result and note, is the row every query
@@ -67,7 +69,7 @@ var (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	` + effectiveUnknownSince + `,
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, ` + clock
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, ` + clock
 )
 
 // statement is a rule rendered as SQL, and the parameters it takes after
@@ -220,6 +222,21 @@ var condSQL = map[protocol.CondKind]func(r *renderer, c protocol.Cond) string{
 	protocol.CondResolution: func(r *renderer, c protocol.Cond) string {
 		return "(" + r.param(protocol.ParamResolution) + " = '" + string(c.Status) + "')"
 	},
+	protocol.CondSameHash: func(r *renderer, _ protocol.Cond) string {
+		return "(request_hash = " + r.param(protocol.ParamRequestHash) + ")"
+	},
+	protocol.CondBeforeDeadline: func(*renderer, protocol.Cond) string {
+		return "(approval_deadline IS NULL OR approval_deadline > " + clock + ")"
+	},
+	protocol.CondFirstOfTwo: func(*renderer, protocol.Cond) string {
+		return "(coalesce((approval->>'two_person')::boolean, false) AND coalesce(jsonb_array_length(approval->'approvals'), 0) = 0)"
+	},
+	protocol.CondNotApprovedByActor: func(r *renderer, _ protocol.Cond) string {
+		return "(NOT (coalesce(approval->'approvals', '[]'::jsonb) @> jsonb_build_array(jsonb_build_object('principal', " + r.param(protocol.ParamActor) + "))))"
+	},
+	protocol.CondTimeoutEscalates: func(*renderer, protocol.Cond) string {
+		return "(coalesce(approval->>'on_timeout', '') = '" + opjournal.ApprovalTimeoutEscalate + "')"
+	},
 }
 
 // exprSQL renders each kind of expression, the value assigned to field
@@ -235,6 +252,8 @@ var exprSQL = map[protocol.ExprKind]func(r *renderer, col string, e protocol.Exp
 			return strconv.FormatBool(v)
 		case int:
 			return strconv.Itoa(v)
+		case string:
+			return "'" + strings.ReplaceAll(v, "'", "''") + "'"
 		}
 		panic(fmt.Sprintf("postgres: literal %T", e.Value))
 	},
@@ -266,6 +285,10 @@ var exprSQL = map[protocol.ExprKind]func(r *renderer, col string, e protocol.Exp
 		return "coalesce(nullif(" + r.param(protocol.ParamActor) + ", ''), lease_owner, '')"
 	},
 	protocol.ExprKeepOrNow: func(_ *renderer, col string, _ protocol.Expr) string { return "coalesce(" + col + ", " + clock + ")" },
+	protocol.ExprAppendApproval: func(r *renderer, col string, _ protocol.Expr) string {
+		return "jsonb_set(" + col + ", '{approvals}', coalesce(" + col + "->'approvals', '[]'::jsonb) || jsonb_build_array(jsonb_build_object('principal', " +
+			r.param(protocol.ParamActor) + ", 'at', " + clock + ", 'reason', " + r.param(protocol.ParamReason) + ")))"
+	},
 }
 
 // cond renders a condition. The combinations are rendered here, not in

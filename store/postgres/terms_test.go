@@ -23,7 +23,8 @@ func TestTermsAgreeWithGo(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	if _, err := s.pool.Exec(ctx, `CREATE TABLE term_rows (operation_key text PRIMARY KEY, status text NOT NULL,
-		lease_until timestamptz, unknown_since timestamptz, needs_review boolean NOT NULL, next_check_at timestamptz, updated_at timestamptz NOT NULL)`); err != nil {
+		lease_until timestamptz, unknown_since timestamptz, needs_review boolean NOT NULL, next_check_at timestamptz, updated_at timestamptz NOT NULL,
+		approval_deadline timestamptz)`); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -37,8 +38,12 @@ func TestTermsAgreeWithGo(t *testing.T) {
 	}
 	for _, op := range rows {
 		byKey[op.Key] = op
-		if _, err := s.pool.Exec(ctx, `INSERT INTO term_rows VALUES ($1, $2, $3, $4, $5, $6, $7)`, op.Key, string(op.Status),
-			null(op.LeaseUntil), null(op.UnknownSince), op.NeedsReview, null(op.NextCheckAt), null(op.UpdatedAt)); err != nil {
+		var deadline time.Time
+		if op.Approval != nil {
+			deadline = op.Approval.Deadline
+		}
+		if _, err := s.pool.Exec(ctx, `INSERT INTO term_rows VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, op.Key, string(op.Status),
+			null(op.LeaseUntil), null(op.UnknownSince), op.NeedsReview, null(op.NextCheckAt), null(op.UpdatedAt), null(deadline)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -199,7 +199,7 @@ const (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	` + effectiveUnknownSince + `,
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs, coalesce(parent_key, ''), first_attempt_at, ` + nowSQL
+	refs, coalesce(parent_key, ''), first_attempt_at, approval, approval_deadline, ` + nowSQL
 )
 
 // The write path's statements, by name: bench/sqlitedrivers runs the same
@@ -216,15 +216,15 @@ const (
 			lease_until = ?7, external_id = ?8, result = ?9, error_code = ?10, needs_review = ?11, review_reason = ?12,
 			unknown_since = ?13, check_count = ?14, last_checked_at = ?15, next_check_at = ?16, attempt_started_at = ?17,
 			duplicate_external_ids = ?18, duplicate_reports = ?19, updated_at = ?20, first_attempt_at = ?21,
-			note = ?22
+			note = ?22, approval = ?23, approval_deadline = ?24
 			WHERE tenant = ?2 AND operation_key = ?3`
 	// insertSQL writes a new row: updateSQL's arguments, then the fields
 	// fixed at registration.
 	insertSQL = `INSERT INTO operations (tenant, operation_key, status, attempt_count, lease_owner,
 		lease_until, external_id, result, error_code, needs_review, review_reason, unknown_since, check_count,
 		last_checked_at, next_check_at, attempt_started_at, duplicate_external_ids, duplicate_reports, updated_at,
-		first_attempt_at, note, action_type, request_hash, hash_key_id, payload, created_at, refs, parent_key)
-		VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)`
+		first_attempt_at, note, approval, approval_deadline, action_type, request_hash, hash_key_id, payload, created_at, refs, parent_key)
+		VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)`
 	// insertRefSQL writes one business reference of a new row.
 	insertRefSQL = `INSERT INTO operation_refs (tenant, operation_key, name, value) VALUES (?1, ?2, ?3, ?4)`
 	// insertEventSQL writes one history row.
@@ -243,9 +243,10 @@ type rowScanner interface{ Scan(dest ...any) error }
 func scanOp(row rowScanner) (scanned, error) {
 	var (
 		op                                                                     opjournal.Operation
-		payload, result, refs                                                  sql.NullString
+		payload, result, refs, approval                                        sql.NullString
 		status, dups                                                           string
 		leaseUntil, unknownSince, lastCheck, nextCheck, attStart, firstAttempt sql.NullInt64
+		deadline                                                               sql.NullInt64
 		needsReview                                                            int
 		createdAt, updatedAt, dbNow                                            int64
 	)
@@ -253,9 +254,18 @@ func scanOp(row rowScanner) (scanned, error) {
 		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &dups, &op.DuplicateReports,
 		&op.ErrorCode, &needsReview, &op.ReviewReason, &createdAt, &updatedAt,
 		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &attStart, &op.HashKeyID,
-		&refs, &op.ParentKey, &firstAttempt, &dbNow)
+		&refs, &op.ParentKey, &firstAttempt, &approval, &deadline, &dbNow)
 	if err != nil {
 		return scanned{}, err
+	}
+	if approval.Valid {
+		var d time.Time
+		if deadline.Valid {
+			d = ms(deadline.Int64)
+		}
+		if op.Approval, err = opjournal.ParseApproval([]byte(approval.String), d); err != nil {
+			return scanned{}, fmt.Errorf("approval: %w", err)
+		}
 	}
 	if refs.Valid {
 		if op.Refs, err = opjournal.ParseRefs([]byte(refs.String)); err != nil {
@@ -394,7 +404,9 @@ func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *protocol.C
 	}
 	switch {
 	case c.Kind == protocol.CmdClaim || (c.Kind == protocol.CmdRegister && !found && c.Claim):
-		res.claimed = d.Rule.Outcome == protocol.Changed
+		// A new key that needs approval is inserted awaiting it: its
+		// Register changes the row but claims nothing.
+		res.claimed = d.Rule.Outcome == protocol.Changed && d.Op.Raw() == opjournal.StatusInProgress
 		if !res.claimed {
 			res.retryFor = store.RetryAfter(d.Op, dbNow)
 		}
@@ -428,7 +440,10 @@ func (s *Store) write(ctx context.Context, tx *wtx, op *opjournal.Operation, ins
 		nullText(op.ExternalID), result, nullText(op.ErrorCode), boolInt(op.NeedsReview), nullText(op.ReviewReason),
 		nullTime(op.UnknownSince), op.CheckCount, nullTime(op.LastCheckedAt), nullTime(op.NextCheckAt),
 		nullTime(op.AttemptStartedAt), string(dups), op.DuplicateReports, op.UpdatedAt.UnixMilli(), nullTime(op.FirstAttemptAt),
-		nullText(op.Note)}
+		nullText(op.Note), nil, nil}
+	if a := op.Approval; a != nil {
+		args[len(args)-2], args[len(args)-1] = string(opjournal.ApprovalJSON(a)), nullTime(a.Deadline)
+	}
 	if !insert {
 		_, err = tx.ExecContext(ctx, updateSQL, args...)
 		if err != nil {
@@ -737,6 +752,59 @@ func classify(what string, err error) error {
 		return &opjournal.Error{Code: opjournal.CodeUnavailable, Message: "database unavailable during " + what, Err: err}
 	}
 	return &opjournal.Error{Code: opjournal.CodeInternal, Message: "database error during " + what, Err: err}
+}
+
+// DueApprovals lists the operations whose approval has timed out
+// (protocol.ApprovalDueTerm), of every tenant, oldest deadline first,
+// through operations_approval_due_idx.
+func (s *Store) DueApprovals(ctx context.Context, limit int) ([]store.DueApproval, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT tenant, operation_key FROM operations
+		WHERE status = 'awaiting_approval' AND `+approvalDue+` ORDER BY approval_deadline LIMIT ?2`, s.clockArg(), limit)
+	if err != nil {
+		return nil, classify("due approvals", err)
+	}
+	defer rows.Close()
+	var out []store.DueApproval
+	for rows.Next() {
+		var d store.DueApproval
+		if err := rows.Scan(&d.Tenant, &d.Key); err != nil {
+			return nil, classify("due approvals", err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify("due approvals", err)
+	}
+	return out, nil
+}
+
+// AwaitingApprovals counts the operations awaiting approval per action,
+// through operations_approval_due_idx (only they are in it).
+func (s *Store) AwaitingApprovals(ctx context.Context) ([]store.ApprovalCount, time.Time, error) {
+	var now int64
+	if err := s.db.QueryRowContext(ctx, clockSQL, s.clockArg()).Scan(&now); err != nil {
+		return nil, time.Time{}, classify("awaiting approvals", err)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT action_type, count(*), min(created_at) FROM operations
+		WHERE status = 'awaiting_approval' GROUP BY 1 ORDER BY 1`)
+	if err != nil {
+		return nil, time.Time{}, classify("awaiting approvals", err)
+	}
+	defer rows.Close()
+	var out []store.ApprovalCount
+	for rows.Next() {
+		var r store.ApprovalCount
+		var oldest int64
+		if err := rows.Scan(&r.Action, &r.Count, &oldest); err != nil {
+			return nil, time.Time{}, classify("awaiting approvals", err)
+		}
+		r.OldestCreated = ms(oldest)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, classify("awaiting approvals", err)
+	}
+	return out, ms(now), nil
 }
 
 // purgeable matches the rows protocol.Purgeable allows (?2: the action,

@@ -19,4 +19,6 @@ const (
 	terminal = `status IN ('succeeded', 'failed_final')`
 	// purgeableTerm is protocol.PurgeableTerm.
 	purgeableTerm = `(status IN ('succeeded', 'failed_final') AND needs_review = 0 AND updated_at <= coalesce(?1, CAST(unixepoch('subsec') * 1000 AS INTEGER)) - ?3)`
+	// approvalDue is protocol.ApprovalDueTerm.
+	approvalDue = `(status = 'awaiting_approval' AND needs_review = 0 AND approval_deadline <= coalesce(?1, CAST(unixepoch('subsec') * 1000 AS INTEGER)))`
 )

@@ -52,6 +52,7 @@ var sqliteTerms = []struct {
 	{"checkDue", "CheckDueTerm", protocol.CheckDueTerm.SQL(dialect)},
 	{"terminal", "TerminalTerm", protocol.TerminalTerm.SQL(dialect)},
 	{"purgeableTerm", "PurgeableTerm", protocol.PurgeableTerm.SQL(dialect)},
+	{"approvalDue", "ApprovalDueTerm", protocol.ApprovalDueTerm.SQL(dialect)},
 }
 
 // TestTermsFile: terms.go is the shared terms as SQLite renders them
@@ -84,7 +85,8 @@ func TestTermsAgreeWithGo(t *testing.T) {
 	}
 	t.Cleanup(func() { db.Close() })
 	if _, err := db.Exec(`CREATE TABLE term_rows (operation_key TEXT PRIMARY KEY, status TEXT NOT NULL,
-		lease_until INTEGER, unknown_since INTEGER, needs_review INTEGER NOT NULL, next_check_at INTEGER, updated_at INTEGER NOT NULL)`); err != nil {
+		lease_until INTEGER, unknown_since INTEGER, needs_review INTEGER NOT NULL, next_check_at INTEGER, updated_at INTEGER NOT NULL,
+		approval_deadline INTEGER)`); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -92,8 +94,12 @@ func TestTermsAgreeWithGo(t *testing.T) {
 	byKey := map[string]*opjournal.Operation{}
 	for _, op := range rows {
 		byKey[op.Key] = op
-		if _, err := db.Exec(`INSERT INTO term_rows VALUES (?, ?, ?, ?, ?, ?, ?)`, op.Key, string(op.Status),
-			nullTime(op.LeaseUntil), nullTime(op.UnknownSince), op.NeedsReview, nullTime(op.NextCheckAt), nullTime(op.UpdatedAt)); err != nil {
+		var deadline time.Time
+		if op.Approval != nil {
+			deadline = op.Approval.Deadline
+		}
+		if _, err := db.Exec(`INSERT INTO term_rows VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, op.Key, string(op.Status),
+			nullTime(op.LeaseUntil), nullTime(op.UnknownSince), op.NeedsReview, nullTime(op.NextCheckAt), nullTime(op.UpdatedAt), nullTime(deadline)); err != nil {
 			t.Fatal(err)
 		}
 	}

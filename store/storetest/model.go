@@ -116,7 +116,8 @@ func DrawCommand(rt *rapid.T, key string) *protocol.Command {
 	kinds := []protocol.CommandKind{protocol.CmdRegister, protocol.CmdRegister, protocol.CmdClaim, protocol.CmdClaim,
 		protocol.CmdExtendLease, protocol.CmdMarkSucceeded, protocol.CmdMarkSucceeded, protocol.CmdMarkUnknown,
 		protocol.CmdMarkFailedFinal, protocol.CmdReleaseForRetry, protocol.CmdRecordCheck, protocol.CmdEscalate,
-		protocol.CmdResolve, protocol.CmdAcknowledge, protocol.CmdSetNote}
+		protocol.CmdResolve, protocol.CmdAcknowledge, protocol.CmdSetNote,
+		protocol.CmdApprove, protocol.CmdApprove, protocol.CmdReject, protocol.CmdExpireApproval}
 	c := &protocol.Command{Kind: rapid.SampledFrom(kinds).Draw(rt, "kind"), Key: key,
 		Actor: rapid.SampledFrom([]string{"", "p1"}).Draw(rt, "actor")}
 	c.StatedActor = rapid.SampledFrom([]string{"", "said"}).Draw(rt, "stated")
@@ -129,6 +130,12 @@ func DrawCommand(rt *rapid.T, key string) *protocol.Command {
 		c.RequestHash = rapid.SampledFrom([]string{"h1", "h1", "h2"}).Draw(rt, "hash")
 		c.Refs = rapid.SampledFrom([]map[string]string{nil, nil, {"order_id": "817"}, {"order_id": "818"}}).Draw(rt, "refs")
 		c.ParentKey = rapid.SampledFrom([]string{"", "", "p"}).Draw(rt, "parent")
+		if rapid.IntRange(0, 2).Draw(rt, "approval?") == 0 {
+			c.Approval = &opjournal.Approval{Required: true, Approvers: []string{"operator"}, RequestedBy: "agent",
+				TwoPerson: rapid.Bool().Draw(rt, "two person"), Rule: "required",
+				OnTimeout: rapid.SampledFrom([]string{opjournal.ApprovalTimeoutReject, opjournal.ApprovalTimeoutEscalate}).Draw(rt, "on timeout")}
+			c.ApprovalTimeout = secs("approval timeout", 1, 60)
+		}
 		if c.Claim = rapid.Bool().Draw(rt, "claim"); c.Claim {
 			c.WorkerID = rapid.SampledFrom([]string{"w1", "w2"}).Draw(rt, "worker")
 			c.LeaseSeconds = rapid.IntRange(1, 20).Draw(rt, "lease")
@@ -163,6 +170,13 @@ func DrawCommand(rt *rapid.T, key string) *protocol.Command {
 		c.Reason = "a person looks"
 	case protocol.CmdSetNote:
 		c.Note = rapid.SampledFrom([]string{"", "asked the provider", "two\nlines"}).Draw(rt, "note")
+	case protocol.CmdApprove, protocol.CmdReject:
+		c.Actor = rapid.SampledFrom([]string{"p1", "p2", "p3"}).Draw(rt, "approver")
+		c.RequestHash = rapid.SampledFrom([]string{"h1", "h1", "h2"}).Draw(rt, "seen hash")
+		c.Reason = "looked at it"
+		if c.Kind == protocol.CmdReject {
+			c.ErrorCode = rapid.SampledFrom([]string{opjournal.ErrorApprovalRejected, "too_much"}).Draw(rt, "error code")
+		}
 	case protocol.CmdResolve:
 		c.Reason = "seen at the provider"
 		c.Resolution = rapid.SampledFrom([]opjournal.Status{opjournal.StatusSucceeded, opjournal.StatusFailedFinal}).Draw(rt, "resolution")
@@ -266,7 +280,7 @@ func (m *model) apply(ops map[string]*opjournal.Operation, events map[string][]o
 	switch c.Kind {
 	case protocol.CmdRegister:
 		a.created = d.Rule.Outcome == protocol.Changed
-		a.claimed = a.created && c.Claim
+		a.claimed = a.created && c.Claim && d.Op.Raw() == opjournal.StatusInProgress
 		if !a.created && c.Claim {
 			cc := *c
 			cc.Kind = protocol.CmdClaim
@@ -472,6 +486,20 @@ func asError(err error) *opjournal.Error {
 	return e
 }
 
+// approvalText is an approval in words that compare (times in UTC
+// milliseconds), "" for none.
+func approvalText(a *opjournal.Approval) string {
+	if a == nil {
+		return ""
+	}
+	s := fmt.Sprintf("%v %v %v %v %q %q %q deadline %s", a.Required, a.Approvers, a.DistinctFromRequester, a.TwoPerson, a.RequestedBy,
+		a.OnTimeout, a.Rule, fmtTime(a.Deadline))
+	for _, d := range a.Approvals {
+		s += fmt.Sprintf("; %q at %s: %q", d.Principal, fmtTime(d.At), d.Reason)
+	}
+	return s
+}
+
 // diffOps compares two operations field by field ("" if equal).
 func diffOps(want, got *opjournal.Operation) string {
 	if want == nil || got == nil {
@@ -520,6 +548,7 @@ func diffOps(want, got *opjournal.Operation) string {
 	cmp("refs", want.Refs, got.Refs)
 	cmp("parent_key", want.ParentKey, got.ParentKey)
 	cmp("note", want.Note, got.Note)
+	cmp("approval", approvalText(want.Approval), approvalText(got.Approval))
 	return strings.Join(d, "; ")
 }
 

@@ -29,6 +29,7 @@ var SharedTerms = []SharedTerm{
 	{"terminal", protocol.TerminalTerm},
 	{"settled", protocol.SettledTerm},
 	{"purgeable", protocol.PurgeableTerm},
+	{"approval due", protocol.ApprovalDueTerm},
 }
 
 // TermArgs are the duration arguments of SharedTerms.
@@ -43,7 +44,7 @@ var TermArgs = map[string]time.Duration{protocol.RetentionArg: TermRetention}
 func TermRows(now time.Time) []*opjournal.Operation {
 	var rows []*opjournal.Operation
 	statuses := []opjournal.Status{opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown,
-		opjournal.StatusSucceeded, opjournal.StatusFailedFinal}
+		opjournal.StatusSucceeded, opjournal.StatusFailedFinal, opjournal.StatusAwaitingApproval}
 	for _, st := range statuses {
 		leases := []time.Time{{}}
 		if st == opjournal.StatusInProgress {
@@ -54,10 +55,18 @@ func TermRows(now time.Time) []*opjournal.Operation {
 				for _, next := range []time.Time{{}, now.Add(-time.Second), now.Add(time.Second)} {
 					for _, since := range []time.Time{{}, now.Add(-time.Minute)} {
 						for _, updated := range []time.Time{now.Add(-2 * TermRetention), now.Add(-TermRetention), now} {
-							rows = append(rows, &opjournal.Operation{
+							op := &opjournal.Operation{
 								Key: fmt.Sprintf("%s-%d", st, len(rows)), Status: st, LeaseUntil: lease, NeedsReview: review,
 								NextCheckAt: next, UnknownSince: since, UpdatedAt: updated,
-							})
+							}
+							// An approval's deadline before, at and after
+							// now, told apart by the next check's cases.
+							if st == opjournal.StatusAwaitingApproval && !next.IsZero() {
+								op.Approval = &opjournal.Approval{Required: true, Deadline: next}
+							} else if st == opjournal.StatusAwaitingApproval && since.IsZero() {
+								op.Approval = &opjournal.Approval{Required: true, Deadline: now}
+							}
+							rows = append(rows, op)
 						}
 					}
 				}

@@ -19,7 +19,7 @@ const (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= ` + nowSQL + `) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs, coalesce(parent_key, ''), first_attempt_at, ` + nowSQL
+	refs, coalesce(parent_key, ''), first_attempt_at, approval, approval_deadline, ` + nowSQL
 )
 
 // The store's write-path statements (see store/sqlite/sqlite.go).
@@ -33,14 +33,14 @@ const (
 			lease_until = ?7, external_id = ?8, result = ?9, error_code = ?10, needs_review = ?11, review_reason = ?12,
 			unknown_since = ?13, check_count = ?14, last_checked_at = ?15, next_check_at = ?16, attempt_started_at = ?17,
 			duplicate_external_ids = ?18, duplicate_reports = ?19, updated_at = ?20, first_attempt_at = ?21,
-			note = ?22
+			note = ?22, approval = ?23, approval_deadline = ?24
 			WHERE tenant = ?2 AND operation_key = ?3`
 	// InsertSQL writes a new row.
 	InsertSQL = `INSERT INTO operations (tenant, operation_key, status, attempt_count, lease_owner,
 		lease_until, external_id, result, error_code, needs_review, review_reason, unknown_since, check_count,
 		last_checked_at, next_check_at, attempt_started_at, duplicate_external_ids, duplicate_reports, updated_at,
-		first_attempt_at, note, action_type, request_hash, hash_key_id, payload, created_at, refs, parent_key)
-		VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)`
+		first_attempt_at, note, approval, approval_deadline, action_type, request_hash, hash_key_id, payload, created_at, refs, parent_key)
+		VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)`
 	// InsertEventSQL writes one history row.
 	InsertEventSQL = `INSERT INTO operation_events
 		(tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)

@@ -68,12 +68,13 @@ type DB interface {
 // row holds what the store's scanOp scans, with the same Go types, so
 // that each driver converts the same values.
 type row struct {
-	payload, result, refs                                                  sql.NullString
+	payload, result, refs, approval                                        sql.NullString
 	note                                                                   string
 	tenant, key, action, hash, status, owner, extID, dups, errCode, reason string
 	hashKey, parent                                                        string
 	attempts, dupReports, checks                                           int
 	leaseUntil, unknownSince, lastCheck, nextCheck, attStart, firstAttempt sql.NullInt64
+	deadline                                                               sql.NullInt64
 	needsReview                                                            int
 	createdAt, updatedAt, dbNow                                            int64
 }
@@ -83,7 +84,7 @@ func (r *row) dest() []any {
 		&r.attempts, &r.owner, &r.leaseUntil, &r.extID, &r.dups, &r.dupReports,
 		&r.errCode, &r.needsReview, &r.reason, &r.createdAt, &r.updatedAt,
 		&r.unknownSince, &r.checks, &r.lastCheck, &r.nextCheck, &r.attStart, &r.hashKey,
-		&r.refs, &r.parent, &r.firstAttempt, &r.dbNow}
+		&r.refs, &r.parent, &r.firstAttempt, &r.approval, &r.deadline, &r.dbNow}
 }
 
 // Payload is the benchmarks' payload, the one store/sqlite's BenchmarkFused
@@ -109,7 +110,7 @@ func Register(tx Tx, key string) error {
 	// The arguments as store.write builds them: ?1 the clock, then the
 	// row's fields, then the fields fixed at registration.
 	if err := tx.Exec(InsertSQL, nil, "", key, "in_progress", 1, "w", lease, nil, nil, nil, 0, nil,
-		nil, 0, nil, nil, now, "[]", 0, now, now, nil,
+		nil, 0, nil, nil, now, "[]", 0, now, now, nil, nil, nil,
 		"create_payment", "h", "", Payload, now, nil, nil); err != nil {
 		return fmt.Errorf("insert %s: %w", key, err)
 	}
@@ -120,7 +121,7 @@ func Register(tx Tx, key string) error {
 }
 
 // MarkSucceeded is the store's MarkSucceeded of the current attempt: read
-// the row (all 29 columns), update every field, write the event.
+// the row (all 31 columns), update every field, write the event.
 func MarkSucceeded(tx Tx, key string) error {
 	var r row
 	found, err := tx.QueryRow(GetSQL, []any{nil, "", key}, r.dest()...)
@@ -132,7 +133,7 @@ func MarkSucceeded(tx Tx, key string) error {
 	}
 	now := r.dbNow
 	if err := tx.Exec(UpdateSQL, nil, "", key, "succeeded", r.attempts, nil, nil, "x", `{"ok":true}`, nil, 0, nil,
-		nil, r.checks, nil, nil, r.attStart.Int64, r.dups, r.dupReports, now, r.firstAttempt.Int64, nil); err != nil {
+		nil, r.checks, nil, nil, r.attStart.Int64, r.dups, r.dupReports, now, r.firstAttempt.Int64, nil, nil, nil); err != nil {
 		return fmt.Errorf("update %s: %w", key, err)
 	}
 	if err := tx.Exec(InsertEventSQL, "", key, now, "in_progress", "succeeded", 1, "w", "", "succeeded", "x"); err != nil {

@@ -492,6 +492,12 @@ export interface components {
         };
         /** @description ApproveRequest approves an operation awaiting approval. */
         ApproveRequest: {
+            /**
+             * @description Who the caller says decides, 1–200 visible ASCII characters: required
+             *     without authentication (it is then the approver, as Resolve's actor),
+             *     recorded as stated_actor with it (the principal is the approver).
+             */
+            actor?: string;
             /** @description The operation. */
             operation_key?: string;
             /** @description Why (required, ≤ 200 characters, no secrets), for the history. */
@@ -1084,6 +1090,8 @@ export interface components {
         };
         /** @description RejectRequest rejects an operation awaiting approval. */
         RejectRequest: {
+            /** @description Who the caller says decides, as in ApproveRequest.actor. */
+            actor?: string;
             /**
              * @description The error code the operation ends with (≤ 100 characters; default
              *     "approval_rejected").

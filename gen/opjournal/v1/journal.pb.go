@@ -2818,7 +2818,11 @@ type ApproveRequest struct {
 	// one is PAYLOAD_MISMATCH.
 	RequestHash string `protobuf:"bytes,2,opt,name=request_hash,json=requestHash,proto3" json:"request_hash,omitempty"`
 	// Why (required, ≤ 200 characters, no secrets), for the history.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who the caller says decides, 1–200 visible ASCII characters: required
+	// without authentication (it is then the approver, as Resolve's actor),
+	// recorded as stated_actor with it (the principal is the approver).
+	Actor         string `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2870,6 +2874,13 @@ func (x *ApproveRequest) GetRequestHash() string {
 func (x *ApproveRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *ApproveRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
 	}
 	return ""
 }
@@ -2941,7 +2952,9 @@ type RejectRequest struct {
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The error code the operation ends with (≤ 100 characters; default
 	// "approval_rejected").
-	ErrorCode     string `protobuf:"bytes,4,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorCode string `protobuf:"bytes,4,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// Who the caller says decides, as in ApproveRequest.actor.
+	Actor         string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3000,6 +3013,13 @@ func (x *RejectRequest) GetReason() string {
 func (x *RejectRequest) GetErrorCode() string {
 	if x != nil {
 		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *RejectRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
 	}
 	return ""
 }
@@ -3733,20 +3753,22 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"L\n" +
 	"\x13AcknowledgeResponse\x125\n" +
-	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"p\n" +
+	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"\x86\x01\n" +
 	"\x0eApproveRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12!\n" +
 	"\frequest_hash\x18\x02 \x01(\tR\vrequestHash\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"d\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\x04 \x01(\tR\x05actor\"d\n" +
 	"\x0fApproveResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\x12\x1a\n" +
-	"\breleased\x18\x02 \x01(\bR\breleased\"\x8e\x01\n" +
+	"\breleased\x18\x02 \x01(\bR\breleased\"\xa4\x01\n" +
 	"\rRejectRequest\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12!\n" +
 	"\frequest_hash\x18\x02 \x01(\tR\vrequestHash\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x04 \x01(\tR\terrorCode\"G\n" +
+	"error_code\x18\x04 \x01(\tR\terrorCode\x12\x14\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor\"G\n" +
 	"\x0eRejectResponse\x125\n" +
 	"\toperation\x18\x01 \x01(\v2\x17.opjournal.v1.OperationR\toperation\"_\n" +
 	"\x0eSetNoteRequest\x12#\n" +

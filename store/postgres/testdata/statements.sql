@@ -19,6 +19,26 @@ SELECT ((status = 'unknown' OR (status = 'in_progress' AND lease_until <= coales
 -- name: predicate: purgeable
 SELECT action_type = $2 AND (status IN ('succeeded', 'failed_final') AND NOT needs_review AND updated_at <= coalesce($1::timestamptz, now()) - make_interval(secs => $3::float8));
 
+-- name: Register: new, awaiting approval
+-- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, approval, approval_timeout, actor, stated_actor, event_reason
+WITH ins AS (
+		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, created_at, updated_at, status, attempt_count, approval, approval_deadline)
+		VALUES ($2, $3, $4::text, $5::text, $6::text, $7::json, $8::json::jsonb, nullif($9::text, ''), coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), 'awaiting_approval', 0, $10::json, (coalesce($1::timestamptz, now()) + make_interval(secs => $11::float8)))
+		ON CONFLICT (tenant, operation_key) DO NOTHING
+		RETURNING *
+	), ev AS (
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($12::text, ''), lease_owner, ''), $13::text, $14::text, NULL
+		FROM ins
+	)
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
+	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
+	needs_review, coalesce(review_reason, ''), created_at, updated_at,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
+	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM ins;
+
 -- name: Register: new, claimed
 -- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, worker_id, lease_seconds, actor, stated_actor, event_reason
 WITH ins AS (
@@ -37,7 +57,7 @@ WITH ins AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM ins;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM ins;
 
 -- name: Register: new
 -- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, actor, stated_actor, event_reason
@@ -57,7 +77,7 @@ WITH ins AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM ins;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM ins;
 
 -- name: Claim: win
 -- params: worker_id, lease_seconds, retry_after_unknown, provider_dedup_window, actor, stated_actor, event_reason
@@ -87,7 +107,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: ExtendLease: extend
 -- params: lease_seconds, max_attempt, attempt, actor, stated_actor, event_reason
@@ -109,7 +129,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: confirm
 -- params: external_id, result, attempt, actor, stated_actor, event_reason
@@ -136,7 +156,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: effect after failed_final
 -- params: review_reason, external_id, attempt, actor, stated_actor, event_reason
@@ -163,7 +183,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: duplicate effect
 -- params: review_reason, external_id, attempt, actor, stated_actor, event_reason
@@ -191,7 +211,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: another duplicate
 -- params: external_id, attempt, actor, stated_actor, event_reason
@@ -218,7 +238,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: repeated report
 -- params: attempt, external_id
@@ -241,7 +261,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkUnknown: mark
 -- params: error_code, attempt, actor, stated_actor, event_reason
@@ -266,7 +286,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkFailedFinal: mark
 -- params: error_code, result, attempt, actor, stated_actor, event_reason
@@ -292,7 +312,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: ReleaseForRetry: release
 -- params: attempt, definitive_absence, release_after, actor, stated_actor, event_reason
@@ -317,7 +337,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: RecordCheck: check
 -- params: next_check_after, attempt, actor, stated_actor, event_reason
@@ -344,7 +364,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Escalate: escalate
 -- params: review_reason, actor, stated_actor, event_reason
@@ -367,7 +387,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Resolve: as succeeded
 -- params: external_id, result, resolution, actor, stated_actor, event_reason
@@ -395,7 +415,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Resolve: as failed_final
 -- params: error_code, resolution, actor, stated_actor, event_reason
@@ -423,7 +443,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Acknowledge: acknowledge
 -- params: actor, stated_actor, event_reason
@@ -445,7 +465,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: SetNote: note
 -- params: note, actor, stated_actor, event_reason
@@ -467,7 +487,125 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+
+-- name: Approve: first of two
+-- params: actor, reason, request_hash, stated_actor, event_reason
+WITH upd AS (
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+		       approval = jsonb_set(approval, '{approvals}', coalesce(approval->'approvals', '[]'::jsonb) || jsonb_build_array(jsonb_build_object('principal', $4::text, 'at', coalesce($1::timestamptz, now()), 'reason', $5::text))),
+		       updated_at = coalesce($1::timestamptz, now())
+		WHERE tenant = $2 AND operation_key = $3
+		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND (request_hash = $6::text) AND ((approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) OR needs_review) AND (coalesce((approval->>'two_person')::boolean, false) AND coalesce(jsonb_array_length(approval->'approvals'), 0) = 0), false)
+		RETURNING *
+	), ev AS (
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($4::text, ''), lease_owner, ''), $7::text, $8::text, NULL
+		FROM upd
+	)
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
+	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
+	needs_review, coalesce(review_reason, ''), created_at, updated_at,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
+	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+
+-- name: Approve: release
+-- params: actor, reason, request_hash, stated_actor, event_reason
+WITH upd AS (
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+		       status = 'pending',
+		       approval = jsonb_set(approval, '{approvals}', coalesce(approval->'approvals', '[]'::jsonb) || jsonb_build_array(jsonb_build_object('principal', $4::text, 'at', coalesce($1::timestamptz, now()), 'reason', $5::text))),
+		       needs_review = false,
+		       updated_at = coalesce($1::timestamptz, now())
+		WHERE tenant = $2 AND operation_key = $3
+		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND (request_hash = $6::text) AND ((approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) OR needs_review) AND (NOT (coalesce(approval->'approvals', '[]'::jsonb) @> jsonb_build_array(jsonb_build_object('principal', $4::text)))), false)
+		  AND NOT coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND (request_hash = $6::text) AND ((approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) OR needs_review) AND (coalesce((approval->>'two_person')::boolean, false) AND coalesce(jsonb_array_length(approval->'approvals'), 0) = 0), false)
+		RETURNING *
+	), ev AS (
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($4::text, ''), lease_owner, ''), $7::text, $8::text, NULL
+		FROM upd
+	)
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
+	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
+	needs_review, coalesce(review_reason, ''), created_at, updated_at,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
+	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+
+-- name: Reject: reject
+-- params: error_code, request_hash, actor, stated_actor, event_reason
+WITH upd AS (
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+		       status = 'failed_final',
+		       error_code = nullif($4::text, ''),
+		       needs_review = false,
+		       updated_at = coalesce($1::timestamptz, now())
+		WHERE tenant = $2 AND operation_key = $3
+		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND (request_hash = $5::text) AND ((approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) OR needs_review), false)
+		RETURNING *
+	), ev AS (
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
+		FROM upd
+	)
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
+	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
+	needs_review, coalesce(review_reason, ''), created_at, updated_at,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
+	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+
+-- name: ExpireApproval: reject
+-- params: actor, stated_actor, event_reason
+WITH upd AS (
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+		       status = 'failed_final',
+		       error_code = 'approval_timeout',
+		       updated_at = coalesce($1::timestamptz, now())
+		WHERE tenant = $2 AND operation_key = $3
+		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND NOT needs_review AND NOT (approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) AND NOT (coalesce(approval->>'on_timeout', '') = 'escalate'), false)
+		RETURNING *
+	), ev AS (
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($4::text, ''), lease_owner, ''), $5::text, $6::text, NULL
+		FROM upd
+	)
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
+	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
+	needs_review, coalesce(review_reason, ''), created_at, updated_at,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
+	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+
+-- name: ExpireApproval: escalate
+-- params: review_reason, actor, stated_actor, event_reason
+WITH upd AS (
+		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+		       needs_review = true,
+		       review_reason = $4::text,
+		       updated_at = coalesce($1::timestamptz, now())
+		WHERE tenant = $2 AND operation_key = $3
+		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND NOT needs_review AND NOT (approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) AND (coalesce(approval->>'on_timeout', '') = 'escalate'), false)
+		  AND NOT coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND NOT needs_review AND NOT (approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) AND NOT (coalesce(approval->>'on_timeout', '') = 'escalate'), false)
+		RETURNING *
+	), ev AS (
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, NULL
+		FROM upd
+	)
+	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
+	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
+	nullif(duplicate_external_ids, '{}'), duplicate_reports, coalesce(error_code, ''),
+	needs_review, coalesce(review_reason, ''), created_at, updated_at,
+	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
+	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: batched Register: new, claimed | new
 -- params: claim, action_type, request_hash, hash_key_id, payload, refs, parent_key, worker_id, lease_seconds, actor, stated_actor, event_reason
@@ -490,7 +628,7 @@ WITH i AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM ins
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM ins
 	UNION ALL
 	SELECT true, payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
@@ -498,7 +636,7 @@ WITH i AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM operations
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM operations
 	WHERE (tenant, operation_key) IN (SELECT in_tenant, in_key FROM i);
 
 -- name: batched Claim: win
@@ -533,7 +671,7 @@ WITH i AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: batched MarkSucceeded: confirm
 -- params: external_id, result, attempt, actor, stated_actor, event_reason
@@ -564,4 +702,4 @@ WITH i AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;

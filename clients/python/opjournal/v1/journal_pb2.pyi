@@ -78,14 +78,16 @@ class ApprovalDecision(_message.Message):
     def __init__(self, principal: _Optional[str] = ..., at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ApproveRequest(_message.Message):
-    __slots__ = ["operation_key", "reason", "request_hash"]
+    __slots__ = ["actor", "operation_key", "reason", "request_hash"]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
+    actor: str
     operation_key: str
     reason: str
     request_hash: str
-    def __init__(self, operation_key: _Optional[str] = ..., request_hash: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, operation_key: _Optional[str] = ..., request_hash: _Optional[str] = ..., reason: _Optional[str] = ..., actor: _Optional[str] = ...) -> None: ...
 
 class ApproveResponse(_message.Message):
     __slots__ = ["operation", "released"]
@@ -469,16 +471,18 @@ class RegisterResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., created: bool = ..., claimed: bool = ..., attempt: _Optional[int] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., retry_after_seconds: _Optional[int] = ..., next: _Optional[_Union[NextStep, str]] = ..., lease_seconds: _Optional[int] = ...) -> None: ...
 
 class RejectRequest(_message.Message):
-    __slots__ = ["error_code", "operation_key", "reason", "request_hash"]
+    __slots__ = ["actor", "error_code", "operation_key", "reason", "request_hash"]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     OPERATION_KEY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     REQUEST_HASH_FIELD_NUMBER: _ClassVar[int]
+    actor: str
     error_code: str
     operation_key: str
     reason: str
     request_hash: str
-    def __init__(self, operation_key: _Optional[str] = ..., request_hash: _Optional[str] = ..., reason: _Optional[str] = ..., error_code: _Optional[str] = ...) -> None: ...
+    def __init__(self, operation_key: _Optional[str] = ..., request_hash: _Optional[str] = ..., reason: _Optional[str] = ..., error_code: _Optional[str] = ..., actor: _Optional[str] = ...) -> None: ...
 
 class RejectResponse(_message.Message):
     __slots__ = ["operation"]

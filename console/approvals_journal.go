@@ -14,9 +14,11 @@ import (
 
 // statusAwaitingApproval is the status of an operation a person must
 // approve before any attempt.
-const statusAwaitingApproval = opjournal.Status("awaiting_approval")
+const statusAwaitingApproval = opjournal.StatusAwaitingApproval
 
-// approvalState is what the console shows of an operation's approval.
+// approvalState is what the console shows of an operation's approval:
+// opjournal.Approval without its pointer, so that a page reads the fields
+// of an operation that needs none (the zero value) too.
 type approvalState struct {
 	Required              bool
 	Approvers             []string
@@ -32,20 +34,32 @@ type approvalState struct {
 // approvalStateOf returns op's approval (the zero value when none was
 // required).
 func approvalStateOf(op *opjournal.Operation) approvalState {
-	_ = op
-	return approvalState{}
+	a := op.Approval
+	if a == nil {
+		return approvalState{}
+	}
+	st := approvalState{Required: a.Required, Approvers: a.Approvers, DistinctFromRequester: a.DistinctFromRequester, TwoPerson: a.TwoPerson,
+		RequestedBy: a.RequestedBy, Deadline: a.Deadline, OnTimeout: a.OnTimeout, Rule: a.Rule}
+	for _, d := range a.Approvals {
+		st.Given = append(st.Given, givenApproval{Principal: d.Principal, At: d.At, Reason: d.Reason})
+	}
+	return st
 }
 
-// approveAs approves key's request hash as caller; released says whether
-// this approval made the operation pending.
+// approveAs approves key's request hash as caller (the journal checks the
+// hash, the caller's roles against the approval's approvers, the
+// requester and two_person) and returns the operation after it: pending
+// once released, still awaiting after the first of two.
 func (c *Console) approveAs(ctx context.Context, caller journal.Caller, key, hash, reason string) (*opjournal.Operation, error) {
-	_, _, _, _, _ = ctx, caller, key, hash, reason
-	return nil, opjournal.Errorf(opjournal.CodeInternal, "", "approvals are not in this journal")
+	res, err := c.svc.Approve(ctx, journal.DecisionRequest{Caller: caller, Key: key, RequestHash: hash, Reason: reason, Actor: statedActor})
+	if err != nil {
+		return nil, err
+	}
+	return res.Operation, nil
 }
 
 // rejectAs rejects key's request hash as caller with errorCode ("" for
-// the journal's default).
+// the journal's default, approval_rejected).
 func (c *Console) rejectAs(ctx context.Context, caller journal.Caller, key, hash, reason, errorCode string) (*opjournal.Operation, error) {
-	_, _, _, _, _, _ = ctx, caller, key, hash, reason, errorCode
-	return nil, opjournal.Errorf(opjournal.CodeInternal, "", "approvals are not in this journal")
+	return c.svc.Reject(ctx, journal.DecisionRequest{Caller: caller, Key: key, RequestHash: hash, Reason: reason, ErrorCode: errorCode, Actor: statedActor})
 }

@@ -217,7 +217,17 @@ type session struct {
 
 // caller is the journal caller the session acts as.
 func (s *session) caller() journal.Caller {
-	return journal.Caller{Tenant: s.Principal.Tenant, Principal: s.Principal.Name}
+	c := journal.Caller{Tenant: s.Principal.Tenant, Principal: s.Principal.Name}
+	if !s.Local {
+		// The journal checks roles where the policy reserves a decision
+		// to some (an approval's approvers), as the API's callers are
+		// checked; the local admin, like the API without
+		// authentication, has none to check.
+		for _, r := range s.Principal.Roles {
+			c.Roles = append(c.Roles, string(r))
+		}
+	}
+	return c
 }
 
 // mayDecide reports whether the session may call the decision method.

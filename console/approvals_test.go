@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -313,7 +314,7 @@ func TestBulkIsForRejectionsOnly(t *testing.T) {
 	clk.Advance(time.Second)
 	b2 := e.awaiting("agent-a", "pay-2", "big_payment", bigPayment)
 	clk.Advance(time.Second)
-	keep := e.awaiting("agent-a", "pay-keep", "big_payment", bigPayment)
+	e.awaiting("agent-a", "pay-keep", "big_payment", bigPayment)
 	b := e.browser()
 	_, csrf := b.signIn(operA)
 	sel := url.Values{"csrf": {csrf}, "verdict": {"reject"}, "reason": {"duplicate requests from a looping agent"}, "step": {"review"},
@@ -356,8 +357,51 @@ func TestBulkIsForRejectionsOnly(t *testing.T) {
 			t.Fatalf("%s after the bulk rejection: %s, want %s", k, got.Status, want)
 		}
 	}
-	_ = keep
 	if res := b.post("/console/approvals/reject", url.Values{"csrf": {csrf}, "verdict": {"reject"}, "reason": {"x"}, "op": {"no-hash"}}); res.status != http.StatusBadRequest {
 		t.Fatalf("a selection without hash: %d", res.status)
+	}
+}
+
+func TestConcurrentDecisionsOnOneApprovalTakeOneEffect(t *testing.T) {
+	e, _ := newApprovalEnv(t)
+	op := e.awaiting("agent-a", "pay-1", "big_payment", bigPayment)
+	type person struct {
+		b    *browser
+		csrf string
+	}
+	var people []person
+	for _, tok := range []string{operA, operA2, adminA} {
+		b := e.browser()
+		_, csrf := b.signIn(tok)
+		people = append(people, person{b, csrf})
+	}
+	statuses := make(chan int, len(people))
+	var wg sync.WaitGroup
+	for i, p := range people {
+		verdict := "approve"
+		if i == 1 {
+			verdict = "reject"
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := p.b.post("/console/decide", url.Values{"csrf": {p.csrf}, "key": {"pay-1"}, "verdict": {verdict}, "request_hash": {op.RequestHash},
+				"reason": {"decided at the same time"}, "step": {"apply"}})
+			statuses <- res.status
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	won := 0
+	for s := range statuses {
+		if s == http.StatusSeeOther {
+			won++
+		} else if s < 400 || s >= 500 {
+			t.Fatalf("a losing decision answered %d", s)
+		}
+	}
+	got := e.op("team-a", "pay-1")
+	if won != 1 || len(e.audits) != 1 || (got.Status != opjournal.StatusPending && got.Status != opjournal.StatusFailedFinal) {
+		t.Fatalf("%d decisions won, audits %q, status %s: want exactly one", won, e.audits, got.Status)
 	}
 }

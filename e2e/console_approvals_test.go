@@ -183,4 +183,16 @@ func TestConsoleApprovalsInABrowser(t *testing.T) {
 	if op := lookup(t, ctx, agent, forge.OperationKey); op.Status != pb.Status_STATUS_AWAITING_APPROVAL {
 		t.Fatalf("the forged form changed it: %s", op.Status)
 	}
+
+	// At 200% zoom (640 CSS pixels) the queue and an awaiting operation's
+	// page do not scroll sideways.
+	run(t, b, "zooming to 200%", chromedp.EmulateViewport(640, 900))
+	for _, path := range []string{"approvals?refresh=off", "operation?key=" + forge.OperationKey} {
+		run(t, b, "opening "+path, chromedp.Navigate(base+path), chromedp.WaitVisible(chromedp.CSS("main")))
+		if over := value(t, b, "measuring "+path, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > document.documentElement.clientWidth`)); over {
+			width := value(t, b, "measuring", chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
+			t.Fatalf("%s scrolls sideways at 200%% zoom: %d CSS pixels wide in 640", path, width)
+		}
+	}
+	run(t, b, "back to 100%", chromedp.ResetViewport())
 }

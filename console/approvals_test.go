@@ -86,6 +86,14 @@ func TestApprovalsQueueListsOldestFirst(t *testing.T) {
 	if strings.Contains(p.body, "4242424242424242") || strings.Contains(p.body, "pay-small") {
 		t.Fatal("the queue shows a card number or an operation that needs no approval")
 	}
+	// The other pages know the status too: the overview counts it, the
+	// queues filter by it.
+	if ov := b.get("/console/overview"); ov.status != http.StatusOK || !strings.Contains(ov.body, "awaiting_approval") {
+		t.Fatalf("the overview does not count awaiting_approval: %d", ov.status)
+	}
+	if q := b.get("/console/queues?queue=all&status=awaiting_approval&refresh=off"); q.status != http.StatusOK || !strings.Contains(q.body, "wire-b") || strings.Contains(q.body, "pay-small") {
+		t.Fatalf("the queues filtered by awaiting_approval: %d", q.status)
+	}
 	if only := b.get("/console/approvals?refresh=off&action=wire_transfer"); strings.Join(rowsOf(only.body), " ") != "wire-b" {
 		t.Fatalf("filtered by action: %v", rowsOf(only.body))
 	}
@@ -135,6 +143,17 @@ func TestApprovalsAreForOperatorsAndAdminsOnly(t *testing.T) {
 	bb.signIn(operB)
 	if p := bb.get("/console/approvals"); p.status != http.StatusOK || strings.Contains(p.body, "pay-secret") {
 		t.Fatalf("team-b's approvals: %d, shows team-a: %v", p.status, strings.Contains(p.body, "pay-secret"))
+	}
+	bcsrf := csrfOf(t, bb.get("/console/queues"))
+	for _, verdict := range []string{"approve", "reject"} {
+		if res := bb.post("/console/decide", url.Values{"csrf": {bcsrf}, "key": {"pay-secret"}, "verdict": {verdict}, "request_hash": {op.RequestHash},
+			"reason": {"x"}, "step": {"apply"}}); res.status != http.StatusNotFound {
+			t.Fatalf("team-b's %s of team-a's operation: %d", verdict, res.status)
+		}
+	}
+	if res := bb.post("/console/approvals/reject", url.Values{"csrf": {bcsrf}, "verdict": {"reject"}, "reason": {"x"}, "step": {"apply"},
+		"op": {"pay-secret " + op.RequestHash}}); !strings.Contains(res.body, `<strong id="decided">0</strong>`) {
+		t.Fatalf("team-b's bulk rejection of team-a's operation: %d %.400s", res.status, res.body)
 	}
 	if got := e.op("team-a", "pay-secret"); got.Status != opjournal.StatusAwaitingApproval {
 		t.Fatalf("a refused principal changed it: %s", got.Status)

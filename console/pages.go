@@ -69,7 +69,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request, s *session) {
 	tallies := tally(counts)
 	data := map[string]any{
 		"Filter": f, "Queues": queues, "Tallies": tallies, "Actions": c.svc.Policy().Names(),
-		"Statuses": []opjournal.Status{opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown, opjournal.StatusSucceeded, opjournal.StatusFailedFinal},
+		"Statuses": []opjournal.Status{opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown, opjournal.StatusSucceeded, opjournal.StatusFailedFinal, opjournal.StatusAwaitingApproval},
 	}
 	q, _ := queueByID(f.Queue)
 	data["Current"] = q
@@ -279,7 +279,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	decisions := seriesOf(activity, since, now, wd.Bucket, decisionKinds)
 	data := map[string]any{
 		"Rows": rows, "Totals": totals, "Window": win, "WindowLabel": wd.Label, "Windows": []string{"24h", "7d"},
-		"Statuses":      []opjournal.Status{opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown, opjournal.StatusSucceeded, opjournal.StatusFailedFinal},
+		"Statuses":      []opjournal.Status{opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown, opjournal.StatusSucceeded, opjournal.StatusFailedFinal, opjournal.StatusAwaitingApproval},
 		"UnknownChart":  barChart("New unknown outcomes", unknowns, wd.Bucket),
 		"DecisionChart": barChart("Reconciler and operator decisions", decisions, wd.Bucket),
 		"Unknowns":      unknowns, "Decisions": decisions,

@@ -178,6 +178,8 @@ func New(cfg Config) (*Console, error) {
 	m.HandleFunc("GET "+Prefix+"bulk", c.signedIn(c.bulkForm))
 	m.HandleFunc("POST "+Prefix+"bulk", c.signedIn(c.bulk))
 	m.HandleFunc("GET "+Prefix+"overview", c.signedIn(c.overview))
+	m.HandleFunc("GET "+Prefix+"approvals", c.signedIn(c.approvals))
+	m.HandleFunc("POST "+Prefix+"approvals/reject", c.signedIn(c.bulkReject))
 	m.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "There is no console page "+r.URL.Path+".")
 	})
@@ -215,7 +217,17 @@ type session struct {
 
 // caller is the journal caller the session acts as.
 func (s *session) caller() journal.Caller {
-	return journal.Caller{Tenant: s.Principal.Tenant, Principal: s.Principal.Name}
+	c := journal.Caller{Tenant: s.Principal.Tenant, Principal: s.Principal.Name}
+	if !s.Local {
+		// The journal checks roles where the policy reserves a decision
+		// to some (an approval's approvers), as the API's callers are
+		// checked; the local admin, like the API without
+		// authentication, has none to check.
+		for _, r := range s.Principal.Roles {
+			c.Roles = append(c.Roles, string(r))
+		}
+	}
+	return c
 }
 
 // mayDecide reports whether the session may call the decision method.

@@ -36,6 +36,7 @@ const (
 	agentA = "tok-console-agent-a-90ab"
 	adminA = "tok-console-admin-a-77c3"
 	metrA  = "tok-console-metrics-a-1e2d"
+	operA2 = "tok-console-oper-a2-c4b9"
 )
 
 const testPolicy = `actions:
@@ -45,11 +46,19 @@ const testPolicy = `actions:
     provider_link: https://dash.example.com/payments/{external_id}
     reconcile: {definitive_absence: true, visibility_lag: 0s, in_flight_window: 1s}
   send_email: {}
+  big_payment:
+    integer_fields: [amount_minor]
+    redact_fields: [card_number]
+    approval: {when: "payload.amount_minor > 100000", timeout: 24h}
+  wire_transfer:
+    integer_fields: [amount_minor]
+    approval: {required: true, two_person: true}
 `
 
 type env struct {
 	t      testing.TB
 	svc    *journal.Service
+	st     *sqlite.Store
 	srv    *httptest.Server
 	mu     sync.Mutex
 	audits []string
@@ -72,7 +81,7 @@ func newEnvWith(t testing.TB, withAuth bool, tune func(*console.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, svc: journal.New(st, pol, journal.Limits{})}
+	e := &env{t: t, st: st, svc: journal.New(st, pol, journal.Limits{})}
 	cfg := console.Config{Service: e.svc, HTTPStatus: server.HTTPStatus, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Audit: func(_ context.Context, method string, c journal.Caller, key, status string) {
 			e.mu.Lock()
@@ -86,6 +95,7 @@ func newEnvWith(t testing.TB, withAuth bool, tune func(*console.Config)) *env {
 			{operA, "alice", "team-a", "operator"}, {operB, "bob", "team-b", "operator"},
 			{reconA, "reconciler-a", "team-a", "reconciler"}, {agentA, "agent-a", "team-a", "agent"},
 			{adminA, "root-a", "team-a", "admin"}, {metrA, "scraper", "team-a", "metrics"},
+			{operA2, "carol", "team-a", "operator"},
 		} {
 			fmt.Fprintf(&b, "  - name: %s\n    sha256: %s\n    tenant: %s\n    roles: [%s]\n", tk.name, auth.Digest(tk.tok), tk.tenant, tk.role)
 		}

@@ -38,12 +38,16 @@ type decision struct {
 	ErrorCode  string
 	Reason     string
 	Attempt    int
+	// RequestHash is the request hash the operator saw (approve, reject):
+	// the journal refuses another one (PAYLOAD_MISMATCH).
+	RequestHash string
 }
 
 func decisionFrom(r *http.Request) decision {
 	d := decision{Key: r.PostFormValue("key"), Verdict: r.PostFormValue("verdict"),
 		ExternalID: strings.TrimSpace(r.PostFormValue("external_id")), Result: strings.TrimSpace(r.PostFormValue("result")),
-		ErrorCode: strings.TrimSpace(r.PostFormValue("error_code")), Reason: strings.TrimSpace(r.PostFormValue("reason"))}
+		ErrorCode: strings.TrimSpace(r.PostFormValue("error_code")), Reason: strings.TrimSpace(r.PostFormValue("reason")),
+		RequestHash: strings.TrimSpace(r.PostFormValue("request_hash"))}
 	d.Attempt, _ = strconv.Atoi(r.PostFormValue("attempt"))
 	return d
 }
@@ -55,6 +59,10 @@ func (d decision) method() string {
 		return "ReleaseForRetry"
 	case verdictAcknowledge:
 		return "Acknowledge"
+	case verdictApprove:
+		return "Approve"
+	case verdictReject:
+		return "Reject"
 	}
 	return "Resolve"
 }
@@ -64,15 +72,26 @@ func (d decision) method() string {
 // that cannot be taken.
 func (d decision) check() error {
 	switch d.Verdict {
-	case verdictSucceeded, verdictFailed, verdictRelease, verdictAcknowledge:
+	case verdictSucceeded, verdictFailed, verdictRelease, verdictAcknowledge, verdictApprove, verdictReject:
 	default:
-		return opjournal.Errorf(opjournal.CodeInvalidArgument, "verdict", "%q is not a decision (succeeded, failed_final, release, acknowledge)", d.Verdict)
+		return opjournal.Errorf(opjournal.CodeInvalidArgument, "verdict", "%q is not a decision (succeeded, failed_final, release, acknowledge, approve, reject)", d.Verdict)
 	}
 	if d.Reason == "" {
 		return opjournal.Errorf(opjournal.CodeInvalidArgument, "reason", "is required: say what you checked and why you decide so (it goes into the history)")
 	}
 	if len(d.Reason) > journal.MaxReasonLen {
 		return opjournal.Errorf(opjournal.CodeInvalidArgument, "reason", "is %d bytes; the limit is %d", len(d.Reason), journal.MaxReasonLen)
+	}
+	if d.Verdict == verdictApprove || d.Verdict == verdictReject {
+		if d.RequestHash == "" {
+			return opjournal.Errorf(opjournal.CodeInvalidArgument, "request_hash", "is required: the request hash of the payload you read (reload the operation's page)")
+		}
+		if len(d.RequestHash) > maxHashLen {
+			return opjournal.Errorf(opjournal.CodeInvalidArgument, "request_hash", "is %d bytes; the limit is %d", len(d.RequestHash), maxHashLen)
+		}
+	}
+	if len(d.ErrorCode) > journal.MaxErrorCodeLen {
+		return opjournal.Errorf(opjournal.CodeInvalidArgument, "error_code", "is %d bytes; the limit is %d", len(d.ErrorCode), journal.MaxErrorCodeLen)
 	}
 	if d.Verdict == verdictSucceeded && d.ExternalID == "" {
 		return opjournal.Errorf(opjournal.CodeInvalidArgument, "external_id", "is required to resolve as succeeded: the provider's id of the effect you found")
@@ -101,6 +120,8 @@ func (d decision) Consequence(op *opjournal.Operation) string {
 		return fmt.Sprintf("The operation goes back to pending: a retry WILL call the provider again (attempt %d). Only do this when you are sure the provider has no record of attempt %d; if it has, the customer gets a second effect.", op.AttemptCount+1, op.AttemptCount)
 	case verdictAcknowledge:
 		return fmt.Sprintf("The review ends and nothing else changes: the operation stays %s, and nothing is called.", op.Status)
+	case verdictApprove, verdictReject:
+		return approvalConsequence(d, op)
 	}
 	return ""
 }
@@ -128,6 +149,10 @@ func (c *Console) apply(ctx context.Context, s *session, d decision) (*opjournal
 		op, err = c.svc.ReleaseForRetry(ctx, journal.ReleaseRequest{Caller: caller, Key: d.Key, Attempt: d.Attempt, Actor: statedActor, Reason: d.Reason})
 	case verdictAcknowledge:
 		op, err = c.svc.Acknowledge(ctx, journal.AcknowledgeRequest{Caller: caller, Key: d.Key, Actor: statedActor, Reason: d.Reason})
+	case verdictApprove:
+		op, err = c.approveAs(ctx, caller, d.Key, d.RequestHash, d.Reason)
+	case verdictReject:
+		op, err = c.rejectAs(ctx, caller, d.Key, d.RequestHash, d.Reason, d.ErrorCode)
 	}
 	if err != nil {
 		return nil, err
@@ -160,15 +185,27 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	if r.PostFormValue("step") != "apply" {
-		c.render(w, r, http.StatusOK, "confirm", s, map[string]any{"Op": v.Op, "Form": d, "Consequence": d.Consequence(v.Op)})
+		if problem := approvalPreflight(d, v.Op); problem != "" {
+			// Not asked to confirm what the journal will refuse; the apply
+			// step leaves this check to the journal itself.
+			v.Problem = problem
+			c.render(w, r, http.StatusConflict, "operation", s, v)
+			return
+		}
+		c.render(w, r, http.StatusOK, "confirm", s, map[string]any{"Op": v.Op, "Form": d, "Consequence": d.Consequence(v.Op), "Approval": v.Approval})
 		return
 	}
-	if _, err := c.apply(r.Context(), s, d); err != nil {
+	op, err := c.apply(r.Context(), s, d)
+	if err != nil {
 		v.Problem = "Not done: " + c.message(r, err)
 		c.render(w, r, c.status(err), "operation", s, v)
 		return
 	}
-	done := map[string]string{verdictSucceeded: "resolved", verdictFailed: "resolved", verdictRelease: "released", verdictAcknowledge: "acknowledged"}[d.Verdict]
+	done := map[string]string{verdictSucceeded: "resolved", verdictFailed: "resolved", verdictRelease: "released", verdictAcknowledge: "acknowledged",
+		verdictApprove: "approved", verdictReject: "rejected"}[d.Verdict]
+	if d.Verdict == verdictApprove && op.Status == statusAwaitingApproval {
+		done = "approval_recorded"
+	}
 	http.Redirect(w, r, Prefix+"operation?key="+url.QueryEscape(d.Key)+"&done="+done, http.StatusSeeOther)
 }
 
@@ -280,6 +317,13 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	if d.Verdict == verdictSucceeded {
 		refuse(http.StatusBadRequest, "A succeeded verdict needs each operation's own external_id: resolve those one by one.")
+		return
+	}
+	if d.Verdict == verdictApprove || d.Verdict == verdictReject {
+		// An approval is of one payload a person read; rejections of
+		// several go through the approvals queue, which carries each
+		// payload's hash as seen.
+		refuse(http.StatusBadRequest, "Approvals are not decided for a filtered selection: approve one by one on the operation's page, or reject a selection on the Approvals page. Nothing was changed.")
 		return
 	}
 	d.Key = "bulk" // check() does not look at it

@@ -69,7 +69,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request, s *session) {
 	tallies := tally(counts)
 	data := map[string]any{
 		"Filter": f, "Queues": queues, "Tallies": tallies, "Actions": c.svc.Policy().Names(),
-		"Statuses": []opjournal.Status{opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown, opjournal.StatusSucceeded, opjournal.StatusFailedFinal},
+		"Statuses": []opjournal.Status{opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown, opjournal.StatusSucceeded, opjournal.StatusFailedFinal, opjournal.StatusAwaitingApproval},
 	}
 	q, _ := queueByID(f.Queue)
 	data["Current"] = q
@@ -121,6 +121,17 @@ type opView struct {
 	Done                                   string
 	Problem                                string
 	Form                                   decision
+	// Approval is the operation's approval; CanApprove whether this
+	// principal is offered Approve and Reject now (it awaits approval, the
+	// principal is an operator or admin and has one of the approvers'
+	// roles), and ApprovalNote why not, when it awaits approval.
+	Approval     approvalState
+	Awaiting     bool
+	CanApprove   bool
+	ApprovalNote string
+	// RequesterNote warns the requester or a person who approved already
+	// (requesterNote).
+	RequesterNote string
 }
 
 // operation shows one operation with everything known about it.
@@ -136,9 +147,12 @@ func (c *Console) operation(w http.ResponseWriter, r *http.Request, s *session) 
 }
 
 var doneMessages = map[string]string{
-	"resolved":     "Resolved. The history below records your decision and reason.",
-	"released":     "Released for retry. The next attempt will call the provider again.",
-	"acknowledged": "Acknowledged. The review has ended; the status is unchanged.",
+	"resolved":          "Resolved. The history below records your decision and reason.",
+	"released":          "Released for retry. The next attempt will call the provider again.",
+	"acknowledged":      "Acknowledged. The review has ended; the status is unchanged.",
+	"approved":          "Approved. The operation is pending: the agent's next retry calls the provider with exactly this payload, once.",
+	"approval_recorded": "Your approval is recorded. Another person must approve too before the agent may call the provider.",
+	"rejected":          "Rejected. The operation is failed_final; the agent's retries get this refusal.",
 }
 
 func (c *Console) opView(r *http.Request, s *session, key string) (*opView, error) {
@@ -180,7 +194,14 @@ func (c *Console) opView(r *http.Request, s *session, key string) (*opView, erro
 		return nil, err
 	}
 	v.Children = children.Operations
-	open := !op.Status.Terminal() && (op.Status == opjournal.StatusUnknown || op.NeedsReview)
+	v.Approval, v.Awaiting = approvalStateOf(op), op.Status == statusAwaitingApproval
+	if v.Awaiting {
+		v.CanApprove, v.ApprovalNote = approvalOffer(s, v.Approval)
+		v.RequesterNote = requesterNote(v.Approval, s.Principal.Name)
+	}
+	// An operation awaiting approval is decided by Approve and Reject
+	// only, also when its timeout escalated it to review.
+	open := !op.Status.Terminal() && !v.Awaiting && (op.Status == opjournal.StatusUnknown || op.NeedsReview)
 	v.CanResolve = open && s.mayDecide("Resolve")
 	v.CanAcknowledge = op.Status.Terminal() && op.NeedsReview && s.mayDecide("Acknowledge")
 	if op.Status == opjournal.StatusUnknown && s.mayDecide("ReleaseForRetry") {
@@ -258,7 +279,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	decisions := seriesOf(activity, since, now, wd.Bucket, decisionKinds)
 	data := map[string]any{
 		"Rows": rows, "Totals": totals, "Window": win, "WindowLabel": wd.Label, "Windows": []string{"24h", "7d"},
-		"Statuses":      []opjournal.Status{opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown, opjournal.StatusSucceeded, opjournal.StatusFailedFinal},
+		"Statuses":      []opjournal.Status{opjournal.StatusPending, opjournal.StatusInProgress, opjournal.StatusUnknown, opjournal.StatusSucceeded, opjournal.StatusFailedFinal, opjournal.StatusAwaitingApproval},
 		"UnknownChart":  barChart("New unknown outcomes", unknowns, wd.Bucket),
 		"DecisionChart": barChart("Reconciler and operator decisions", decisions, wd.Bucket),
 		"Unknowns":      unknowns, "Decisions": decisions,

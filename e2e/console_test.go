@@ -25,6 +25,8 @@ const (
 	consoleOperB  = "tok-console-bob-8f3a61c0de"
 	consoleAgentA = "tok-console-agent-0b9d7e21fa"
 	consoleReconA = "tok-console-recon-7c2e5a9d13"
+	// dave is a person who runs an agent too: he may register and decide.
+	consoleDaveA = "tok-console-dave-3e8b27f6c1"
 )
 
 // chromiumPath finds Debian's Chromium (scripts/deps.sh installs it), or
@@ -51,6 +53,7 @@ func consoleServer(t *testing.T) *proc {
 	for _, tk := range []struct{ tok, name, tenant, role string }{
 		{consoleOperA, "alice", "team-a", "operator"}, {consoleOperB, "bob", "team-b", "operator"},
 		{consoleAgentA, "checkout-agent", "team-a", "agent"}, {consoleReconA, "reconciler-a", "team-a", "reconciler"},
+		{consoleDaveA, "dave", "team-a", "agent, operator"},
 	} {
 		tokensYAML += fmt.Sprintf("  - name: %s\n    sha256: %s\n    tenant: %s\n    roles: [%s]\n", tk.name, auth.Digest(tk.tok), tk.tenant, tk.role)
 	}
@@ -61,6 +64,10 @@ func consoleServer(t *testing.T) *proc {
     provider_link: https://dashboard.example.com/payments/{external_id}
     reconcile: {definitive_absence: true, visibility_lag: 0s, in_flight_window: 1s}
   send_email: {}
+  big_payment:
+    integer_fields: [amount_minor]
+    redact_fields: [card_number]
+    approval: {when: "payload.amount_minor > 100000", timeout: 24h}
 `
 	for name, body := range map[string]string{"tokens.yaml": tokensYAML, "policy.yaml": pol} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {

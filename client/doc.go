@@ -11,7 +11,11 @@
 //     rejection stays final, the same key with other parameters is a
 //     Conflict, a live lease elsewhere is InProgressElsewhere, and an
 //     operation whose outcome is unknown is VerificationRequired: the
-//     reconciler (or a person) must find out what happened first.
+//     reconciler (or a person) must find out what happened first. A
+//     request the policy says a person must approve first calls nothing:
+//     Execute waits for the decision up to Op.ApprovalWait (Lookup's long
+//     poll), then goes on once approved, or returns the refusal
+//     (FailedFinal) or AwaitingApproval.
 //  3. Otherwise call fn with the key and the attempt number. fn passes the key
 //     to the provider (for example as an Idempotency-Key header).
 //  4. Classify fn's outcome and record it: success is MarkSucceeded; only an

@@ -26,8 +26,12 @@ var (
 	// ErrVerificationRequired: the outcome is unknown (the effect may have
 	// happened); reconciliation or a person must settle it before any retry.
 	ErrVerificationRequired = errors.New("opjournal: operation outcome is unknown; verification required before any retry")
-	// ErrFailedFinal: the provider confirmed a rejection; no automatic retry.
+	// ErrFailedFinal: the provider confirmed a rejection (or a person
+	// rejected the request); no automatic retry.
 	ErrFailedFinal = errors.New("opjournal: operation failed finally")
+	// ErrAwaitingApproval: a person must approve the request before it
+	// runs, and has not yet; ask again after Outcome.RetryAfter.
+	ErrAwaitingApproval = errors.New("opjournal: operation awaits a person's approval")
 )
 
 // RejectedError is a provider's confirmed rejection: proof that no effect

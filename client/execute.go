@@ -45,6 +45,12 @@ type Op struct {
 	// ParentKey is the key of the operation this one is a side effect of
 	// (the payment whose receipt email this is); "" for none.
 	ParentKey string
+	// ApprovalWait is how long Execute waits for a person's decision when
+	// the action's policy says this request needs an approval
+	// (NEXT_STEP_AWAIT_APPROVAL); 0 (the default) does not wait: the
+	// outcome is AwaitingApproval at once. It is not sent to the journal
+	// and is part of neither the key nor the request hash.
+	ApprovalWait time.Duration
 }
 
 // NewKey returns a new opaque operation key ("op_" and 128 random bits).
@@ -108,13 +114,21 @@ const (
 	// Conflict: the key is registered with other parameters; fn was not
 	// called and nothing changed. A new intent needs a new key.
 	Conflict
-	// FailedFinal: the provider confirmed a rejection (ErrorCode); no
-	// retry of this key will call fn again.
+	// FailedFinal: the provider confirmed a rejection (ErrorCode), or a
+	// person rejected the request before it ran (ErrorCode
+	// "approval_rejected", or "approval_timeout" when nobody decided in
+	// time); no retry of this key will call fn again.
 	FailedFinal
+	// AwaitingApproval: the action's policy says a person must approve this
+	// exact request (Operation.RequestHash) first, and no decision came
+	// within Op.ApprovalWait; fn was not called. Ask again with the same
+	// key and payload after RetryAfter (or with a longer ApprovalWait):
+	// once it is approved, that Execute calls fn.
+	AwaitingApproval
 )
 
 // String returns the snake_case name ("succeeded", "in_progress_elsewhere",
-// "verification_required", "conflict", "failed_final").
+// "verification_required", "conflict", "failed_final", "awaiting_approval").
 func (k OutcomeKind) String() string {
 	switch k {
 	case Succeeded:
@@ -127,6 +141,8 @@ func (k OutcomeKind) String() string {
 		return "conflict"
 	case FailedFinal:
 		return "failed_final"
+	case AwaitingApproval:
+		return "awaiting_approval"
 	}
 	return fmt.Sprintf("OutcomeKind(%d)", int(k))
 }
@@ -155,7 +171,8 @@ type Outcome struct {
 	// last observed ("timeout", "http_503", "panic") for VerificationRequired.
 	ErrorCode string
 	// RetryAfter is how long the other worker's lease still runs
-	// (InProgressElsewhere; at least one second).
+	// (InProgressElsewhere), or when to ask again about an approval
+	// (AwaitingApproval); at least one second.
 	RetryAfter time.Duration
 	// NeedsReview is true when a person must look at the operation, for
 	// example after a duplicate effect (see Operation.ReviewReason).
@@ -164,13 +181,15 @@ type Outcome struct {
 	// (FailedFinal or VerificationRequired). It is not stored in the journal.
 	Cause error
 	// Operation is the journal's record after the call (nil for Conflict).
+	// For AwaitingApproval its OperationKey and RequestHash name what waits:
+	// the approver approves that hash.
 	Operation *opjournalv1.Operation
 }
 
 // Err returns nil for Succeeded and otherwise an error matching one of
-// ErrInProgressElsewhere, ErrVerificationRequired, ErrConflict or
-// ErrFailedFinal (and Cause), for tool code that reports anything but a
-// success as an error.
+// ErrInProgressElsewhere, ErrVerificationRequired, ErrConflict,
+// ErrFailedFinal or ErrAwaitingApproval (and Cause), for tool code that
+// reports anything but a success as an error.
 func (o Outcome) Err() error {
 	var err error
 	switch o.Kind {
@@ -184,6 +203,8 @@ func (o Outcome) Err() error {
 		err = fmt.Errorf("%w; nothing was called; use a new operation key for a new intent", ErrConflict)
 	case FailedFinal:
 		err = fmt.Errorf("%w (%s)", ErrFailedFinal, o.ErrorCode)
+	case AwaitingApproval:
+		err = fmt.Errorf("%w; nothing was called; ask again with the same key and payload in %s", ErrAwaitingApproval, o.RetryAfter)
 	default:
 		return fmt.Errorf("opjournal: no outcome (%s)", o.Kind)
 	}
@@ -207,6 +228,15 @@ func (o Outcome) Err() error {
 //     unknown outcome, or an operation under review, is
 //     VerificationRequired; the same key with another payload is a
 //     Conflict. A step it does not know is an error, never a call.
+//     When a person must approve the request first (the action's policy
+//     says so: NEXT_STEP_AWAIT_APPROVAL), Execute calls nothing: it waits
+//     for the decision up to op.ApprovalWait (and while ctx lasts) with
+//     Lookup's long poll, never a tight loop. Approved in time, it
+//     registers again and goes on as below (claim, fn once); rejected,
+//     the outcome is FailedFinal ("approval_rejected" or
+//     "approval_timeout"); otherwise AwaitingApproval, and a later Execute
+//     with the same key and payload asks again. When ctx ends during that
+//     wait, the AwaitingApproval outcome comes with ctx's error.
 //  3. Having claimed it, it calls fn(ctx, Attempt{Key, Number, Lease}) in
 //     its own goroutine and waits for it at most until the lease ends,
 //     less a safety margin (opjournal.LeaseSafetyMargin), counted on this
@@ -279,10 +309,7 @@ func (c *Client) execute(ctx context.Context, op Op, fn func(ctx context.Context
 	if err != nil {
 		return Outcome{}, fmt.Errorf("opjournal: execute %q: %w", op.Key, err)
 	}
-	// The lease is counted from before the claim is sent: the journal's
-	// lease started after that, so network delay only shortens ours.
-	sent := time.Now()
-	resp, err := c.rpc.Register(ctx, &opjournalv1.RegisterRequest{
+	req := &opjournalv1.RegisterRequest{
 		OperationKey: op.Key,
 		ActionType:   op.Action,
 		Payload:      payload,
@@ -293,20 +320,118 @@ func (c *Client) execute(ctx context.Context, op Op, fn func(ctx context.Context
 		// works from op's own), the stored result when there is one to
 		// replay.
 		View: basic,
-	})
+	}
+	d, err := c.register(ctx, req)
+	if err == nil && d.out.Kind == AwaitingApproval && op.ApprovalWait > 0 {
+		d, err = c.awaitApproval(ctx, req, op.ApprovalWait, d)
+	}
+	if err != nil || !d.call {
+		return d.out, err
+	}
+	lease := time.Duration(d.resp.GetLeaseSeconds()) * time.Second
+	return c.attempt(ctx, Attempt{Key: op.Key, Number: int(d.resp.GetAttempt()), Lease: lease}, d.sent, fn)
+}
+
+// decision is the journal's answer to a Register with claim, as Execute
+// acts on it: call fn (call, with the lease of resp counted from sent),
+// or return out.
+type decision struct {
+	out  Outcome
+	call bool
+	resp *opjournalv1.RegisterResponse
+	sent time.Time
+}
+
+// register sends req (a Register with claim) and reads the journal's
+// decision; the same key with another payload is a Conflict.
+func (c *Client) register(ctx context.Context, req *opjournalv1.RegisterRequest) (decision, error) {
+	// The lease is counted from before the claim is sent: the journal's
+	// lease started after that, so network delay only shortens ours.
+	sent := time.Now()
+	resp, err := c.rpc.Register(ctx, req)
 	if err != nil {
-		err = journalError(ctx, "register", op.Key, err)
+		err = journalError(ctx, "register", req.GetOperationKey(), err)
 		if codeOf(err) == opjournal.CodePayloadMismatch {
-			return Outcome{Kind: Conflict}, nil
+			return decision{out: Outcome{Kind: Conflict}}, nil
 		}
-		return Outcome{}, err
+		return decision{}, err
 	}
 	out, call, err := outcomeOf(resp)
-	if err != nil || !call {
-		return out, err
+	return decision{out: out, call: call, resp: resp, sent: sent}, err
+}
+
+// maxLookupWait is the longest long poll Lookup takes (wait_seconds ≤ 60).
+const maxLookupWait = 60 * time.Second
+
+// minApprovalPoll is the least time between two Lookups of one wait for
+// an approval: a journal that answers at once (one without the long poll,
+// or a first approval of two under two_person) is not asked in a tight
+// loop.
+const minApprovalPoll = time.Second
+
+// awaitApproval waits for a person's decision on an operation awaiting
+// approval, at most wait and while ctx lasts, with Lookup's long poll
+// (wait_seconds, in slices of at most a minute): it calls nothing. Once
+// the operation is no longer awaiting approval it sends req again (the
+// same key, payload and claim) and the journal's answer decides as usual:
+// approved, it is claimed and fn is called; rejected, the refusal is
+// replayed (FailedFinal). When wait passes first the outcome is
+// AwaitingApproval with the latest record. When ctx ends first, the
+// outcome is AwaitingApproval too, with an error wrapping ctx.Err().
+func (c *Client) awaitApproval(ctx context.Context, req *opjournalv1.RegisterRequest, wait time.Duration, d decision) (decision, error) {
+	key := req.GetOperationKey()
+	end := time.Now().Add(wait)
+	stopped := func() (decision, error) {
+		return d, fmt.Errorf("opjournal: execute %q: waiting for an approval: %w", key, ctx.Err())
 	}
-	lease := time.Duration(resp.GetLeaseSeconds()) * time.Second
-	return c.attempt(ctx, Attempt{Key: op.Key, Number: int(resp.GetAttempt()), Lease: lease}, sent, fn)
+	for {
+		left := time.Until(end)
+		if left <= 0 {
+			return d, nil
+		}
+		if ctx.Err() != nil {
+			return stopped()
+		}
+		slice := min(left, maxLookupWait)
+		// The journal holds the answer up to whole seconds; this call's own
+		// deadline ends it at the caller's bound.
+		lctx, cancel := context.WithTimeout(ctx, slice)
+		asked := time.Now()
+		rec, err := c.rpc.Lookup(lctx, &opjournalv1.LookupRequest{
+			OperationKey: key, View: basic, WaitSeconds: int32((slice + time.Second - 1) / time.Second),
+		})
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return stopped()
+		case err != nil && lctx.Err() != nil:
+			continue // the slice ran out while the journal held the answer
+		case err != nil:
+			jerr := journalError(ctx, "lookup", key, err)
+			if codeOf(jerr) != opjournal.CodeUnavailable {
+				return d, jerr
+			}
+		case rec.GetOperation().GetStatus() != opjournalv1.Status_STATUS_AWAITING_APPROVAL:
+			// Decided (or changed otherwise): the journal's answer to the
+			// same request says what happens now.
+			next, err := c.register(ctx, req)
+			if err != nil || next.out.Kind != AwaitingApproval {
+				return next, err
+			}
+			d = next
+		default:
+			d.out.Operation, d.out.NeedsReview = rec.GetOperation(), rec.GetOperation().GetNeedsReview()
+		}
+		if pause := minApprovalPoll - time.Since(asked); pause > 0 {
+			t := time.NewTimer(min(pause, max(time.Until(end), 0)))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return stopped()
+			case <-t.C:
+			}
+		}
+	}
 }
 
 // outcomeOf acts on the journal's decision (RegisterResponse.next): call
@@ -333,6 +458,9 @@ func outcomeOf(resp *opjournalv1.RegisterResponse) (out Outcome, call bool, err 
 		out.RetryAfter = max(time.Duration(resp.GetRetryAfterSeconds())*time.Second, time.Second)
 	case opjournalv1.NextStep_NEXT_STEP_VERIFICATION_REQUIRED:
 		out.Kind, out.ErrorCode = VerificationRequired, op.GetErrorCode()
+	case opjournalv1.NextStep_NEXT_STEP_AWAIT_APPROVAL:
+		out.Kind = AwaitingApproval
+		out.RetryAfter = max(time.Duration(resp.GetRetryAfterSeconds())*time.Second, time.Second)
 	default:
 		return Outcome{}, false, fmt.Errorf("opjournal: operation %q: the journal answered next step %s, which this SDK does not know; nothing was called (upgrade the SDK)",
 			op.GetOperationKey(), resp.GetNext())

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/policy"
@@ -28,6 +29,12 @@ func startJournal() (addr string, stop func()) { return startJournalWith(policy.
 
 // startJournalWith is startJournal with another policy.
 func startJournalWith(pol *policy.Policy) (addr string, stop func()) {
+	return startJournalAuth(pol, nil)
+}
+
+// startJournalAuth is startJournalWith a tokens file: every call needs a
+// bearer token of authn (nil: no authentication).
+func startJournalAuth(pol *policy.Policy, authn *auth.Authenticator) (addr string, stop func()) {
 	dir, err := os.MkdirTemp("", "opjournal-client-")
 	if err != nil {
 		panic(err)
@@ -41,6 +48,7 @@ func startJournalWith(pol *policy.Policy) (addr string, stop func()) {
 		GRPCAddr: "127.0.0.1:0",
 		HTTPAddr: "127.0.0.1:0",
 		Logger:   slog.New(slog.DiscardHandler),
+		Auth:     authn,
 	})
 	ready := make(chan string, 1)
 	done := make(chan error, 1)

@@ -29,8 +29,8 @@ list_events, acknowledge, get_policy). Errors of the journal are
 OpjournalError subclasses, one per error code.
 """
 
-from .client import (ClaimResult, Event, EventPage, Journal, LeaseExtension, Operation, OperationPage, Policy,
-                     Registration, default_worker_id)
+from .client import (Approval, ApprovalDecision, ClaimResult, Event, EventPage, Journal, LeaseExtension, Operation,
+                     OperationPage, Policy, Registration, default_worker_id)
 from .errors import (Internal, InvalidArgument, InvalidState, NotFound, NotRecorded, OpjournalError,
                      PayloadMismatch, PermissionDenied, RateLimited, ResultNotStored, StaleAttempt, TooLarge,
                      Unauthenticated, Unavailable, UnknownAction)
@@ -50,7 +50,7 @@ def __getattr__(name):
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 __all__ = [
-    "Journal", "Operation", "Registration", "ClaimResult", "LeaseExtension", "Event", "EventPage",
+    "Journal", "Operation", "Approval", "ApprovalDecision", "Registration", "ClaimResult", "LeaseExtension", "Event", "EventPage",
     "OperationPage", "Policy", "default_worker_id",
     "execute", "idempotent", "Outcome", "OutcomeKind", "Effect", "Deadline", "Rejected", "UnknownOutcome",
     "NotSucceeded", "classify_http", "urlopen",

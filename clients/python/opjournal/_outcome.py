@@ -15,6 +15,7 @@ NotRecorded or ResultNotStored, or what Outcome they return.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import enum
 import functools
 import http.client
@@ -65,9 +66,17 @@ class OutcomeKind(str, enum.Enum):
     #: The key is registered with other parameters; fn was not called and
     #: nothing changed. A new intent needs a new key.
     CONFLICT = "conflict"
-    #: The provider confirmed a rejection (``error_code``); no retry of this
-    #: key will call fn again.
+    #: The provider confirmed a rejection (``error_code``), or a person
+    #: rejected the request before it ran ("approval_rejected", or
+    #: "approval_timeout" when nobody decided in time); no retry of this key
+    #: will call fn again.
     FAILED_FINAL = "failed_final"
+    #: The action's policy says a person must approve this exact request
+    #: (``operation.request_hash``) first, and no decision came within
+    #: ``approval_wait``; fn was not called. Ask again with the same key and
+    #: payload after ``retry_after`` seconds (or wait longer): once it is
+    #: approved, that execute calls fn.
+    AWAITING_APPROVAL = "awaiting_approval"
 
     def __str__(self) -> str:
         return self.value
@@ -171,8 +180,10 @@ class Outcome:
     members dropped), which a replay returns. ``error_code``: the provider's rejection
     (FAILED_FINAL) or what was last observed ("timeout", "http_503") for
     VERIFICATION_REQUIRED. ``retry_after``: seconds until the other worker's
-    lease ends (IN_PROGRESS_ELSEWHERE, at least 1). ``operation``: the
-    journal's record (None for CONFLICT). ``cause``: fn's exception when
+    lease ends (IN_PROGRESS_ELSEWHERE), or until it is worth asking again
+    about an approval (AWAITING_APPROVAL); at least 1. ``operation``: the
+    journal's record (None for CONFLICT); for AWAITING_APPROVAL its
+    ``operation_key`` and ``request_hash`` name what a person must approve. ``cause``: fn's exception when
     this execute called fn and it failed, or the PayloadMismatch of a
     CONFLICT; it is not stored in the journal. ``message``: what happened,
     for people and logs (not stored): for an exception of fn its type and
@@ -221,6 +232,9 @@ class NotSucceeded(Exception):
                    "use a new operation key for a new intent")
         elif k is OutcomeKind.FAILED_FINAL:
             msg = "operation failed finally (%s)" % outcome.error_code
+        elif k is OutcomeKind.AWAITING_APPROVAL:
+            msg = ("operation awaits a person's approval; nothing was called; ask again with the same key and "
+                   "payload in %gs" % outcome.retry_after)
         else:
             msg = "no outcome (%s)" % k
         if outcome.operation is not None:
@@ -422,8 +436,35 @@ def _outcome_of(answer: Union[pb.RegisterResponse, pb.ClaimResponse, BaseExcepti
                        **base)
     if nxt == pb.NEXT_STEP_VERIFICATION_REQUIRED:
         return Outcome(OutcomeKind.VERIFICATION_REQUIRED, error_code=op.error_code, **base)
+    if nxt == pb.NEXT_STEP_AWAIT_APPROVAL:
+        return Outcome(OutcomeKind.AWAITING_APPROVAL, retry_after=float(max(answer.retry_after_seconds, 1)), **base)
     raise Internal(None, "the journal answered next step %r for operation %r, which this SDK does not act on; "
                    "nothing was called" % (next_step_name(nxt), op.operation_key))
+
+
+# -- waiting for an approval ------------------------------------------------------
+
+#: The least time, in seconds, between two Lookups of one wait for an
+#: approval: a journal that answers at once (one without the long poll, or a
+#: first approval of two under two_person) is not asked in a tight loop.
+MIN_APPROVAL_POLL_SECONDS = 1.0
+#: Outcome.message when the caller cancelled the wait for an approval.
+APPROVAL_WAIT_CANCELLED = "execute stopped waiting for the approval: the caller cancelled it; nothing was called"
+
+
+def _still_awaiting(out: Outcome, op: Operation) -> Outcome:
+    """The AWAITING_APPROVAL outcome with the latest record."""
+    return dataclasses.replace(out, operation=op, needs_review=op.needs_review)
+
+
+def _awaits(step: Union[Outcome, _Call]) -> bool:
+    return isinstance(step, Outcome) and step.kind is OutcomeKind.AWAITING_APPROVAL
+
+
+def _check_approval_wait(approval_wait: Any) -> float:
+    if isinstance(approval_wait, bool) or not isinstance(approval_wait, (int, float)) or not approval_wait >= 0:
+        raise InvalidArgument(None, "must be a number of seconds >= 0 (0: do not wait)", "approval_wait")
+    return float(approval_wait)
 
 
 def _accepts_deadline(fn) -> bool:

@@ -22,6 +22,7 @@ unknown ("cancelled") before the CancelledError goes on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Optional, Sequence, Set, Tuple, Union
@@ -33,9 +34,11 @@ from ._outcome import (CANCELLED, INTERRUPTED, LEASE_EXPIRED, Deadline, Effect, 
                        Rejected, Steps, UnknownOutcome, _accepts_deadline, _as_effect, _Binder, _Call, _check_op,
                        _deadline_after_grant, _heartbeat_interval, _heartbeat_retries, _lease_margin, _note_unknown,
                        _outcome_of, _record_failure, _record_gave_up, _record_return, _record_success, classify_http)
+from ._outcome import (APPROVAL_WAIT_CANCELLED, MIN_APPROVAL_POLL_SECONDS, _awaits, _check_approval_wait,
+                       _still_awaiting)
 from .client import (_UNSET, ClaimResult, Event, EventPage, LeaseExtension, Operation, OperationPage, PathLike,
-                     Policy, Registration, _JournalBase, _tls_roots, _view_value)
-from .errors import OpjournalError, PayloadMismatch, from_rpc_error
+                     Policy, Registration, _JournalBase, _lookup_slice, _tls_roots, _view_value)
+from .errors import OpjournalError, PayloadMismatch, RateLimited, Unavailable, from_rpc_error
 from .v1 import journal_pb2 as pb
 from .v1 import journal_pb2_grpc as pb_grpc
 
@@ -189,10 +192,26 @@ class Journal(_JournalBase):
                                         view=_view_value(view))
         return Operation.from_pb((await self._call("MarkFailedFinal", req)).operation)
 
-    async def lookup(self, key: str, *, view: Optional[str] = None) -> Operation:
-        """Returns the operation, or raises NotFound; see opjournal.Journal.lookup."""
-        req = pb.LookupRequest(operation_key=key, view=_view_value(view))
-        return Operation.from_pb((await self._call("Lookup", req)).operation)
+    async def lookup(self, key: str, *, view: Optional[str] = None, wait_seconds: int = 0) -> Operation:
+        """Returns the operation, or raises NotFound; with ``wait_seconds`` a
+        long poll while it awaits approval; see opjournal.Journal.lookup."""
+        req = self._lookup_request(key, view, wait_seconds)
+        timeout = self.timeout if self.timeout is None else self.timeout + req.wait_seconds
+        return Operation.from_pb((await self._call("Lookup", req, timeout=timeout)).operation)
+
+    async def _lookup_wait(self, key: str, left: float) -> Optional[Operation]:
+        """One long poll of execute's wait for an approval, at most ``left``
+        seconds: the record, or None when ``left`` passed first. A
+        cancellation of the calling task cancels the call."""
+        req = self._lookup_request(key, "basic", _lookup_slice(left))
+        md = self._metadata + self._trace_metadata()
+        try:
+            resp = await self._open().Lookup(req, timeout=left, metadata=md or None)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return None  # the bound passed while the journal held the answer
+            raise from_rpc_error(e) from e
+        return Operation.from_pb(resp.operation)
 
     async def list_operations(self, *, statuses: Iterable[str] = (), needs_review: Optional[bool] = None,
                               action_type: str = "", due_for_check: bool = False, page_size: int = 0,
@@ -291,7 +310,8 @@ async def _to_the_end(aw: Awaitable[Any]) -> Any:
 
 async def execute(journal: Journal, key: str, action: str, payload: Mapping[str, Any],
                   fn: Callable[..., Awaitable[Union[Effect, Mapping[str, Any], None]]], *, heartbeat: bool = True,
-                  refs: Optional[Mapping[str, str]] = None, parent_key: Optional[str] = None) -> Outcome:
+                  refs: Optional[Mapping[str, str]] = None, parent_key: Optional[str] = None,
+                  approval_wait: float = 0, cancel: Optional[asyncio.Event] = None) -> Outcome:
     """opjournal.execute for asyncio: runs ``await fn(key, attempt)`` at most
     once per attempt the journal grants, and never again once the outcome
     is recorded. The arguments, the Outcome, the exceptions and the next-step
@@ -324,21 +344,82 @@ async def execute(journal: Journal, key: str, action: str, payload: Mapping[str,
     had already returned an Effect, that is recorded instead.) Cancelled
     during the Register call, nothing has run: an attempt claimed then reads
     as unknown once its lease expires.
+
+    ``approval_wait`` is that of :func:`opjournal.execute`: how many seconds
+    to wait, with Lookup's long poll, for a person's decision when the
+    request needs an approval (0: do not wait; AWAITING_APPROVAL at once).
+    A cancellation during that wait ends it at once (the long poll in
+    flight too) with the CancelledError; nothing was called. ``cancel`` (an
+    asyncio.Event) set during the wait ends it at once too, with the
+    AWAITING_APPROVAL outcome, as in the blocking client.
     """
     _check_op(key, action, payload)
     if not callable(fn):
         raise TypeError("opjournal: execute %r: fn is not callable" % key)
+    wait = _check_approval_wait(approval_wait)
     wants_deadline = _accepts_deadline(fn)
     req = journal._register_request(key, action, payload, claim=True, refs=refs, parent_key=parent_key)
+    step, t0 = await _register(journal, req)
+    if _awaits(step) and wait > 0:
+        step, t0 = await _await_approval(journal, req, step, wait, cancel)
+    if isinstance(step, Outcome):
+        return step
+    return await _attempt(journal, key, step, t0, fn, wants_deadline, heartbeat)
+
+
+async def _register(journal: Journal, req: pb.RegisterRequest) -> Tuple[Union[Outcome, _Call], float]:
+    """The blocking client's _register, awaited."""
     t0 = time.monotonic()  # the lease runs from (no earlier than) here
     try:
         answer: Union[pb.RegisterResponse, OpjournalError] = await journal._call("Register", req)
     except PayloadMismatch as e:
         answer = e
-    step = _outcome_of(answer)
-    if isinstance(step, Outcome):
-        return step
-    return await _attempt(journal, key, step, t0, fn, wants_deadline, heartbeat)
+    return _outcome_of(answer), t0
+
+
+async def _await_approval(journal: Journal, req: pb.RegisterRequest, out: Outcome, wait: float,
+                          cancel: Optional[asyncio.Event]) -> Tuple[Union[Outcome, _Call], float]:
+    """The blocking client's _await_approval, awaited (a task.cancel() of
+    the caller ends it with the CancelledError, ``cancel`` with the
+    outcome)."""
+    key = req.operation_key
+    end = time.monotonic() + wait
+    while True:
+        if cancel is not None and cancel.is_set():
+            return dataclasses.replace(out, message=APPROVAL_WAIT_CANCELLED), 0.0
+        left = end - time.monotonic()
+        if left <= 0:
+            return out, 0.0
+        asked = time.monotonic()
+        try:
+            op = await _until_cancel(journal._lookup_wait(key, left), cancel)
+        except (Unavailable, RateLimited):
+            op = None  # asked again after the pause
+        if op is not None and op.status != "awaiting_approval":
+            step, t0 = await _register(journal, req)
+            if not _awaits(step):
+                return step, t0
+            out = step
+        elif op is not None:
+            out = _still_awaiting(out, op)
+        pause = min(MIN_APPROVAL_POLL_SECONDS - (time.monotonic() - asked), end - time.monotonic())
+        if pause > 0:
+            await _until_cancel(asyncio.sleep(pause), cancel)
+
+
+async def _until_cancel(aw: Awaitable[Any], cancel: Optional[asyncio.Event]) -> Any:
+    """Awaits ``aw``, or stops it when ``cancel`` is set first (then None)."""
+    if cancel is None:
+        return await aw
+    work = asyncio.ensure_future(aw)
+    stop = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait((work, stop), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not work.done():
+            work.cancel()  # it ends at its next step; nobody waits for it
+    return work.result() if work.done() and not work.cancelled() else None
 
 
 async def _call_fn(fn: Callable[..., Any], key: str, attempt: int, kwargs: Mapping[str, Any]) -> Any:
@@ -475,11 +556,11 @@ def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., s
                payload: Union[None, Callable[..., Mapping[str, Any]], Iterable[str]] = None,
                heartbeat: bool = True,
                refs: Union[None, Callable[..., Mapping[str, str]], Mapping[str, str]] = None,
-               parent_key: Union[None, str, Callable[..., Optional[str]]] = None):
+               parent_key: Union[None, str, Callable[..., Optional[str]]] = None, approval_wait: float = 0):
     """opjournal.idempotent for asyncio: makes an async agent tool function
     safe to retry; each ``await`` of it runs through :func:`execute` and
     returns its Outcome. ``key``, ``payload``, ``refs``, ``parent_key`` and
-    ``heartbeat`` are those of :func:`opjournal.idempotent`, and so is the
+    ``heartbeat`` (and ``approval_wait``) are those of :func:`opjournal.idempotent`, and so is the
     function: it calls the provider, receives ``op_key``, ``attempt`` and
     ``deadline`` if it declares them, returns an Effect (or a dict, or
     None) and raises Rejected or anything else.
@@ -498,6 +579,7 @@ def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., s
 
         outcome = await create_payment("817", 490000)   # an Outcome; never a second charge
     """
+    _check_approval_wait(approval_wait)
     binder = _Binder(action, key, payload, refs, parent_key)
 
     def decorate(fn):
@@ -511,7 +593,7 @@ def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., s
                 return ret
 
             return await execute(journal, call.key, action, call.payload, run, heartbeat=heartbeat,
-                                 refs=call.refs, parent_key=call.parent_key)
+                                 refs=call.refs, parent_key=call.parent_key, approval_wait=approval_wait)
 
         bound = binder.wrap(fn, wrapper)
         wrapper.journal = journal

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Tuple, Union
@@ -17,15 +19,15 @@ from .v1 import journal_pb2 as pb
 from .v1 import journal_pb2_grpc as pb_grpc
 
 __all__ = [
-    "Journal", "Operation", "Registration", "ClaimResult", "LeaseExtension", "Event", "EventPage",
+    "Journal", "Operation", "Approval", "ApprovalDecision", "Registration", "ClaimResult", "LeaseExtension", "Event", "EventPage",
     "OperationPage", "Policy", "default_worker_id",
 ]
 
 #: Operation.status values.
-STATUSES = ("pending", "in_progress", "unknown", "succeeded", "failed_final")
+STATUSES = ("pending", "in_progress", "unknown", "succeeded", "failed_final", "awaiting_approval")
 
 #: Registration.next / ClaimResult.next values (the journal's NextStep).
-NEXT_STEPS = ("call_provider", "replay", "wait", "verification_required", "failed_final", "claim")
+NEXT_STEPS = ("call_provider", "replay", "wait", "verification_required", "failed_final", "claim", "await_approval")
 
 #: The ``view=`` values of lookup(), list_operations() and the agent's calls
 #: (register, claim, extend_lease, mark_*): "basic" leaves the payload out
@@ -36,14 +38,69 @@ VIEWS = {None: pb.OPERATION_VIEW_UNSPECIFIED, "": pb.OPERATION_VIEW_UNSPECIFIED,
 
 _UNSET: Any = object()
 
+#: The longest long poll Lookup takes (wait_seconds <= 60).
+MAX_LOOKUP_WAIT_SECONDS = 60
+
+
+def _lookup_slice(left: float) -> int:
+    """The wait_seconds of one long poll with ``left`` seconds to go: whole
+    seconds, rounded up (the call's own timeout ends it at the bound), at
+    most MAX_LOOKUP_WAIT_SECONDS."""
+    return max(1, min(MAX_LOOKUP_WAIT_SECONDS, math.ceil(left)))
+
+
+@dataclass(frozen=True)
+class ApprovalDecision:
+    """One person's approval: the authenticated ``principal``, when
+    (``at``, database clock) and the ``reason`` they gave."""
+
+    principal: str
+    at: Optional[datetime]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Approval:
+    """What the action's policy asked of an operation at registration: a
+    person's approval of this exact request (its ``request_hash``).
+    ``approvers`` are the roles that may decide; with
+    ``distinct_from_requester`` the principal who registered it
+    (``requested_by``) may not; with ``two_person`` two distinct principals
+    must. ``deadline`` (None for never) is when the question times out, and
+    ``on_timeout`` what happens then ("reject": failed_final
+    "approval_timeout"; "escalate": needs_review). ``approvals`` are the
+    decisions so far, oldest first; ``rule`` why the policy asked (the
+    ``when`` expression that held, or "required")."""
+
+    required: bool
+    approvers: Tuple[str, ...]
+    distinct_from_requester: bool
+    two_person: bool
+    requested_by: str
+    deadline: Optional[datetime]
+    on_timeout: str
+    approvals: Tuple[ApprovalDecision, ...]
+    rule: str
+
+    @classmethod
+    def from_pb(cls, a: pb.Approval) -> "Approval":
+        """The Approval of a generated pb.Approval message."""
+        return cls(required=a.required, approvers=tuple(a.approvers),
+                   distinct_from_requester=a.distinct_from_requester, two_person=a.two_person,
+                   requested_by=a.requested_by, deadline=_convert.timestamp(a, "deadline"), on_timeout=a.on_timeout,
+                   approvals=tuple(ApprovalDecision(d.principal, _convert.timestamp(d, "at"), d.reason)
+                                   for d in a.approvals),
+                   rule=a.rule)
+
 
 @dataclass(frozen=True)
 class Operation:
     """The journal's record of one business intent.
 
     ``status`` is one of "pending", "in_progress", "unknown", "succeeded",
-    "failed_final" (an in_progress operation whose lease expired reads as
-    "unknown"). Strings that are not set are "", timestamps (aware UTC
+    "failed_final", "awaiting_approval" (a person must approve the request,
+    its ``request_hash``, before any attempt; an in_progress operation
+    whose lease expired reads as "unknown"). Strings that are not set are "", timestamps (aware UTC
     datetimes) and ``payload``/``result`` (dicts) are None (``payload`` and
     ``result`` are also None in the "basic" view, the default of
     list_operations() and of the agent's calls, but for the stored result in
@@ -61,7 +118,8 @@ class Operation:
     ``refs`` are the business references given at registration ({"order_id":
     "817"}; an empty dict for none) and ``parent_key`` the key of the
     operation this one is a side effect of ("" for none); both are fixed at
-    registration."""
+    registration. ``approval`` is the approval the action's policy asked
+    for at registration (an Approval), None when none was needed."""
 
     operation_key: str
     action_type: str
@@ -89,6 +147,7 @@ class Operation:
     refs: Dict[str, str] = field(default_factory=dict)
     parent_key: str = ""
     first_attempt_at: Optional[datetime] = None
+    approval: Optional[Approval] = None
 
     @classmethod
     def from_pb(cls, op: pb.Operation) -> "Operation":
@@ -121,6 +180,7 @@ class Operation:
             refs=dict(op.refs),
             parent_key=op.parent_key,
             first_attempt_at=ts(op, "first_attempt_at"),
+            approval=Approval.from_pb(op.approval) if op.HasField("approval") else None,
         )
 
 
@@ -472,6 +532,12 @@ class _JournalBase:
         return req
 
     @staticmethod
+    def _lookup_request(key: str, view: Optional[str], wait_seconds: int) -> pb.LookupRequest:
+        if isinstance(wait_seconds, bool) or not isinstance(wait_seconds, int) or not 0 <= wait_seconds <= 60:
+            raise InvalidArgument(None, "must be an int of 0..60 seconds", "wait_seconds")
+        return pb.LookupRequest(operation_key=key, view=_view_value(view), wait_seconds=wait_seconds)
+
+    @staticmethod
     def _list_operations_request(statuses: Iterable[str], needs_review: Optional[bool], action_type: str,
                                  due_for_check: bool, page_size: int, page_token: str, view: Optional[str],
                                  refs: Optional[Mapping[str, str]],
@@ -671,11 +737,40 @@ class Journal(_JournalBase):
                                         view=_view_value(view))
         return Operation.from_pb(self._call("MarkFailedFinal", req).operation)
 
-    def lookup(self, key: str, *, view: Optional[str] = None) -> Operation:
+    def lookup(self, key: str, *, view: Optional[str] = None, wait_seconds: int = 0) -> Operation:
         """Returns the operation, or raises NotFound. ``view``: "full" (the
-        default: every field) or "basic" (without payload and result)."""
-        req = pb.LookupRequest(operation_key=key, view=_view_value(view))
-        return Operation.from_pb(self._call("Lookup", req).operation)
+        default: every field) or "basic" (without payload and result).
+        ``wait_seconds`` (0..60) is a long poll: while the operation awaits
+        approval the journal holds the answer until it is decided or that
+        many seconds pass; the call's timeout grows by as much."""
+        req = self._lookup_request(key, view, wait_seconds)
+        timeout = self.timeout if self.timeout is None else self.timeout + req.wait_seconds
+        return Operation.from_pb(self._call("Lookup", req, timeout=timeout).operation)
+
+    def _lookup_wait(self, key: str, left: float, cancel: Optional[threading.Event]) -> Optional[Operation]:
+        """One long poll of execute's wait for an approval, at most ``left``
+        seconds: the record, or None when ``left`` passed or ``cancel`` was
+        set first (the call is then cancelled)."""
+        req = self._lookup_request(key, "basic", _lookup_slice(left))
+        md = self._metadata + self._trace_metadata()
+        fut = self._stub.Lookup.future(req, timeout=left, metadata=md or None)
+        if cancel is not None:
+            done = threading.Event()
+            fut.add_done_callback(lambda _: done.set())
+            # The caller's Event cannot wake this thread: it is looked at
+            # 20 times a second (no journal call; the long poll goes on).
+            while not done.wait(0.05):
+                if cancel.is_set():
+                    fut.cancel()
+                    return None
+        try:
+            return Operation.from_pb(fut.result().operation)
+        except grpc.FutureCancelledError:
+            return None
+        except grpc.RpcError as e:
+            if e.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+                return None  # the bound passed while the journal held the answer
+            raise from_rpc_error(e) from e
 
     def list_operations(self, *, statuses: Iterable[str] = (), needs_review: Optional[bool] = None,
                         action_type: str = "", due_for_check: bool = False, page_size: int = 0,

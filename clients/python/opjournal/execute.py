@@ -35,13 +35,14 @@ expires, so it is verified rather than retried blindly.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import ssl
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Tuple, Union
 
 # The pure half (outcome types, classification, next step, lease rules,
 # recording steps, the decorator's binding) lives in _outcome, shared with
@@ -55,8 +56,10 @@ from ._outcome import _note_unknown as _note_unknown_steps
 from ._outcome import _record_failure as _record_failure_steps
 from ._outcome import _record_gave_up, _record_return
 from ._outcome import _record_success as _record_success_steps
+from ._outcome import (APPROVAL_WAIT_CANCELLED, MIN_APPROVAL_POLL_SECONDS, _awaits, _check_approval_wait,
+                       _still_awaiting)
 from .client import Journal
-from .errors import OpjournalError, PayloadMismatch
+from .errors import OpjournalError, PayloadMismatch, RateLimited, Unavailable
 from .v1 import journal_pb2 as pb
 
 __all__ = [
@@ -118,7 +121,8 @@ def urlopen(url: Union[str, urllib.request.Request], data: Optional[bytes] = Non
 
 def execute(journal: Journal, key: str, action: str, payload: Mapping[str, Any],
             fn: Callable[..., Union[Effect, Mapping[str, Any], None]], *, heartbeat: bool = True,
-            refs: Optional[Mapping[str, str]] = None, parent_key: Optional[str] = None) -> Outcome:
+            refs: Optional[Mapping[str, str]] = None, parent_key: Optional[str] = None,
+            approval_wait: float = 0, cancel: Optional[threading.Event] = None) -> Outcome:
     """Runs fn at most once per attempt the journal grants, and never again
     once the outcome is recorded.
 
@@ -155,6 +159,18 @@ def execute(journal: Journal, key: str, action: str, payload: Mapping[str, Any],
     effect, raises Rejected(code) when the provider confirmed that nothing
     happened, and lets anything else propagate: execute records it as
     unknown ("timeout", "connection_error", "http_503", "error").
+
+    When the action's policy says a person must approve this request first
+    (NEXT_STEP_AWAIT_APPROVAL), execute calls nothing: it waits up to
+    ``approval_wait`` seconds (0, the default: not at all) for the decision
+    with Lookup's long poll (``wait_seconds``, at most a minute a call,
+    never sooner than a second apart), or until ``cancel`` (a
+    threading.Event) is set. Approved in time, it registers again and goes
+    on as below (claim, fn once); rejected, the outcome is FAILED_FINAL
+    ("approval_rejected" or "approval_timeout", replayed); otherwise it is
+    AWAITING_APPROVAL (``retry_after``, and ``operation`` with the key and
+    the request hash a person approves), and a later execute with the same
+    key and payload asks again.
 
     The lease rule: fn may run at most lease − margin; long calls keep the
     lease alive by heartbeat; when the lease cannot be kept the SDK gives
@@ -193,17 +209,61 @@ def execute(journal: Journal, key: str, action: str, payload: Mapping[str, Any],
     _check_op(key, action, payload)
     if not callable(fn):
         raise TypeError("opjournal: execute %r: fn is not callable" % key)
+    wait = _check_approval_wait(approval_wait)
     wants_deadline = _accepts_deadline(fn)
     req = journal._register_request(key, action, payload, claim=True, refs=refs, parent_key=parent_key)
+    step, t0 = _register(journal, req)
+    if _awaits(step) and wait > 0:
+        step, t0 = _await_approval(journal, req, step, wait, cancel)
+    if isinstance(step, Outcome):
+        return step
+    return _attempt(journal, key, step, t0, fn, wants_deadline, heartbeat)
+
+
+def _register(journal: Journal, req: pb.RegisterRequest) -> Tuple[Union[Outcome, _Call], float]:
+    """Sends the Register (with claim) and reads the journal's decision;
+    returns it and the monotonic time the lease runs from."""
     t0 = time.monotonic()  # the lease runs from (no earlier than) here
     try:
         answer: Union[pb.RegisterResponse, OpjournalError] = journal._call("Register", req)
     except PayloadMismatch as e:
         answer = e
-    step = _outcome_of(answer)
-    if isinstance(step, Outcome):
-        return step
-    return _attempt(journal, key, step, t0, fn, wants_deadline, heartbeat)
+    return _outcome_of(answer), t0
+
+
+def _await_approval(journal: Journal, req: pb.RegisterRequest, out: Outcome, wait: float,
+                    cancel: Optional[threading.Event]) -> Tuple[Union[Outcome, _Call], float]:
+    """Waits up to ``wait`` seconds (or until ``cancel`` is set) for a
+    person's decision, with Lookup's long poll; calls nothing. Once the
+    operation no longer awaits approval it sends ``req`` again, and the
+    journal's answer decides as usual. Returns the decision (the
+    AWAITING_APPROVAL outcome with the latest record when the wait ends
+    first) and the time the lease runs from."""
+    key = req.operation_key
+    end = time.monotonic() + wait
+    while True:
+        if cancel is not None and cancel.is_set():
+            return dataclasses.replace(out, message=APPROVAL_WAIT_CANCELLED), 0.0
+        left = end - time.monotonic()
+        if left <= 0:
+            return out, 0.0
+        asked = time.monotonic()
+        try:
+            op = journal._lookup_wait(key, left, cancel)
+        except (Unavailable, RateLimited):
+            op = None  # asked again after the pause
+        if op is not None and op.status != "awaiting_approval":
+            # Decided (or changed otherwise): the journal's answer to the
+            # same request says what happens now.
+            step, t0 = _register(journal, req)
+            if not _awaits(step):
+                return step, t0
+            out = step
+        elif op is not None:
+            out = _still_awaiting(out, op)
+        pause = min(MIN_APPROVAL_POLL_SECONDS - (time.monotonic() - asked), end - time.monotonic())
+        if pause > 0:
+            (cancel.wait if cancel is not None else time.sleep)(pause)
 
 
 
@@ -361,7 +421,7 @@ def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., s
                payload: Union[None, Callable[..., Mapping[str, Any]], Iterable[str]] = None,
                heartbeat: bool = True,
                refs: Union[None, Callable[..., Mapping[str, str]], Mapping[str, str]] = None,
-               parent_key: Union[None, str, Callable[..., Optional[str]]] = None):
+               parent_key: Union[None, str, Callable[..., Optional[str]]] = None, approval_wait: float = 0):
     """Makes an agent tool function safe to retry: each call runs through
     execute() and returns its Outcome.
 
@@ -381,7 +441,8 @@ def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., s
     values are str.format templates (``{"order_id": "{order_id}"}``).
     ``parent_key`` (the key of the operation this tool's effect belongs to)
     is a callable or a str.format template as for ``key``; an empty result
-    means none.
+    means none. ``approval_wait`` is execute()'s: how long a call waits for
+    a person's approval when its request needs one.
 
     The function calls the provider. If it declares a parameter ``op_key``,
     ``attempt`` and/or ``deadline`` (or ``**kwargs``), it receives the
@@ -402,6 +463,7 @@ def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., s
 
         outcome = create_payment("817", 490000)   # an Outcome; never a second charge
     """
+    _check_approval_wait(approval_wait)
     binder = _Binder(action, key, payload, refs, parent_key)
 
     def decorate(fn):
@@ -412,7 +474,7 @@ def idempotent(journal: Journal, *, action: str, key: Union[str, Callable[..., s
                 return fn(*call.args, **call.kwargs, **bound.extra(k, attempt, deadline))
 
             return execute(journal, call.key, action, call.payload, run, heartbeat=heartbeat, refs=call.refs,
-                           parent_key=call.parent_key)
+                           parent_key=call.parent_key, approval_wait=approval_wait)
 
         bound = binder.wrap(fn, wrapper)
         wrapper.journal = journal

@@ -137,7 +137,7 @@ class OnlyNextDecidesTest(unittest.TestCase):
         return out, calls
 
     def test_steps_this_sdk_does_not_act_on_never_call(self):
-        for nxt in (pb.NEXT_STEP_UNSPECIFIED, pb.NEXT_STEP_CLAIM, 7, 99):
+        for nxt in (pb.NEXT_STEP_UNSPECIFIED, pb.NEXT_STEP_CLAIM, 8, 99):
             with self.subTest(next=nxt):
                 # Claimed, in progress, an attempt and a lease: everything
                 # but the step says "go". Without the step it is an error.

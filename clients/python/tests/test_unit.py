@@ -213,7 +213,8 @@ class OutcomeTest(unittest.TestCase):
         self.assertEqual(OutcomeKind.SUCCEEDED, "succeeded")
         self.assertEqual(str(OutcomeKind.IN_PROGRESS_ELSEWHERE), "in_progress_elsewhere")
         self.assertEqual([k.value for k in OutcomeKind],
-                         ["succeeded", "in_progress_elsewhere", "verification_required", "conflict", "failed_final"])
+                         ["succeeded", "in_progress_elsewhere", "verification_required", "conflict", "failed_final",
+                          "awaiting_approval"])
 
     def test_check(self):
         ok = opjournal.Outcome(OutcomeKind.SUCCEEDED)

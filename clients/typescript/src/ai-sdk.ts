@@ -45,8 +45,9 @@ export interface JournaledToolDefinition<A, O> {
  * and its scope (a function of scope gets the call's experimental_context),
  * or by its key function; never by the tool-call id. The model gets the
  * tool's output, the stored output on a retry, or the gateway's text for
- * an unknown outcome, a call in progress, a conflicting call or a replayed
- * refusal (model_texts.ts).
+ * an unknown outcome, a call in progress, a conflicting call, a replayed
+ * refusal, a call awaiting a person's approval or one a person rejected
+ * (model_texts.ts; policy.approvalWaitMs waits for the approval first).
  */
 export function journaledTool<A, O>(journal: Journal, policy: ToolPolicy<A, unknown>, definition: JournaledToolDefinition<A, O>): Tool<A, O | string> {
   checkToolPolicy(policy);

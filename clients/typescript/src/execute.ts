@@ -190,8 +190,28 @@ export interface FailedFinal {
   message?: string;
 }
 
+/**
+ * The action's policy says a person must approve this exact request
+ * (operation.requestHash) first, and no decision came within
+ * options.approvalWaitMs; fn was not called. Ask again with the same key
+ * and payload after retryAfterMs (or wait longer): once it is approved,
+ * that execute calls fn. A rejection is a failed_final ("approval_rejected",
+ * or "approval_timeout" when nobody decided in time).
+ */
+export interface AwaitingApproval {
+  kind: "awaiting_approval";
+  key: string;
+  /** When it is worth asking again (at least 1000). */
+  retryAfterMs: number;
+  needsReview: boolean;
+  /** The journal's record: its operationKey and requestHash name what a person approves. */
+  operation: Operation;
+  /** Never set (fn was not called); here so that `out.message` reads on any outcome but a success. */
+  message?: undefined;
+}
+
 /** What execute established about an operation; switch on `kind`. */
-export type Outcome = Succeeded | InProgressElsewhere | VerificationRequired | Conflict | FailedFinal;
+export type Outcome = Succeeded | InProgressElsewhere | VerificationRequired | Conflict | FailedFinal | AwaitingApproval;
 
 /** Options of execute. */
 export interface ExecuteOptions {
@@ -207,6 +227,14 @@ export interface ExecuteOptions {
    * safety margin, and no more.
    */
   heartbeat?: boolean | undefined;
+  /**
+   * How long to wait, in milliseconds, for a person's decision when the
+   * action's policy says this request needs an approval (default 0: do not
+   * wait; awaiting_approval at once). The wait calls nothing: it uses
+   * lookup's long poll (waitSeconds, at most a minute a call, never
+   * sooner than a second apart) and ends at once when signal aborts.
+   */
+  approvalWaitMs?: number | undefined;
 }
 
 /** Each mark call runs without the caller's signal, bounded by this. */
@@ -258,6 +286,7 @@ export type NextAnswer = Pick<RegisterResult, "next" | "claimed" | "attempt" | "
  * - WAIT: in_progress_elsewhere, retryAfterMs = max(retryAfterSeconds, 1) s;
  * - VERIFICATION_REQUIRED: verification_required with the stored errorCode
  *   and needsReview;
+ * - AWAIT_APPROVAL: awaiting_approval, retryAfterMs = max(retryAfterSeconds, 1) s;
  * - anything else (UNSPECIFIED, CLAIM, a step newer than this client): an
  *   OpjournalError (INTERNAL). It is never taken as leave to call.
  */
@@ -284,6 +313,10 @@ export function decideNext(key: string, answer: NextAnswer): Decision {
       } };
     case NextStep.VERIFICATION_REQUIRED:
       return { call: false, outcome: { kind: "verification_required", key, errorCode: op.errorCode, needsReview, operation: op } };
+    case NextStep.AWAIT_APPROVAL:
+      return { call: false, outcome: {
+        kind: "awaiting_approval", key, retryAfterMs: Math.max(answer.retryAfterSeconds, 1) * 1000, needsReview, operation: op,
+      } };
     default: {
       const name = NextStep[answer.next] as string | undefined;
       throw new OpjournalError("INTERNAL",
@@ -306,6 +339,12 @@ export function decideNext(key: string, answer: NextAnswer): Decision {
  *    calling fn. The same key with another payload (or other refs, or
  *    another parentKey) is a conflict. A step this client does not know is
  *    an OpjournalError, never leave to call.
+ *    When a person must approve the request first (AWAIT_APPROVAL), it
+ *    calls nothing: it waits up to options.approvalWaitMs for the decision
+ *    with lookup's long poll (never a tight loop; an abort of
+ *    options.signal ends it with a CANCELED OpjournalError). Approved in
+ *    time, it registers again and goes on (claim, fn once); rejected, the
+ *    refusal is replayed (failed_final); otherwise awaiting_approval.
  * 3. Having claimed it, it calls fn({ key, attempt, signal, leaseSeconds,
  *    deadline, remainingMs }).
  * 4. It records fn's outcome: a resolved Effect → markSucceeded →
@@ -344,27 +383,114 @@ export function decideNext(key: string, answer: NextAnswer): Decision {
  */
 export async function execute(journal: Journal, op: Op, fn: AttemptFn, options: ExecuteOptions = {}): Promise<Outcome> {
   const { payload, refs, parentKey } = validate(op, fn);
-  let reg: RegisterResult;
-  // The lease runs from before the request is sent: the journal's lease
-  // started after that, so network delay only shortens ours.
-  const sentAt = performance.now();
-  try {
-    reg = await journal.register(
-      { key: op.key, action: op.action, payload, refs, parentKey,
-        claim: { workerId: journal.workerId, leaseSeconds: journal.leaseSeconds } },
-      options.signal ? { signal: options.signal } : undefined,
-    );
-  } catch (e) {
-    if (e instanceof OpjournalError && e.code === "PAYLOAD_MISMATCH") {
-      return { kind: "conflict", key: op.key, message: e.detail, field: e.field };
-    }
-    throw e;
+  const waitMs = options.approvalWaitMs ?? 0;
+  if (typeof waitMs !== "number" || !(waitMs >= 0)) {
+    throw invalidArgument("approvalWaitMs", "must be a number of milliseconds ≥ 0 (0: do not wait)", `opjournal: execute ${JSON.stringify(op.key)}: `);
   }
-  const decision = decideNext(op.key, reg);
+  const register = async (): Promise<Registered> => {
+    // The lease runs from before the request is sent: the journal's lease
+    // started after that, so network delay only shortens ours.
+    const sentAt = performance.now();
+    let reg: RegisterResult;
+    try {
+      reg = await journal.register(
+        { key: op.key, action: op.action, payload, refs, parentKey,
+          claim: { workerId: journal.workerId, leaseSeconds: journal.leaseSeconds } },
+        options.signal ? { signal: options.signal } : undefined,
+      );
+    } catch (e) {
+      if (e instanceof OpjournalError && e.code === "PAYLOAD_MISMATCH") {
+        return { decision: { call: false, outcome: { kind: "conflict", key: op.key, message: e.detail, field: e.field } } };
+      }
+      throw e;
+    }
+    return { decision: decideNext(op.key, reg), reg, sentAt };
+  };
+  let r = await register();
+  if (!r.decision.call && r.decision.outcome.kind === "awaiting_approval" && waitMs > 0) {
+    r = await awaitApproval(journal, op.key, r.decision.outcome, waitMs, options.signal, register);
+  }
+  const { decision, reg, sentAt } = r;
   if (!decision.call) return decision.outcome;
   return runAttempt(journal, {
-    key: op.key, attempt: decision.attempt, leaseSeconds: decision.leaseSeconds, sentAt, operation: reg.operation,
+    key: op.key, attempt: decision.attempt, leaseSeconds: decision.leaseSeconds, sentAt: sentAt!, operation: reg!.operation,
   }, fn, options);
+}
+
+/** A register's decision, with the answer and when it was sent when the journal answered. */
+interface Registered {
+  decision: Decision;
+  reg?: RegisterResult | undefined;
+  sentAt?: number | undefined;
+}
+
+/** The longest long poll lookup takes (waitSeconds ≤ 60). */
+const MAX_LOOKUP_WAIT_SECONDS = 60;
+
+/**
+ * The least time between two lookups of one wait for an approval: a
+ * journal that answers at once (one without the long poll, or a first
+ * approval of two under two_person) is not asked in a tight loop.
+ */
+const MIN_APPROVAL_POLL_MS = 1000;
+
+/**
+ * Waits up to waitMs for a person's decision with lookup's long poll,
+ * calling nothing; once the operation no longer awaits approval it
+ * registers again (the same request) and the journal's answer decides.
+ * The awaiting_approval outcome (with the latest record) when the wait
+ * ends first; an abort of signal ends it with a CANCELED OpjournalError.
+ */
+async function awaitApproval(journal: Journal, key: string, out: AwaitingApproval, waitMs: number,
+  signal: AbortSignal | undefined, register: () => Promise<Registered>): Promise<Registered> {
+  const end = performance.now() + waitMs;
+  const canceled = () => new OpjournalError("CANCELED", "the caller's signal ended the wait for an approval; nothing was called",
+    { prefix: `opjournal: execute ${JSON.stringify(key)}: `, cause: signal?.reason });
+  for (;;) {
+    if (signal?.aborted) throw canceled();
+    const left = end - performance.now();
+    if (left <= 0) return { decision: { call: false, outcome: out } };
+    const asked = performance.now();
+    const slice = AbortSignal.timeout(Math.ceil(left));
+    let op: Operation | undefined;
+    try {
+      op = await journal.lookup(key, {
+        view: "basic",
+        waitSeconds: Math.min(MAX_LOOKUP_WAIT_SECONDS, Math.max(1, Math.ceil(left / 1000))),
+        signal: signal ? AbortSignal.any([signal, slice]) : slice,
+        timeoutMs: Math.ceil(left) + 1000,
+      });
+    } catch (e) {
+      if (signal?.aborted) throw canceled();
+      // The bound passed while the journal held the answer, or it could
+      // not be reached (asked again after the pause); anything else ends it.
+      if (!(slice.aborted || (e instanceof OpjournalError && (e.code === "UNAVAILABLE" || e.code === "RATE_LIMITED")))) throw e;
+    }
+    if (op !== undefined && op.status !== "awaiting_approval") {
+      // Decided (or changed otherwise): the journal's answer to the same
+      // request says what happens now.
+      const next = await register();
+      if (next.decision.call || next.decision.outcome.kind !== "awaiting_approval") return next;
+      out = next.decision.outcome;
+    } else if (op !== undefined) {
+      out = { ...out, operation: op, needsReview: op.needsReview };
+    }
+    const pause = Math.min(MIN_APPROVAL_POLL_MS - (performance.now() - asked), end - performance.now());
+    if (pause > 0) await sleep(pause, signal);
+  }
+}
+
+/** Resolves after ms, or at once when signal aborts. */
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
 }
 
 /** A claimed attempt: whose, which, under what lease, sent when (performance.now()). */

@@ -23,7 +23,7 @@ import { journalError, OpjournalError, invalidArgument } from "./errors.js";
 import { encodeObject } from "./json.js";
 
 /** The state of an operation (see the states of docs/spec.md). */
-export type Status = "pending" | "in_progress" | "unknown" | "succeeded" | "failed_final";
+export type Status = "pending" | "in_progress" | "unknown" | "succeeded" | "failed_final" | "awaiting_approval";
 
 /** The journal's record of one business intent. */
 export interface Operation {
@@ -76,6 +76,35 @@ export interface Operation {
   checkCount: number;
   lastCheckedAt: Date | null;
   nextCheckAt: Date | null;
+  /** The approval the action's policy asked for at registration (see Approval); null when none was needed. */
+  approval: Approval | null;
+}
+
+/**
+ * What the action's policy asked of an operation at registration: a
+ * person's approval of this exact request (its requestHash), who may give
+ * it, and the decisions so far. Recorded once: a later policy change does
+ * not re-open a decided question.
+ */
+export interface Approval {
+  /** A person had to approve before any attempt. */
+  required: boolean;
+  /** The roles that may decide ("operator", "admin"). */
+  approvers: string[];
+  /** The principal who registered it may not approve it. */
+  distinctFromRequester: boolean;
+  /** Two distinct principals must approve. */
+  twoPerson: boolean;
+  /** The principal who registered it ("" without authentication). */
+  requestedBy: string;
+  /** When the question times out (database clock); null for never. */
+  deadline: Date | null;
+  /** What happens then: "reject" (failed_final, "approval_timeout") or "escalate" (needs_review). */
+  onTimeout: string;
+  /** The approvals given so far, oldest first. */
+  approvals: { principal: string; at: Date | null; reason: string }[];
+  /** Why the policy asked: the `when` expression that held, or "required". */
+  rule: string;
 }
 
 /**
@@ -175,10 +204,16 @@ export interface CallOptions {
   timeoutMs?: number | undefined;
 }
 
-/** Options of lookup: per-call options and the view. */
+/** Options of lookup: per-call options, the view and the long poll. */
 export interface LookupOptions extends CallOptions {
   /** How much of the operation to return (default "full"). */
   view?: OperationView | undefined;
+  /**
+   * A long poll (0–60 seconds; default 0): while the operation awaits
+   * approval the journal holds the answer until it is decided or this
+   * many seconds pass. The call's timeout grows by as much.
+   */
+  waitSeconds?: number | undefined;
 }
 
 /** Options of the agent's calls (register, claim, extendLease, the marks): per-call options and the answer's view. */
@@ -367,6 +402,8 @@ export class Journal {
   readonly workerId: string;
   /** The lease asked for on claims (0: the policy's). */
   readonly leaseSeconds: number;
+  /** The deadline of each call in milliseconds (0: none). */
+  readonly timeoutMs: number;
   /**
    * The generated Connect client (with the token and trace context interceptors), for the
    * RPCs this class does not wrap (ReleaseForRetry, RecordCheck, Escalate, Resolve).
@@ -399,6 +436,7 @@ export class Journal {
     if (options.token !== undefined) interceptors.push(bearer(options.token));
     interceptors.push(traceHeaders(options.traceContext));
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.timeoutMs = timeoutMs;
     const transport = createGrpcTransport({
       baseUrl: url.origin + url.pathname.replace(/\/+$/, ""),
       sessionManager: this.sessions,
@@ -546,8 +584,14 @@ export class Journal {
    * "basic" leaves out payload and result); an unknown key is NOT_FOUND.
    */
   async lookup(key: string, options?: LookupOptions): Promise<Operation> {
+    const waitSeconds = options?.waitSeconds ?? 0;
+    if (!Number.isInteger(waitSeconds) || waitSeconds < 0 || waitSeconds > 60) {
+      throw invalidArgument("wait_seconds", "must be a whole number of seconds, 0–60", `opjournal: lookup ${JSON.stringify(key)}: `);
+    }
+    const call = callOptions(options);
+    if (waitSeconds > 0 && call.timeoutMs === undefined && this.timeoutMs > 0) call.timeoutMs = this.timeoutMs + waitSeconds * 1000;
     try {
-      const resp = await this.rpc.lookup({ operationKey: key, view: viewOf(options?.view) }, callOptions(options));
+      const resp = await this.rpc.lookup({ operationKey: key, view: viewOf(options?.view), waitSeconds }, call);
       return operationOf(resp.operation);
     } catch (e) {
       throw journalError("lookup", key, e, options?.signal);
@@ -767,6 +811,8 @@ export function statusName(s: PbStatus): Status {
       return "succeeded";
     case PbStatus.FAILED_FINAL:
       return "failed_final";
+    case PbStatus.AWAITING_APPROVAL:
+      return "awaiting_approval";
     default:
       return "unknown";
   }
@@ -785,8 +831,11 @@ function pbStatusOf(s: Status): PbStatus {
       return PbStatus.SUCCEEDED;
     case "failed_final":
       return PbStatus.FAILED_FINAL;
+    case "awaiting_approval":
+      return PbStatus.AWAITING_APPROVAL;
     default:
-      throw invalidArgument("statuses", `${JSON.stringify(s)} is not a status (pending, in_progress, unknown, succeeded, failed_final)`);
+      throw invalidArgument("statuses",
+        `${JSON.stringify(s)} is not a status (pending, in_progress, unknown, succeeded, failed_final, awaiting_approval)`);
   }
 }
 
@@ -876,6 +925,17 @@ export function operationOf(op: PbOperation | undefined): Operation {
     checkCount: op.checkCount,
     lastCheckedAt: dateOf(op.lastCheckedAt),
     nextCheckAt: dateOf(op.nextCheckAt),
+    approval: op.approval ? {
+      required: op.approval.required,
+      approvers: [...op.approval.approvers],
+      distinctFromRequester: op.approval.distinctFromRequester,
+      twoPerson: op.approval.twoPerson,
+      requestedBy: op.approval.requestedBy,
+      deadline: dateOf(op.approval.deadline),
+      onTimeout: op.approval.onTimeout,
+      approvals: op.approval.approvals.map((d) => ({ principal: d.principal, at: dateOf(d.at), reason: d.reason })),
+      rule: op.approval.rule,
+    } : null,
   };
 }
 

@@ -36,8 +36,9 @@ export interface JournaledToolFields {
  * call's RunnableConfig, e.g. (c) => c?.configurable?.user_id), or by its
  * key function; never by the tool-call id. The model gets the tool's
  * output, the stored output on a retry, or the gateway's text for an
- * unknown outcome, a call in progress, a conflicting call or a replayed
- * refusal (model_texts.ts). Return a string (or JSON-encodable content)
+ * unknown outcome, a call in progress, a conflicting call, a replayed
+ * refusal, a call awaiting a person's approval or one a person rejected
+ * (model_texts.ts; policy.approvalWaitMs waits for the approval first). Return a string (or JSON-encodable content)
  * from func, as for any LangChain tool.
  */
 export function journaledTool<A, O>(

@@ -50,7 +50,9 @@ export interface JournaledToolOptions<A, O, Context = unknown> {
  * call's RunContext), or by its key function; never by the tool-call id.
  * The model gets the tool's output, the stored output on a retry, or the
  * gateway's text for an unknown outcome, a call in progress, a conflicting
- * call or a replayed refusal (model_texts.ts).
+ * call, a replayed refusal, a call awaiting a person's approval or one a
+ * person rejected (model_texts.ts; policy.approvalWaitMs waits for the
+ * approval first).
  */
 export function journaledTool<A, O, Context = unknown>(
   journal: Journal,

@@ -70,6 +70,12 @@ export interface ToolPolicy<A, C = unknown> {
   refs?: ((args: A) => Record<string, string>) | undefined;
   /** Heartbeats while the tool runs (default true). */
   heartbeat?: boolean | undefined;
+  /**
+   * How long a call waits, in milliseconds, for a person's approval when
+   * the action's policy asks for one (default 0: the model is told at
+   * once that the call awaits approval; see execute's approvalWaitMs).
+   */
+  approvalWaitMs?: number | undefined;
 }
 
 /**
@@ -212,8 +218,10 @@ export interface ToolCall<A, O> {
  * Runs one tool call through execute and says what the model gets: the
  * tool's output when it ran now, the stored output on a replay, and
  * otherwise the gateway's text for the outcome (model_texts.ts): unknown,
- * in progress, conflict, a replayed refusal, a success recorded without
- * the output, refused arguments, an unreachable journal, a missing
+ * in progress, conflict, a replayed refusal, a call awaiting a person's
+ * approval (awaiting_approval), a call a person rejected or nobody
+ * approved in time (approval_rejected), a success recorded without the
+ * output, refused arguments, an unreachable journal, a missing
  * identifying argument. A fresh definite refusal (the tool threw
  * Rejected) is thrown again, so the framework shows the tool's own error,
  * as the gateway passes the tool's own error result on. Errors that are
@@ -248,7 +256,7 @@ export async function journalToolCall<A, O>(journal: Journal, policy: ToolPolicy
       fresh = { output };
       const externalId = (policy.externalId ?? defaultExternalId)(output) ?? "";
       return { externalId, result: { tool_result: output } };
-    }, { signal: call.signal, heartbeat: policy.heartbeat });
+    }, { signal: call.signal, heartbeat: policy.heartbeat, approvalWaitMs: policy.approvalWaitMs });
   } catch (e) {
     if (e instanceof NotRecordedError) {
       // The effect may be confirmed but not recorded: the model gets the
@@ -276,6 +284,10 @@ export async function journalToolCall<A, O>(journal: Journal, policy: ToolPolicy
       }
       return { kind: "text", text: modelText("replayed_succeeded", { tool, external_id_quoted: goQuote(out.externalId) }), key, outcome: out };
     case "failed_final":
+      if (APPROVAL_REFUSALS.has(out.errorCode)) {
+        // A person's no (or nobody's yes in time), not the tool's refusal.
+        return { kind: "text", text: modelText("approval_rejected", { tool, ids, error_code: out.errorCode }), key, outcome: out };
+      }
       if (!out.replayed && out.cause !== undefined && Rejected.is(out.cause)) throw out.cause;
       return { kind: "text", text: modelText("replayed_refused", { tool, error_code: out.errorCode }), key, outcome: out };
     case "in_progress_elsewhere": {
@@ -286,8 +298,13 @@ export async function journalToolCall<A, O>(journal: Journal, policy: ToolPolicy
       return { kind: "text", text: modelText("unknown", { tool, ids }), key, outcome: out };
     case "conflict":
       return { kind: "text", text: modelText("conflict", { tool, ids }), key, outcome: out };
+    case "awaiting_approval":
+      return { kind: "text", text: modelText("awaiting_approval", { tool, ids }), key, outcome: out };
   }
 }
+
+/** The error codes of an operation a person rejected, or nobody approved in time. */
+export const APPROVAL_REFUSALS: ReadonlySet<string> = new Set(["approval_rejected", "approval_timeout"]);
 
 function defaultExternalId(output: unknown): string | undefined {
   if (typeof output === "object" && output !== null && typeof (output as { id?: unknown }).id === "string") {

@@ -276,6 +276,7 @@ func demoLinePattern(line string) *regexp.Regexp {
 	}
 	p := regexp.QuoteMeta(line)
 	p = regexp.MustCompile(`request_hash=[0-9a-f]+…`).ReplaceAllString(p, `request_hash=[0-9a-f]+…`)
+	p = regexp.MustCompile(`request hash [0-9a-f]+…`).ReplaceAllString(p, `request hash [0-9a-f]+…`)
 	p = regexp.MustCompile(`after [0-9]+(?:\\\.[0-9]+)?m?s$`).ReplaceAllString(p, `after [0-9.]+m?s`)
 	p = regexp.MustCompile(`[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:\\.]+Z`).ReplaceAllString(p, `[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z`)
 	return regexp.MustCompile("^" + p + "$")

@@ -180,16 +180,20 @@ func payment(key string, amount int) (client.Op, map[string]any) {
 	return client.Op{Key: key, Action: "create_payment", Payload: body}, body
 }
 
-// TestDemoScenarios runs `make demo`'s scenarios (commit-then-timeout →
+// TestDemoScenarios runs `make demo`'s scenarios with its policy (commit-then-timeout →
 // reconciled; the email variant through the reference search;
 // timeout-before-commit → proven absent after the visibility lag →
 // released → retried) against real processes on both stores.
 func TestDemoScenarios(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, dbURL string) {
-		s := startStack(t, stackOpts{dbURL: dbURL})
+		demoPolicy, err := demo.PolicyYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := startStack(t, stackOpts{dbURL: dbURL, policy: string(demoPolicy)})
 		var out strings.Builder
-		pol, err := policy.Parse([]byte(testPolicy()), "test policy")
+		pol, err := policy.Parse(demoPolicy, "demo policy")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +201,7 @@ func TestDemoScenarios(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out.String())
 		}
-		for _, key := range []string{"payment:order-817:intent-01", "email:order-817:receipt-01", "payment:order-818:intent-01"} {
+		for _, key := range []string{"payment:order-817:intent-01", "email:order-817:receipt-01", "payment:order-818:intent-01", "payment:order-819:intent-01"} {
 			if n := s.effects(t, key); n != 1 {
 				t.Errorf("%s: %d effects, want 1", key, n)
 			}
@@ -274,6 +278,7 @@ func demoLinePattern(line string) *regexp.Regexp {
 	}
 	p := regexp.QuoteMeta(line)
 	p = regexp.MustCompile(`request_hash=[0-9a-f]+…`).ReplaceAllString(p, `request_hash=[0-9a-f]+…`)
+	p = regexp.MustCompile(`request hash [0-9a-f]+…`).ReplaceAllString(p, `request hash [0-9a-f]+…`)
 	p = regexp.MustCompile(`after [0-9]+(?:\\\.[0-9]+)?m?s$`).ReplaceAllString(p, `after [0-9.]+m?s`)
 	p = regexp.MustCompile(`[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:\\.]+Z`).ReplaceAllString(p, `[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z`)
 	return regexp.MustCompile("^" + p + "$")

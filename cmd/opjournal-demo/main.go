@@ -200,6 +200,7 @@ func demoPolicy(dir, path string) (*policy.Policy, []string, error) {
 		return nil, nil, err
 	}
 	fmt.Printf("policy: the shipped policy with in_flight_window %s instead of 2m (the test provider carries out nothing after it\n"+
-		"        answered or gave up; --policy policy/default.yaml waits the shipped window): %s\n", demo.InFlightWindow, demo.PolicySummary(p))
+		"        answered or gave up; --policy policy/default.yaml waits the shipped window): %s\n"+
+		"        create_payment also asks an operator to approve payments above %d minor units\n", demo.InFlightWindow, demo.PolicySummary(p), demo.ApprovalThreshold)
 	return p, []string{"--policy", path}, nil
 }

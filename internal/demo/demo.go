@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,8 @@ import (
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/policy"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -60,6 +63,7 @@ var Scenarios = []Scenario{
 	{"payment: commit, then timeout (the seven steps of docs/spec.md)", Payment},
 	{"email: a provider without idempotency, reconciled by its reference search", Email},
 	{"payment: timeout before commit, proven absent, released, retried", AbsentThenRetried},
+	{"payment: a large payment waits for an operator's approval of the exact request, then runs once", ApprovedPayment},
 }
 
 // RunAll runs every scenario, stopping at the first failure.
@@ -389,4 +393,140 @@ func AbsentThenRetried(ctx context.Context, env Env) error {
 func registerRequest(key, action string, payload map[string]any) *pb.RegisterRequest {
 	st, _ := structpb.NewStruct(payload)
 	return &pb.RegisterRequest{OperationKey: key, ActionType: action, Payload: st}
+}
+
+// Approver is the operator who decides the demo's approvals. The demo's
+// journal runs without authentication, so the approver is the actor the
+// call states; with a tokens file it would be the operator's principal,
+// and an agent's token could not decide.
+const Approver = "demo-operator"
+
+// ApprovedPayment: a payment above the demo policy's ApprovalThreshold.
+// The journal holds it awaiting approval (the agent's tool is never
+// called, however often it retries); an approval of another request hash
+// is refused and changes nothing; the operator approves the hash they saw
+// while the agent waits for the decision, and the payment runs once.
+func ApprovedPayment(ctx context.Context, env Env) error {
+	r := &run{env: env}
+	const key = "payment:order-819:intent-01"
+	order := map[string]any{"order_id": "819", "amount_minor": 2500000, "currency": "RUB"}
+	op := client.Op{Key: key, Action: "create_payment", Payload: order}
+
+	r.say("execute a payment of 25000.00 RUB (above the policy's approval threshold of %s)", minorUnits(ApprovalThreshold))
+	out, err := r.execute(ctx, op, r.call("/payments", order, true))
+	if err != nil {
+		return err
+	}
+	cur, err := r.lookup(ctx, key)
+	if err != nil {
+		return err
+	}
+	n, err := r.effects(ctx, key)
+	if err != nil {
+		return err
+	}
+	r.saw("outcome=%s, journal status=%s (rule %q), tool calls=%d, provider effects=%d", out.Kind, short(cur.GetStatus()), cur.GetApproval().GetRule(), r.calls.Load(), n)
+	if err := expect(out.Kind == client.AwaitingApproval && cur.GetStatus() == pb.Status_STATUS_AWAITING_APPROVAL && r.calls.Load() == 0 && n == 0,
+		"want awaiting_approval with no call"); err != nil {
+		return err
+	}
+
+	r.say("the agent retries at once with the same key")
+	if out, err = r.execute(ctx, op, r.call("/payments", order, true)); err != nil {
+		return err
+	}
+	n, _ = r.effects(ctx, key)
+	r.saw("outcome=%s, tool calls=%d, provider effects=%d", out.Kind, r.calls.Load(), n)
+	if err := expect(out.Kind == client.AwaitingApproval && r.calls.Load() == 0 && n == 0, "a retry while waiting must call nothing"); err != nil {
+		return err
+	}
+
+	r.say("an approval of another request hash (a payload the operator did not see) is refused")
+	other := strings.Repeat("0", len(cur.GetRequestHash()))
+	_, err = r.env.RPC.Approve(ctx, &pb.ApproveRequest{OperationKey: key, RequestHash: other, Reason: "looks fine", Actor: Approver})
+	after, lerr := r.lookup(ctx, key)
+	if lerr != nil {
+		return lerr
+	}
+	r.saw("refused with %s; status=%s", errorCode(err), short(after.GetStatus()))
+	if err := expect(errorCode(err) == "PAYLOAD_MISMATCH" && after.GetStatus() == pb.Status_STATUS_AWAITING_APPROVAL, "an approval of another hash must be refused and change nothing"); err != nil {
+		return err
+	}
+
+	r.say("the agent waits for the decision (up to 30 s, a long poll); %s approves request hash %s…", Approver, cur.GetRequestHash()[:12])
+	waiting := op
+	waiting.ApprovalWait = 30 * time.Second
+	type result struct {
+		out client.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		o, err := r.execute(ctx, waiting, r.call("/payments", order, true))
+		done <- result{o, err}
+	}()
+	res, err := r.env.RPC.Approve(ctx, &pb.ApproveRequest{OperationKey: key, RequestHash: cur.GetRequestHash(), Reason: "large order, customer verified by phone", Actor: Approver})
+	if err != nil {
+		return fmt.Errorf("approve: %w", err)
+	}
+	r.saw("approved: released=%v status=%s", res.GetReleased(), short(res.GetOperation().GetStatus()))
+	var got result
+	select {
+	case got = <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if got.err != nil {
+		return got.err
+	}
+	n, _ = r.effects(ctx, key)
+	r.saw("outcome=%s external_id=%s, tool calls=%d, provider effects=%d", got.out.Kind, got.out.ExternalID, r.calls.Load(), n)
+	if err := expect(got.out.Kind == client.Succeeded && r.calls.Load() == 1 && n == 1, "want the approved payment to run exactly once"); err != nil {
+		return err
+	}
+
+	r.say("the agent retries once more")
+	if out, err = r.execute(ctx, op, r.call("/payments", order, true)); err != nil {
+		return err
+	}
+	n, _ = r.effects(ctx, key)
+	r.saw("outcome=%s replayed=%v, tool calls=%d, provider effects=%d; history: %s", out.Kind, out.Replayed, r.calls.Load(), n, r.approvalEvent(ctx, key))
+	if err := expect(out.Kind == client.Succeeded && out.Replayed && n == 1, "the retry must replay"); err != nil {
+		return err
+	}
+	fmt.Fprintf(r.env.out(), "  result   provider effects for %s: %d (exactly one, after the approval)\n", key, n)
+	return nil
+}
+
+// approvalEvent describes the event that recorded key's approval.
+func (r *run) approvalEvent(ctx context.Context, key string) string {
+	evs, err := r.env.RPC.ListEvents(ctx, &pb.ListEventsRequest{OperationKey: key})
+	if err != nil {
+		return "(no history)"
+	}
+	for _, e := range evs.GetEvents() {
+		if e.GetFromStatus() == pb.Status_STATUS_AWAITING_APPROVAL {
+			return fmt.Sprintf("%s by %s (%s)", short(e.GetToStatus()), e.GetActor(), e.GetReason())
+		}
+	}
+	return "(no approval recorded)"
+}
+
+// errorCode is the journal's error code carried by err (its ErrorInfo's
+// reason), "" for none, "accepted" for no error.
+func errorCode(err error) string {
+	if err == nil {
+		return "accepted"
+	}
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+// minorUnits formats an amount in minor units as major units (1000000 → 10000.00).
+func minorUnits(v int) string {
+	return strconv.Itoa(v/100) + "." + fmt.Sprintf("%02d", v%100)
 }

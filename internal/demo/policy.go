@@ -24,19 +24,40 @@ const InFlightWindow = 5 * time.Second
 // shippedWindow is what PolicyYAML replaces in the shipped policy.
 const shippedWindow = "in_flight_window: 2m\n"
 
+// ApprovalThreshold is the amount (in minor units) above which the demo's
+// policy asks a person to approve a create_payment: 10,000.00. The shipped
+// policy asks nobody; the demo shows the approval block at work.
+const ApprovalThreshold = 1000000
+
+// paymentAction is the line of the shipped policy after which PolicyYAML
+// inserts create_payment's approval block.
+const paymentAction = "  create_payment:\n    operation_key: required\n"
+
+// approvalBlock is create_payment's approval block in the demo's policy:
+// payments above ApprovalThreshold wait for an operator's yes to the
+// exact request.
+var approvalBlock = fmt.Sprintf("    approval:\n      when: \"payload.amount_minor > %d\"\n      approvers: [operator, admin]\n      timeout: 1h\n      on_timeout: reject\n", ApprovalThreshold)
+
 // PolicyYAML returns the policy `make demo` runs with: the shipped policy
 // (policy.DefaultYAML) whose create_payment and send_email in_flight_window
-// is InFlightWindow, with a header saying so. It fails if the shipped
-// policy no longer has the windows it replaces, rather than run the demo
-// with windows nobody chose.
+// is InFlightWindow, and whose create_payment asks an operator to approve
+// payments above ApprovalThreshold, with a header saying so. It fails if
+// the shipped policy no longer has the lines it changes, rather than run
+// the demo with a policy nobody chose.
 func PolicyYAML() ([]byte, error) {
 	src := policy.DefaultYAML()
 	if n := bytes.Count(src, []byte(shippedWindow)); n != 2 {
 		return nil, fmt.Errorf("demo policy: the shipped policy has %d lines %q, want 2 (create_payment, send_email)", n, shippedWindow)
 	}
+	if n := bytes.Count(src, []byte(paymentAction)); n != 1 {
+		return nil, fmt.Errorf("demo policy: the shipped policy has %d blocks starting %q, want 1", n, paymentAction)
+	}
 	header := fmt.Sprintf("# make demo's policy: the shipped policy (policy/default.yaml) with in_flight_window %s instead of 2m\n"+
-		"# for create_payment and send_email; the test provider carries out nothing after it answered or gave up.\n", InFlightWindow)
-	out := append([]byte(header), bytes.ReplaceAll(src, []byte(shippedWindow), fmt.Appendf(nil, "in_flight_window: %s\n", InFlightWindow))...)
+		"# for create_payment and send_email; the test provider carries out nothing after it answered or gave up.\n"+
+		"# create_payment also asks an operator to approve payments above %d minor units (an approval block).\n", InFlightWindow, ApprovalThreshold)
+	body := bytes.ReplaceAll(src, []byte(shippedWindow), fmt.Appendf(nil, "in_flight_window: %s\n", InFlightWindow))
+	body = bytes.Replace(body, []byte(paymentAction), []byte(paymentAction+approvalBlock), 1)
+	out := append([]byte(header), body...)
 	if _, err := policy.Parse(out, "demo policy"); err != nil {
 		return nil, err
 	}

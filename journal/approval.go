@@ -138,7 +138,10 @@ func (s *Service) checkDecision(ctx context.Context, req DecisionRequest, approv
 	if a == nil {
 		return nil // the table refuses: nothing to decide
 	}
-	if req.Roles != nil && !slices.ContainsFunc(req.Roles, func(r string) bool { return slices.Contains(a.Approvers, r) }) {
+	// An authenticated caller must hold one of the approvers' roles; only
+	// a journal without authentication (no principal, no roles) skips the
+	// check, so a door that forgets to pass the roles fails closed.
+	if (req.Principal != "" || req.Roles != nil) && !slices.ContainsFunc(req.Roles, func(r string) bool { return slices.Contains(a.Approvers, r) }) {
 		return opjournal.Errorf(opjournal.CodePermissionDenied, "", "%q (roles %s) may not decide on operation %q: its approval is for %s",
 			req.Principal, strings.Join(req.Roles, ", "), req.Key, strings.Join(a.Approvers, ", "))
 	}

@@ -92,7 +92,9 @@ func TestApprovalRoles(t *testing.T) {
 	svc, _, ctx := approvalSetup(t, approvalPolicy)
 	op := registerAs(t, svc, alice, "k", "pay", `{"amount_minor":500}`).Operation
 	req := journal.DecisionRequest{Key: "k", RequestHash: op.RequestHash, Reason: "fine"}
-	for _, c := range []journal.Caller{agent, {Tenant: "t", Principal: "rec", Roles: []string{"reconciler"}}} {
+	// An authenticated caller whose roles were not passed (an in-process
+	// door that forgot them) is refused too: the check fails closed.
+	for _, c := range []journal.Caller{agent, {Tenant: "t", Principal: "rec", Roles: []string{"reconciler"}}, {Tenant: "t", Principal: "carol"}} {
 		req.Caller = c
 		if _, err := svc.Approve(ctx, req); opjournal.ErrorCode(err) != opjournal.CodePermissionDenied {
 			t.Fatalf("approval by %v: %v", c.Roles, err)

@@ -69,9 +69,11 @@ type Config struct {
 	// Allow applies the tenant's rate limit (nil: no limit), as every API
 	// call does.
 	Allow func(tenant string) bool
-	// Audit logs one successful decision as the API's audit log does
-	// (method, key, principal, tenant, status after); nil logs nothing.
-	Audit func(ctx context.Context, method string, c journal.Caller, key, status string)
+	// Audit records one successful decision as the API records its calls:
+	// the audit line (method, key, principal, tenant, status after) and,
+	// for Approve and Reject, the approval decision metrics; op is the
+	// operation after the decision. nil records nothing.
+	Audit func(ctx context.Context, method string, c journal.Caller, op *opjournal.Operation)
 	// HTTPStatus maps an error code to its HTTP status: the server's one
 	// table (server.HTTPStatus), so a page answers as the API does.
 	HTTPStatus func(opjournal.Code) int

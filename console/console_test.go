@@ -83,10 +83,10 @@ func newEnvWith(t testing.TB, withAuth bool, tune func(*console.Config)) *env {
 	}
 	e := &env{t: t, st: st, svc: journal.New(st, pol, journal.Limits{})}
 	cfg := console.Config{Service: e.svc, HTTPStatus: server.HTTPStatus, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Audit: func(_ context.Context, method string, c journal.Caller, key, status string) {
+		Audit: func(_ context.Context, method string, c journal.Caller, op *opjournal.Operation) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
-			e.audits = append(e.audits, fmt.Sprintf("%s %s %s %s %s", method, c.Tenant, c.Principal, key, status))
+			e.audits = append(e.audits, fmt.Sprintf("%s %s %s %s %s", method, c.Tenant, c.Principal, op.Key, op.Status))
 		}}
 	if withAuth {
 		var b strings.Builder

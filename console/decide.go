@@ -158,7 +158,7 @@ func (c *Console) apply(ctx context.Context, s *session, d decision) (*opjournal
 		return nil, err
 	}
 	if c.cfg.Audit != nil {
-		c.cfg.Audit(ctx, d.method(), caller, d.Key, string(op.Status))
+		c.cfg.Audit(ctx, d.method(), caller, op)
 	}
 	return op, nil
 }

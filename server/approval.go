@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/journal"
 )
 
@@ -33,6 +34,22 @@ func newApprovalMetrics(r *prometheus.Registry, counts func(context.Context) ([]
 			"How long the oldest operation awaiting approval has waited since its registration (database clock), by action.", []string{"action"}, nil),
 	})
 	return m
+}
+
+// decisionOutcome is the outcome label of a decision by method (Approve
+// or Reject) that left the operation in status: approved (the first of
+// two, still awaiting), released (pending) or rejected; "" for any other
+// method, which counts nothing.
+func decisionOutcome(method string, status opjournal.Status) string {
+	switch {
+	case method == "Reject":
+		return "rejected"
+	case method != "Approve":
+		return ""
+	case status == opjournal.StatusAwaitingApproval:
+		return "approved"
+	}
+	return "released"
 }
 
 // decision counts one decision.

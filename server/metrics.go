@@ -114,10 +114,15 @@ func (s *Server) audit(ctx context.Context, mm *methodMetrics, req, resp any) {
 	s.auditLine(ctx, mm.name, callerOf(ctx), key, st, "")
 }
 
-// auditDecision logs a decision taken in the console: the same line as an
-// API call's, marked as from the console.
-func (s *Server) auditDecision(ctx context.Context, method string, c journal.Caller, key, status string) {
-	s.auditLine(ctx, method, c, key, status, "console")
+// auditDecision records a decision taken in the console as an API call's
+// is recorded: the same audit line, marked as from the console, and an
+// approval's decision in the same metrics as Approve and Reject over the
+// API (decisionOutcome).
+func (s *Server) auditDecision(ctx context.Context, method string, c journal.Caller, op *opjournal.Operation) {
+	s.auditLine(ctx, method, c, op.Key, string(op.Status), "console")
+	if outcome := decisionOutcome(method, op.Status); outcome != "" {
+		s.metrics.decision(op.Action, outcome)
+	}
 }
 
 func (s *Server) auditLine(ctx context.Context, method string, c journal.Caller, key, status, via string) {

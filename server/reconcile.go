@@ -163,11 +163,7 @@ func (s *journalServer) Approve(ctx context.Context, req *pb.ApproveRequest) (*p
 	if err != nil {
 		return nil, err
 	}
-	outcome := "approved"
-	if res.Released {
-		outcome = "released"
-	}
-	s.metrics.decision(res.Operation.Action, outcome)
+	s.metrics.decision(res.Operation.Action, decisionOutcome("Approve", res.Operation.Status))
 	pop, err := operationPB(res.Operation)
 	return &pb.ApproveResponse{Operation: pop, Released: res.Released}, err
 }
@@ -180,7 +176,7 @@ func (s *journalServer) Reject(ctx context.Context, req *pb.RejectRequest) (*pb.
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.decision(op.Action, "rejected")
+	s.metrics.decision(op.Action, decisionOutcome("Reject", op.Status))
 	pop, err := operationPB(op)
 	return &pb.RejectResponse{Operation: pop}, err
 }

@@ -224,7 +224,9 @@ func TestStartupFailures(t *testing.T) {
 	}{
 		{"unsupported database URL", []string{"--database-url", "mysql://db/journal"}, []string{"--database-url", "postgres://", "sqlite://"}},
 		{"SQLite file in a missing directory", []string{"--database-url", "sqlite://" + missingDir}, []string{missingDir}},
-		{"unreachable PostgreSQL", []string{"--database-url", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5"}, []string{"UNAVAILABLE", "127.0.0.1:1", "connection refused"}},
+		// --database-wait 0: exit at once instead of waiting for it
+		// (TestServeDatabaseWaitBounds covers the wait).
+		{"unreachable PostgreSQL", []string{"--database-url", "postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5", "--database-wait", "0"}, []string{"UNAVAILABLE", "127.0.0.1:1", "connection refused"}},
 		{"gRPC port in use", []string{"--database-url", "sqlite://" + filepath.Join(t.TempDir(), "j.db"), "--grpc-addr", busy.Addr().String()}, []string{busy.Addr().String(), "address already in use"}},
 		{"HTTP port in use", []string{"--database-url", "sqlite://" + filepath.Join(t.TempDir(), "j.db"), "--http-addr", busy.Addr().String()}, []string{busy.Addr().String(), "address already in use"}},
 		{"unknown flag", []string{"--databse-url", "sqlite://x.db"}, []string{"databse-url"}},

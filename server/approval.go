@@ -88,20 +88,6 @@ func (c *approvalCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// approvalSweepLoop applies due timeouts every interval until ctx is done.
-func (s *Server) approvalSweepLoop(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.approvalSweep(ctx)
-	}
-}
-
 // approvalSweep runs one sweep and counts what it did.
 func (s *Server) approvalSweep(ctx context.Context) {
 	res, err := s.svc.ExpireApprovals(ctx)

@@ -58,9 +58,15 @@ func newPurgeMetrics(r *prometheus.Registry) *purgeMetrics {
 // pass runs one interval after start, so that a restart loop does not
 // purge in a loop.
 func (s *Server) purgeLoop(ctx context.Context) {
-	cfg := s.cfg.Purge
 	s.recordOldestTerminal(ctx)
-	t := time.NewTicker(cfg.Interval)
+	every(ctx, s.cfg.Purge.Interval, s.purgePass)
+}
+
+// every calls fn every interval, the first time one interval from now,
+// until ctx is done: the server's background passes (purge, approval
+// timeouts).
+func every(ctx context.Context, interval time.Duration, fn func(context.Context)) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -68,7 +74,7 @@ func (s *Server) purgeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		s.purgePass(ctx)
+		fn(ctx)
 	}
 }
 

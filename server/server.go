@@ -238,7 +238,7 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 		go s.purgeLoop(ctx)
 	}
 	if s.cfg.ApprovalSweep > 0 {
-		go s.approvalSweepLoop(ctx, s.cfg.ApprovalSweep)
+		go every(ctx, s.cfg.ApprovalSweep, s.approvalSweep)
 	}
 	if ready != nil {
 		a := Addrs{GRPC: grpcLis.Addr(), HTTP: httpLis.Addr()}

@@ -163,6 +163,11 @@ func TestRESTWalkthrough(t *testing.T) {
 			t.Errorf("metrics lack %s; got:\n%s", line, grepLines(metrics, "opjournal_operations_total"))
 		}
 	}
+	// The server's logger never fell behind its stderr here; the counter
+	// is there to say so.
+	if !hasLine(metrics, "opjournal_log_lines_dropped_total 0") {
+		t.Errorf("metrics lack opjournal_log_lines_dropped_total 0:\n%s", grepLines(metrics, "opjournal_log_lines"))
+	}
 	for _, absent := range []string{"claim_lost", "unknown", "failed_final", "duplicate_effect"} {
 		if strings.Contains(metrics, `action="create_payment",outcome="`+absent+`"`) {
 			t.Errorf("metrics count a create_payment %s that never happened:\n%s", absent, grepLines(metrics, "opjournal_operations_total"))

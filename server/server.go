@@ -44,6 +44,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Logger receives structured logs (default slog.Default()).
 	Logger *slog.Logger
+	// LogLinesDropped, if set, counts the log lines the logger dropped
+	// because its output fell behind (cli.BufferedLog.Dropped); it is
+	// exported as opjournal_log_lines_dropped_total.
+	LogLinesDropped func() uint64
 	// Auth, if set, requires a bearer token on every JournalService call
 	// and scopes the call to the token's tenant; nil serves everyone as the
 	// default tenant "" (only sensible on a loopback address).
@@ -127,6 +131,12 @@ func New(svc *journal.Service, cfg Config) *Server {
 	m := newMetrics()
 	m.registry.MustRegister(newBatchCollector(svc.BatchStats))
 	m.registry.MustRegister(cfg.Collectors...)
+	if cfg.LogLinesDropped != nil {
+		m.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "opjournal_log_lines_dropped_total",
+			Help: "Log lines dropped because the log's output fell behind by more than its buffer holds (each drop is also reported by a warning line).",
+		}, func() float64 { return float64(cfg.LogLinesDropped()) }))
+	}
 	m.approvals = newApprovalMetrics(m.registry, svc.ApprovalCounts)
 	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m, purgeMetrics: newPurgeMetrics(m.registry), purgeHistory: &purgeHistory{},
 		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}},

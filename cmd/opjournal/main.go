@@ -194,11 +194,12 @@ func loadPolicy(path string) (*policy.Policy, error) {
 }
 
 func serve(ctx context.Context, o *options, stderr io.Writer) error {
-	log, flushLog, stopLog, err := cli.NewBufferedLogger(o.logLevel, o.logFormat, stderr)
+	blog, err := cli.NewBufferedLogger(o.logLevel, o.logFormat, stderr)
 	if err != nil {
 		return err
 	}
-	defer stopLog()
+	defer blog.Stop()
+	log := blog.Logger
 	pol, err := loadPolicy(o.policyPath)
 	if err != nil {
 		return err
@@ -215,7 +216,7 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	if o.databaseWait < 0 {
 		return errors.New("--database-wait must not be negative (0: exit at once when the database is unavailable)")
 	}
-	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
+	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, LogLinesDropped: blog.Dropped, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
 		MetricsAddr: o.metricsAddr, NoConsole: o.noConsole,
 		AllowedHosts: o.allowedHosts, PublicURL: o.publicURL, TrustProxyHeaders: o.trustProxy,
 		Purge:         server.PurgeConfig{Interval: o.purgeInterval, BatchSize: o.purgeBatch, Pause: o.purgePause},
@@ -334,7 +335,7 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(), "metrics_addr", metricsAddr, "console", consoleURL,
 			"store", storeKind(o.databaseURL), "actions", pol.Names(), "auth", cfg.Auth != nil,
 			"tls", cfg.TLS != nil, "rate_limit", o.rateLimit, "version", cli.Version(buildVersion))
-		flushLog() // others wait for this line
+		blog.Flush() // others wait for this line
 	})
 }
 

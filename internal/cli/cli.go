@@ -6,8 +6,6 @@
 package cli
 
 import (
-	"bufio"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -16,8 +14,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
@@ -49,96 +45,6 @@ func NewLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format: %q is not json or text", format)
-}
-
-// NewBufferedLogger is NewLogger writing through a buffer: a server logs
-// a line for every change (the audit line), and one write system call per
-// line costs more than the rest of a call's logging. Lines reach w within
-// flushEvery, at once for warnings and errors, and all of them when flush
-// is called (at shutdown). A process killed with SIGKILL may lose the last
-// flushEvery of info lines; the journal's history in the database is the
-// record of every change, the log its operational echo.
-//
-// Flush writes out the buffered lines at once (say, after the line that
-// others wait for); stop flushes and ends the background flusher.
-func NewBufferedLogger(level, format string, w io.Writer) (log *slog.Logger, flush, stop func(), err error) {
-	bw := &bufferedWriter{w: bufio.NewWriterSize(w, 64<<10), stop: make(chan struct{}), done: make(chan struct{})}
-	log, err = NewLogger(level, format, bw)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	go bw.flushEvery(flushInterval)
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			close(bw.stop)
-			<-bw.done
-			bw.Flush()
-		})
-	}
-	return slog.New(&flushingHandler{Handler: log.Handler(), w: bw}), bw.Flush, stop, nil
-}
-
-// flushInterval bounds how long a buffered log line waits.
-const flushInterval = 100 * time.Millisecond
-
-// bufferedWriter is a mutex-guarded bufio.Writer; slog's handlers write a
-// whole line per Write, so lines never interleave.
-type bufferedWriter struct {
-	mu   sync.Mutex
-	w    *bufio.Writer
-	stop chan struct{}
-	done chan struct{}
-}
-
-func (b *bufferedWriter) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.w.Write(p)
-}
-
-// Flush writes out what is buffered.
-func (b *bufferedWriter) Flush() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	_ = b.w.Flush()
-}
-
-func (b *bufferedWriter) flushEvery(d time.Duration) {
-	defer close(b.done)
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-			b.Flush()
-		}
-	}
-}
-
-// flushingHandler flushes the buffer after each warning or error, so
-// those are never delayed.
-type flushingHandler struct {
-	slog.Handler
-	w *bufferedWriter
-}
-
-func (h *flushingHandler) Handle(ctx context.Context, r slog.Record) error {
-	err := h.Handler.Handle(ctx, r)
-	if r.Level >= slog.LevelWarn {
-		h.w.Flush()
-	}
-	return err
-}
-
-func (h *flushingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &flushingHandler{Handler: h.Handler.WithAttrs(attrs), w: h.w}
-}
-
-func (h *flushingHandler) WithGroup(name string) slog.Handler {
-	return &flushingHandler{Handler: h.Handler.WithGroup(name), w: h.w}
 }
 
 // JournalFlags are the flags of a command that calls the journal.

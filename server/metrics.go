@@ -146,6 +146,10 @@ func (m *metrics) outcome(action, outcome string) {
 func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
 	log, m := s.log, s.metrics
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		if s.procs != nil {
+			s.procs.enter()
+			defer s.procs.exit()
+		}
 		start := time.Now()
 		method := info.FullMethod
 		mm := s.methodOf(method)

@@ -42,6 +42,10 @@ type Config struct {
 	MaxRequestBytes int
 	// ShutdownTimeout bounds the graceful drain on shutdown (default 10 s).
 	ShutdownTimeout time.Duration
+	// AdaptiveProcs runs the process on one P (GOMAXPROCS=1) after a second
+	// of serving at most one call at a time, and gives the runtime's default
+	// back as soon as a second call is in flight (procs.go).
+	AdaptiveProcs bool
 	// Logger receives structured logs (default slog.Default()).
 	Logger *slog.Logger
 	// LogLinesDropped, if set, counts the log lines the logger dropped
@@ -97,6 +101,7 @@ type Server struct {
 	svc     *journal.Service
 	cfg     Config
 	log     *slog.Logger
+	procs   *procsGovernor // nil unless Config.AdaptiveProcs
 	metrics *metrics
 	// purgeMetrics are the retention series (purge.go).
 	purgeMetrics *purgeMetrics
@@ -141,6 +146,9 @@ func New(svc *journal.Service, cfg Config) *Server {
 	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m, purgeMetrics: newPurgeMetrics(m.registry), purgeHistory: &purgeHistory{},
 		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}},
 		journal: &journalServer{svc: svc, metrics: m}, methods: m.bindMethods()}
+	if cfg.AdaptiveProcs && runtime.GOMAXPROCS(0) > 1 {
+		s.procs = newProcsGovernor(time.Second)
+	}
 	s.interceptor = s.unaryInterceptor()
 	return s
 }
@@ -176,6 +184,11 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 		}
 	}
 
+	if s.procs != nil {
+		pctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go s.procs.run(pctx)
+	}
 	unary := []grpc.UnaryServerInterceptor{s.interceptor}
 	var stream []grpc.StreamServerInterceptor
 	if s.cfg.HostChecked() {

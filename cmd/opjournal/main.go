@@ -72,6 +72,7 @@ type options struct {
 	maxPayloadBytes int
 	maxResultBytes  int
 	replayCacheSize int
+	adaptiveProcs   bool
 	authFile        string
 	insecureOK      bool
 	noConsole       bool
@@ -159,6 +160,7 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *pflag.Fl
 		fs.BoolVar(&o.noConsole, "no-console", false, "do not serve the operators' console (/console/) on --http-addr")
 		fs.IntVar(&o.maxPayloadBytes, "max-payload-bytes", journal.DefaultLimits.MaxPayloadBytes, "largest payload, as canonical JSON bytes")
 		fs.IntVar(&o.maxResultBytes, "max-result-bytes", journal.DefaultLimits.MaxResultBytes, "largest result, as canonical JSON bytes")
+		fs.BoolVar(&o.adaptiveProcs, "adaptive-gomaxprocs", false, "run on one CPU (GOMAXPROCS=1) while serving one call at a time, the default CPUs as soon as a second call is in flight")
 		fs.IntVar(&o.replayCacheSize, "replay-cache-size", journal.DefaultReplayCacheSize, "terminal operations kept in memory to answer replays without a database read (0: off)")
 		fs.StringVar(&o.authFile, "auth-file", "", "tokens file (YAML of token digests, tenants and roles); without it every caller is the default tenant with every role")
 		fs.BoolVar(&o.insecureOK, "insecure", false, "allow listening on a non-loopback address without --auth-file")
@@ -216,7 +218,7 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	if o.databaseWait < 0 {
 		return errors.New("--database-wait must not be negative (0: exit at once when the database is unavailable)")
 	}
-	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, LogLinesDropped: blog.Dropped, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
+	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, LogLinesDropped: blog.Dropped, AdaptiveProcs: o.adaptiveProcs, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
 		MetricsAddr: o.metricsAddr, NoConsole: o.noConsole,
 		AllowedHosts: o.allowedHosts, PublicURL: o.publicURL, TrustProxyHeaders: o.trustProxy,
 		Purge:         server.PurgeConfig{Interval: o.purgeInterval, BatchSize: o.purgeBatch, Pause: o.purgePause},

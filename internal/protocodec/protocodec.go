@@ -223,7 +223,9 @@ func check(b []byte, p *plan, depth int) error {
 	}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+		// ConsumeTag takes numbers up to MaxInt32; protobuf-go (and the
+		// protocol) stop at MaxValidNumber, the generated code does not.
+		if n < 0 || num > protowire.MaxValidNumber {
 			return errMalformed
 		}
 		b = b[n:]

@@ -14,6 +14,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/protocodec"
 	"github.com/opjournal/opjournal/internal/tracing"
 )
 
@@ -94,8 +95,15 @@ func (b bearerConn) Invoke(ctx context.Context, method string, args, reply any, 
 // security, for local use and tests; use New with your own connection
 // otherwise. The connection is made lazily: an unreachable journal shows up
 // as an error of the first call. Close releases it.
+//
+// Its messages are encoded and decoded by the code generated for them
+// (vtprotobuf) rather than by protobuf-go's reflection, with the same
+// checks (UTF-8 strings, bounded nesting); a connection passed to New uses
+// whatever codec it was made with.
 func Dial(target string, opts ...Option) (*Client, error) {
-	conn, err := grpc.NewClient(target, append(WithTLSHint(target, false, sdkFix), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	conn, err := grpc.NewClient(target, append(WithTLSHint(target, false, sdkFix),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		protocodec.DialOption())...)
 	if err != nil {
 		return nil, fmt.Errorf("opjournal: dial %s: %w", target, err)
 	}

@@ -52,6 +52,7 @@ import (
 	"github.com/opjournal/opjournal/internal/bench"
 	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/internal/procs"
+	"github.com/opjournal/opjournal/internal/protocodec"
 )
 
 type config struct {
@@ -346,7 +347,8 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	defer pool.Close()
-	conn, err := grpc.NewClient(srv.Field("grpc_addr"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The SDK's codec (client.Dial's): the generated encoders, not reflection.
+	conn, err := grpc.NewClient(srv.Field("grpc_addr"), grpc.WithTransportCredentials(insecure.NewCredentials()), protocodec.DialOption())
 	if err != nil {
 		return err
 	}
@@ -505,7 +507,8 @@ func sqliteRows(ctx context.Context, c config, k keyer) ([]bench.Row, error) {
 		return nil, err
 	}
 	defer func() { _ = srv.Stop(10 * time.Second) }()
-	conn, err := grpc.NewClient(srv.Field("grpc_addr"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The SDK's codec (client.Dial's): the generated encoders, not reflection.
+	conn, err := grpc.NewClient(srv.Field("grpc_addr"), grpc.WithTransportCredentials(insecure.NewCredentials()), protocodec.DialOption())
 	if err != nil {
 		return nil, err
 	}

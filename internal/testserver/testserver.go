@@ -18,6 +18,7 @@ import (
 
 	"github.com/opjournal/opjournal/auth"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/protocodec"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/policy"
 	"github.com/opjournal/opjournal/server"
@@ -99,7 +100,9 @@ func Start(t testing.TB, pol *policy.Policy, opts ...Option) *Journal {
 		cancel()
 		t.Fatal("testserver: not listening after 10 s")
 	}
-	conn, err := grpc.NewClient(addrs.GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The SDK's codec (client.Dial's), so benchmarks measure both ends as
+	// an agent's program runs them.
+	conn, err := grpc.NewClient(addrs.GRPC.String(), grpc.WithTransportCredentials(insecure.NewCredentials()), protocodec.DialOption())
 	if err != nil {
 		cancel()
 		t.Fatalf("testserver: %v", err)

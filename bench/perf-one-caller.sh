@@ -2,7 +2,11 @@
 # Counts the server's thread switches per fused operation at one caller
 # (bench/ANALYSIS.md, "One caller"): the bench drives fused gRPC at c=1,
 # and perf stat counts the server process's software events for 8 s of the
-# measured phase, once with the defaults and once with GOMAXPROCS=1.
+# measured phase, once with the defaults and once with the environment
+# given (GOMAXPROCS=1 if none), e.g.
+#
+#   bash bench/perf-one-caller.sh OPJOURNAL_ADAPTIVE_GOMAXPROCS=false
+#
 # Needs `make bench-build` and Debian's linux-perf; hardware counters are
 # not needed (they are not supported on these machines).
 set -euo pipefail
@@ -10,7 +14,8 @@ cd "$(dirname "$0")/.."
 url=${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-for env in "" "GOMAXPROCS=1"; do
+variant=${1:-GOMAXPROCS=1}
+for env in "" "$variant"; do
 	./bin/opjournal-bench --bin bin/opjournal --scenarios fused-grpc --concurrency 1 --duration 14s --warmup 1s \
 		--peers-bin "" --growth-rows 0 --purge-rows 0 --results-dir "$(mktemp -d)" --results-md "" \
 		${env:+--server-env "$env"} --database-url "$url" >"$log" 2>&1 &

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/opjournal/opjournal/client"
+	"github.com/opjournal/opjournal/internal/protocodec"
 )
 
 // EnvName returns the environment variable of a flag: --database-url is
@@ -105,7 +106,9 @@ func (j *JournalFlags) DialWithoutToken() (*grpc.ClientConn, string, error) {
 		Give: "give --tls-ca (or OPJOURNAL_TLS_CA)",
 		Drop: "drop --tls-ca (and OPJOURNAL_TLS_CA)",
 	})
-	conn, err := grpc.NewClient(j.Addr, append(opts, grpc.WithTransportCredentials(creds))...)
+	// The generated codec, as client.Dial's: the gateway's, reconciler's and
+	// CLI's calls decode and encode without reflection.
+	conn, err := grpc.NewClient(j.Addr, append(opts, grpc.WithTransportCredentials(creds), protocodec.DialOption())...)
 	if err != nil {
 		return nil, "", fmt.Errorf("journal %s: %w", j.Addr, err)
 	}

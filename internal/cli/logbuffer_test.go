@@ -104,17 +104,17 @@ func TestBufferedLogNeverBlocksOnAStalledOutput(t *testing.T) {
 	_ = pw.Close()
 	<-copied
 	got := lines(t, out.String())
-	if want := n - int(dropped) + 1; len(got) != want {
-		t.Fatalf("%d lines written, want %d (%d logged, %d dropped, one warning)", len(got), want, n, dropped)
-	}
-	warned := false
+	// Lines dropped while a drain is blocked are reported by the next one,
+	// so there may be several warnings; together they account for all.
+	warned, warnings := 0.0, 0
 	last := -1.0
 	for _, m := range got {
 		if m["msg"] == "log lines dropped: the log's output fell behind" {
-			if m["dropped"] != float64(dropped) || m["level"] != "WARN" {
-				t.Fatalf("warning %v, want dropped=%d at WARN", m, dropped)
+			if m["level"] != "WARN" {
+				t.Fatalf("warning %v not at WARN", m)
 			}
-			warned = true
+			warned += m["dropped"].(float64)
+			warnings++
 			continue
 		}
 		if i := m["i"].(float64); i <= last {
@@ -123,8 +123,14 @@ func TestBufferedLogNeverBlocksOnAStalledOutput(t *testing.T) {
 			last = i
 		}
 	}
-	if !warned {
-		t.Fatal("no warning says lines were dropped")
+	// A warning may itself be dropped (and reported by the next one), so
+	// Dropped is read after Stop, and it may exceed the journal lines lost.
+	all := b.Dropped()
+	if warned != float64(all) {
+		t.Fatalf("warnings account for %v dropped lines, Dropped says %d", warned, all)
+	}
+	if lost := n - (len(got) - warnings); lost < int(dropped) || lost > int(all) {
+		t.Fatalf("%d of %d lines lost, but %d were dropped while logging and %d in all", lost, n, dropped, all)
 	}
 }
 

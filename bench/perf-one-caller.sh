@@ -16,7 +16,8 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 variant=${1:-GOMAXPROCS=1}
 for env in "" "$variant"; do
-	./bin/opjournal-bench --bin bin/opjournal --scenarios fused-grpc --concurrency 1 --duration 14s --warmup 1s \
+	: >"$log" # before the bench starts, so no earlier pid is read
+	./bin/opjournal-bench --bin bin/opjournal --scenarios fused-grpc --concurrency 1 --rounds 1 --duration 14s --warmup 1s \
 		--peers-bin "" --growth-rows 0 --purge-rows 0 --results-dir "$(mktemp -d)" --results-md "" \
 		${env:+--server-env "$env"} --database-url "$url" >"$log" 2>&1 &
 	bench=$!

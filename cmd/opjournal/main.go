@@ -160,7 +160,7 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *pflag.Fl
 		fs.BoolVar(&o.noConsole, "no-console", false, "do not serve the operators' console (/console/) on --http-addr")
 		fs.IntVar(&o.maxPayloadBytes, "max-payload-bytes", journal.DefaultLimits.MaxPayloadBytes, "largest payload, as canonical JSON bytes")
 		fs.IntVar(&o.maxResultBytes, "max-result-bytes", journal.DefaultLimits.MaxResultBytes, "largest result, as canonical JSON bytes")
-		fs.BoolVar(&o.adaptiveProcs, "adaptive-gomaxprocs", false, "run on one CPU (GOMAXPROCS=1) while serving one call at a time, the default CPUs as soon as a second call is in flight")
+		fs.BoolVar(&o.adaptiveProcs, "adaptive-gomaxprocs", true, "run on one CPU (GOMAXPROCS=1) while serving one call at a time, the default CPUs as soon as a second call is in flight (false: always the default)")
 		fs.IntVar(&o.replayCacheSize, "replay-cache-size", journal.DefaultReplayCacheSize, "terminal operations kept in memory to answer replays without a database read (0: off)")
 		fs.StringVar(&o.authFile, "auth-file", "", "tokens file (YAML of token digests, tenants and roles); without it every caller is the default tenant with every role")
 		fs.BoolVar(&o.insecureOK, "insecure", false, "allow listening on a non-loopback address without --auth-file")

@@ -105,7 +105,7 @@ func (s *Service) Purge(ctx context.Context, o PurgeOptions) ([]PurgeReport, err
 	}
 	var reports []PurgeReport
 	for _, name := range names {
-		act, _ := s.policy.Action(name)
+		act, _ := s.actionPolicy(name)
 		rep := PurgeReport{Action: name, Retention: act.Retention}
 		err := s.purgeAction(ctx, &rep, o)
 		reports = append(reports, rep)

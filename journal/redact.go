@@ -133,7 +133,7 @@ func (s *Service) redactResult(ctx context.Context, tenant, key string, result j
 	if err != nil {
 		return nil, err
 	}
-	act, ok := s.policy.Action(op.Action)
+	act, ok := s.actionPolicy(op.Action)
 	if !ok {
 		return nil, opjournal.Errorf(opjournal.CodeUnknownAction, "action_type", "%q has no policy on this server", op.Action)
 	}

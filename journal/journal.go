@@ -44,12 +44,12 @@ const (
 // Service is the journal. It is safe for concurrent use; all coordination
 // happens in the store's database.
 type Service struct {
-	store    store.Store
-	policy   *policy.Policy
+	store  store.Store
+	policy *policy.Policy
 	// acts holds one copy of each action's policy, made at New: Policy.Action
 	// deep-copies the action on every call (2% of a fused call's server
 	// CPU), and the journal only reads it.
-	acts map[string]*policy.Action
+	acts     map[string]*policy.Action
 	limits   Limits
 	redacts  []string      // every member name some action redacts
 	actions  *actionCache  // (tenant, key) → action, for Claim

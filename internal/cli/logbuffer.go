@@ -42,15 +42,19 @@ func newBufferedLog(level, format string, w io.Writer, limit int, every time.Dur
 	if err != nil {
 		return nil, err
 	}
+	// The dropped-lines warning goes straight to w, after the lines
+	// before it: through the buffer it could be dropped itself.
+	if lb.direct, err = NewLogger(level, format, w); err != nil {
+		return nil, err
+	}
 	b := &BufferedLog{Logger: slog.New(&flushingHandler{Handler: log.Handler(), w: lb}), w: lb}
-	lb.log = b.Logger
 	go lb.run(every)
 	return b, nil
 }
 
 // Flush writes out the buffered lines before it returns (say, after the
 // line that others wait for).
-func (b *BufferedLog) Flush() { b.w.drain() }
+func (b *BufferedLog) Flush() { b.w.drain(false) }
 
 // Stop writes out the buffered lines and ends the writing goroutine; lines
 // logged after it are written by the caller, at once.
@@ -81,7 +85,7 @@ const kickBytes = 64 << 10
 type logBuffer struct {
 	w     io.Writer
 	limit int
-	log   *slog.Logger // for the dropped-lines warning
+	direct *slog.Logger // writes to w itself, for the dropped-lines warning
 
 	mu      sync.Mutex
 	buf     []byte // lines not yet taken by the writer
@@ -134,42 +138,29 @@ func (b *logBuffer) wake() {
 	}
 }
 
-// drain writes out what is buffered, then the warning for lines dropped
-// since the last one, if any.
-func (b *logBuffer) drain() {
-	b.wmu.Lock()
-	b.mu.Lock()
-	out, lost := b.buf, b.lost
-	b.buf, b.spare, b.lost = b.spare[:0], nil, 0
-	b.mu.Unlock()
-	if len(out) > 0 {
-		_, _ = b.w.Write(out)
-	}
-	b.mu.Lock()
-	if cap(out) <= 2*kickBytes { // a burst's big buffer is not kept
-		b.spare = out[:0]
-	}
-	b.mu.Unlock()
-	b.wmu.Unlock()
-	if lost > 0 && b.log != nil {
-		// Buffered like any line, and so written by the next drain.
-		b.log.LogAttrs(context.Background(), slog.LevelWarn, "log lines dropped: the log's output fell behind",
-			slog.Uint64("dropped", lost))
-	}
-}
-
-// final writes out the last lines and has every later Write write through.
-// wmu is held from taking the buffer until it is written, so a line
-// written through cannot overtake a buffered one.
-func (b *logBuffer) final() {
+// drain writes out what is buffered, then the warning for the lines
+// dropped since the last one, if any; wmu is held throughout, so the
+// warning follows the lines before it. With last, every later Write
+// writes through instead, and cannot overtake a buffered line.
+func (b *logBuffer) drain(last bool) {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
 	b.mu.Lock()
-	out := b.buf
-	b.buf, b.stopped = nil, true
+	out, lost := b.buf, b.lost
+	b.buf, b.spare, b.lost = b.spare[:0], nil, 0
+	b.stopped = b.stopped || last
 	b.mu.Unlock()
 	if len(out) > 0 {
 		_, _ = b.w.Write(out)
+	}
+	if lost > 0 {
+		b.direct.LogAttrs(context.Background(), slog.LevelWarn, "log lines dropped: the log's output fell behind",
+			slog.Uint64("dropped", lost))
+	}
+	if cap(out) <= 2*kickBytes { // a burst's big buffer is not kept
+		b.mu.Lock()
+		b.spare = out[:0]
+		b.mu.Unlock()
 	}
 }
 
@@ -180,13 +171,12 @@ func (b *logBuffer) run(every time.Duration) {
 	for {
 		select {
 		case <-b.stop:
-			b.drain()
-			b.final()
+			b.drain(true)
 			return
 		case <-t.C:
 		case <-b.kick:
 		}
-		b.drain()
+		b.drain(false)
 	}
 }
 

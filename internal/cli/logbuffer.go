@@ -83,8 +83,8 @@ const kickBytes = 64 << 10
 // whole line per Write, so lines never interleave, and they are written to
 // w in the order they were logged.
 type logBuffer struct {
-	w     io.Writer
-	limit int
+	w      io.Writer
+	limit  int
 	direct *slog.Logger // writes to w itself, for the dropped-lines warning
 
 	mu      sync.Mutex

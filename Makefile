@@ -54,11 +54,11 @@ bench-build:
 bench: bench-build
 	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --warmup 1s --duration 4s $(BENCH_FLAGS)
 
-## bench-quick: a ~3 min run of the targets' levels (c=1, 2, 4 and 32; 5 alternating rounds of
-## 0.8 s per point after 0.2 s of warm-up; growth at 50k, purge of 20k) into bench/results/quick/
+## bench-quick: a ~5 min run of the targets' levels (c=1, 2, 4 and 32; 5 alternating rounds of
+## 0.8 s per point after 0.2 s of warm-up, 2 s at 4 callers or fewer; growth at 50k, purge of 20k) into bench/results/quick/
 bench-quick: bench-build
 	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --concurrency 1,32 --gateway-concurrency 1 \
-		--rounds 5 --warmup 200ms --duration 800ms --growth-rows 50000 --purge-rows 20000 \
+		--rounds 5 --warmup 200ms --duration 800ms --few-callers-duration 2s --growth-rows 50000 --purge-rows 20000 \
 		--results-dir bench/results/quick --results-md "" $(BENCH_FLAGS)
 
 ## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod),

@@ -70,6 +70,7 @@ type config struct {
 	rounds     int
 	warmup     time.Duration
 	duration   time.Duration
+	fewDur     time.Duration // per point at 4 callers or fewer (0: duration)
 	poolMax    int
 	growthRows int
 	growthC    int
@@ -152,6 +153,7 @@ run fails; 2 for bad flags.`,
 	fs.IntVar(&c.rounds, "rounds", 3, "rounds per level: each scenario of a level is measured this many times, the scenarios alternating (A B A B …), and every figure is the median of its per-round values, with their spread")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "warm-up before each measured point")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per point")
+	fs.DurationVar(&c.fewDur, "few-callers-duration", 0, "measured time per point at 4 callers or fewer, whose latencies are fsync-bound and need more calls to hold still (default: --duration)")
 	fs.IntVar(&c.poolMax, "pool-max-conns", 16, "pgx pool size of the server and of raw-sql (and of the peers)")
 	fs.IntVar(&c.growthRows, "growth-rows", 1_000_000, "operations bulk-loaded for the growth scenario (0 skips it)")
 	fs.IntVar(&c.growthC, "growth-concurrency", 32, "concurrency of the growth scenario")
@@ -364,7 +366,7 @@ func run(ctx context.Context, c config) error {
 		if !c.wantRow(system, scenario) {
 			return
 		}
-		r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: c.duration}, srv.Pid(), op)
+		r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: c.pointDuration(cc)}, srv.Pid(), op)
 		r.System, r.Scenario, r.Store = system, scenario, "postgres"
 		rows = append(rows, r)
 		progress(r)
@@ -488,6 +490,9 @@ func run(ctx context.Context, c config) error {
 	sum.Machine["run_seconds"] = fmt.Sprintf("%.0f", time.Since(started).Seconds())
 	sum.Machine["loadavg_at_end"] = loadavg()
 	sum.Machine["per_point"] = fmt.Sprintf("%s warm-up + %s measured", c.warmup, c.duration)
+	if c.fewDur > 0 {
+		sum.Machine["per_point"] += fmt.Sprintf(" (%s at 4 callers or fewer)", c.fewDur)
+	}
 	return report(c, rows, sum)
 }
 
@@ -536,6 +541,14 @@ type step struct {
 	gomaxprocs       int // the bench's GOMAXPROCS during the step's runs, if not 0 (an A/B of the client)
 }
 
+// pointDuration is the measured time of a point at cc callers.
+func (c config) pointDuration(cc int) time.Duration {
+	if cc <= 4 && c.fewDur > 0 {
+		return c.fewDur
+	}
+	return c.duration
+}
+
 // runRounds measures steps at concurrency cc in c.rounds alternating
 // rounds (bench.Alternate), the server's CPU from pid, printing each row
 // as it is measured.
@@ -549,7 +562,7 @@ func runRounds(ctx context.Context, c config, cc, pid int, k keyer, store string
 		names[i] = s.scenario
 	}
 	fmt.Printf("c=%d (%s): %d rounds of %s, about %s\n", cc, store, c.rounds, strings.Join(names, ", "),
-		(time.Duration(c.rounds*len(steps)) * (c.warmup + c.duration)).Round(time.Second))
+		(time.Duration(c.rounds*len(steps)) * (c.warmup + c.pointDuration(cc))).Round(time.Second))
 	var rows []bench.Row
 	for _, sl := range bench.Alternate(c.rounds, len(steps)) {
 		if ctx.Err() != nil {
@@ -560,7 +573,7 @@ func runRounds(ctx context.Context, c config, cc, pid int, k keyer, store string
 		if s.gomaxprocs > 0 {
 			prev = runtime.GOMAXPROCS(s.gomaxprocs)
 		}
-		r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: c.duration}, cmp.Or(s.pid, pid), s.op(k.round(sl.Round), cc))
+		r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: c.pointDuration(cc)}, cmp.Or(s.pid, pid), s.op(k.round(sl.Round), cc))
 		if prev > 0 {
 			runtime.GOMAXPROCS(prev)
 		}

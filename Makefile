@@ -54,7 +54,7 @@ bench-build:
 bench: bench-build
 	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --warmup 1s --duration 4s $(BENCH_FLAGS)
 
-## bench-quick: a ~5 min run of the targets' levels (c=1, 2, 4 and 32; 5 alternating rounds of
+## bench-quick: a ~4 min run of the targets' levels (c=1, 2, 4 and 32; 5 alternating rounds of
 ## 0.8 s per point after 0.2 s of warm-up, 2 s at 4 callers or fewer; growth at 50k, purge of 20k) into bench/results/quick/
 bench-quick: bench-build
 	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --concurrency 1,32 --gateway-concurrency 1 \

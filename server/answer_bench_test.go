@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -12,29 +11,12 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/benchpayload"
 	"github.com/opjournal/opjournal/internal/testserver"
 )
 
-// benchPayload is a payload of about 1 KiB as canonical JSON: an order
-// with a customer, a few line items and a description.
-func benchPayload(b *testing.B) *structpb.Struct {
-	b.Helper()
-	items := make([]any, 0, 6)
-	for i := range 6 {
-		items = append(items, map[string]any{"sku": fmt.Sprintf("SKU-%05d", i), "name": "Item number " + fmt.Sprint(i), "qty": i + 1, "unit_minor": 1990 + i})
-	}
-	st, err := structpb.NewStruct(map[string]any{
-		"order_id": "817", "amount_minor": 490000, "currency": "RUB",
-		"customer":    map[string]any{"id": "c-93", "email": "buyer@example.com", "country": "RU", "tier": "gold"},
-		"items":       items,
-		"description": strings.Repeat("a payment for order 817 ", 15),
-		"metadata":    map[string]any{"channel": "agent", "campaign": "autumn", "trace": "4bf92f3577b34da6a3ce929d0e0e4736"},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return st
-}
+// benchPayload is the benchmarks' 1 KiB order (package benchpayload).
+func benchPayload(b *testing.B) *structpb.Struct { return benchpayload.Order(b) }
 
 // benchFused runs the fused path of an agent's call, Register with claim
 // then MarkSucceeded with a small result, over a real gRPC connection to

@@ -13,28 +13,11 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/benchpayload"
 )
 
-// kibPayload is an order of about 1 KiB as JSON: a customer, six line
-// items, a description and some metadata (the fused benchmarks' payload).
-func kibPayload(tb testing.TB) *structpb.Struct {
-	tb.Helper()
-	items := make([]any, 0, 6)
-	for i := range 6 {
-		items = append(items, map[string]any{"sku": fmt.Sprintf("SKU-%05d", i), "name": "Item number " + fmt.Sprint(i), "qty": i + 1, "unit_minor": 1990 + i})
-	}
-	st, err := structpb.NewStruct(map[string]any{
-		"order_id": "817", "amount_minor": 490000, "currency": "RUB",
-		"customer":    map[string]any{"id": "c-93", "email": "buyer@example.com", "country": "RU", "tier": "gold"},
-		"items":       items,
-		"description": strings.Repeat("a payment for order 817 ", 15),
-		"metadata":    map[string]any{"channel": "agent", "campaign": "autumn", "trace": "4bf92f3577b34da6a3ce929d0e0e4736"},
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return st
-}
+// kibPayload is the benchmarks' 1 KiB order (package benchpayload).
+func kibPayload(tb testing.TB) *structpb.Struct { return benchpayload.Order(tb) }
 
 // restBenchOperation is a FULL-view operation in progress with the 1 KiB
 // payload, a result, refs and an approval.

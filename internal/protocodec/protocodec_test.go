@@ -2,8 +2,6 @@ package protocodec
 
 import (
 	"errors"
-	"fmt"
-	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -12,28 +10,11 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/benchpayload"
 )
 
-// payload is about 1 KiB as canonical JSON, as the server's benchmarks
-// send (server/answer_bench_test.go's benchPayload).
-func payload(tb testing.TB) *structpb.Struct {
-	tb.Helper()
-	items := make([]any, 0, 6)
-	for i := range 6 {
-		items = append(items, map[string]any{"sku": fmt.Sprintf("SKU-%05d", i), "name": "Item number " + fmt.Sprint(i), "qty": i + 1, "unit_minor": 1990 + i})
-	}
-	st, err := structpb.NewStruct(map[string]any{
-		"order_id": "817", "amount_minor": 490000, "currency": "RUB",
-		"customer":    map[string]any{"id": "c-93", "email": "buyer@example.com", "country": "RU", "tier": "gold"},
-		"items":       items,
-		"description": strings.Repeat("a payment for order 817 ", 15),
-		"metadata":    map[string]any{"channel": "agent", "campaign": "autumn", "trace": "4bf92f3577b34da6a3ce929d0e0e4736"},
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return st
-}
+// payload is the benchmarks' 1 KiB order (package benchpayload).
+func payload(tb testing.TB) *structpb.Struct { return benchpayload.Order(tb) }
 
 func registerRequest(tb testing.TB) *pb.RegisterRequest {
 	return &pb.RegisterRequest{OperationKey: "payment:817", ActionType: "create_payment", Payload: payload(tb),

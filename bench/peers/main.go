@@ -2,17 +2,28 @@
 // opjournal-bench: DBOS Transact Go (a workflow whose ID is the operation
 // key, with one step) and River (a job unique by args, worked to
 // completion), each doing the same trivial side effect. It lives in its own
-// module so opjournal itself never depends on either. It prints its rows as
-// a JSON array on stdout and its progress on stderr; opjournal-bench runs it.
+// module so opjournal itself never depends on either.
 //
-//	opjournal-bench-peers --database-url URL --schema-prefix bench_x [--concurrency 1,8,32,64] [--warmup 2s] [--duration 10s]
+// It sets both peers up once, then measures on request, so that
+// opjournal-bench can put a peer's points in the same alternating rounds
+// as its own: each line on stdin asks for one point,
 //
-// Each peer gets a fresh schema (<prefix>_dbos, <prefix>_river), dropped at the end.
+//	<system> <concurrency> <warm-up> <duration>     e.g. "dbos 32 100ms 300ms"
+//
+// (system dbos or river), and each answer is that point's row, one JSON
+// object per line on stdout. Progress goes to stderr. At the end of stdin
+// it stops both peers and drops their schemas.
+//
+//	opjournal-bench-peers --database-url URL --schema-prefix bench_x [--max-concurrency 64]
+//
+// Each peer gets a fresh schema (<prefix>_dbos, <prefix>_river).
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -36,74 +47,128 @@ import (
 
 type config struct {
 	databaseURL, prefix string
-	levels              []int
-	warmup, duration    time.Duration
+	maxC                int // the most callers a point may ask for (River's workers)
 	poolMax             int
+}
+
+// peer is one set-up peer: op makes a point's operation, whose keys are
+// unique to the point (bench.Run numbers each point's calls from 1, and a
+// key seen before would be a peer's replay, not its work).
+type peer struct {
+	scenario string
+	note     string
+	op       func(point int64) bench.Op
 }
 
 func main() {
 	var c config
-	var levels string
 	flag.StringVar(&c.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL server")
 	flag.StringVar(&c.prefix, "schema-prefix", "bench_peers", "prefix of the schemas created (and dropped) for each peer")
-	flag.StringVar(&levels, "concurrency", "1,8,32,64", "concurrency levels")
-	flag.DurationVar(&c.warmup, "warmup", 2*time.Second, "warm-up before each point")
-	flag.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per point")
+	flag.IntVar(&c.maxC, "max-concurrency", 64, "the most callers a point may ask for")
 	flag.IntVar(&c.poolMax, "pool-max-conns", 16, "pgx pool size of each peer")
 	flag.Parse()
-	for _, s := range strings.Split(levels, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "bad concurrency %q\n", s)
-			os.Exit(2)
-		}
-		c.levels = append(c.levels, n)
+	if c.maxC < 1 {
+		fmt.Fprintln(os.Stderr, "--max-concurrency: want at least 1")
+		os.Exit(2)
 	}
-	ctx := context.Background()
-	var rows []bench.Row
-	for _, p := range []struct {
-		system, scenario string
-		run              func(context.Context, config, string) ([]bench.Row, error)
-	}{{"dbos", "workflow-1-step", runDBOS}, {"river", "unique-job", runRiver}} {
-		schema := c.prefix + "_" + p.system
-		got, err := withSchema(ctx, c.databaseURL, schema, func() ([]bench.Row, error) { return p.run(ctx, c, schema) })
-		for i := range got {
-			got[i].System, got[i].Scenario, got[i].Store = p.system, p.scenario, "postgres"
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "  %s: %v\n", p.system, err)
-			got = append(got, bench.Row{System: p.system, Scenario: p.scenario, Store: "postgres", Note: "failed: " + err.Error()})
-		}
-		rows = append(rows, got...)
+	if err := serve(context.Background(), c, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "opjournal-bench-peers:", err)
+		os.Exit(1)
 	}
-	_ = json.NewEncoder(os.Stdout).Encode(rows)
 }
 
-// withSchema creates schema, runs f, and drops the schema.
-func withSchema(ctx context.Context, base, schema string, f func() ([]bench.Row, error)) ([]bench.Row, error) {
+// serve sets up the peers and answers the requests on in until its end.
+// A peer that cannot be set up answers each request with a row whose Note
+// says why, so that the bench reports it instead of stopping.
+func serve(ctx context.Context, c config, in *os.File, out *os.File) error {
+	peers := map[string]*peer{}
+	failed := map[string]error{}
+	for _, p := range []struct {
+		system string
+		setup  func(context.Context, config, string) (*peer, func(), error)
+	}{{"dbos", setupDBOS}, {"river", setupRiver}} {
+		schema := c.prefix + "_" + p.system
+		drop, err := createSchema(ctx, c.databaseURL, schema)
+		if err != nil {
+			return err
+		}
+		defer drop()
+		pr, stop, err := p.setup(ctx, c, schema)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "  %s: %v\n", p.system, err)
+			failed[p.system] = err
+			continue
+		}
+		defer stop()
+		peers[p.system] = pr
+	}
+	enc := json.NewEncoder(out)
+	sc := bufio.NewScanner(in)
+	var points int64
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		l, err := parseRequest(f, c.maxC)
+		if err != nil {
+			return err
+		}
+		system := f[0]
+		var r bench.Row
+		switch p, ok := peers[system]; {
+		case ok:
+			points++
+			r = bench.RunWithCPU(ctx, l, 0, p.op(points))
+			r.Scenario, r.Note = p.scenario, strings.TrimSuffix(p.note+"; "+r.Note, "; ")
+			r.Note = strings.TrimPrefix(r.Note, "; ")
+			fmt.Fprintf(os.Stderr, "  %-10s %-26s c=%-3d %8.0f ops/s  p50 %7.2f ms  p99 %7.2f ms  errors %d %s\n",
+				system, p.scenario, l.Concurrency, r.OpsPerSec, r.P50ms, r.P99ms, r.Errors, r.Note)
+		case failed[system] != nil:
+			r = bench.Row{Concurrency: l.Concurrency, Note: "failed: " + failed[system].Error()}
+		default:
+			return fmt.Errorf("unknown peer %q (want dbos or river)", system)
+		}
+		r.System, r.Store = system, "postgres"
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+// parseRequest reads "<system> <concurrency> <warm-up> <duration>".
+func parseRequest(f []string, maxC int) (bench.Load, error) {
+	if len(f) != 4 {
+		return bench.Load{}, fmt.Errorf("request %q: want <system> <concurrency> <warm-up> <duration>", strings.Join(f, " "))
+	}
+	cc, err := strconv.Atoi(f[1])
+	if err != nil || cc < 1 || cc > maxC {
+		return bench.Load{}, fmt.Errorf("request %q: concurrency must be 1..%d", strings.Join(f, " "), maxC)
+	}
+	w, errW := time.ParseDuration(f[2])
+	d, errD := time.ParseDuration(f[3])
+	if err := errors.Join(errW, errD); err != nil || w < 0 || d <= 0 {
+		return bench.Load{}, fmt.Errorf("request %q: bad warm-up or duration", strings.Join(f, " "))
+	}
+	return bench.Load{Concurrency: cc, Warmup: w, Duration: d}, nil
+}
+
+// createSchema creates schema and returns what drops it.
+func createSchema(ctx context.Context, base, schema string) (func(), error) {
 	conn, err := pgx.Connect(ctx, base)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close(context.Background())
 	id := pgx.Identifier{schema}.Sanitize()
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+id); err != nil {
+		conn.Close(ctx)
 		return nil, err
 	}
-	defer conn.Exec(context.Background(), "DROP SCHEMA "+id+" CASCADE") //nolint:errcheck // best effort
-	return f()
-}
-
-// measure runs op at every level and prints progress.
-func measure(ctx context.Context, c config, system, scenario string, op bench.Op) []bench.Row {
-	var rows []bench.Row
-	for _, l := range c.levels {
-		r := bench.RunWithCPU(ctx, bench.Load{Concurrency: l, Warmup: c.warmup, Duration: c.duration}, 0, op)
-		fmt.Fprintf(os.Stderr, "  %-10s %-26s c=%-3d %8.0f ops/s  p50 %7.2f ms  p99 %7.2f ms  errors %d %s\n",
-			system, scenario, l, r.OpsPerSec, r.P50ms, r.P99ms, r.Errors, r.Note)
-		rows = append(rows, r)
-	}
-	return rows
+	return func() {
+		_, _ = conn.Exec(context.Background(), "DROP SCHEMA "+id+" CASCADE") // best effort
+		conn.Close(context.Background())
+	}, nil
 }
 
 // effects counts the trivial side effect both peers perform.
@@ -117,33 +182,37 @@ func sideEffect(key string) string {
 // runID keeps keys unique across runs on the same database.
 var runID = strconv.FormatInt(time.Now().UnixNano(), 36)
 
-func runDBOS(ctx context.Context, c config, schema string) ([]bench.Row, error) {
+// setupDBOS launches DBOS on schema with one workflow of one step.
+func setupDBOS(ctx context.Context, c config, schema string) (*peer, func(), error) {
 	u, err := withParams(c.databaseURL, map[string]string{"pool_max_conns": strconv.Itoa(c.poolMax)})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	dctx, err := dbos.NewContext(ctx, dbos.Config{AppName: "opjournal-bench", DatabaseURL: u, DatabaseSchema: schema,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
-		return nil, fmt.Errorf("dbos: %w", err)
+		return nil, nil, fmt.Errorf("dbos: %w", err)
 	}
-	defer dbos.Shutdown(dctx, 10*time.Second) //nolint:errcheck // best effort at exit
+	stop := func() { dbos.Shutdown(dctx, 10*time.Second) }
 	wf := func(ctx dbos.Context, key string) (string, error) {
 		return dbos.RunAsStep(ctx, func(context.Context) (string, error) { return sideEffect(key), nil })
 	}
 	dbos.RegisterWorkflow(dctx, wf)
 	if err := dbos.Launch(dctx); err != nil {
-		return nil, fmt.Errorf("dbos launch: %w", err)
+		stop()
+		return nil, nil, fmt.Errorf("dbos launch: %w", err)
 	}
-	return measure(ctx, c, "dbos", "workflow-1-step", func(_ context.Context, _ int, seq int64) error {
-		key := fmt.Sprintf("bench:%s:%d", runID, seq)
-		h, err := dbos.RunWorkflow(dctx, wf, key, dbos.WithWorkflowID(key))
-		if err != nil {
+	return &peer{scenario: "workflow-1-step", op: func(point int64) bench.Op {
+		return func(_ context.Context, _ int, seq int64) error {
+			key := fmt.Sprintf("bench:%s:%d:%d", runID, point, seq)
+			h, err := dbos.RunWorkflow(dctx, wf, key, dbos.WithWorkflowID(key))
+			if err != nil {
+				return err
+			}
+			_, err = h.GetResult()
 			return err
 		}
-		_, err = h.GetResult()
-		return err
-	}), nil
+	}}, stop, nil
 }
 
 // effectArgs is River's job: unique by its args (the operation key).
@@ -192,34 +261,43 @@ func (cs *completions) forget(id int64) {
 	cs.mu.Unlock()
 }
 
-func runRiver(ctx context.Context, c config, schema string) ([]bench.Row, error) {
+// setupRiver migrates River's tables into schema and starts a client with
+// one worker per caller the bench may ask for.
+func setupRiver(ctx context.Context, c config, schema string) (_ *peer, _ func(), err error) {
+	var stops []func()
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
 	u, err := withParams(c.databaseURL, map[string]string{"pool_max_conns": strconv.Itoa(c.poolMax), "search_path": schema})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pool, err := pgxpool.New(ctx, u)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer pool.Close()
+	stops = append(stops, pool.Close)
 	drv := riverpgxv5.New(pool)
 	mig, err := rivermigrate.New(drv, &rivermigrate.Config{Schema: schema})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if _, err := mig.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return nil, fmt.Errorf("river migrate: %w", err)
+		return nil, nil, fmt.Errorf("river migrate: %w", err)
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &effectWorker{})
-	maxC := 1
-	for _, l := range c.levels {
-		maxC = max(maxC, l)
-	}
 	// River's lowest-latency settings: fetch as soon as a job is inserted
 	// (cooldown at its 1 ms minimum), poll often as a fallback.
 	client, err := river.NewClient(drv, &river.Config{
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxC}},
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: c.maxC}},
 		Workers:           workers,
 		Schema:            schema,
 		FetchCooldown:     time.Millisecond,
@@ -227,40 +305,38 @@ func runRiver(ctx context.Context, c config, schema string) ([]bench.Row, error)
 		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cs := &completions{waiting: map[int64]chan struct{}{}}
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: 100_000, Kinds: []river.EventKind{river.EventKindJobCompleted}})
-	defer cancel()
+	stops = append(stops, cancel)
 	go func() {
 		for e := range events {
 			cs.done(e.Job.ID)
 		}
 	}()
 	if err := client.Start(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer client.Stop(context.Background()) //nolint:errcheck // best effort at exit
-	rows := measure(ctx, c, "river", "unique-job", func(ctx context.Context, _ int, seq int64) error {
-		res, err := client.Insert(ctx, effectArgs{Key: fmt.Sprintf("bench:%s:%d", runID, seq)}, nil)
-		if err != nil {
-			return err
+	stops = append(stops, func() { _ = client.Stop(context.Background()) })
+	return &peer{scenario: "unique-job", note: "River's batch completer records completions every 250 ms unless 100 are waiting", op: func(point int64) bench.Op {
+		return func(ctx context.Context, _ int, seq int64) error {
+			res, err := client.Insert(ctx, effectArgs{Key: fmt.Sprintf("bench:%s:%d:%d", runID, point, seq)}, nil)
+			if err != nil {
+				return err
+			}
+			if res.UniqueSkippedAsDuplicate {
+				return fmt.Errorf("job %d skipped as duplicate", res.Job.ID)
+			}
+			defer cs.forget(res.Job.ID)
+			select {
+			case <-cs.ch(res.Job.ID):
+				return nil
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("job %d not completed after 30s", res.Job.ID)
+			}
 		}
-		if res.UniqueSkippedAsDuplicate {
-			return fmt.Errorf("job %d skipped as duplicate", res.Job.ID)
-		}
-		defer cs.forget(res.Job.ID)
-		select {
-		case <-cs.ch(res.Job.ID):
-			return nil
-		case <-time.After(30 * time.Second):
-			return fmt.Errorf("job %d not completed after 30s", res.Job.ID)
-		}
-	})
-	for i := range rows {
-		rows[i].Note = strings.TrimSuffix("River's batch completer records completions every 250 ms unless 100 are waiting; "+rows[i].Note, "; ")
-	}
-	return rows, nil
+	}}, stop, nil
 }
 
 // withParams returns u with the query parameters set.

@@ -105,6 +105,8 @@ func (c config) wantRow(system, scenario string) bool {
 	switch system {
 	case "raw-sql", "grpc":
 		name = system
+	case "dbos", "river":
+		name = "peers"
 	}
 	return c.want(name) || c.want(scenario) || strings.HasPrefix(scenario, "fused-grpc-at-")
 }
@@ -322,21 +324,16 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	// The server does not purge by itself: the purge scenario runs
-	// `opjournal purge` when it means to.
-	spec := procs.Spec{Name: "opjournal", Path: c.bin, Ready: "serving", Args: []string{"serve",
-		"--database-url", serverDBURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--purge-interval", "0"}}
-	spec.Args = append(spec.Args, c.serverArgs...)
-	spec.Env = c.serverEnv
+	var serverLog io.Writer
 	if c.serverLog != "" {
 		f, err := os.Create(c.serverLog)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		spec.Log = f
+		serverLog = f
 	}
-	srv, err := procs.Start(ctx, spec, 60*time.Second)
+	srv, err := startServer(ctx, c, "opjournal", serverDBURL, serverLog)
 	if err != nil {
 		return err
 	}
@@ -361,12 +358,13 @@ func run(ctx context.Context, c config) error {
 	k := keyer(hex.EncodeToString(b[:]))
 
 	var rows []bench.Row
-	// measure runs a point once (round 0): the growth and purge rows.
+	// measure runs a point once (round 0): the purge rows. With no rounds
+	// to take a median over, it runs for at least a second.
 	measure := func(system, scenario string, cc int, op bench.Op) {
 		if !c.wantRow(system, scenario) {
 			return
 		}
-		r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: c.pointDuration(cc)}, srv.Pid(), op)
+		r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: max(c.pointDuration(cc), time.Second)}, srv.Pid(), op)
 		r.System, r.Scenario, r.Store = system, scenario, "postgres"
 		rows = append(rows, r)
 		progress(r)
@@ -386,6 +384,18 @@ func run(ctx context.Context, c config) error {
 		return fmt.Errorf("prepare replay keys: %w", err)
 	}
 
+	// The peers: DBOS in the levels' rounds, beside the fused path; River
+	// once per level (peersProc.riverRows).
+	var peers *peersProc
+	var peerSteps []step
+	if c.peersBin != "" && c.want("peers") {
+		peers, err = startPeers(ctx, c, schema, slices.Max(append(c.allLevels(), 1)))
+		if err != nil {
+			return fmt.Errorf("peers: %w", err)
+		}
+		defer peers.close() //nolint:errcheck // closed (and its error printed) after the levels; this is for an early return
+		peerSteps = []step{peers.dbosStep()}
+	}
 	raw := step{system: "raw-sql", scenario: "full-cycle", op: func(k keyer, cc int) bench.Op { return rawSQL(pool, k, cc) }}
 	fusedStep := step{system: "opjournal", scenario: "fused-grpc", op: func(k keyer, cc int) bench.Op { return fused(cl, k, "fused", cc) }}
 	if c.only["ab"] {
@@ -401,14 +411,14 @@ func run(ctx context.Context, c config) error {
 	for _, cc := range c.levels {
 		// Each ratio's two sides are adjacent in a round: full cycle and
 		// raw SQL, raw SQL and fused, fused and REST, replay and the no-op.
-		inRounds(cc, []step{
+		inRounds(cc, append([]step{
 			{system: "opjournal", scenario: "full-cycle-grpc", op: func(k keyer, cc int) bench.Op { return fullCycle(cl, k, cc) }},
 			raw,
 			fusedStep,
 			{system: "opjournal", scenario: "fused-rest", op: func(k keyer, cc int) bench.Op { return restFused(hc, restBase, k, cc) }},
 			{system: "opjournal", scenario: "replay-grpc", op: func(keyer, int) bench.Op { return replay(cl, replayKeys) }},
 			{system: "grpc", scenario: "noop-health-check", op: func(keyer, int) bench.Op { return noop(healthpb.NewHealthClient(conn)) }},
-		})
+		}, peerSteps...))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -417,7 +427,7 @@ func run(ctx context.Context, c config) error {
 	// main loop did not run.
 	for _, cc := range c.oneCaller {
 		if !slices.Contains(c.levels, cc) {
-			inRounds(cc, []step{raw, fusedStep})
+			inRounds(cc, append([]step{raw, fusedStep}, peerSteps...))
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -447,22 +457,19 @@ func run(ctx context.Context, c config) error {
 	fmt.Printf("server peak RSS (VmHWM) %.1f MiB; journal %d operations (%.2f events each): %d bytes with indexes = %.0f bytes/operation as is, %.0f after VACUUM FULL\n",
 		sum.ServerPeakRSSMiB, sum.Operations, sum.EventsPerOperation, sum.JournalBytes, sum.BytesPerOperation, sum.CompactBytesPerOperation)
 
-	if c.peersBin != "" && c.want("peers") {
-		peers, err := runPeers(ctx, c, schema)
-		if err != nil {
+	if peers != nil {
+		rows = append(rows, peers.riverRows(c, c.allLevels())...)
+		if err := peers.close(); err != nil {
 			fmt.Fprintln(os.Stderr, "peers:", err)
 		}
-		rows = append(rows, peers...)
 	}
 
 	if c.growthRows > 0 && c.want("growth") {
-		fmt.Printf("growth: bulk-loading %d operations …\n", c.growthRows)
-		t0 := time.Now()
-		if err := bulkLoad(ctx, pool, c.growthRows); err != nil {
-			return fmt.Errorf("bulk load: %w", err)
+		gr, err := growthRows(ctx, c, admin, serverURL, schema, k)
+		rows = append(rows, gr...)
+		if err != nil {
+			return fmt.Errorf("growth: %w", err)
 		}
-		fmt.Printf("growth: loaded, vacuumed and checkpointed in %s\n", time.Since(t0).Round(time.Millisecond))
-		measure("opjournal", "fused-grpc-at-"+count(c.growthRows), c.growthC, fused(cl, k, "growth", c.growthC))
 	}
 	if c.want("gateway") {
 		// The targets compare with the fused SDK path at one caller,
@@ -494,6 +501,82 @@ func run(ctx context.Context, c config) error {
 		sum.Machine["per_point"] += fmt.Sprintf(" (%s at 4 callers or fewer)", c.fewDur)
 	}
 	return report(c, rows, sum)
+}
+
+// startServer starts "opjournal serve" on dbURL (a PostgreSQL URL with its
+// search_path) with the run's server arguments and environment, copying
+// its log to log if set. It does not purge by itself: the purge scenario
+// runs `opjournal purge` when it means to.
+func startServer(ctx context.Context, c config, name, dbURL string, log io.Writer) (*procs.Proc, error) {
+	spec := procs.Spec{Name: name, Path: c.bin, Ready: "serving", Env: c.serverEnv, Log: log, Args: append([]string{"serve",
+		"--database-url", dbURL, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--purge-interval", "0"}, c.serverArgs...)}
+	return procs.Start(ctx, spec, 60*time.Second)
+}
+
+// growthRows measures the fused path on a journal grown by c.growthRows
+// bulk-loaded operations against the same path on an empty journal, in
+// alternating rounds at c.growthC: two servers of their own, each on a
+// fresh schema (dropped at the end), so that the two sides of the p99
+// ratio differ only by the rows loaded and are measured seconds apart,
+// not minutes (the run's own journal holds whatever the levels before
+// wrote, and its fused row was measured long before the load).
+func growthRows(ctx context.Context, c config, admin *pgx.Conn, serverURL, schema string, k keyer) ([]bench.Row, error) {
+	var steps []step
+	var stop []func()
+	defer func() {
+		for _, f := range slices.Backward(stop) {
+			f()
+		}
+	}()
+	for _, n := range []int{0, c.growthRows} {
+		name := schema + "_at_" + strconv.Itoa(n)
+		if _, err := admin.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+			return nil, err
+		}
+		stop = append(stop, func() {
+			if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+name+" CASCADE"); err != nil {
+				fmt.Fprintln(os.Stderr, "drop schema:", err)
+			}
+		})
+		params := map[string]string{"search_path": name, "pool_max_conns": strconv.Itoa(c.poolMax)}
+		serverDBURL, err := withParams(serverURL, params)
+		if err != nil {
+			return nil, err
+		}
+		srv, err := startServer(ctx, c, "opjournal (at "+count(n)+")", serverDBURL, nil)
+		if err != nil {
+			return nil, err
+		}
+		stop = append(stop, func() { _ = srv.Stop(10 * time.Second) })
+		if n > 0 {
+			// The server has made the tables; the load goes into them.
+			dbURL, err := withParams(c.databaseURL, params)
+			if err != nil {
+				return nil, err
+			}
+			pool, err := pgxpool.New(ctx, dbURL)
+			if err != nil {
+				return nil, err
+			}
+			fmt.Printf("growth: bulk-loading %d operations …\n", n)
+			t0 := time.Now()
+			err = bulkLoad(ctx, pool, n)
+			pool.Close()
+			if err != nil {
+				return nil, fmt.Errorf("bulk load: %w", err)
+			}
+			fmt.Printf("growth: loaded, vacuumed and checkpointed in %s\n", time.Since(t0).Round(time.Millisecond))
+		}
+		conn, err := grpc.NewClient(srv.Field("grpc_addr"), grpc.WithTransportCredentials(insecure.NewCredentials()), protocodec.DialOption())
+		if err != nil {
+			return nil, err
+		}
+		stop = append(stop, func() { conn.Close() })
+		cl := pb.NewJournalServiceClient(conn)
+		steps = append(steps, step{system: "opjournal", scenario: "fused-grpc-at-" + count(n), pid: srv.Pid(),
+			op: func(k keyer, cc int) bench.Op { return fused(cl, k, "growth", cc) }})
+	}
+	return runRounds(ctx, c, c.growthC, 0, k, "postgres", steps), nil
 }
 
 // sqliteRows measures the opjournal scenarios that apply to the embedded
@@ -537,8 +620,11 @@ func sqliteRows(ctx context.Context, c config, k keyer) ([]bench.Row, error) {
 type step struct {
 	system, scenario string
 	op               func(k keyer, c int) bench.Op
-	pid              int // the process whose CPU is the row's server CPU, if not runRounds's pid
-	gomaxprocs       int // the bench's GOMAXPROCS during the step's runs, if not 0 (an A/B of the client)
+	// run, if set, measures the point in another process instead (a peer),
+	// and returns its row.
+	run        func(ctx context.Context, l bench.Load) bench.Row
+	pid        int // the process whose CPU is the row's server CPU, if not runRounds's pid
+	gomaxprocs int // the bench's GOMAXPROCS during the step's runs, if not 0 (an A/B of the client)
 }
 
 // pointDuration is the measured time of a point at cc callers.
@@ -573,7 +659,13 @@ func runRounds(ctx context.Context, c config, cc, pid int, k keyer, store string
 		if s.gomaxprocs > 0 {
 			prev = runtime.GOMAXPROCS(s.gomaxprocs)
 		}
-		r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: c.pointDuration(cc)}, cmp.Or(s.pid, pid), s.op(k.round(sl.Round), cc))
+		l := bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: c.pointDuration(cc)}
+		var r bench.Row
+		if s.run != nil {
+			r = s.run(ctx, l)
+		} else {
+			r = bench.RunWithCPU(ctx, l, cmp.Or(s.pid, pid), s.op(k.round(sl.Round), cc))
+		}
 		if prev > 0 {
 			runtime.GOMAXPROCS(prev)
 		}
@@ -754,37 +846,6 @@ func count(n int) string {
 		return fmt.Sprintf("%dk", n/1000)
 	}
 	return strconv.Itoa(n)
-}
-
-// runPeers runs the peers binary (bench/peers), which prints its rows as
-// JSON on stdout and its progress on stderr.
-func runPeers(ctx context.Context, c config, schema string) ([]bench.Row, error) {
-	if _, err := os.Stat(c.peersBin); err != nil {
-		return nil, fmt.Errorf("peers binary not built (%w); build it with: make bench-build", err)
-	}
-	// The peers run at every level the fused path does ("ahead at every
-	// concurrency"), the one-caller levels included.
-	var levels []string
-	all := slices.Clone(c.levels)
-	for _, l := range c.oneCaller {
-		if !slices.Contains(all, l) {
-			all = append(all, l)
-		}
-	}
-	slices.Sort(all)
-	for _, l := range all {
-		levels = append(levels, strconv.Itoa(l))
-	}
-	cmd := exec.CommandContext(ctx, c.peersBin, "--database-url", c.databaseURL, "--schema-prefix", schema,
-		"--concurrency", strings.Join(levels, ","), "--warmup", c.warmup.String(), "--duration", c.duration.String(),
-		"--pool-max-conns", strconv.Itoa(c.poolMax))
-	cmd.Stderr = os.Stdout
-	out, err := cmd.Output()
-	var rows []bench.Row
-	if jerr := json.Unmarshal(out, &rows); jerr != nil && err == nil {
-		err = fmt.Errorf("peers output: %w", jerr)
-	}
-	return rows, err
 }
 
 // machine describes where the run happened.
@@ -1072,7 +1133,7 @@ func markdown(c config, all []bench.Row, s summary, chart string) string {
 			fmt.Fprintf(&b, "\n- %s / %s c=%d: %s", r.System, r.Scenario, r.Concurrency, r.Note)
 		}
 	}
-	fmt.Fprintf(&b, "\n\n## Footprint\n\n- server peak RSS (VmHWM): %.1f MiB\n- journal: %d operations (%.2f history rows each), before the growth bulk load:\n"+
+	fmt.Fprintf(&b, "\n\n## Footprint\n\n- server peak RSS (VmHWM): %.1f MiB\n- journal: %d operations (%.2f history rows each), as the levels left it:\n"+
 		"  %d bytes as the runs left it (%.0f bytes/operation, dead row versions included), %d bytes after VACUUM FULL (%.0f bytes/operation)\n\n"+
 		"| table (after VACUUM FULL) | rows | heap | indexes | TOAST |\n|---|--:|--:|--:|--:|\n",
 		s.ServerPeakRSSMiB, s.Operations, s.EventsPerOperation, s.JournalBytes, s.BytesPerOperation, s.CompactJournalBytes, s.CompactBytesPerOperation)
@@ -1086,7 +1147,7 @@ func markdown(c config, all []bench.Row, s summary, chart string) string {
 	if rounds > 0 {
 		fmt.Fprintf(&b, "## Targets (the hot path)\n\n%s. Each figure is computed in each of the %d rounds from that round's rows (the two sides of a ratio measured "+
 			"minutes apart at most, so that the machine's drift cancels); the verdict is on the median, and the spread is (max − min) / median of the "+
-			"per-round figures, marked unstable above %.0f%%. Rows measured once (peers, growth) enter every round as they are. "+
+			"per-round figures, marked unstable above %.0f%%. Rows measured once (peers, purge) enter every round as they are. "+
 			"A throughput ratio is also estimated from both sides' CPU per operation (client + server + PostgreSQL; CPU-normalised): "+
 			"the two agree when both are CPU-bound on a quiet machine, and the CPU figure moves much less when another tenant takes CPU. ",
 			tally(s.HotPath), rounds, bench.UnstableSpread*100)
@@ -1120,7 +1181,8 @@ const scenarioDoc = `
   its server CPU includes SQLite's, which runs in the server process.
 - **opjournal contention-same-key**: rounds of 64 callers registering-with-claim one new key at once;
   samples are each caller's time to its answer; every round must have exactly one winner.
-- **opjournal fused-grpc-at-N**: fused-grpc after bulk-loading N succeeded operations (one history row each) and VACUUM ANALYZE.
+- **opjournal fused-grpc-at-N, fused-grpc-at-0**: fused-grpc through two servers of their own, on fresh schemas, one after bulk-loading
+  N succeeded operations (one history row each), VACUUM ANALYZE and a checkpoint, the other on an empty journal, in alternating rounds.
 - **dbos workflow-1-step**: DBOS Transact Go, a workflow whose ID is the key, with one step (the side effect), awaited.
 - **river unique-job**: River, a job unique by args inserted and awaited until completed by a worker (the side effect).
 `

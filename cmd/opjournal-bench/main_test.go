@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/opjournal/opjournal/internal/bench"
 	"github.com/opjournal/opjournal/internal/pgtest"
 )
@@ -143,5 +145,97 @@ func TestRunInRounds(t *testing.T) {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("RESULTS.md lacks %q", s)
 		}
+	}
+}
+
+// TestGrowthAndPeersInRounds runs the growth pair and the peers against a
+// real PostgreSQL: the grown and the empty journal each on a server of
+// its own, alternating in rounds, DBOS in every level's rounds beside the
+// fused path, River once per level, and every schema they made dropped
+// at the end.
+func TestGrowthAndPeersInRounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the server and the peers and drives them")
+	}
+	tmp := t.TempDir()
+	bin, peers := filepath.Join(tmp, "opjournal"), filepath.Join(tmp, "opjournal-bench-peers")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/opjournal/opjournal/cmd/opjournal").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	build := exec.Command("go", "build", "-o", peers, ".")
+	build.Dir = filepath.Join("..", "..", "bench", "peers")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build peers: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, pgtest.BaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	schemas := func() int {
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'bench\_%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := schemas()
+
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	cmd := newRoot(&stdout, &stderr)
+	cmd.SetArgs([]string{"--database-url", pgtest.BaseURL(), "--bin", bin, "--peers-bin", peers,
+		"--scenarios", "fused-grpc,peers,growth", "--concurrency", "2", "--one-caller-concurrency", "1", "--growth-concurrency", "2",
+		"--rounds", "2", "--warmup", "20ms", "--duration", "150ms", "--growth-rows", "2000", "--purge-rows", "0",
+		"--results-dir", dir, "--results-md", ""})
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	var rows []bench.Row
+	b, err := os.ReadFile(filepath.Join(dir, "latest.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &rows)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("r%d %s %s c=%d", r.Round, r.System, r.Scenario, r.Concurrency))
+		if r.Errors > 0 || r.OpsPerSec <= 0 {
+			t.Errorf("round %d %s %s c=%d: %d errors, %.0f ops/s (%s)", r.Round, r.System, r.Scenario, r.Concurrency, r.Errors, r.OpsPerSec, r.Note)
+		}
+	}
+	want := []string{
+		"r1 opjournal fused-grpc c=2", "r1 dbos workflow-1-step c=2", "r2 opjournal fused-grpc c=2", "r2 dbos workflow-1-step c=2",
+		"r1 opjournal fused-grpc c=1", "r1 dbos workflow-1-step c=1", "r2 opjournal fused-grpc c=1", "r2 dbos workflow-1-step c=1",
+		"r0 river unique-job c=1", "r0 river unique-job c=2",
+		"r1 opjournal fused-grpc-at-0 c=2", "r1 opjournal fused-grpc-at-2k c=2", "r2 opjournal fused-grpc-at-0 c=2", "r2 opjournal fused-grpc-at-2k c=2",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("rows measured:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var sum summary
+	if b, err = os.ReadFile(filepath.Join(dir, "summary.json")); err == nil {
+		err = json.Unmarshal(b, &sum)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range sum.HotPath {
+		switch r.Name {
+		case "p99 at the grown journal / empty (fused gRPC)":
+			if len(r.Rounds) != 2 || !strings.Contains(r.Detail, "fused-grpc-at-2k vs fused-grpc-at-0 c=2") {
+				t.Errorf("%s: rounds %v (%s), want two rounds of the growth pair", r.Name, r.Rounds, r.Detail)
+			}
+		case "ahead of DBOS at every c (lowest fused / DBOS)":
+			if len(r.Rounds) != 2 || r.Measured == nil {
+				t.Errorf("%s: rounds %v (%s), want two rounds", r.Name, r.Rounds, r.Detail)
+			}
+		}
+	}
+	if n := schemas(); n != before {
+		t.Errorf("%d bench schemas after the run, %d before: the run's, the growth pair's or the peers' were left", n, before)
 	}
 }

@@ -40,7 +40,7 @@ soak: binaries
 ## three statements in raw SQL, DBOS Transact and River (bench/peers, its own module), on PostgreSQL
 BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 BENCH_FLAGS ?=
-.PHONY: bench bench-quick bench-build
+.PHONY: bench bench-quick bench-quick-twice bench-build
 bench-build:
 	@mkdir -p bin
 	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-bench ./cmd/opjournal-fakeprovider ./cmd/opjournal-gateway
@@ -56,10 +56,18 @@ bench: bench-build
 
 ## bench-quick: a ~4 min run of the targets' levels (c=1, 2, 4 and 32; 5 alternating rounds of
 ## 0.8 s per point after 0.2 s of warm-up, 2 s at 4 callers or fewer; growth at 50k, purge of 20k) into bench/results/quick/
+BENCH_QUICK_FLAGS = --database-url '$(BENCH_DATABASE_URL)' --concurrency 1,32 --gateway-concurrency 1 \
+	--rounds 5 --warmup 200ms --duration 800ms --few-callers-duration 2s --growth-rows 50000 --purge-rows 20000 \
+	--results-md ""
 bench-quick: bench-build
-	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --concurrency 1,32 --gateway-concurrency 1 \
-		--rounds 5 --warmup 200ms --duration 800ms --few-callers-duration 2s --growth-rows 50000 --purge-rows 20000 \
-		--results-dir bench/results/quick --results-md "" $(BENCH_FLAGS)
+	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir bench/results/quick $(BENCH_FLAGS)
+
+## bench-quick-twice: bench-quick twice (~8 min), into bench/results/quick-1/ and quick-2/, then
+## opjournal-bench compare of the two: every ratio must agree within 10% (exit status 4 if one does not)
+bench-quick-twice: bench-build
+	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir bench/results/quick-1 $(BENCH_FLAGS)
+	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir bench/results/quick-2 $(BENCH_FLAGS)
+	./bin/opjournal-bench compare bench/results/quick-1 bench/results/quick-2
 
 ## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod),
 ## the Python client's clients/python/opjournal/v1 (Debian's protoc and grpc_python_plugin) and

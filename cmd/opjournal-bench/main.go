@@ -14,6 +14,10 @@
 // ends with the hot path's targets (bench.HotPathTargets), one MET/MISS/SKIP
 // line each, on the median of the figure's rounds with their spread;
 // --require-targets makes a MISS exit with status 3. `make bench` is the full run, `make bench-quick` a short one.
+//
+// `opjournal-bench compare A B` says whether two runs' summary.json agree:
+// every ratio within --within (10%) of the other run's, exit status 4 if
+// not. `make bench-quick-twice` runs bench-quick twice and compares them.
 package main
 
 import (
@@ -138,7 +142,8 @@ line each: the median of the figure's per-round values, with their spread
 ((max - min) / median; above 10% it is printed unstable).
 
 Exit status: 0, also on a MISS unless --require-targets (then 3); 1 when the
-run fails; 2 for bad flags.`,
+run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
+(exit status 4 when they differ).`,
 		Example: `  opjournal-bench --database-url postgres://postgres@127.0.0.1:5432/test?sslmode=disable
   opjournal-bench --warmup 200ms --duration 700ms --growth-rows 100000 --purge-rows 100000 \
       --results-dir bench/results/quick --results-md ""
@@ -185,6 +190,7 @@ run fails; 2 for bad flags.`,
 		}
 		return start(cmd.Context(), c, levels, *only, *serverArgs, *serverEnv, *reportOnly)
 	}
+	cmd.AddCommand(newCompare())
 	return cli.NewRoot(cmd, "", stdout, stderr)
 }
 
@@ -236,15 +242,33 @@ func (n errTargetsMissed) Error() string {
 	return fmt.Sprintf("%d of the hot path's targets missed (--require-targets)", int(n))
 }
 
-// exit ends the process for err: 0 for none, 3 for missed targets, 2 for
-// a usage error, 1 for any other error.
+// exit ends the process for err with exitStatus's status: 0 for none, 3
+// for missed targets, 4 for runs that differ (compare), 2 for a usage
+// error, 1 for any other error.
 func exit(err error) {
-	var missed errTargetsMissed
-	if errors.As(err, &missed) {
+	if s := exitStatus(err); s == 3 || s == 4 {
 		fmt.Fprintln(os.Stderr, "opjournal-bench:", err)
-		os.Exit(3)
+		os.Exit(s)
 	}
 	cli.Exit("opjournal-bench", err)
+}
+
+// exitStatus is the process's status for err (from cli.Execute), as exit
+// ends it.
+func exitStatus(err error) int {
+	var missed errTargetsMissed
+	var differ errRunsDiffer
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &missed):
+		return 3
+	case errors.As(err, &differ):
+		return 4
+	case cli.IsUsage(err):
+		return 2
+	}
+	return 1
 }
 
 // summary is what the run measured besides the rows: the server's

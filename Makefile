@@ -46,23 +46,26 @@ bench-build:
 	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-bench ./cmd/opjournal-fakeprovider ./cmd/opjournal-gateway
 	cd bench/peers && $(GO) build -o ../../bin/opjournal-bench-peers .
 
-## bench: the full run (3 alternating rounds of 4 s per point after a 1 s warm-up, growth at 1M
-## operations; 15–20 min); writes bench/results/{latest,summary}.json, bench/results/chart.svg and
+## bench: the full run (7 alternating rounds of 1.5 s per point after 0.5 s of warm-up, growth at 1M
+## operations; 20–25 min); writes bench/results/{latest,summary}.json, bench/results/chart.svg and
 ## bench/RESULTS.md. Both runs end with the hot path's targets as MET/MISS/SKIP lines
 ## (internal/bench/targets.go), each the median of its rounds with their spread; they exit 0
 ## on a MISS unless BENCH_FLAGS=--require-targets (then status 3)
 bench: bench-build
-	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --warmup 1s --duration 4s $(BENCH_FLAGS)
+	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --rounds 7 --warmup 500ms --duration 1500ms $(BENCH_FLAGS)
 
-## bench-quick: a ~4 min run of the targets' levels (c=1, 2, 4 and 32; 5 alternating rounds of
-## 0.8 s per point after 0.2 s of warm-up, 2 s at 4 callers or fewer; growth at 50k, purge of 20k) into bench/results/quick/
+## bench-quick: a ~5 min run of the targets' levels (c=1, 2, 4 and 32; 15 alternating rounds of
+## 0.3 s per point after 0.1 s of warm-up, 0.5 s at 4 callers or fewer; growth at 50k, 5 purges of 20k) into
+## bench/results/quick/. Many short rounds rather than a few long ones: a stall of the shared disk or
+## CPU then spoils one round of fifteen, which the median drops, and a ratio's two sides run under a
+## second apart (bench/ANALYSIS.md, "Figures that hold still")
 BENCH_QUICK_FLAGS = --database-url '$(BENCH_DATABASE_URL)' --concurrency 1,32 --gateway-concurrency 1 \
-	--rounds 5 --warmup 200ms --duration 800ms --few-callers-duration 2s --growth-rows 50000 --purge-rows 20000 \
+	--rounds 15 --warmup 100ms --duration 300ms --few-callers-duration 500ms --growth-rows 50000 --purge-rows 20000 --purge-rounds 5 \
 	--results-md ""
 bench-quick: bench-build
 	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir bench/results/quick $(BENCH_FLAGS)
 
-## bench-quick-twice: bench-quick twice (~8 min), into bench/results/quick-1/ and quick-2/, then
+## bench-quick-twice: bench-quick twice (~10 min), into bench/results/quick-1/ and quick-2/, then
 ## opjournal-bench compare of the two: every ratio must agree within 10% (exit status 4 if one does not)
 bench-quick-twice: bench-build
 	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir bench/results/quick-1 $(BENCH_FLAGS)

@@ -79,12 +79,14 @@ type config struct {
 	growthRows int
 	growthC    int
 	purgeRows  int
-	contenders int
-	resultsDir string
-	resultsMD  string
-	serverLog  string
-	replayKeys int
-	only       map[string]bool // scenarios to run; empty: all
+	// purgeRounds is how many times the purge scenario loads and purges.
+	purgeRounds int
+	contenders  int
+	resultsDir  string
+	resultsMD   string
+	serverLog   string
+	replayKeys  int
+	only        map[string]bool // scenarios to run; empty: all
 	// requireTargets makes a MISS of the hot path's targets exit non-zero.
 	requireTargets bool
 	serverArgs     []string
@@ -165,6 +167,7 @@ run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
 	fs.IntVar(&c.growthRows, "growth-rows", 1_000_000, "operations bulk-loaded for the growth scenario (0 skips it)")
 	fs.IntVar(&c.growthC, "growth-concurrency", 32, "concurrency of the growth scenario")
 	fs.IntVar(&c.purgeRows, "purge-rows", 1_000_000, "expired operations bulk-loaded and purged (opjournal purge) while the fused path is measured, at --growth-concurrency (0 skips it)")
+	fs.IntVar(&c.purgeRounds, "purge-rounds", 1, "passes of the purge scenario (each loads --purge-rows, measures the fused path, then purges them while measuring it again); the p99 figure is the median over the passes")
 	fs.IntVar(&c.contenders, "contenders", 64, "callers on the same key in the contention scenario")
 	fs.IntVar(&c.replayKeys, "replay-keys", 1000, "succeeded keys the replay scenario cycles through")
 	fs.StringVar(&c.resultsDir, "results-dir", "bench/results", "where latest.json, summary.json and chart.svg go")
@@ -382,14 +385,15 @@ func run(ctx context.Context, c config) error {
 	k := keyer(hex.EncodeToString(b[:]))
 
 	var rows []bench.Row
-	// measure runs a point once (round 0): the purge rows. With no rounds
-	// to take a median over, it runs for at least a second.
-	measure := func(system, scenario string, cc int, op bench.Op) {
+	// measure runs a point outside the levels' rounds: the purge rows, in
+	// the purge's own passes (round 0 for a single pass). It runs for at
+	// least a second: a purge pass has two points, not a level's many.
+	measure := func(system, scenario string, cc, round int, op bench.Op) {
 		if !c.wantRow(system, scenario) {
 			return
 		}
 		r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: max(c.pointDuration(cc), time.Second)}, srv.Pid(), op)
-		r.System, r.Scenario, r.Store = system, scenario, "postgres"
+		r.System, r.Scenario, r.Store, r.Round = system, scenario, "postgres", round
 		rows = append(rows, r)
 		progress(r)
 	}
@@ -506,8 +510,8 @@ func run(ctx context.Context, c config) error {
 		}
 	}
 	if c.purgeRows > 0 && c.want("purge") {
-		if err := purgeScenario(ctx, c, pool, serverDBURL, &sum, func(scenario string) {
-			measure("opjournal", scenario, c.growthC, fused(cl, k, scenario, c.growthC))
+		if err := purgeScenario(ctx, c, pool, serverDBURL, &sum, func(scenario string, round int) {
+			measure("opjournal", scenario, c.growthC, round, fused(cl, k.round(round), scenario, c.growthC))
 		}); err != nil {
 			return fmt.Errorf("purge: %w", err)
 		}

@@ -436,30 +436,43 @@ func run(ctx context.Context, c config) error {
 			fmt.Print("\nA/B of client settings (median over the rounds of variant ÷ base in the same round; below 1 is better):\n" + t + "\n")
 		}
 	}
-	for _, cc := range c.levels {
-		// Each ratio's two sides are adjacent in a round: full cycle and
-		// raw SQL, raw SQL and fused, fused and REST, replay and the no-op.
-		inRounds(cc, append([]step{
-			{system: "opjournal", scenario: "full-cycle-grpc", op: func(k keyer, cc int) bench.Op { return fullCycle(cl, k, cc) }},
-			raw,
-			fusedStep,
-			{system: "opjournal", scenario: "fused-rest", op: func(k keyer, cc int) bench.Op { return restFused(hc, restBase, k, cc) }},
-			{system: "opjournal", scenario: "replay-grpc", op: func(keyer, int) bench.Op { return replay(cl, replayKeys) }},
-			{system: "grpc", scenario: "noop-health-check", op: func(keyer, int) bench.Op { return noop(healthpb.NewHealthClient(conn)) }},
-		}, peerSteps...))
-		if ctx.Err() != nil {
-			return ctx.Err()
+	// Every level of this server in one schedule, round after round (round
+	// 1 of each level, then round 2 of each, …): a figure's rounds then
+	// spread over the whole schedule, minutes, rather than over its
+	// level's stretch of it, and so over more of a shared machine's
+	// changing states (its disk and its CPU speed up and slow down
+	// independently, for tens of seconds at a time). Within a level, each
+	// ratio's two sides are adjacent: full cycle and raw SQL, raw SQL and
+	// fused, fused and REST, replay and the no-op, the fused path and DBOS
+	// (after the no-op, whose server is idle while a peer runs).
+	var schedule []step
+	at := func(cc int, steps ...step) {
+		for _, s := range steps {
+			s.c = cc
+			schedule = append(schedule, s)
 		}
 	}
+	for _, cc := range c.levels {
+		at(cc,
+			step{system: "opjournal", scenario: "full-cycle-grpc", op: func(k keyer, cc int) bench.Op { return fullCycle(cl, k, cc) }},
+			raw,
+			fusedStep,
+			step{system: "opjournal", scenario: "fused-rest", op: func(k keyer, cc int) bench.Op { return restFused(hc, restBase, k, cc) }},
+			step{system: "opjournal", scenario: "replay-grpc", op: func(keyer, int) bench.Op { return replay(cl, replayKeys) }},
+			step{system: "grpc", scenario: "noop-health-check", op: func(keyer, int) bench.Op { return noop(healthpb.NewHealthClient(conn)) }})
+		at(cc, peerSteps...)
+	}
 	// One caller and a few: raw SQL and the fused path at the levels the
-	// main loop did not run.
+	// main ones do not include.
 	for _, cc := range c.oneCaller {
 		if !slices.Contains(c.levels, cc) {
-			inRounds(cc, append([]step{raw, fusedStep}, peerSteps...))
+			at(cc, raw, fusedStep)
+			at(cc, peerSteps...)
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	}
+	inRounds(0, schedule)
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
 	if c.want("sqlite") {
 		sq, err := sqliteRows(ctx, c, k)
@@ -651,6 +664,7 @@ type step struct {
 	// run, if set, measures the point in another process instead (a peer),
 	// and returns its row.
 	run        func(ctx context.Context, l bench.Load) bench.Row
+	c          int // the step's concurrency, if not runRounds's cc
 	pid        int // the process whose CPU is the row's server CPU, if not runRounds's pid
 	gomaxprocs int // the bench's GOMAXPROCS during the step's runs, if not 0 (an A/B of the client)
 }
@@ -671,18 +685,22 @@ func runRounds(ctx context.Context, c config, cc, pid int, k keyer, store string
 	if len(steps) == 0 {
 		return nil
 	}
-	names := make([]string, len(steps))
-	for i, s := range steps {
-		names[i] = s.scenario
+	level := func(s step) int { return cmp.Or(s.c, cc) }
+	var names []string
+	var round time.Duration
+	for _, s := range steps {
+		names = append(names, fmt.Sprintf("%s c=%d", s.scenario, level(s)))
+		round += c.warmup + c.pointDuration(level(s))
 	}
-	fmt.Printf("c=%d (%s): %d rounds of %s, about %s\n", cc, store, c.rounds, strings.Join(names, ", "),
-		(time.Duration(c.rounds*len(steps)) * (c.warmup + c.pointDuration(cc))).Round(time.Second))
+	fmt.Printf("%s: %d rounds of %s, about %s\n", store, c.rounds, strings.Join(names, ", "),
+		(time.Duration(c.rounds) * round).Round(time.Second))
 	var rows []bench.Row
 	for _, sl := range bench.Alternate(c.rounds, len(steps)) {
 		if ctx.Err() != nil {
 			break
 		}
 		s := steps[sl.Index]
+		cc := level(s)
 		prev := 0
 		if s.gomaxprocs > 0 {
 			prev = runtime.GOMAXPROCS(s.gomaxprocs)
@@ -701,7 +719,7 @@ func runRounds(ctx context.Context, c config, cc, pid int, k keyer, store string
 		rows = append(rows, r)
 		progress(r)
 	}
-	fmt.Printf("c=%d (%s): done in %s\n", cc, store, time.Since(started).Round(100*time.Millisecond))
+	fmt.Printf("%s: done in %s\n", store, time.Since(started).Round(100*time.Millisecond))
 	return rows
 }
 

@@ -7,8 +7,8 @@
 //
 // It creates a fresh schema per run (dropped at the end), starts
 // `opjournal serve` on it, drives each scenario at each concurrency for a
-// fixed duration after a warm-up, in --rounds alternating rounds per level
-// (the scenarios of a level one after the other, round after round), and
+// fixed duration after a warm-up, in --rounds alternating rounds (the
+// scenarios of every level one after the other, round after round), and
 // writes a table of the medians to stdout, results/latest.json (every
 // round's rows), results/summary.json, results/chart.svg and RESULTS.md. It
 // ends with the hot path's targets (bench.HotPathTargets), one MET/MISS/SKIP
@@ -136,8 +136,8 @@ with pgx) and against two peers (DBOS Transact and River, run by the separate
 bench/peers module) in one run on one PostgreSQL, with the real server
 process. It creates a fresh schema per run (dropped at the end), starts
 "opjournal serve" on it, drives each scenario at each concurrency for a fixed
-duration after a warm-up, in alternating rounds (--rounds: every scenario of a
-level once per round, round after round), and writes a table of the medians to
+duration after a warm-up, in alternating rounds (--rounds: every scenario of
+every level once per round, round after round), and writes a table of the medians to
 stdout, results/latest.json (every round's rows), results/summary.json,
 results/chart.svg and RESULTS.md, ending with the targets, one MET/MISS/SKIP
 line each: the median of the figure's per-round values, with their spread
@@ -1165,8 +1165,9 @@ func markdown(c config, all []bench.Row, s summary, chart string) string {
 	}
 	fmt.Fprintf(&b, "- server: %s\n", serverConf)
 	if rounds > 0 {
-		fmt.Fprintf(&b, "- rounds: %d per level; within a level the scenarios alternate (A B … A B …), every point is measured once per round, "+
-			"and every row below and every figure is the median over the rounds (per-round rows in `results/latest.json`, field `round`)\n", rounds)
+		fmt.Fprintf(&b, "- rounds: %d; the scenarios alternate (A B … A B …), every point is measured once per round, the levels of the run's server in one schedule "+
+			"(round 1 of every level, then round 2 of every level, …), and every row below and every figure is the median over the rounds "+
+			"(per-round rows in `results/latest.json`, field `round`)\n", rounds)
 	}
 	fmt.Fprintf(&b, "\n![ops/s by concurrency](%s)\n\n## Rows\n\n", chart)
 	b.WriteString("CPU columns: CPU time per operation in µs of the bench client (for the peers: the peer's whole process), the opjournal server, and all PostgreSQL processes.\n\n")
@@ -1192,8 +1193,8 @@ func markdown(c config, all []bench.Row, s summary, chart string) string {
 	}
 	if rounds > 0 {
 		fmt.Fprintf(&b, "## Targets (the hot path)\n\n%s. Each figure is computed in each of the %d rounds from that round's rows (the two sides of a ratio measured "+
-			"minutes apart at most, so that the machine's drift cancels); the verdict is on the median, and the spread is (max − min) / median of the "+
-			"per-round figures, marked unstable above %.0f%%. Rows measured once (peers, purge) enter every round as they are. "+
+			"a second or two apart, so that the machine's drift cancels); the verdict is on the median, and the spread is (max − min) / median of the "+
+			"per-round figures, marked unstable above %.0f%%. Rows measured once (River; the purge, when it runs a single pass) enter every round as they are. "+
 			"A throughput ratio is also estimated from both sides' CPU per operation (client + server + PostgreSQL; CPU-normalised): "+
 			"the two agree when both are CPU-bound on a quiet machine, and the CPU figure moves much less when another tenant takes CPU. ",
 			tally(s.HotPath), rounds, bench.UnstableSpread*100)

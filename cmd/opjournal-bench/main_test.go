@@ -141,7 +141,7 @@ func TestRunInRounds(t *testing.T) {
 		}
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "RESULTS.md"))
-	for _, s := range []string{"- rounds: 2 per level", "## One caller and a few", "| 2 | ", "| verdict | figure | median | target | spread | rounds | CPU-normalised (spread) |"} {
+	for _, s := range []string{"- rounds: 2; ", "## One caller and a few", "| 2 | ", "| verdict | figure | median | target | spread | rounds | CPU-normalised (spread) |"} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("RESULTS.md lacks %q", s)
 		}

@@ -47,20 +47,20 @@ bench-build:
 	cd bench/peers && $(GO) build -o ../../bin/opjournal-bench-peers .
 
 ## bench: the full run (7 alternating rounds of 1.5 s per point after 0.5 s of warm-up, growth at 1M
-## operations; 20–25 min); writes bench/results/{latest,summary}.json, bench/results/chart.svg and
+## operations; about 15 min); writes bench/results/{latest,summary}.json, bench/results/chart.svg and
 ## bench/RESULTS.md. Both runs end with the hot path's targets as MET/MISS/SKIP lines
 ## (internal/bench/targets.go), each the median of its rounds with their spread; they exit 0
 ## on a MISS unless BENCH_FLAGS=--require-targets (then status 3)
 bench: bench-build
 	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --rounds 7 --warmup 500ms --duration 1500ms $(BENCH_FLAGS)
 
-## bench-quick: a ~5 min run of the targets' levels (c=1, 2, 4 and 32; 15 alternating rounds of
+## bench-quick: a ~6 min run of the targets' levels (c=1, 2, 4 and 32; 21 alternating rounds of
 ## 0.3 s per point after 0.1 s of warm-up, 0.5 s at 4 callers or fewer; growth at 50k, 5 purges of 20k) into
 ## bench/results/quick/. Many short rounds rather than a few long ones: a stall of the shared disk or
 ## CPU then spoils one round of fifteen, which the median drops, and a ratio's two sides run under a
 ## second apart (bench/ANALYSIS.md, "Figures that hold still")
 BENCH_QUICK_FLAGS = --database-url '$(BENCH_DATABASE_URL)' --concurrency 1,32 --gateway-concurrency 1 \
-	--rounds 15 --warmup 100ms --duration 300ms --few-callers-duration 500ms --growth-rows 50000 --purge-rows 20000 --purge-rounds 5 \
+	--rounds 21 --warmup 100ms --duration 300ms --few-callers-duration 500ms --growth-rows 50000 --purge-rows 20000 --purge-rounds 5 \
 	--results-md ""
 bench-quick: bench-build
 	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir bench/results/quick $(BENCH_FLAGS)

@@ -8,7 +8,8 @@
 // It creates a fresh schema per run (dropped at the end), starts
 // `opjournal serve` on it, drives each scenario at each concurrency for a
 // fixed duration after a warm-up, in --rounds alternating rounds (the
-// scenarios of every level one after the other, round after round), and
+// scenarios of every level one after the other, the even rounds in the
+// reverse order), and
 // writes a table of the medians to stdout, results/latest.json (every
 // round's rows), results/summary.json, results/chart.svg and RESULTS.md. It
 // ends with the hot path's targets (bench.HotPathTargets), one MET/MISS/SKIP
@@ -137,7 +138,7 @@ bench/peers module) in one run on one PostgreSQL, with the real server
 process. It creates a fresh schema per run (dropped at the end), starts
 "opjournal serve" on it, drives each scenario at each concurrency for a fixed
 duration after a warm-up, in alternating rounds (--rounds: every scenario of
-every level once per round, round after round), and writes a table of the medians to
+every level once per round, the even rounds in the reverse order), and writes a table of the medians to
 stdout, results/latest.json (every round's rows), results/summary.json,
 results/chart.svg and RESULTS.md, ending with the targets, one MET/MISS/SKIP
 line each: the median of the figure's per-round values, with their spread
@@ -159,7 +160,7 @@ run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
 	fs.StringVar(&levels, "concurrency", "1,8,32,64", "concurrency levels")
 	oneCaller := fs.String("one-caller-concurrency", "1,2,4", "levels at which raw-sql and fused-grpc also run (the one-caller figures), besides --concurrency")
 	gatewayLevels := fs.String("gateway-concurrency", "1,32", "concurrency levels of the gateway rows")
-	fs.IntVar(&c.rounds, "rounds", 3, "rounds per level: each scenario of a level is measured this many times, the scenarios alternating (A B A B …), and every figure is the median of its per-round values, with their spread")
+	fs.IntVar(&c.rounds, "rounds", 3, "rounds: each scenario of every level is measured this many times, the scenarios alternating (A B, B A, A B, …), and every figure is the median of its per-round values, with their spread")
 	fs.DurationVar(&c.warmup, "warmup", 2*time.Second, "warm-up before each measured point")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "measured time per point")
 	fs.DurationVar(&c.fewDur, "few-callers-duration", 0, "measured time per point at 4 callers or fewer, whose latencies are fsync-bound and need more calls to hold still (default: --duration)")
@@ -1165,7 +1166,7 @@ func markdown(c config, all []bench.Row, s summary, chart string) string {
 	}
 	fmt.Fprintf(&b, "- server: %s\n", serverConf)
 	if rounds > 0 {
-		fmt.Fprintf(&b, "- rounds: %d; the scenarios alternate (A B … A B …), every point is measured once per round, the levels of the run's server in one schedule "+
+		fmt.Fprintf(&b, "- rounds: %d; the scenarios alternate (A B, B A, A B, …: the even rounds in the reverse order), every point is measured once per round, the levels of the run's server in one schedule "+
 			"(round 1 of every level, then round 2 of every level, …), and every row below and every figure is the median over the rounds "+
 			"(per-round rows in `results/latest.json`, field `round`)\n", rounds)
 	}

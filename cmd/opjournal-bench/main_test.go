@@ -121,9 +121,10 @@ func TestRunInRounds(t *testing.T) {
 		}
 	}
 	want := []string{
-		// Round after round, each round through every level.
+		// Round after round, each round through every level, the even
+		// rounds in the reverse order.
 		"r1 full-cycle c=1", "r1 fused-grpc c=1", "r1 replay-grpc c=1", "r1 noop-health-check c=1", "r1 full-cycle c=2", "r1 fused-grpc c=2",
-		"r2 full-cycle c=1", "r2 fused-grpc c=1", "r2 replay-grpc c=1", "r2 noop-health-check c=1", "r2 full-cycle c=2", "r2 fused-grpc c=2",
+		"r2 fused-grpc c=2", "r2 full-cycle c=2", "r2 noop-health-check c=1", "r2 replay-grpc c=1", "r2 fused-grpc c=1", "r2 full-cycle c=1",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rows measured:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -209,9 +210,9 @@ func TestGrowthAndPeersInRounds(t *testing.T) {
 	}
 	want := []string{
 		"r1 opjournal fused-grpc c=2", "r1 dbos workflow-1-step c=2", "r1 opjournal fused-grpc c=1", "r1 dbos workflow-1-step c=1",
-		"r2 opjournal fused-grpc c=2", "r2 dbos workflow-1-step c=2", "r2 opjournal fused-grpc c=1", "r2 dbos workflow-1-step c=1",
+		"r2 dbos workflow-1-step c=1", "r2 opjournal fused-grpc c=1", "r2 dbos workflow-1-step c=2", "r2 opjournal fused-grpc c=2",
 		"r0 river unique-job c=1", "r0 river unique-job c=2",
-		"r1 opjournal fused-grpc-at-0 c=2", "r1 opjournal fused-grpc-at-2k c=2", "r2 opjournal fused-grpc-at-0 c=2", "r2 opjournal fused-grpc-at-2k c=2",
+		"r1 opjournal fused-grpc-at-0 c=2", "r1 opjournal fused-grpc-at-2k c=2", "r2 opjournal fused-grpc-at-2k c=2", "r2 opjournal fused-grpc-at-0 c=2",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rows measured:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

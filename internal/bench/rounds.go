@@ -19,16 +19,23 @@ const UnstableSpread = 0.10
 type Slot struct{ Round, Index int }
 
 // Alternate is the order in which n scenarios are measured over rounds:
-// every scenario once per round, in the same order, round after round
-// (A B A B … for two). The figures that compare two scenarios are taken
-// within each round, from measurements minutes apart at most, so a slow
-// drift of the machine (another tenant's load, thermal state) moves both
-// sides of a ratio alike and cancels; the rounds then show how much the
-// ratio itself moves.
+// every scenario once per round, the odd rounds in the given order and the
+// even rounds in the reverse (A B, B A, A B, … for two). The figures that
+// compare two scenarios are taken within each round, from measurements a
+// second or two apart, so a slow drift of the machine (another tenant's
+// load, thermal state) moves both sides of a ratio alike and cancels; the
+// reversal cancels what is left of it: a machine that speeds up through a
+// run favours the second side in one round and the first in the next,
+// instead of the same side in every round, and each scenario follows
+// each neighbour equally often. The rounds then show how much the ratio
+// itself moves.
 func Alternate(rounds, n int) []Slot {
 	out := make([]Slot, 0, max(rounds, 0)*max(n, 0))
 	for r := 1; r <= rounds; r++ {
 		for i := range n {
+			if r%2 == 0 {
+				i = n - 1 - i
+			}
 			out = append(out, Slot{r, i})
 		}
 	}

@@ -35,9 +35,12 @@ func TestMedianAndSpread(t *testing.T) {
 
 func TestAlternate(t *testing.T) {
 	got := Alternate(3, 2)
-	want := []Slot{{1, 0}, {1, 1}, {2, 0}, {2, 1}, {3, 0}, {3, 1}} // A B A B A B
+	want := []Slot{{1, 0}, {1, 1}, {2, 1}, {2, 0}, {3, 0}, {3, 1}} // A B, B A, A B
 	if !slices.Equal(got, want) {
 		t.Errorf("Alternate(3, 2) = %v, want %v", got, want)
+	}
+	if got, want := Alternate(2, 3), []Slot{{1, 0}, {1, 1}, {1, 2}, {2, 2}, {2, 1}, {2, 0}}; !slices.Equal(got, want) {
+		t.Errorf("Alternate(2, 3) = %v, want %v", got, want)
 	}
 	if len(Alternate(0, 5)) != 0 || len(Alternate(4, 0)) != 0 {
 		t.Errorf("no rounds or no scenarios should schedule nothing")

@@ -105,14 +105,7 @@ func TestRunInRounds(t *testing.T) {
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		t.Fatalf("run: %v\n%s", err, stderr.String())
 	}
-	var rows []bench.Row
-	b, err := os.ReadFile(filepath.Join(dir, "latest.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &rows)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows, sum := readRun(t, dir)
 	var got []string
 	for _, r := range rows {
 		got = append(got, fmt.Sprintf("r%d %s c=%d", r.Round, r.Scenario, r.Concurrency))
@@ -128,13 +121,6 @@ func TestRunInRounds(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("rows measured:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	var sum summary
-	if b, err = os.ReadFile(filepath.Join(dir, "summary.json")); err == nil {
-		err = json.Unmarshal(b, &sum)
-	}
-	if err != nil {
-		t.Fatal(err)
 	}
 	for _, r := range sum.HotPath {
 		if r.Name == "one caller: fused p50 / raw SQL p50" && (len(r.Rounds) != 2 || r.Median == nil || r.Spread == nil || *r.Median != *r.Measured) {
@@ -193,14 +179,7 @@ func TestGrowthAndPeersInRounds(t *testing.T) {
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		t.Fatalf("run: %v\n%s", err, stderr.String())
 	}
-	var rows []bench.Row
-	b, err := os.ReadFile(filepath.Join(dir, "latest.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &rows)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows, sum := readRun(t, dir)
 	var got []string
 	for _, r := range rows {
 		got = append(got, fmt.Sprintf("r%d %s %s c=%d", r.Round, r.System, r.Scenario, r.Concurrency))
@@ -217,13 +196,6 @@ func TestGrowthAndPeersInRounds(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("rows measured:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	var sum summary
-	if b, err = os.ReadFile(filepath.Join(dir, "summary.json")); err == nil {
-		err = json.Unmarshal(b, &sum)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, r := range sum.HotPath {
 		switch r.Name {
 		case "p99 at the grown journal / empty (fused gRPC)":
@@ -239,4 +211,21 @@ func TestGrowthAndPeersInRounds(t *testing.T) {
 	if n := schemas(); n != before {
 		t.Errorf("%d bench schemas after the run, %d before: the run's, the growth pair's or the peers' were left", n, before)
 	}
+}
+
+// readRun reads a run's latest.json (every row) and summary.json from dir.
+func readRun(t *testing.T, dir string) ([]bench.Row, summary) {
+	t.Helper()
+	var rows []bench.Row
+	var sum summary
+	for name, v := range map[string]any{"latest.json": &rows, "summary.json": &sum} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err == nil {
+			err = json.Unmarshal(b, v)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rows, sum
 }

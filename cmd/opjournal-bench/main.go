@@ -374,8 +374,7 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	defer pool.Close()
-	// The SDK's codec (client.Dial's): the generated encoders, not reflection.
-	conn, err := grpc.NewClient(srv.Field("grpc_addr"), grpc.WithTransportCredentials(insecure.NewCredentials()), protocodec.DialOption())
+	conn, err := dial(srv)
 	if err != nil {
 		return err
 	}
@@ -398,12 +397,6 @@ func run(ctx context.Context, c config) error {
 		rows = append(rows, r)
 		progress(r)
 	}
-	// inRounds measures the wanted steps of a level in alternating rounds.
-	inRounds := func(cc int, steps []step) {
-		steps = slices.DeleteFunc(steps, func(s step) bool { return !c.wantRow(s.system, s.scenario) })
-		rows = append(rows, runRounds(ctx, c, cc, srv.Pid(), k, "postgres", steps)...)
-	}
-
 	// Succeeded keys for the replay scenario, made by the fused path.
 	replayKeys := make([]string, c.replayKeys)
 	for i := range replayKeys {
@@ -471,7 +464,8 @@ func run(ctx context.Context, c config) error {
 			at(cc, peerSteps...)
 		}
 	}
-	inRounds(0, schedule)
+	schedule = slices.DeleteFunc(schedule, func(s step) bool { return !c.wantRow(s.system, s.scenario) })
+	rows = append(rows, runRounds(ctx, c, 0, srv.Pid(), k, "postgres", schedule)...)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -555,6 +549,12 @@ func startServer(ctx context.Context, c config, name, dbURL string, log io.Write
 	return procs.Start(ctx, spec, 60*time.Second)
 }
 
+// dial connects to a server the bench started, with the SDK's codec
+// (client.Dial's): the generated encoders, not reflection.
+func dial(srv *procs.Proc) (*grpc.ClientConn, error) {
+	return grpc.NewClient(srv.Field("grpc_addr"), grpc.WithTransportCredentials(insecure.NewCredentials()), protocodec.DialOption())
+}
+
 // growthRows measures the fused path on a journal grown by c.growthRows
 // bulk-loaded operations against the same path on an empty journal, in
 // alternating rounds at c.growthC: two servers of their own, each on a
@@ -609,7 +609,7 @@ func growthRows(ctx context.Context, c config, admin *pgx.Conn, serverURL, schem
 			}
 			fmt.Printf("growth: loaded, vacuumed and checkpointed in %s\n", time.Since(t0).Round(time.Millisecond))
 		}
-		conn, err := grpc.NewClient(srv.Field("grpc_addr"), grpc.WithTransportCredentials(insecure.NewCredentials()), protocodec.DialOption())
+		conn, err := dial(srv)
 		if err != nil {
 			return nil, err
 		}
@@ -637,8 +637,7 @@ func sqliteRows(ctx context.Context, c config, k keyer) ([]bench.Row, error) {
 		return nil, err
 	}
 	defer func() { _ = srv.Stop(10 * time.Second) }()
-	// The SDK's codec (client.Dial's): the generated encoders, not reflection.
-	conn, err := grpc.NewClient(srv.Field("grpc_addr"), grpc.WithTransportCredentials(insecure.NewCredentials()), protocodec.DialOption())
+	conn, err := dial(srv)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,7 +64,7 @@ func (p *peersProc) measure(system string, l bench.Load) bench.Row {
 	defer p.mu.Unlock()
 	r, err := p.ask(system, l)
 	if err != nil {
-		p.dead = cmpErr(p.dead, err)
+		p.dead = cmp.Or(p.dead, err)
 		return bench.Row{System: system, Store: "postgres", Concurrency: l.Concurrency, Note: "failed: " + p.dead.Error()}
 	}
 	return r
@@ -77,7 +78,7 @@ func (p *peersProc) ask(system string, l bench.Load) (bench.Row, error) {
 		return bench.Row{}, fmt.Errorf("peers: %w", err)
 	}
 	if !p.out.Scan() {
-		return bench.Row{}, fmt.Errorf("peers exited: %w", cmpErr(p.out.Err(), io.ErrUnexpectedEOF))
+		return bench.Row{}, fmt.Errorf("peers exited: %w", cmp.Or(p.out.Err(), io.ErrUnexpectedEOF))
 	}
 	var r bench.Row
 	if err := json.Unmarshal(p.out.Bytes(), &r); err != nil {
@@ -133,11 +134,4 @@ func (c config) allLevels() []int {
 	}
 	slices.Sort(all)
 	return all
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }

@@ -32,7 +32,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -120,8 +119,10 @@ func serve(ctx context.Context, c config, in *os.File, out *os.File) error {
 		case ok:
 			points++
 			r = bench.RunWithCPU(ctx, l, 0, p.op(points))
-			r.Scenario, r.Note = p.scenario, strings.TrimSuffix(p.note+"; "+r.Note, "; ")
-			r.Note = strings.TrimPrefix(r.Note, "; ")
+			r.Scenario = p.scenario
+			if p.note != "" {
+				r.Note = strings.TrimSuffix(p.note+"; "+r.Note, "; ")
+			}
 			fmt.Fprintf(os.Stderr, "  %-10s %-26s c=%-3d %8.0f ops/s  p50 %7.2f ms  p99 %7.2f ms  errors %d %s\n",
 				system, p.scenario, l.Concurrency, r.OpsPerSec, r.P50ms, r.P99ms, r.Errors, r.Note)
 		case failed[system] != nil:
@@ -171,12 +172,24 @@ func createSchema(ctx context.Context, base, schema string) (func(), error) {
 	}, nil
 }
 
-// effects counts the trivial side effect both peers perform.
-var effects atomic.Int64
+// performed holds the keys whose side effect ran and that no caller has
+// checked yet (checkPerformed).
+var performed sync.Map
 
+// sideEffect is the trivial side effect both peers perform.
 func sideEffect(key string) string {
-	effects.Add(1)
+	performed.Store(key, true)
 	return "pay_" + key
+}
+
+// checkPerformed fails a call whose side effect did not run: a peer that
+// answered with the record of an earlier call with the same key (a
+// finished workflow, a duplicate job) measured a replay, not the work.
+func checkPerformed(key string) error {
+	if _, ran := performed.LoadAndDelete(key); !ran {
+		return fmt.Errorf("%s: answered without running the side effect (a replay of an earlier call's key)", key)
+	}
+	return nil
 }
 
 // runID keeps keys unique across runs on the same database.
@@ -209,8 +222,10 @@ func setupDBOS(ctx context.Context, c config, schema string) (*peer, func(), err
 			if err != nil {
 				return err
 			}
-			_, err = h.GetResult()
-			return err
+			if _, err = h.GetResult(); err != nil {
+				return err
+			}
+			return checkPerformed(key)
 		}
 	}}, stop, nil
 }
@@ -321,7 +336,8 @@ func setupRiver(ctx context.Context, c config, schema string) (_ *peer, _ func()
 	stops = append(stops, func() { _ = client.Stop(context.Background()) })
 	return &peer{scenario: "unique-job", note: "River's batch completer records completions every 250 ms unless 100 are waiting", op: func(point int64) bench.Op {
 		return func(ctx context.Context, _ int, seq int64) error {
-			res, err := client.Insert(ctx, effectArgs{Key: fmt.Sprintf("bench:%s:%d:%d", runID, point, seq)}, nil)
+			key := fmt.Sprintf("bench:%s:%d:%d", runID, point, seq)
+			res, err := client.Insert(ctx, effectArgs{Key: key}, nil)
 			if err != nil {
 				return err
 			}
@@ -331,7 +347,7 @@ func setupRiver(ctx context.Context, c config, schema string) (_ *peer, _ func()
 			defer cs.forget(res.Job.ID)
 			select {
 			case <-cs.ch(res.Job.ID):
-				return nil
+				return checkPerformed(key)
 			case <-time.After(30 * time.Second):
 				return fmt.Errorf("job %d not completed after 30s", res.Job.ID)
 			}

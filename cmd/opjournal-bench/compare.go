@@ -118,11 +118,7 @@ func (f figure) text() string {
 	if f.value == nil {
 		return "-"
 	}
-	decimals := 2
-	if f.unit == "µs" {
-		decimals = 0 // as bench.Target.Decimals
-	}
-	s := strconv.FormatFloat(*f.value, 'f', decimals, 64)
+	s := strconv.FormatFloat(*f.value, 'f', bench.Target{Unit: f.unit}.Decimals(), 64)
 	if f.unit != "" {
 		s += " " + f.unit
 	}
@@ -272,14 +268,6 @@ func writeCompare(w io.Writer, lines []compareLine) {
 		diffW = max(diffW, utf8.RuneCountInString(l.diff))
 	}
 	for _, l := range lines {
-		fmt.Fprintf(w, "%s  %s  %s  %s  %s\n", padRight(l.name, nameW), padLeft(l.a, aW), padLeft(l.b, bW), padLeft(l.diff, diffW), l.verdict)
+		fmt.Fprintf(w, "%s  %s  %s  %s  %s\n", bench.Pad(l.name, nameW, false), bench.Pad(l.a, aW, true), bench.Pad(l.b, bW, true), bench.Pad(l.diff, diffW, true), l.verdict)
 	}
-}
-
-func padRight(s string, n int) string {
-	return s + strings.Repeat(" ", max(0, n-utf8.RuneCountInString(s)))
-}
-
-func padLeft(s string, n int) string {
-	return strings.Repeat(" ", max(0, n-utf8.RuneCountInString(s))) + s
 }

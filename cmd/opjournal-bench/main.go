@@ -415,7 +415,7 @@ func run(ctx context.Context, c config) error {
 		if err != nil {
 			return fmt.Errorf("peers: %w", err)
 		}
-		defer peers.close() //nolint:errcheck // closed (and its error printed) after the levels; this is for an early return
+		defer peers.close() //nolint:errcheck // closed, and its error printed, after the levels; this is for an early return
 		peerSteps = []step{peers.dbosStep()}
 	}
 	raw := step{system: "raw-sql", scenario: "full-cycle", op: func(k keyer, cc int) bench.Op { return rawSQL(pool, k, cc) }}

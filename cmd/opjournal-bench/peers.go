@@ -29,6 +29,9 @@ type peersProc struct {
 
 	mu   sync.Mutex
 	dead error // the first failure: every later point reports it
+
+	closeOnce sync.Once
+	closed    error // what close returned
 }
 
 // startPeers starts the peers binary with schemas named after schema, for
@@ -88,8 +91,14 @@ func (p *peersProc) ask(system string, l bench.Load) (bench.Row, error) {
 }
 
 // close ends the peers' stdin, so that they stop and drop their schemas,
-// and waits for them.
+// and waits for them; once, however often it is called (a run closes the
+// peers after the levels, and again, deferred, on an early return).
 func (p *peersProc) close() error {
+	p.closeOnce.Do(func() { p.closed = p.stop() })
+	return p.closed
+}
+
+func (p *peersProc) stop() error {
 	_ = p.in.Close()
 	done := make(chan error, 1)
 	go func() { done <- p.cmd.Wait() }()

@@ -356,14 +356,14 @@ func WriteTargets(w io.Writer, prefix string, results []TargetResult) {
 		if s := r.SpreadText(); s != "" {
 			detail = s + "; " + detail
 		}
-		line := fmt.Sprintf("%s%-4s %s  %s %s  %s", prefix, r.Verdict, pad(r.Name, nameW, false), pad(r.Value(), valueW, true), pad(r.Want(), wantW, false), detail)
+		line := fmt.Sprintf("%s%-4s %s  %s %s  %s", prefix, r.Verdict, Pad(r.Name, nameW, false), Pad(r.Value(), valueW, true), Pad(r.Want(), wantW, false), detail)
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}
 }
 
-// pad pads s with spaces to n runes, on the left if right is set
-// (fmt's widths count bytes, and "≥" and "µ" take more than one).
-func pad(s string, n int, right bool) string {
+// Pad pads s with spaces to n runes, on the left if right is set (fmt's
+// widths count bytes, and "≥" and "µ" take more than one).
+func Pad(s string, n int, right bool) string {
 	sp := strings.Repeat(" ", max(0, n-utf8.RuneCountInString(s)))
 	if right {
 		return sp + s

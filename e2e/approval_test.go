@@ -21,6 +21,7 @@ import (
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/fakeprovider"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/await"
 	"github.com/opjournal/opjournal/internal/procs"
 )
 
@@ -392,7 +393,8 @@ func testApprovalLongPoll(t *testing.T, s *approvalStack) {
 		t.Fatalf("a wait without a decision: %v %v after %s", l, err, time.Since(start))
 	}
 	// A decision on another connection ends the wait at once (well before
-	// its 60 s).
+	// its 60 s). The decision comes once the server holds the poll: a poll
+	// that began after it would rightly wait for the next change.
 	done := make(chan *pb.LookupResponse, 1)
 	go func() {
 		l, err := agent.Lookup(ctx, &pb.LookupRequest{OperationKey: "transfer-poll", WaitSeconds: 60})
@@ -401,6 +403,10 @@ func testApprovalLongPoll(t *testing.T, s *approvalStack) {
 		}
 		done <- l
 	}()
+	await.Until(t, "the server holds the long poll", func() bool {
+		_, _, metrics := doAs(t, adminA, http.MethodGet, s.srv.BaseURL+"/metrics", "")
+		return strings.Contains(metrics, "\nopjournal_lookup_long_polls 1\n")
+	})
 	if _, err := oper.Approve(ctx, &pb.ApproveRequest{OperationKey: "transfer-poll", RequestHash: op.GetRequestHash(), Reason: "one"}); err != nil {
 		t.Fatal(err)
 	}
@@ -408,6 +414,9 @@ func testApprovalLongPoll(t *testing.T, s *approvalStack) {
 	case l := <-done:
 		if n := len(l.GetOperation().GetApproval().GetApprovals()); n != 1 {
 			t.Fatalf("the long poll answered with %d approvals: %v", n, l)
+		}
+		if _, _, metrics := doAs(t, adminA, http.MethodGet, s.srv.BaseURL+"/metrics", ""); !strings.Contains(metrics, "\nopjournal_lookup_long_polls 0\n") {
+			t.Errorf("a long poll is still counted as held after it answered")
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the long poll did not answer after the approval")

@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opjournal/opjournal"
@@ -26,6 +27,8 @@ var watchInterval = time.Second
 type watchers struct {
 	mu sync.Mutex
 	m  map[[2]string]*watch
+	// held counts the long polls holding their answer now (LongPolls).
+	held atomic.Int64
 }
 
 // watch is the wake-up channel of one key and how many wait on it.
@@ -69,6 +72,10 @@ func (w *watchers) changed(tenant, key string) {
 	}
 }
 
+// LongPolls is how many Lookup long polls this process holds now: each
+// read the operation awaiting approval and waits for its change.
+func (s *Service) LongPolls() int64 { return s.watch.held.Load() }
+
 // changed tells the key's long polls that this process changed it.
 func (s *Service) changed(tenant, key string) { s.watch.changed(tenant, key) }
 
@@ -94,6 +101,8 @@ func (s *Service) LookupWait(ctx context.Context, tenant, key string, wait time.
 		return op, err
 	}
 	first := op.UpdatedAt
+	s.watch.held.Add(1)
+	defer s.watch.held.Add(-1)
 	end := time.NewTimer(wait)
 	defer end.Stop()
 	tick := time.NewTicker(watchInterval)

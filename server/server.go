@@ -142,6 +142,10 @@ func New(svc *journal.Service, cfg Config) *Server {
 			Help: "Log lines dropped because the log's output fell behind by more than its buffer holds (each drop is also reported by a warning line).",
 		}, func() float64 { return float64(cfg.LogLinesDropped()) }))
 	}
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "opjournal_lookup_long_polls",
+		Help: "Lookup long polls (wait_seconds) holding their answer now, each waiting for a decision on an operation awaiting approval.",
+	}, func() float64 { return float64(svc.LongPolls()) }))
 	m.approvals = newApprovalMetrics(m.registry, svc.ApprovalCounts)
 	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m, purgeMetrics: newPurgeMetrics(m.registry), purgeHistory: &purgeHistory{},
 		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}},

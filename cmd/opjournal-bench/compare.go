@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -251,6 +252,11 @@ func compare(w io.Writer, a, b summary, o compareOptions) error {
 		fmt.Fprintf(w, "; %d of %d absolute figures", absAgree, abs)
 	}
 	fmt.Fprintln(w)
+	// The hypervisor's steal in each run: runs that differ on a shared
+	// host often differ in it.
+	if a.Machine["steal"] != "" || b.Machine["steal"] != "" {
+		fmt.Fprintf(w, "steal: A %s; B %s\n", cmp.Or(a.Machine["steal"], "not recorded"), cmp.Or(b.Machine["steal"], "not recorded"))
+	}
 	if judged, agreed := ratios+abs, ratiosAgree+absAgree; agreed < judged {
 		return errRunsDiffer{differ: judged - agreed, judged: judged, within: pct}
 	}

@@ -95,6 +95,9 @@ type config struct {
 	// ab are the client-side variants of the fused path to try (abVariants).
 	ab   []string
 	abOp string // the operation of the A/B: fused, replay or noop
+	// steal measures a point of a schedule again while the hypervisor
+	// takes more of the CPU than --steal-limit (nil: never).
+	steal *stealGate
 }
 
 // want reports whether the scenario (or group: "contention", "peers",
@@ -180,6 +183,8 @@ run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
 	serverEnv := fs.String("server-env", "", "extra space-separated NAME=VALUE environment for the server (e.g. GOMAXPROCS=1)")
 	fs.StringSliceVar(&c.ab, "ab", nil, "with --scenarios ab: client-side settings to try on the fused path against the default connection, in alternating rounds at the one-caller levels: no-buffers, static-window, client-gomaxprocs-1")
 	fs.StringVar(&c.abOp, "ab-op", "fused", "the operation --ab drives: fused (Register with claim, MarkSucceeded), replay (Register of a succeeded key) or noop (a health check)")
+	stealLimit := fs.Float64("steal-limit", 0.10, "measure a point of the rounds again (after a wait) when the hypervisor took more than this share of the machine's CPU during it (0: never)")
+	stealWait := fs.Duration("steal-wait", 4*time.Minute, "the longest the run waits in all for the hypervisor's steal to fall below --steal-limit; then points are kept as measured, their steal in the rows")
 	fs.BoolVar(&c.requireTargets, "require-targets", false, "exit with status 3, after writing the report, if any of the hot path's targets is a MISS (a SKIP does not fail)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		var err error
@@ -192,6 +197,10 @@ run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
 		if c.rounds < 1 {
 			return cli.Usage(fmt.Errorf("--rounds: %d, want at least 1", c.rounds))
 		}
+		if *stealLimit < 0 || *stealLimit >= 1 || *stealWait < 0 {
+			return cli.Usage(fmt.Errorf("--steal-limit %v, --steal-wait %s: want a share in [0, 1) and a duration of at least 0", *stealLimit, *stealWait))
+		}
+		c.steal = newStealGate(*stealLimit, *stealWait)
 		return start(cmd.Context(), c, levels, *only, *serverArgs, *serverEnv, *reportOnly)
 	}
 	cmd.AddCommand(newCompare())
@@ -321,7 +330,7 @@ type target struct {
 }
 
 func run(ctx context.Context, c config) error {
-	started := time.Now()
+	started, stealAtStart := time.Now(), bench.ReadSteal()
 	serverURL := c.databaseURL
 	var err error
 	if c.databaseURL, err = withoutOpjournalParams(c.databaseURL); err != nil {
@@ -532,6 +541,13 @@ func run(ctx context.Context, c config) error {
 	sum.HotPath = bench.CheckTargets(bench.HotPathTargets, rows)
 	sum.Machine["run_seconds"] = fmt.Sprintf("%.0f", time.Since(started).Seconds())
 	sum.Machine["loadavg_at_end"] = loadavg()
+	// The hypervisor's share of the CPU over the whole run, and what the
+	// steal gate did about it: a run on a host whose other guests took
+	// the CPU measures them too.
+	sum.Machine["steal"] = fmt.Sprintf("%.1f%% of the CPU over the run", 100*stealAtStart.StolenSince(bench.ReadSteal()))
+	if c.steal != nil && c.steal.limit > 0 {
+		sum.Machine["steal"] += fmt.Sprintf("; points of the rounds over %.0f%% measured again: %d, kept over it: %d", 100*c.steal.limit, c.steal.remeasured, c.steal.kept)
+	}
 	sum.Machine["per_point"] = fmt.Sprintf("%s warm-up + %s measured", c.warmup, c.duration)
 	if c.fewDur > 0 {
 		sum.Machine["per_point"] += fmt.Sprintf(" (%s at 4 callers or fewer)", c.fewDur)
@@ -706,12 +722,13 @@ func runRounds(ctx context.Context, c config, cc, pid int, k keyer, store string
 			prev = runtime.GOMAXPROCS(s.gomaxprocs)
 		}
 		l := bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: c.pointDuration(cc)}
-		var r bench.Row
-		if s.run != nil {
-			r = s.run(ctx, l)
-		} else {
-			r = bench.RunWithCPU(ctx, l, cmp.Or(s.pid, pid), s.op(k.round(sl.Round), cc))
-		}
+		name := fmt.Sprintf("r%d %s c=%d", sl.Round, s.scenario, cc)
+		r := c.steal.measure(ctx, name, func(attempt int) bench.Row {
+			if s.run != nil {
+				return s.run(ctx, l)
+			}
+			return bench.RunWithCPU(ctx, l, cmp.Or(s.pid, pid), s.op(k.round(sl.Round).attempt(attempt), cc))
+		})
 		if prev > 0 {
 			runtime.GOMAXPROCS(prev)
 		}
@@ -792,6 +809,9 @@ func progress(r bench.Row) {
 		round, r.System, scenario, r.Concurrency, r.OpsPerSec, r.P50ms, r.P99ms, r.CPUClientUs, r.CPUServerUs, r.CPUPostgresUs)
 	if r.Errors > 0 {
 		fmt.Printf("  errors %d (%s)", r.Errors, r.Note)
+	}
+	if r.StealPct >= 1 {
+		fmt.Printf("  steal %.0f%%", r.StealPct)
 	}
 	fmt.Println()
 }

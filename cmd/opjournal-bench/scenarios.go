@@ -51,6 +51,17 @@ func (k keyer) key(scenario string, c int, seq int64) string {
 // every other round's.
 func (k keyer) round(r int) keyer { return keyer(fmt.Sprintf("%s.r%d", k, r)) }
 
+// attempt is the keyer of a point's measurement again (stealGate): the
+// first attempt keeps k, the others have keys of their own, so that a
+// second measurement registers new operations instead of replaying the
+// first one's.
+func (k keyer) attempt(a int) keyer {
+	if a == 0 {
+		return k
+	}
+	return keyer(fmt.Sprintf("%s.a%d", k, a))
+}
+
 // rawSQL is the floor: the protocol's three statements, each its own commit,
 // issued directly with pgx against the same operations table (no history
 // rows, no hashing, no policy).

@@ -38,6 +38,12 @@ type Row struct {
 	// Round is the round of an alternating schedule the row was measured
 	// in (from 1; see Alternate); 0 for a point measured once.
 	Round int `json:"round,omitempty"`
+	// StealPct is the share of the machine's CPU time, in percent, that
+	// the hypervisor gave to other guests while the point ran (ReadSteal);
+	// Remeasured counts the earlier measurements of the point that were
+	// discarded because that share was above the bench's limit.
+	StealPct   float64 `json:"steal_pct,omitempty"`
+	Remeasured int     `json:"remeasured,omitempty"`
 	// Calls counts every successful operation, warm-up included.
 	Calls int64 `json:"-"`
 }

@@ -69,6 +69,33 @@ func TestReadCPU(t *testing.T) {
 	}
 }
 
+func TestSteal(t *testing.T) {
+	const stat = "cpu  100 5 50 800 10 0 5 30 7 0\ncpu0 50 2 25 400 5 0 2 15 3 0\n"
+	before := parseSteal(stat)
+	if before != (Steal{Total: 1000, Stolen: 30}) {
+		t.Fatalf("parseSteal = %+v, want total 1000 (guest time is in user already), stolen 30", before)
+	}
+	after := Steal{Total: 1200, Stolen: 80}
+	if got := before.StolenSince(after); got != 0.25 {
+		t.Errorf("StolenSince = %v, want 50 of 200 ticks, 0.25", got)
+	}
+	for _, bad := range []string{"", "intr 1 2 3", "cpu 1 2 3", "cpu 1 2 3 4 5 6 7 x 9"} {
+		if got := parseSteal(bad); got != (Steal{}) {
+			t.Errorf("parseSteal(%q) = %+v, want nothing", bad, got)
+		}
+	}
+	if got := (Steal{}).StolenSince(after); got != 0 {
+		t.Errorf("StolenSince from an unread sample = %v, want 0", got)
+	}
+	if got := before.StolenSince(before); got != 0 {
+		t.Errorf("StolenSince over no time = %v, want 0", got)
+	}
+	// The machine's own /proc/stat, where there is one.
+	if s := ReadSteal(); s.Total > 0 && (s.Stolen < 0 || s.Stolen > s.Total) {
+		t.Errorf("ReadSteal = %+v", s)
+	}
+}
+
 func TestRunCountsOnlyAfterWarmup(t *testing.T) {
 	var n int
 	r := Run(context.Background(), Load{Concurrency: 1, Warmup: 20 * time.Millisecond, Duration: 50 * time.Millisecond},

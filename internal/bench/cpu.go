@@ -108,3 +108,51 @@ func RunWithCPU(ctx context.Context, l Load, serverPid int, op Op) Row {
 	}
 	return r
 }
+
+// Steal is the machine's CPU time so far, in ticks, from the "cpu" line of
+// /proc/stat: all of it (every state) and the part the hypervisor ran
+// other guests on while this one had work (steal).
+type Steal struct{ Total, Stolen int64 }
+
+// ReadSteal samples /proc/stat; zero if it cannot be read (not Linux).
+func ReadSteal() Steal {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return Steal{}
+	}
+	return parseSteal(string(b))
+}
+
+// parseSteal reads the "cpu" line of a /proc/stat: user nice system idle
+// iowait irq softirq steal (guest time is already in user). Lines from
+// kernels without the steal column give no steal.
+func parseSteal(stat string) Steal {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return Steal{}
+	}
+	var s Steal
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return Steal{}
+		}
+		s.Total += n
+		if i == 7 {
+			s.Stolen = n
+		}
+	}
+	return s
+}
+
+// StolenSince is the fraction of the machine's CPU time from s to later
+// that the hypervisor took (what vmstat prints as st, over 100): 0 when
+// nothing was read or no time passed.
+func (s Steal) StolenSince(later Steal) float64 {
+	total := later.Total - s.Total
+	if total <= 0 || s.Total == 0 {
+		return 0
+	}
+	return float64(later.Stolen-s.Stolen) / float64(total)
+}

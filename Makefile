@@ -55,17 +55,18 @@ bench: bench-build
 	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --rounds 7 --warmup 500ms --duration 1500ms $(BENCH_FLAGS)
 
 ## bench-quick: a ~6 min run of the targets' levels (c=1, 2, 4 and 32; 21 alternating rounds of
-## 0.3 s per point after 0.1 s of warm-up, 0.5 s at 4 callers or fewer; growth at 50k, 5 purges of 20k) into
+## 0.3 s per point after 0.1 s of warm-up, 0.5 s at 4 callers or fewer; growth at 50k, 9 purges of 20k) into
 ## bench/results/quick/. Many short rounds rather than a few long ones: a stall of the shared disk or
 ## CPU then spoils one round in many, which the median drops, and a ratio's two sides run under a
-## second apart (bench/ANALYSIS.md, "Figures that hold still")
+## second apart (bench/ANALYSIS.md, "Figures that hold still"). Both runs measure a point again
+## while the hypervisor steals more than 10% of the CPU, waiting up to 4 min in all for it
 BENCH_QUICK_FLAGS = --database-url '$(BENCH_DATABASE_URL)' --concurrency 1,32 --gateway-concurrency 1 \
-	--rounds 21 --warmup 100ms --duration 300ms --few-callers-duration 500ms --growth-rows 50000 --purge-rows 20000 --purge-rounds 5 \
+	--rounds 21 --warmup 100ms --duration 300ms --few-callers-duration 500ms --growth-rows 50000 --purge-rows 20000 --purge-rounds 9 \
 	--results-md ""
 bench-quick: bench-build
 	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir bench/results/quick $(BENCH_FLAGS)
 
-## bench-quick-twice: bench-quick twice (~13 min), into bench/results/quick-1/ and quick-2/, then
+## bench-quick-twice: bench-quick twice (~13 min on a quiet host), into bench/results/quick-1/ and quick-2/, then
 ## opjournal-bench compare of the two: every ratio must agree within 10% (exit status 4 if one does not)
 bench-quick-twice: bench-build
 	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir bench/results/quick-1 $(BENCH_FLAGS)

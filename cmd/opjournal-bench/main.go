@@ -401,7 +401,12 @@ func run(ctx context.Context, c config) error {
 		if !c.wantRow(system, scenario) {
 			return
 		}
-		r := bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: max(c.pointDuration(cc), time.Second)}, srv.Pid(), op)
+		// Measured once, beside something that cannot be repeated (a
+		// purge): the steal is recorded, not waited out (a nil gate).
+		var once *stealGate
+		r := once.measure(ctx, scenario, func(int) bench.Row {
+			return bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: max(c.pointDuration(cc), time.Second)}, srv.Pid(), op)
+		})
 		r.System, r.Scenario, r.Store, r.Round = system, scenario, "postgres", round
 		rows = append(rows, r)
 		progress(r)

@@ -183,8 +183,8 @@ run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
 	serverEnv := fs.String("server-env", "", "extra space-separated NAME=VALUE environment for the server (e.g. GOMAXPROCS=1)")
 	fs.StringSliceVar(&c.ab, "ab", nil, "with --scenarios ab: client-side settings to try on the fused path against the default connection, in alternating rounds at the one-caller levels: no-buffers, static-window, client-gomaxprocs-1")
 	fs.StringVar(&c.abOp, "ab-op", "fused", "the operation --ab drives: fused (Register with claim, MarkSucceeded), replay (Register of a succeeded key) or noop (a health check)")
-	stealLimit := fs.Float64("steal-limit", 0.10, "measure a point of the rounds again (after a wait) when the hypervisor took more than this share of the machine's CPU during it (0: never)")
-	stealWait := fs.Duration("steal-wait", 4*time.Minute, "the longest the run waits in all for the hypervisor's steal to fall below --steal-limit; then points are kept as measured, their steal in the rows")
+	stealLimit := fs.Float64("steal-limit", 0.10, "measure a point of the rounds, or a whole purge pass, again (after a wait) when the hypervisor took more than this share of the machine's CPU during it (0: never)")
+	stealWait := fs.Duration("steal-wait", 4*time.Minute, "the longest the run waits in all for the hypervisor's steal to fall below --steal-limit; then points and passes are kept as measured, their steal in the rows")
 	fs.BoolVar(&c.requireTargets, "require-targets", false, "exit with status 3, after writing the report, if any of the hot path's targets is a MISS (a SKIP does not fail)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		var err error
@@ -394,22 +394,20 @@ func run(ctx context.Context, c config) error {
 	k := keyer(hex.EncodeToString(b[:]))
 
 	var rows []bench.Row
-	// measure runs a point outside the levels' rounds: the purge rows, in
-	// the purge's own passes (round 0 for a single pass). It runs for at
-	// least a second: a purge pass has two points, not a level's many.
-	measure := func(system, scenario string, cc, round int, op bench.Op) {
-		if !c.wantRow(system, scenario) {
-			return
-		}
-		// Measured once, beside something that cannot be repeated (a
-		// purge): the steal is recorded, not waited out (a nil gate).
+	// measureOnce measures a point outside the levels' rounds: the purge
+	// rows, in the purge's own passes (round 0 for a single pass). It runs
+	// for at least a second: a purge pass has two points, not a level's
+	// many. A point beside a purge cannot be repeated alone, so its steal
+	// is recorded, not waited out (a nil gate): purgeScenario makes the
+	// whole pass again instead.
+	measureOnce := func(system, scenario string, cc, round int, op bench.Op) bench.Row {
 		var once *stealGate
 		r := once.measure(ctx, scenario, func(int) bench.Row {
 			return bench.RunWithCPU(ctx, bench.Load{Concurrency: cc, Warmup: c.warmup, Duration: max(c.pointDuration(cc), time.Second)}, srv.Pid(), op)
 		})
 		r.System, r.Scenario, r.Store, r.Round = system, scenario, "postgres", round
-		rows = append(rows, r)
 		progress(r)
+		return r
 	}
 	// Succeeded keys for the replay scenario, made by the fused path.
 	replayKeys := make([]string, c.replayKeys)
@@ -532,11 +530,13 @@ func run(ctx context.Context, c config) error {
 		}
 	}
 	if c.purgeRows > 0 && c.want("purge") {
-		if err := purgeScenario(ctx, c, pool, serverDBURL, &sum, func(scenario string, round int) {
-			measure("opjournal", scenario, c.growthC, round, fused(cl, k.round(round), scenario, c.growthC))
-		}); err != nil {
+		purged, err := purgeScenario(ctx, c, pool, serverDBURL, &sum, func(scenario string, round, attempt int) bench.Row {
+			return measureOnce("opjournal", scenario, c.growthC, round, fused(cl, k.round(round).attempt(attempt), scenario, c.growthC))
+		})
+		if err != nil {
 			return fmt.Errorf("purge: %w", err)
 		}
+		rows = append(rows, purged...)
 	}
 	// The peak RSS again: the growth run may have raised it.
 	if rss, err := peakRSSMiB(srv.Pid()); err == nil {
@@ -551,7 +551,7 @@ func run(ctx context.Context, c config) error {
 	// the CPU measures them too.
 	sum.Machine["steal"] = fmt.Sprintf("%.1f%% of the CPU over the run", 100*stealAtStart.StolenSince(bench.ReadSteal()))
 	if c.steal != nil && c.steal.limit > 0 {
-		sum.Machine["steal"] += fmt.Sprintf("; points of the rounds over %.0f%% measured again: %d, kept over it: %d", 100*c.steal.limit, c.steal.remeasured, c.steal.kept)
+		sum.Machine["steal"] += fmt.Sprintf("; points and purge passes over %.0f%% measured again: %d, kept over it: %d", 100*c.steal.limit, c.steal.remeasured, c.steal.kept)
 	}
 	sum.Machine["per_point"] = fmt.Sprintf("%s warm-up + %s measured", c.warmup, c.duration)
 	if c.fewDur > 0 {

@@ -56,28 +56,40 @@ func (g *stealGate) measure(ctx context.Context, name string, point func(attempt
 	if g != nil {
 		read = g.read
 	}
-	wait := 500 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		before := read()
 		r := point(attempt)
 		stolen := before.StolenSince(read())
 		r.StealPct, r.Remeasured = math.Round(stolen*1000)/10, attempt
-		if g == nil || g.limit <= 0 || stolen <= g.limit || ctx.Err() != nil {
+		if !g.again(ctx, name, stolen, attempt) {
 			return r
 		}
-		if attempt == maxRemeasures || wait > g.budget {
-			g.kept++
-			why := fmt.Sprintf("after %d measurements", attempt+1)
-			if wait > g.budget {
-				why = "the run's --steal-wait is spent"
-			}
-			fmt.Printf("     %s: the hypervisor took %.0f%% of the CPU (limit %.0f%%); kept, %s\n", name, r.StealPct, g.limit*100, why)
-			return r
-		}
-		g.remeasured++
-		fmt.Printf("     %s: the hypervisor took %.0f%% of the CPU (limit %.0f%%); measuring again in %s\n", name, r.StealPct, g.limit*100, wait)
-		g.sleep(ctx, wait)
-		g.budget -= wait
-		wait = min(2*wait, 8*time.Second)
 	}
+}
+
+// again decides whether a measurement (a point, or a whole pass of a
+// scenario whose points cannot be repeated alone) made while stolen of
+// the CPU was taken, on its attempt-th try, is to be made again, and
+// waits before saying so: 0.5 s before the second try, doubling to 8 s.
+// A nil gate, or one turned off, never asks again.
+func (g *stealGate) again(ctx context.Context, name string, stolen float64, attempt int) bool {
+	if g == nil || g.limit <= 0 || stolen <= g.limit || ctx.Err() != nil {
+		return false
+	}
+	wait := min(500*time.Millisecond<<attempt, 8*time.Second)
+	pct := math.Round(stolen * 100)
+	if attempt >= maxRemeasures || wait > g.budget {
+		g.kept++
+		why := fmt.Sprintf("after %d measurements", attempt+1)
+		if wait > g.budget {
+			why = "the run's --steal-wait is spent"
+		}
+		fmt.Printf("     %s: the hypervisor took %.0f%% of the CPU (limit %.0f%%); kept, %s\n", name, pct, g.limit*100, why)
+		return false
+	}
+	g.remeasured++
+	fmt.Printf("     %s: the hypervisor took %.0f%% of the CPU (limit %.0f%%); measuring again in %s\n", name, pct, g.limit*100, wait)
+	g.sleep(ctx, wait)
+	g.budget -= wait
+	return true
 }

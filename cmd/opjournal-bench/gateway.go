@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -44,8 +45,12 @@ func gatewayRows(ctx context.Context, c config, grpcAddr string, k keyer, ref st
 	if a := os.Getenv("BENCH_GATEWAY_PPROF"); a != "" {
 		args = append(args, "--pprof-addr", a) // to profile the gateway during the run
 	}
+	env := []string{"PROVIDER_URL=" + provURL}
+	if e := os.Getenv("BENCH_GATEWAY_ENV"); e != "" {
+		env = append(env, strings.Fields(e)...) // e.g. GOMAXPROCS=1, for an A/B of the gateway alone
+	}
 	gw, err := procs.Start(ctx, procs.Spec{Name: "gateway", Path: filepath.Join(dir, "opjournal-gateway"), Ready: "serving",
-		Env: []string{"PROVIDER_URL=" + provURL}, Args: args}, 30*time.Second)
+		Env: env, Args: args}, 30*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("start opjournal-gateway (make bench-build builds it): %w", err)
 	}

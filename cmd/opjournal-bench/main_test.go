@@ -91,10 +91,7 @@ func TestRunInRounds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the server and drives it")
 	}
-	bin := filepath.Join(t.TempDir(), "opjournal")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/opjournal/opjournal/cmd/opjournal").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildServer(t)
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	cmd := newRoot(&stdout, &stderr)
@@ -144,11 +141,7 @@ func TestGrowthAndPeersInRounds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the server and the peers and drives them")
 	}
-	tmp := t.TempDir()
-	bin, peers := filepath.Join(tmp, "opjournal"), filepath.Join(tmp, "opjournal-bench-peers")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/opjournal/opjournal/cmd/opjournal").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin, peers := buildServer(t), filepath.Join(t.TempDir(), "opjournal-bench-peers")
 	build := exec.Command("go", "build", "-o", peers, ".")
 	build.Dir = filepath.Join("..", "..", "bench", "peers")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -228,4 +221,15 @@ func readRun(t *testing.T, dir string) ([]bench.Row, summary) {
 		}
 	}
 	return rows, sum
+}
+
+// buildServer builds the opjournal server binary into the test's
+// temporary directory and returns its path.
+func buildServer(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "opjournal")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/opjournal/opjournal/cmd/opjournal").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }

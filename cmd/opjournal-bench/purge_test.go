@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -26,10 +25,7 @@ func TestPurgePassMadeAgainUnderSteal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the server and purges with it")
 	}
-	bin := filepath.Join(t.TempDir(), "opjournal")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/opjournal/opjournal/cmd/opjournal").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildServer(t)
 	dbURL := pgtest.NewSchema(t)
 	if out, err := exec.Command(bin, "migrate", "--database-url", dbURL).CombinedOutput(); err != nil {
 		t.Fatalf("opjournal migrate: %v\n%s", err, out)

@@ -147,8 +147,8 @@ func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
 	log, m := s.log, s.metrics
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		if s.procs != nil {
-			s.procs.enter()
-			defer s.procs.exit()
+			s.procs.Enter()
+			defer s.procs.Exit()
 		}
 		start := time.Now()
 		method := info.FullMethod

@@ -26,6 +26,7 @@ import (
 
 	"github.com/opjournal/opjournal/auth"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/adaptiveprocs"
 	"github.com/opjournal/opjournal/internal/hostcheck"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
@@ -44,7 +45,7 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// AdaptiveProcs runs the process on one P (GOMAXPROCS=1) after a second
 	// of serving at most one call at a time, and gives the runtime's default
-	// back as soon as a second call is in flight (procs.go).
+	// back as soon as a second call is in flight (internal/adaptiveprocs).
 	AdaptiveProcs bool
 	// Logger receives structured logs (default slog.Default()).
 	Logger *slog.Logger
@@ -101,7 +102,7 @@ type Server struct {
 	svc     *journal.Service
 	cfg     Config
 	log     *slog.Logger
-	procs   *procsGovernor // nil unless Config.AdaptiveProcs
+	procs   *adaptiveprocs.Governor // nil unless Config.AdaptiveProcs
 	metrics *metrics
 	// purgeMetrics are the retention series (purge.go).
 	purgeMetrics *purgeMetrics
@@ -151,7 +152,7 @@ func New(svc *journal.Service, cfg Config) *Server {
 		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}},
 		journal: &journalServer{svc: svc, metrics: m}, methods: m.bindMethods()}
 	if cfg.AdaptiveProcs && runtime.GOMAXPROCS(0) > 1 {
-		s.procs = newProcsGovernor(time.Second)
+		s.procs = adaptiveprocs.New(time.Second)
 	}
 	s.interceptor = s.unaryInterceptor()
 	return s
@@ -191,7 +192,7 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 	if s.procs != nil {
 		pctx, stop := context.WithCancel(ctx)
 		defer stop()
-		go s.procs.run(pctx)
+		go s.procs.Run(pctx)
 	}
 	unary := []grpc.UnaryServerInterceptor{s.interceptor}
 	var stream []grpc.StreamServerInterceptor

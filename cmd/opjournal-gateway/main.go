@@ -220,8 +220,8 @@ func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
 	}
 	// One caller's request through a door is a chain of hand-offs (the
 	// door, the journal's gRPC client, the upstream), each waking an idle
-	// second P: on one P the gateway spent about 15% less CPU per call at
-	// one caller (bench/ANALYSIS.md). The calls of --mcp-stdio are not
+	// second P: governed, the HTTP door spent 13% less CPU per call at one
+	// caller (bench/ANALYSIS.md, "The gateway on one P"). The calls of --mcp-stdio are not
 	// requests to count, so a gateway serving it keeps the default.
 	var procs *adaptiveprocs.Governor
 	if o.adaptiveProcs && !o.mcpStdio && runtime.GOMAXPROCS(0) > 1 {

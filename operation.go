@@ -131,9 +131,16 @@ type Approval struct {
 	DistinctFromRequester bool `json:"distinct_from_requester,omitempty"`
 	// TwoPerson: two distinct principals must approve.
 	TwoPerson bool `json:"two_person,omitempty"`
-	// RequestedBy is the principal who registered the operation (without
-	// authentication: the worker_id it stated, or "").
+	// RequestedBy is the principal id of who registered the operation
+	// (without authentication: the worker_id it stated, or ""): the
+	// identity distinct_from_requester compares, never a label.
 	RequestedBy string `json:"requested_by,omitempty"`
+	// RequestedByLabel is the requester's label for people to read (a
+	// token's name, a JWT's subject); never compared. "" without
+	// authentication, and on records written before principal ids were
+	// recorded, whose RequestedBy may hold a token's name (see
+	// journal.Caller.FormerNames).
+	RequestedByLabel string `json:"requested_by_label,omitempty"`
 	// OnTimeout is what happens at Deadline: ApprovalTimeoutReject or
 	// ApprovalTimeoutEscalate.
 	OnTimeout string `json:"on_timeout"`
@@ -170,8 +177,13 @@ const (
 
 // ApprovalDecision is one person's approval.
 type ApprovalDecision struct {
-	// Principal is who approved: the authenticated principal.
+	// Principal is who approved: the authenticated principal's id, which
+	// two_person compares (without authentication: the stated actor).
 	Principal string `json:"principal"`
+	// Label is the approver's label for people to read; never compared.
+	// "" without authentication and on decisions recorded before principal
+	// ids, whose Principal may hold a token's name.
+	Label string `json:"label,omitempty"`
 	// At is when (database clock).
 	At time.Time `json:"at"`
 	// Reason is the reason they gave.
@@ -259,9 +271,13 @@ type Event struct {
 	To      Status
 	Attempt int
 	// Actor is who made the change: with authentication, the
-	// authenticated principal (the token's name); without it, what the
-	// caller stated, or the lease owner.
+	// authenticated principal's id; without it, what the caller stated,
+	// or the lease owner. (Events written before principal ids hold the
+	// token's name here.)
 	Actor string
+	// ActorLabel is the authenticated actor's label for people to read (a
+	// token's name, a JWT's subject); "" without authentication.
+	ActorLabel string
 	// StatedActor is what the caller SAID it acts as (the request's actor
 	// or worker_id), not verified; "" when it said nothing.
 	StatedActor string

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -101,10 +102,21 @@ type Principal struct {
 	// ID is the caller's stable identity: the same for every credential
 	// it holds (the tokens file's principal, shared by rotated tokens; a
 	// JWT's "jwt:" + issuer + "#" + subject, whatever token carries it).
-	// Front doors scope keys by it, never by a credential's bytes.
+	// Front doors scope keys by it, never by a credential's bytes, and
+	// every rule that compares callers (an approval's requester and
+	// approvers, rate limits, the history's actor) compares it. A JWT's
+	// id always holds a "#", which no tokens-file principal may, so the
+	// two can never be equal.
 	ID string
-	// Name identifies the token in logs and in the history; never the token.
+	// Name is the credential's label for people to read, in logs and
+	// beside the id in the history: the token's name, or a JWT's subject
+	// (when printable). Never compared, never the token.
 	Name string
+	// FormerNames are the names under which records written before
+	// principal ids were recorded may name this principal: the names of
+	// all its tokens, or a JWT subject's old display name. Only those old
+	// records are read through them (journal.Caller.FormerNames).
+	FormerNames []string
 	// Tenant scopes every operation key the caller sees.
 	Tenant string
 	Roles  []Role
@@ -358,6 +370,7 @@ func build(f file, source string) (*Authenticator, error) {
 		}
 		a.byDigest[d] = p
 	}
+	errs = append(errs, a.indexFormerNames(source)...)
 	if err := a.addIssuers(f.Issuers, source); err != nil {
 		errs = append(errs, err)
 	}
@@ -366,6 +379,31 @@ func build(f file, source string) (*Authenticator, error) {
 		return nil, errors.Join(errs...)
 	}
 	return a, nil
+}
+
+// indexFormerNames gives every token's principal the names of all the
+// tokens of its principal, the names older records may hold for it; and
+// refuses a principal id that is another principal's token name, which
+// would make such a record name two people.
+func (a *Authenticator) indexFormerNames(source string) []error {
+	names := map[string][]string{} // principal id → its tokens' names
+	owner := map[string]string{}   // token name → its principal id
+	for _, p := range a.byDigest {
+		names[p.ID] = append(names[p.ID], p.Name)
+		owner[p.Name] = p.ID
+	}
+	var errs []error
+	for _, id := range slices.Sorted(maps.Keys(names)) {
+		if o, ok := owner[id]; ok && o != id {
+			errs = append(errs, fmt.Errorf("%s: principal %q is also the name of a token of principal %q: one name may not stand for two people", source, id, o))
+		}
+		slices.Sort(names[id])
+	}
+	for d, p := range a.byDigest {
+		p.FormerNames = names[p.ID]
+		a.byDigest[d] = p
+	}
+	return errs
 }
 
 // checkRoles converts a file's role names, refusing an unknown one.

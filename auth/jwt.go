@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
@@ -92,6 +94,8 @@ func newIssuer(ctx context.Context, f fileIssuer) (*issuer, error) {
 	switch {
 	case f.Issuer == "":
 		return nil, errors.New("issuer: give the iss its tokens carry (an https URL)")
+	case strings.Contains(f.Issuer, "#"):
+		return nil, errors.New("issuer may not hold a \"#\" (an issuer identifier has no fragment, and \"#\" ends the issuer in a principal id)")
 	case f.Audience == "":
 		return nil, errors.New("audience: give the aud the tokens must carry (this service's identifier): a token minted for another service is refused")
 	case (f.JWKSFile == "") == (f.JWKSURL == ""):
@@ -181,14 +185,37 @@ func (a *Authenticator) verifyJWT(tok string) (Principal, error) {
 	if is.subjects != nil && !is.subjects[claims.Subject] {
 		return Principal{}, fmt.Errorf("%w: subject not listed for its issuer", ErrBadJWT)
 	}
-	name := claims.Subject
-	if !nameRE.MatchString(name) {
-		name = "jwt-subject" // shown in logs and history; the id below is exact
-	}
 	return Principal{
-		ID: "jwt:" + is.iss + "#" + claims.Subject, Name: name, Tenant: is.tenant, Roles: is.roles,
-		Expires: claims.ExpiresAt.Time,
+		ID: JWTPrincipalID(is.iss, claims.Subject), Name: jwtLabel(claims.Subject), Tenant: is.tenant, Roles: is.roles,
+		Expires: claims.ExpiresAt.Time, FormerNames: []string{jwtFormerName(claims.Subject)},
 	}, nil
+}
+
+// JWTPrincipalID is the principal id of a JWT's subject: "jwt:" + iss +
+// "#" + sub. Issuers may not hold a "#" (Parse refuses them), so the first
+// one ends the issuer and no two (issuer, subject) pairs share an id; and
+// a tokens-file principal never holds one, so no JWT caller is ever the
+// same principal as a tokens-file caller.
+func JWTPrincipalID(iss, sub string) string { return "jwt:" + iss + "#" + sub }
+
+// jwtLabel is what people read for a subject: the subject itself when it
+// is short and printable ("auth0|alice"), else a placeholder. Only a
+// label: rules compare the id.
+func jwtLabel(sub string) string {
+	if len(sub) > 100 || strings.IndexFunc(sub, func(r rune) bool { return !unicode.IsPrint(r) || r == utf8.RuneError }) >= 0 {
+		return "jwt-subject"
+	}
+	return sub
+}
+
+// jwtFormerName is the name a JWT's subject was recorded under before
+// principal ids were (the subject when it was a valid token name, else
+// "jwt-subject"): how an older record may name this caller.
+func jwtFormerName(sub string) string {
+	if !nameRE.MatchString(sub) {
+		return "jwt-subject"
+	}
+	return sub
 }
 
 // unverifiedIssuer reads a JWT's iss to choose its issuer's keys; nothing

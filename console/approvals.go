@@ -306,19 +306,10 @@ func (a approvalState) Progress() string {
 	return fmt.Sprintf("%d of %d", len(a.Given), need)
 }
 
-// ApprovedBy reports whether name already approved.
-func (a approvalState) ApprovedBy(name string) bool {
-	for _, g := range a.Given {
-		if g.Principal == name {
-			return true
-		}
-	}
-	return false
-}
-
 // givenApproval is one person's approval so far.
 type givenApproval struct {
 	Principal string
+	Label     string
 	At        time.Time
 	Reason    string
 }
@@ -338,15 +329,19 @@ func approvalPreflight(d decision, op *opjournal.Operation) string {
 	return ""
 }
 
-// requesterNote returns what the operation page says to name about
-// approving a ("" for nothing): the journal refuses the requester under
-// distinct_from_requester and a second approval by the same person under
-// two_person; the page says so before the operator tries.
-func requesterNote(a approvalState, name string) string {
+// requesterNote returns what the operation page says to the signed-in
+// caller about approving op ("" for nothing): the journal refuses the
+// requester under distinct_from_requester and a second approval by the
+// same principal under two_person; the page says so before the operator
+// tries, asking the journal's own rules (one person is one principal,
+// whichever token they signed in with).
+func requesterNote(op *opjournal.Operation, caller journal.Caller) string {
+	a := op.Approval
 	switch {
-	case a.DistinctFromRequester && a.RequestedBy != "" && a.RequestedBy == name:
+	case a == nil:
+	case a.DistinctFromRequester && caller.IsRequester(a):
 		return "You registered this operation: its policy says another person must approve it (distinct_from_requester). You may still reject it."
-	case a.TwoPerson && a.ApprovedBy(name):
+	case a.TwoPerson && caller.HasApproved(a):
 		return "You have approved it already: its policy needs a second approval from another person (two_person)."
 	}
 	return ""

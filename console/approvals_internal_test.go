@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/policy"
 )
 
@@ -78,10 +79,15 @@ func TestApprovalProgressAndNotes(t *testing.T) {
 	if one.Progress() != "0 of 1" || two.Progress() != "1 of 2" {
 		t.Fatalf("progress %q %q", one.Progress(), two.Progress())
 	}
-	if requesterNote(one, "alice") == "" || requesterNote(one, "bob") != "" {
-		t.Fatal("the requester is not warned, or another person is")
+	// The notes compare principal ids, never labels: alice signed in with
+	// another of her tokens is still alice.
+	asked := &opjournal.Operation{Approval: &opjournal.Approval{DistinctFromRequester: true, RequestedBy: "alice", RequestedByLabel: "alice-laptop"}}
+	approved := &opjournal.Operation{Approval: &opjournal.Approval{TwoPerson: true, Approvals: []opjournal.ApprovalDecision{{Principal: "bob", Label: "bob-laptop"}}}}
+	caller := func(id, label string) journal.Caller { return journal.Caller{Principal: id, Label: label} }
+	if requesterNote(asked, caller("alice", "alice-phone")) == "" || requesterNote(asked, caller("bob", "alice-laptop")) != "" {
+		t.Fatal("the requester is not warned, or another person (with her token's label) is")
 	}
-	if requesterNote(two, "bob") == "" || requesterNote(two, "carol") != "" {
+	if requesterNote(approved, caller("bob", "bob-phone")) == "" || requesterNote(approved, caller("carol", "bob-laptop")) != "" {
 		t.Fatal("a second approval by the same person is not warned, or another person is")
 	}
 }

@@ -25,6 +25,7 @@ type approvalState struct {
 	DistinctFromRequester bool
 	TwoPerson             bool
 	RequestedBy           string
+	RequestedByLabel      string
 	Deadline              time.Time
 	OnTimeout             string
 	Rule                  string
@@ -39,9 +40,9 @@ func approvalStateOf(op *opjournal.Operation) approvalState {
 		return approvalState{}
 	}
 	st := approvalState{Required: a.Required, Approvers: a.Approvers, DistinctFromRequester: a.DistinctFromRequester, TwoPerson: a.TwoPerson,
-		RequestedBy: a.RequestedBy, Deadline: a.Deadline, OnTimeout: a.OnTimeout, Rule: a.Rule}
+		RequestedBy: a.RequestedBy, RequestedByLabel: a.RequestedByLabel, Deadline: a.Deadline, OnTimeout: a.OnTimeout, Rule: a.Rule}
 	for _, d := range a.Approvals {
-		st.Given = append(st.Given, givenApproval{Principal: d.Principal, At: d.At, Reason: d.Reason})
+		st.Given = append(st.Given, givenApproval{Principal: d.Principal, Label: d.Label, At: d.At, Reason: d.Reason})
 	}
 	return st
 }

@@ -66,9 +66,9 @@ type Config struct {
 	// Auth authenticates the tokens operators sign in with; nil serves
 	// every visitor as LocalAdmin of the default tenant.
 	Auth *auth.Authenticator
-	// Allow applies the tenant's rate limit (nil: no limit), as every API
-	// call does.
-	Allow func(tenant string) bool
+	// Allow applies the principal's rate limit (nil: no limit), as every
+	// API call does.
+	Allow func(auth.Principal) bool
 	// Audit records one successful decision as the API records its calls:
 	// the audit line (method, key, principal, tenant, status after) and,
 	// for Approve and Reject, the approval decision metrics; op is the
@@ -219,7 +219,7 @@ type session struct {
 
 // caller is the journal caller the session acts as.
 func (s *session) caller() journal.Caller {
-	c := journal.Caller{Tenant: s.Principal.Tenant, Principal: s.Principal.Name}
+	c := journal.Caller{Tenant: s.Principal.Tenant, Principal: s.Principal.ID, Label: s.Principal.Name, FormerNames: s.Principal.FormerNames}
 	if !s.Local {
 		// The journal checks roles where the policy reserves a decision
 		// to some (an approval's approvers), as the API's callers are
@@ -282,7 +282,7 @@ func (c *Console) sessionOf(w http.ResponseWriter, r *http.Request) (*session, e
 			c.setCookie(w, r, sessionCookie, v, 0)
 			ck = &http.Cookie{Value: v}
 		}
-		return &session{Principal: auth.Principal{Name: LocalAdmin, Roles: []auth.Role{auth.RoleAdmin}},
+		return &session{Principal: auth.Principal{ID: LocalAdmin, Name: LocalAdmin, Roles: []auth.Role{auth.RoleAdmin}},
 			Local: true, CSRF: c.csrfFor("session", ck.Value)}, nil
 	}
 	if err != nil || ck.Value == "" {
@@ -323,9 +323,9 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request, *session))
 			c.fail(w, r, nil, http.StatusUnauthorized, "You are not signed in (or your token is no longer valid); nothing was changed. Sign in and try again.")
 			return
 		}
-		if c.cfg.Allow != nil && !c.cfg.Allow(s.Principal.Tenant) {
+		if c.cfg.Allow != nil && !c.cfg.Allow(s.Principal) {
 			w.Header().Set("Retry-After", "1")
-			c.fail(w, r, s, http.StatusTooManyRequests, fmt.Sprintf("Tenant %q is over its rate limit; try again in a second.", s.Principal.Tenant))
+			c.fail(w, r, s, http.StatusTooManyRequests, "You are over your rate limit; try again in a second. Nothing was changed.")
 			return
 		}
 		if r.Method == http.MethodPost {

@@ -197,7 +197,7 @@ func (c *Console) opView(r *http.Request, s *session, key string) (*opView, erro
 	v.Approval, v.Awaiting = approvalStateOf(op), op.Status == statusAwaitingApproval
 	if v.Awaiting {
 		v.CanApprove, v.ApprovalNote = approvalOffer(s, v.Approval)
-		v.RequesterNote = requesterNote(v.Approval, s.Principal.Name)
+		v.RequesterNote = requesterNote(op, s.caller())
 	}
 	// An operation awaiting approval is decided by Approve and Reject
 	// only, also when its timeout escalated it to review.

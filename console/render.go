@@ -26,6 +26,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"join":     strings.Join,
 		"terminal": func(s opjournal.Status) bool { return s.Terminal() },
 		"add":      func(a, b int) int { return a + b },
+		"who":      who,
 		"list":     func(s ...string) []string { return s },
 		"dict": func(kv ...any) map[string]any {
 			m := map[string]any{}
@@ -142,4 +143,14 @@ func prettyJSON(raw json.RawMessage) string {
 		return string(raw)
 	}
 	return b.String()
+}
+
+// who names a principal for people: its label with the id beside it
+// ("alice-laptop (alice)"), the id alone when there is no label (an older
+// record, or no authentication) or the two are the same.
+func who(label, id string) string {
+	if label == "" || label == id {
+		return id
+	}
+	return label + " (" + id + ")"
 }

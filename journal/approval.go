@@ -26,13 +26,14 @@ func approvalOf(act *policy.Action, canonical json.RawMessage, refs map[string]s
 	if !need {
 		return nil, 0
 	}
-	requester := caller.Principal
-	if requester == "" {
-		requester = stated
+	requester, _ := caller.who(stated)
+	label := ""
+	if caller.Principal != "" {
+		label = caller.Label
 	}
 	return &opjournal.Approval{
 		Required: true, Approvers: slices.Clone(ap.Approvers), DistinctFromRequester: ap.DistinctFor(caller.Principal != ""),
-		TwoPerson: ap.TwoPerson, RequestedBy: requester, OnTimeout: ap.OnTimeout, Rule: rule,
+		TwoPerson: ap.TwoPerson, RequestedBy: requester, RequestedByLabel: label, OnTimeout: ap.OnTimeout, Rule: rule,
 	}, ap.Timeout
 }
 
@@ -143,13 +144,56 @@ func (s *Service) checkDecision(ctx context.Context, req DecisionRequest, approv
 	// check, so a door that forgets to pass the roles fails closed.
 	if (req.Principal != "" || req.Roles != nil) && !slices.ContainsFunc(req.Roles, func(r string) bool { return slices.Contains(a.Approvers, r) }) {
 		return opjournal.Errorf(opjournal.CodePermissionDenied, "", "%q (roles %s) may not decide on operation %q: its approval is for %s",
-			req.Principal, strings.Join(req.Roles, ", "), req.Key, strings.Join(a.Approvers, ", "))
+			req.display(req.Principal), strings.Join(req.Roles, ", "), req.Key, strings.Join(a.Approvers, ", "))
+	}
+	if !approve {
+		return nil
 	}
 	approver, _ := req.who(req.Actor)
-	if approve && a.DistinctFromRequester && a.RequestedBy != "" && approver == a.RequestedBy {
-		return opjournal.Errorf(opjournal.CodePermissionDenied, "", "%q registered operation %q and may not approve it (distinct_from_requester): another person must", approver, req.Key)
+	if a.DistinctFromRequester && req.requested(a, approver) {
+		return opjournal.Errorf(opjournal.CodePermissionDenied, "", "%q registered operation %q and may not approve it (distinct_from_requester): another person must", req.display(approver), req.Key)
+	}
+	// The second approval of two_person must come from another principal.
+	// The table checks it against the ids in the same statement as the
+	// change; a decision recorded before principal ids holds a name,
+	// which only the caller's former names can match, and an old record
+	// gains no such decision since, so checking it here cannot race.
+	if req.Principal != "" && req.HasApproved(a) {
+		return opjournal.Errorf(opjournal.CodeInvalidState, "", "%q has already approved operation %q: two_person needs a second approval from another principal", req.display(approver), req.Key)
 	}
 	return nil
+}
+
+// IsRequester reports whether the caller is the principal who registered
+// the operation whose approval is a: the rule distinct_from_requester
+// refuses it the approval. The journal's check and the console's hint
+// both ask here.
+func (c Caller) IsRequester(a *opjournal.Approval) bool {
+	return a != nil && c.Principal != "" && c.requested(a, c.Principal)
+}
+
+// HasApproved reports whether the caller has already given one of a's
+// approvals: under two_person the second must come from another
+// principal.
+func (c Caller) HasApproved(a *opjournal.Approval) bool {
+	if a == nil || c.Principal == "" {
+		return false
+	}
+	for _, d := range a.Approvals {
+		if c.is(d.Principal, d.Label == "") {
+			return true
+		}
+	}
+	return false
+}
+
+// requested reports whether the approver (the caller, or without
+// authentication the actor it states) is who registered the operation.
+func (c Caller) requested(a *opjournal.Approval, approver string) bool {
+	if c.Principal == "" {
+		return a.RequestedBy != "" && approver == a.RequestedBy
+	}
+	return c.is(a.RequestedBy, a.RequestedByLabel == "")
 }
 
 // ExpireApproval applies the timeout of an operation's approval whose

@@ -127,13 +127,28 @@ func (s *Service) actionPolicy(name string) (*policy.Action, bool) {
 func (s *Service) Policy() *policy.Policy { return s.policy }
 
 // Caller is who makes a request: the tenant whose operations it sees and,
-// with authentication, the principal (the token's name). The history
-// records the principal as the actor of every change it makes; what a
-// request states about who it acts for is kept beside it as stated_actor.
+// with authentication, the principal. The history records the principal
+// as the actor of every change it makes (its label beside it); what a
+// request states about who it acts for is kept as stated_actor.
+//
+// One person is one principal: every rule that compares callers (an
+// approval's requester, two_person, the history's actor) compares
+// Principal, the id, and never Label.
 type Caller struct {
 	Tenant string
-	// Principal is the authenticated name; "" without authentication.
+	// Principal is the authenticated principal's id (auth.Principal.ID:
+	// the same for all of one person's tokens); "" without authentication.
 	Principal string
+	// Label is the authenticated credential's label for people to read
+	// (a token's name, a JWT's subject): recorded beside the id, never
+	// compared.
+	Label string
+	// FormerNames are the names under which records written before
+	// principal ids may name this principal (auth.Principal.FormerNames).
+	// An approval recorded then (without labels) is compared against them
+	// as well as the id, so that the old record's person is still refused
+	// what the rule refuses them: the reading fails closed.
+	FormerNames []string
 	// Roles are the authenticated principal's roles (auth.Role names);
 	// nil without authentication. Decisions that the policy reserves to
 	// some roles (an approval's approvers) check them.
@@ -147,6 +162,28 @@ func (c Caller) who(stated string) (actor, statedActor string) {
 		return c.Principal, stated
 	}
 	return stated, stated
+}
+
+// is reports whether a principal recorded by a rule is this caller: the
+// same id, or, on a record written before principal ids (legacy: it holds
+// no label), one of the caller's former names.
+func (c Caller) is(recorded string, legacy bool) bool {
+	if recorded == "" {
+		return false
+	}
+	if recorded == c.Principal {
+		return true
+	}
+	return legacy && c.Principal != "" && slices.Contains(c.FormerNames, recorded)
+}
+
+// display names the caller for people: its label, with the id beside it
+// when they differ.
+func (c Caller) display(actor string) string {
+	if c.Principal == "" || c.Label == "" || c.Label == c.Principal {
+		return actor
+	}
+	return c.Label + " (principal " + c.Principal + ")"
 }
 
 // Limits returns the limits in force.
@@ -230,6 +267,9 @@ func claimResult(a store.Applied) ClaimResult {
 // Caller.who), and names the command and key in the error.
 func (s *Service) apply(ctx context.Context, caller Caller, stated string, c *protocol.Command) (store.Applied, error) {
 	c.Actor, c.StatedActor = caller.who(stated)
+	if caller.Principal != "" {
+		c.ActorLabel = caller.Label
+	}
 	t := s.replays.ticket(caller.Tenant, c.Key)
 	a, err := s.store.Apply(ctx, caller.Tenant, c)
 	if err != nil {

@@ -374,7 +374,7 @@ func show(ctx context.Context, c pb.JournalServiceClient, key string, asJSON boo
 	if a := o.GetApproval(); a != nil {
 		row("approval", approvalSummary(a))
 		for i, d := range a.GetApprovals() {
-			row(fmt.Sprintf("approval %d", i+1), fmt.Sprintf("%s at %s: %s", d.GetPrincipal(), ts(d.GetAt()), d.GetReason()))
+			row(fmt.Sprintf("approval %d", i+1), fmt.Sprintf("%s at %s: %s", labelled(d.GetLabel(), d.GetPrincipal()), ts(d.GetAt()), d.GetReason()))
 		}
 	}
 	row("created_at", ts(o.GetCreatedAt()))
@@ -402,8 +402,8 @@ func show(ctx context.Context, c pb.JournalServiceClient, key string, asJSON boo
 		if from == "" {
 			from = "-"
 		}
-		actor := e.GetActor()
-		if st := e.GetStatedActor(); st != "" && st != actor {
+		actor := labelled(e.GetActorLabel(), e.GetActor())
+		if st := e.GetStatedActor(); st != "" && st != e.GetActor() {
 			actor += " (says: " + st + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", ts(e.GetAt()), from, statusName(e.GetToStatus()), e.GetAttempt(), actor, reason)
@@ -557,6 +557,15 @@ func setNote(ctx context.Context, c pb.JournalServiceClient, key, note, actor st
 	return err
 }
 
+// labelled names a principal for people: its label with the id beside
+// it, or the id alone (no label, or the same).
+func labelled(label, id string) string {
+	if label == "" || label == id {
+		return id
+	}
+	return label + " (" + id + ")"
+}
+
 // approvalSummary is the approval an operation's policy asked for, in
 // one line: why, who may decide, and until when.
 func approvalSummary(a *pb.Approval) string {
@@ -565,7 +574,7 @@ func approvalSummary(a *pb.Approval) string {
 		parts = append(parts, "two persons")
 	}
 	if a.GetDistinctFromRequester() {
-		parts = append(parts, "not "+a.GetRequestedBy())
+		parts = append(parts, "not "+labelled(a.GetRequestedByLabel(), a.GetRequestedBy()))
 	}
 	if d := ts(a.GetDeadline()); d != "" {
 		parts = append(parts, "until "+d+", then "+a.GetOnTimeout())

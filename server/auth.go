@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 
@@ -39,35 +40,52 @@ func tenantOf(ctx context.Context) string {
 
 // callerOf returns who calls: the authenticated principal and its tenant,
 // or the default tenant "" without a principal when the server runs
-// without authentication. The history records the principal as the actor.
+// without authentication. The history records the principal's id as the
+// actor, its label beside it; every rule compares the id.
 func callerOf(ctx context.Context) journal.Caller {
 	if p, ok := ctx.Value(principalKey{}).(auth.Principal); ok {
 		roles := make([]string, len(p.Roles))
 		for i, r := range p.Roles {
 			roles[i] = string(r)
 		}
-		return journal.Caller{Tenant: p.Tenant, Principal: p.Name, Roles: roles}
+		return journal.Caller{Tenant: p.Tenant, Principal: p.ID, Label: p.Name, FormerNames: p.FormerNames, Roles: roles}
 	}
 	return journal.Caller{}
 }
 
-// limiters holds one token bucket per tenant.
+// limiters holds one token bucket per principal: all of one person's
+// credentials (rotated tokens, refreshed JWTs) share one, and a principal
+// over its rate never starves another, of its tenant or any other.
+// Without authentication every caller is the one anonymous principal.
 type limiters struct {
 	rps   rate.Limit
 	burst int
 	mu    sync.Mutex
-	by    map[string]*rate.Limiter
+	by    map[rateKey]*rate.Limiter
 }
 
-func (l *limiters) allow(tenant string) bool {
+// rateKey is whose bucket a request takes from: the principal's id, in
+// its tenant.
+type rateKey struct{ tenant, principal string }
+
+// maxLimiters bounds the buckets kept; a full map is emptied, which only
+// gives every principal a full bucket again.
+const maxLimiters = 100_000
+
+// allow takes one request from p's bucket.
+func (l *limiters) allow(p auth.Principal) bool {
 	if l == nil || l.rps <= 0 {
 		return true
 	}
+	k := rateKey{p.Tenant, p.ID}
 	l.mu.Lock()
-	lim, ok := l.by[tenant]
+	lim, ok := l.by[k]
 	if !ok {
+		if len(l.by) >= maxLimiters {
+			clear(l.by)
+		}
 		lim = rate.NewLimiter(l.rps, l.burst)
-		l.by[tenant] = lim
+		l.by[k] = lim
 	}
 	l.mu.Unlock()
 	return lim.Allow()
@@ -109,16 +127,24 @@ func (s *Server) authorizeToken(ctx context.Context, method, token, peer string)
 			return ctx, opjournal.Errorf(opjournal.CodeUnauthenticated, "", "%s", msg)
 		}
 		if !p.Allowed(method) {
-			s.log.WarnContext(ctx, "permission denied", "method", method, "principal", p.Name, "tenant", p.Tenant, "roles", p.Roles, "peer", peer)
+			s.log.WarnContext(ctx, "permission denied", "method", method, "principal", p.ID, "label", p.Name, "tenant", p.Tenant, "roles", p.Roles, "peer", peer)
 			return ctx, opjournal.Errorf(opjournal.CodePermissionDenied, "", "token %q (roles %v) may not call %s", p.Name, p.Roles, method)
 		}
 		ctx = context.WithValue(ctx, principalKey{}, p)
 	}
-	if !rateExempt[method] && !s.limits.allow(p.Tenant) {
-		s.log.WarnContext(ctx, "rate limited", "method", method, "principal", p.Name, "tenant", p.Tenant)
-		return ctx, opjournal.Errorf(opjournal.CodeRateLimited, "", "tenant %q is over its rate limit of %g requests/s; retry after a second", p.Tenant, float64(s.limits.rps))
+	if !rateExempt[method] && !s.limits.allow(p) {
+		s.log.WarnContext(ctx, "rate limited", "method", method, "principal", p.ID, "label", p.Name, "tenant", p.Tenant)
+		return ctx, opjournal.Errorf(opjournal.CodeRateLimited, "", "%s is over its rate limit of %g requests/s; retry after a second", rateHolder(p), float64(s.limits.rps))
 	}
 	return ctx, nil
+}
+
+// rateHolder names whose rate a refusal speaks of.
+func rateHolder(p auth.Principal) string {
+	if p.ID == "" {
+		return "this server's anonymous caller"
+	}
+	return fmt.Sprintf("principal %q", p.ID)
 }
 
 // rateExempt are the methods the tenant's rate limit never refuses, nor

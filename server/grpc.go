@@ -421,12 +421,12 @@ func approvalPB(a *opjournal.Approval) *pb.Approval {
 		return nil
 	}
 	out := &pb.Approval{Required: a.Required, Approvers: a.Approvers, DistinctFromRequester: a.DistinctFromRequester,
-		TwoPerson: a.TwoPerson, RequestedBy: a.RequestedBy, OnTimeout: a.OnTimeout, Rule: a.Rule}
+		TwoPerson: a.TwoPerson, RequestedBy: a.RequestedBy, RequestedByLabel: a.RequestedByLabel, OnTimeout: a.OnTimeout, Rule: a.Rule}
 	if !a.Deadline.IsZero() {
 		out.Deadline = timestamppb.New(a.Deadline)
 	}
 	for _, d := range a.Approvals {
-		out.Approvals = append(out.Approvals, &pb.ApprovalDecision{Principal: d.Principal, At: timestamppb.New(d.At), Reason: d.Reason})
+		out.Approvals = append(out.Approvals, &pb.ApprovalDecision{Principal: d.Principal, Label: d.Label, At: timestamppb.New(d.At), Reason: d.Reason})
 	}
 	return out
 }

@@ -192,7 +192,7 @@ func (s *journalServer) ListEvents(ctx context.Context, req *pb.ListEventsReques
 	for _, e := range res.Events {
 		out.Events = append(out.Events, &pb.Event{
 			Id: e.ID, At: timestamppb.New(e.At), FromStatus: statusPB[e.From], ToStatus: statusPB[e.To],
-			Attempt: int32(e.Attempt), Actor: e.Actor, Reason: e.Reason, ExternalId: e.ExternalID, StatedActor: e.StatedActor,
+			Attempt: int32(e.Attempt), Actor: e.Actor, Reason: e.Reason, ExternalId: e.ExternalID, StatedActor: e.StatedActor, ActorLabel: e.ActorLabel,
 		})
 	}
 	return out, nil

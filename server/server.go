@@ -149,7 +149,7 @@ func New(svc *journal.Service, cfg Config) *Server {
 	}, func() float64 { return float64(svc.LongPolls()) }))
 	m.approvals = newApprovalMetrics(m.registry, svc.ApprovalCounts)
 	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m, purgeMetrics: newPurgeMetrics(m.registry), purgeHistory: &purgeHistory{},
-		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[string]*rate.Limiter{}},
+		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[rateKey]*rate.Limiter{}},
 		journal: &journalServer{svc: svc, metrics: m}, methods: m.bindMethods()}
 	if cfg.AdaptiveProcs && runtime.GOMAXPROCS(0) > 1 {
 		s.procs = adaptiveprocs.New(time.Second)

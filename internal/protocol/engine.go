@@ -82,6 +82,10 @@ type Command struct {
 	// or (without authentication) what the caller stated; "" records the
 	// lease owner.
 	Actor string
+	// ActorLabel is the authenticated actor's label for people (a token's
+	// name), recorded beside Actor in the event and in an approval; ""
+	// without authentication. Never compared.
+	ActorLabel string
 	// StatedActor is what the caller said (actor, worker_id), recorded as
 	// the event's stated_actor.
 	StatedActor string
@@ -406,6 +410,8 @@ const (
 	ParamErrorCode
 	ParamActor
 	ParamStatedActor
+	// ParamActorLabel is Command.ActorLabel.
+	ParamActorLabel
 	ParamEventReason  // computed: the rule's EventSpec.Reason
 	ParamReviewReason // computed: the rule's ReviewReason
 	ParamNextCheckAfter
@@ -563,7 +569,7 @@ func (r *Rule) apply(op *opjournal.Operation, c *Command, now time.Time) Decisio
 	next.UnknownSince = EffectiveUnknownSince(next, now)
 	d := Decision{Rule: r, Op: next}
 	if r.Event != nil {
-		ev := &opjournal.Event{At: now, From: from, To: next.Status, StatedActor: c.StatedActor}
+		ev := &opjournal.Event{At: now, From: from, To: next.Status, StatedActor: c.StatedActor, ActorLabel: c.ActorLabel}
 		ev.Attempt = asInt(r.Event.Attempt.Eval(next, 0, r, c, now))
 		ev.Actor = asString(r.Event.Actor.Eval(next, 0, r, c, now))
 		ev.Reason = r.Event.Reason(op, c)

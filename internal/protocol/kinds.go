@@ -412,10 +412,10 @@ var exprs = [...]exprDef{
 			if a == nil {
 				a = &opjournal.Approval{}
 			}
-			a.Approvals = append(a.Approvals, opjournal.ApprovalDecision{Principal: c.Actor, At: now, Reason: c.Reason})
+			a.Approvals = append(a.Approvals, opjournal.ApprovalDecision{Principal: c.Actor, Label: c.ActorLabel, At: now, Reason: c.Reason})
 			return opjournal.ApprovalJSON(a)
 		},
-		describe: func(f Field, _ Expr) string { return f.Column() + " + (actor, now, reason)" },
+		describe: func(f Field, _ Expr) string { return f.Column() + " + (actor, actor_label, now, reason)" },
 	},
 }
 

@@ -161,6 +161,7 @@ var params = [...]paramDef{
 	ParamErrorCode:    {name: "error_code", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.ErrorCode }},
 	ParamActor:        {name: "actor", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.Actor }},
 	ParamStatedActor:  {name: "stated_actor", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.StatedActor }},
+	ParamActorLabel:   {name: "actor_label", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.ActorLabel }},
 	ParamEventReason: {name: "event_reason", text: func(c *Command, r *Rule, op *opjournal.Operation) string {
 		if r.Event == nil {
 			return ""

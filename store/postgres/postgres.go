@@ -1059,7 +1059,7 @@ func (s *Store) Events(ctx context.Context, p store.EventsParams) ([]opjournal.E
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT id, at, coalesce(from_status, ''), to_status, attempt, actor, stated_actor, reason, coalesce(external_id, '')
+	rows, err := s.pool.Query(ctx, `SELECT id, at, coalesce(from_status, ''), to_status, attempt, actor, actor_label, stated_actor, reason, coalesce(external_id, '')
 		FROM operation_events e WHERE tenant = $1 AND operation_key = $2 AND id > $3
 		  AND `+sinceRegistered("e", "$1", "$2")+` ORDER BY id LIMIT $4`, p.Tenant, p.Key, p.After, limit+1)
 	if err != nil {
@@ -1068,7 +1068,7 @@ func (s *Store) Events(ctx context.Context, p store.EventsParams) ([]opjournal.E
 	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (opjournal.Event, error) {
 		var e opjournal.Event
 		var from, to string
-		err := r.Scan(&e.ID, &e.At, &from, &to, &e.Attempt, &e.Actor, &e.StatedActor, &e.Reason, &e.ExternalID)
+		err := r.Scan(&e.ID, &e.At, &from, &to, &e.Attempt, &e.Actor, &e.ActorLabel, &e.StatedActor, &e.Reason, &e.ExternalID)
 		e.From, e.To = opjournal.Status(from), opjournal.Status(to)
 		return e, err
 	})

@@ -286,8 +286,11 @@ var exprSQL = map[protocol.ExprKind]func(r *renderer, col string, e protocol.Exp
 	},
 	protocol.ExprKeepOrNow: func(_ *renderer, col string, _ protocol.Expr) string { return "coalesce(" + col + ", " + clock + ")" },
 	protocol.ExprAppendApproval: func(r *renderer, col string, _ protocol.Expr) string {
+		// The label is left out when empty, as opjournal.ApprovalJSON does.
+		label := r.param(protocol.ParamActorLabel)
 		return "jsonb_set(" + col + ", '{approvals}', coalesce(" + col + "->'approvals', '[]'::jsonb) || jsonb_build_array(jsonb_build_object('principal', " +
-			r.param(protocol.ParamActor) + ", 'at', " + clock + ", 'reason', " + r.param(protocol.ParamReason) + ")))"
+			r.param(protocol.ParamActor) + ", 'at', " + clock + ", 'reason', " + r.param(protocol.ParamReason) + ") || " +
+			"CASE WHEN " + label + " = '' THEN '{}'::jsonb ELSE jsonb_build_object('label', " + label + ") END))"
 	},
 }
 
@@ -395,9 +398,9 @@ func (r *renderer) eventInsert(rule *protocol.Rule, from, fromStatus string) str
 	if ev.ExternalID.Kind != 0 {
 		ext = "nullif(" + r.expr(0, ev.ExternalID) + ", '')"
 	}
-	return `INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
+	return `INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
 		SELECT tenant, operation_key, ` + clock + `, ` + fromStatus + `, ` + effectiveStatus + `, ` + r.expr(0, ev.Attempt) + `, ` +
-		r.expr(0, ev.Actor) + `, ` + r.param(protocol.ParamStatedActor) + `, ` + r.param(protocol.ParamEventReason) + `, ` + ext + `
+		r.expr(0, ev.Actor) + `, ` + r.param(protocol.ParamActorLabel) + `, ` + r.param(protocol.ParamStatedActor) + `, ` + r.param(protocol.ParamEventReason) + `, ` + ext + `
 		FROM ` + from
 }
 

@@ -229,8 +229,8 @@ const (
 	insertRefSQL = `INSERT INTO operation_refs (tenant, operation_key, name, value) VALUES (?1, ?2, ?3, ?4)`
 	// insertEventSQL writes one history row.
 	insertEventSQL = `INSERT INTO operation_events
-		(tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		VALUES (?1, ?2, ?3, nullif(?4, ''), ?5, ?6, ?7, ?8, ?9, nullif(?10, ''))`
+		(tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id, actor_label)
+		VALUES (?1, ?2, ?3, nullif(?4, ''), ?5, ?6, ?7, ?8, ?9, nullif(?10, ''), ?11)`
 )
 
 type scanned struct {
@@ -470,7 +470,7 @@ func (s *Store) write(ctx context.Context, tx *wtx, op *opjournal.Operation, ins
 }
 
 func (s *Store) insertEvent(ctx context.Context, tx *wtx, op *opjournal.Operation, ev *opjournal.Event) error {
-	_, err := tx.ExecContext(ctx, insertEventSQL, op.Tenant, op.Key, ev.At.UnixMilli(), string(ev.From), string(ev.To), ev.Attempt, ev.Actor, ev.StatedActor, ev.Reason, ev.ExternalID)
+	_, err := tx.ExecContext(ctx, insertEventSQL, op.Tenant, op.Key, ev.At.UnixMilli(), string(ev.From), string(ev.To), ev.Attempt, ev.Actor, ev.StatedActor, ev.Reason, ev.ExternalID, ev.ActorLabel)
 	if err != nil {
 		return classify("write history", err)
 	}
@@ -701,7 +701,7 @@ func (s *Store) Events(ctx context.Context, p store.EventsParams) ([]opjournal.E
 	if limit <= 0 {
 		limit = opjournal.DefaultPageSize
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT id, at, coalesce(from_status, ''), to_status, attempt, actor, stated_actor, reason, coalesce(external_id, '')
+	rows, err := s.db.QueryContext(ctx, `SELECT id, at, coalesce(from_status, ''), to_status, attempt, actor, actor_label, stated_actor, reason, coalesce(external_id, '')
 		FROM operation_events WHERE tenant = ?1 AND operation_key = ?2 AND id > ?3 ORDER BY id LIMIT ?4`, p.Tenant, p.Key, p.After, limit+1)
 	if err != nil {
 		return nil, 0, classify("events", err)
@@ -712,7 +712,7 @@ func (s *Store) Events(ctx context.Context, p store.EventsParams) ([]opjournal.E
 		var e opjournal.Event
 		var at int64
 		var from, to string
-		if err := rows.Scan(&e.ID, &at, &from, &to, &e.Attempt, &e.Actor, &e.StatedActor, &e.Reason, &e.ExternalID); err != nil {
+		if err := rows.Scan(&e.ID, &at, &from, &to, &e.Attempt, &e.Actor, &e.ActorLabel, &e.StatedActor, &e.Reason, &e.ExternalID); err != nil {
 			return nil, 0, classify("events", err)
 		}
 		e.At, e.From, e.To = ms(at), opjournal.Status(from), opjournal.Status(to)

@@ -38,9 +38,17 @@ func registerAwaiting(t *testing.T, s store.Store, key string, a *opjournal.Appr
 }
 
 // decide applies Approve or Reject by principal with the hash it saw.
+// Each decision is made with the principal's "-laptop" token: the label
+// recorded beside the id.
 func decide(t *testing.T, s store.Store, kind protocol.CommandKind, key, principal, hash string) (*opjournal.Operation, error) {
 	t.Helper()
-	c := &protocol.Command{Kind: kind, Key: key, Actor: principal, StatedActor: "said-" + principal, RequestHash: hash, Reason: "checked by " + principal}
+	return decideWith(t, s, kind, key, principal, principal+"-laptop", hash)
+}
+
+// decideWith is decide with the credential labelled label.
+func decideWith(t *testing.T, s store.Store, kind protocol.CommandKind, key, principal, label, hash string) (*opjournal.Operation, error) {
+	t.Helper()
+	c := &protocol.Command{Kind: kind, Key: key, Actor: principal, ActorLabel: label, StatedActor: "said-" + principal, RequestHash: hash, Reason: "checked by " + principal}
 	if kind == protocol.CmdReject {
 		c.ErrorCode = opjournal.ErrorApprovalRejected
 	}
@@ -173,6 +181,11 @@ func testApprove(t *testing.T, newDB NewDatabase) {
 	if e := evs[1]; e.Reason != opjournal.ReasonApprovedPrefix+"checked by alice" || e.StatedActor != "said-alice" || opjournal.KindOf(e.Reason) != opjournal.KindApproved {
 		t.Fatalf("approval event %s stated %q", fmtEvent(e), e.StatedActor)
 	}
+	// The principal's id is what the rules compare; its credential's label
+	// is kept beside it, in the approval and in the event, for people.
+	if a := got.Approval; a.Approvals[0].Label != "alice-laptop" || evs[1].ActorLabel != "alice-laptop" || evs[0].ActorLabel != "" {
+		t.Fatalf("labels: approval %+v, events %q %q", a.Approvals[0], evs[0].ActorLabel, evs[1].ActorLabel)
+	}
 	for _, kind := range []protocol.CommandKind{protocol.CmdApprove, protocol.CmdReject} {
 		_, err := decide(t, s, kind, "k1", "bob", hashA)
 		wantCode(t, err, opjournal.CodeInvalidState)
@@ -212,10 +225,15 @@ func testApproveTwoPerson(t *testing.T, newDB NewDatabase) {
 	if cr := claim(t, s, "k1", noRetry); cr.Claimed {
 		t.Fatalf("claimed after one of two approvals: %+v", cr)
 	}
-	_, err = decide(t, s, protocol.CmdApprove, "k1", "alice", hashA)
-	wantCode(t, err, opjournal.CodeInvalidState)
-	if !strings.Contains(err.Error(), "already approved") {
-		t.Fatalf("the same principal twice: %v", err)
+	// One person is one principal: alice's other token (another label,
+	// the same id) is alice again, and a label equal to another's is no
+	// one else.
+	for _, label := range []string{"alice-laptop", "alice-phone", "bob-laptop", ""} {
+		_, err = decideWith(t, s, protocol.CmdApprove, "k1", "alice", label, hashA)
+		wantCode(t, err, opjournal.CodeInvalidState)
+		if !strings.Contains(err.Error(), "already approved") {
+			t.Fatalf("the same principal twice (label %q): %v", label, err)
+		}
 	}
 	wantUnchanged(t, s, "k1", first, 2)
 	second, err := decide(t, s, protocol.CmdApprove, "k1", "bob", hashA)

@@ -469,8 +469,17 @@ export interface components {
              *     error_code "approval_timeout") or "escalate" (needs_review).
              */
             on_timeout: string;
-            /** @description The principal who registered the operation (empty without authentication). */
+            /**
+             * @description The principal id of who registered the operation (empty without
+             *     authentication): what distinct_from_requester compares. Records
+             *     written before principal ids hold the token's name.
+             */
             requested_by: string;
+            /**
+             * @description The requester's label for people to read (a token's name, a JWT's
+             *     subject); never compared. Empty without authentication.
+             */
+            requested_by_label: string;
             /** @description True: a person had to approve before any attempt. */
             required: boolean;
             /** @description Why the policy asked: the `when` expression that held, or "required". */
@@ -485,7 +494,9 @@ export interface components {
              * @description When (database clock).
              */
             at: string | null;
-            /** @description The authenticated principal who approved. */
+            /** @description The approver's label for people to read; never compared. */
+            label: string;
+            /** @description The principal id of who approved: what two_person compares. */
             principal: string;
             /** @description The reason they gave. */
             reason: string;
@@ -628,10 +639,16 @@ export interface components {
          */
         Event: {
             /**
-             * @description Who: with authentication, the authenticated principal (the token's
-             *     name); without it, the caller-stated actor, worker id or lease owner.
+             * @description Who: with authentication, the authenticated principal's id (events
+             *     written before principal ids hold the token's name); without it, the
+             *     caller-stated actor, worker id or lease owner.
              */
             actor: string;
+            /**
+             * @description The authenticated actor's label for people to read (a token's name,
+             *     a JWT's subject); empty without authentication. Never compared.
+             */
+            actor_label: string;
             /**
              * Format: date-time
              * @description When it happened (database clock).

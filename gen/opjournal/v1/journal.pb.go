@@ -620,7 +620,9 @@ type Approval struct {
 	DistinctFromRequester bool `protobuf:"varint,3,opt,name=distinct_from_requester,json=distinctFromRequester,proto3" json:"distinct_from_requester,omitempty"`
 	// Two distinct principals must approve.
 	TwoPerson bool `protobuf:"varint,4,opt,name=two_person,json=twoPerson,proto3" json:"two_person,omitempty"`
-	// The principal who registered the operation (empty without authentication).
+	// The principal id of who registered the operation (empty without
+	// authentication): what distinct_from_requester compares. Records
+	// written before principal ids hold the token's name.
 	RequestedBy string `protobuf:"bytes,5,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
 	// When the question times out (database clock); unset for never.
 	Deadline *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
@@ -630,9 +632,12 @@ type Approval struct {
 	// The approvals given so far, oldest first (at most two).
 	Approvals []*ApprovalDecision `protobuf:"bytes,8,rep,name=approvals,proto3" json:"approvals,omitempty"`
 	// Why the policy asked: the `when` expression that held, or "required".
-	Rule          string `protobuf:"bytes,9,opt,name=rule,proto3" json:"rule,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Rule string `protobuf:"bytes,9,opt,name=rule,proto3" json:"rule,omitempty"`
+	// The requester's label for people to read (a token's name, a JWT's
+	// subject); never compared. Empty without authentication.
+	RequestedByLabel string `protobuf:"bytes,10,opt,name=requested_by_label,json=requestedByLabel,proto3" json:"requested_by_label,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Approval) Reset() {
@@ -728,15 +733,24 @@ func (x *Approval) GetRule() string {
 	return ""
 }
 
+func (x *Approval) GetRequestedByLabel() string {
+	if x != nil {
+		return x.RequestedByLabel
+	}
+	return ""
+}
+
 // ApprovalDecision is one person's approval.
 type ApprovalDecision struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The authenticated principal who approved.
+	// The principal id of who approved: what two_person compares.
 	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
 	// When (database clock).
 	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
 	// The reason they gave.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The approver's label for people to read; never compared.
+	Label         string `protobuf:"bytes,4,opt,name=label,proto3" json:"label,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -792,6 +806,13 @@ func (x *ApprovalDecision) GetReason() string {
 	return ""
 }
 
+func (x *ApprovalDecision) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
 // Event is one entry of an operation's history, written in the same
 // transaction as the change it records.
 type Event struct {
@@ -806,8 +827,9 @@ type Event struct {
 	ToStatus Status `protobuf:"varint,4,opt,name=to_status,json=toStatus,proto3,enum=opjournal.v1.Status" json:"to_status,omitempty"`
 	// The attempt the event concerns (0 before the first claim).
 	Attempt int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// Who: with authentication, the authenticated principal (the token's
-	// name); without it, the caller-stated actor, worker id or lease owner.
+	// Who: with authentication, the authenticated principal's id (events
+	// written before principal ids hold the token's name); without it, the
+	// caller-stated actor, worker id or lease owner.
 	Actor string `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
 	// Why, in words: "claimed", "marked unknown: timeout", "released: absent at provider", ...
 	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -816,7 +838,10 @@ type Event struct {
 	// What the caller SAID it acts as (the actor or worker_id field of the
 	// request), not verified; empty when it said nothing. Under
 	// authentication the verified identity is actor.
-	StatedActor   string `protobuf:"bytes,9,opt,name=stated_actor,json=statedActor,proto3" json:"stated_actor,omitempty"`
+	StatedActor string `protobuf:"bytes,9,opt,name=stated_actor,json=statedActor,proto3" json:"stated_actor,omitempty"`
+	// The authenticated actor's label for people to read (a token's name,
+	// a JWT's subject); empty without authentication. Never compared.
+	ActorLabel    string `protobuf:"bytes,10,opt,name=actor_label,json=actorLabel,proto3" json:"actor_label,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -910,6 +935,13 @@ func (x *Event) GetExternalId() string {
 func (x *Event) GetStatedActor() string {
 	if x != nil {
 		return x.StatedActor
+	}
+	return ""
+}
+
+func (x *Event) GetActorLabel() string {
+	if x != nil {
+		return x.ActorLabel
 	}
 	return ""
 }
@@ -3579,7 +3611,7 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\bapproval\x18\x1c \x01(\v2\x16.opjournal.v1.ApprovalR\bapproval\x1a7\n" +
 	"\tRefsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe7\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x03\n" +
 	"\bApproval\x12\x1a\n" +
 	"\brequired\x18\x01 \x01(\bR\brequired\x12\x1c\n" +
 	"\tapprovers\x18\x02 \x03(\tR\tapprovers\x126\n" +
@@ -3591,11 +3623,14 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"on_timeout\x18\a \x01(\tR\tonTimeout\x12<\n" +
 	"\tapprovals\x18\b \x03(\v2\x1e.opjournal.v1.ApprovalDecisionR\tapprovals\x12\x12\n" +
-	"\x04rule\x18\t \x01(\tR\x04rule\"t\n" +
+	"\x04rule\x18\t \x01(\tR\x04rule\x12,\n" +
+	"\x12requested_by_label\x18\n" +
+	" \x01(\tR\x10requestedByLabel\"\x8a\x01\n" +
 	"\x10ApprovalDecision\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb9\x02\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05label\x18\x04 \x01(\tR\x05label\"\xda\x02\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x125\n" +
@@ -3607,7 +3642,10 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1f\n" +
 	"\vexternal_id\x18\b \x01(\tR\n" +
 	"externalId\x12!\n" +
-	"\fstated_actor\x18\t \x01(\tR\vstatedActor\"P\n" +
+	"\fstated_actor\x18\t \x01(\tR\vstatedActor\x12\x1f\n" +
+	"\vactor_label\x18\n" +
+	" \x01(\tR\n" +
+	"actorLabel\"P\n" +
 	"\fClaimOptions\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12#\n" +
 	"\rlease_seconds\x18\x02 \x01(\x05R\fleaseSeconds\"\x82\x03\n" +

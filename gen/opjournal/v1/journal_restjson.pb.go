@@ -316,6 +316,10 @@ func (x *Approval) AppendProtoJSON(b []byte) ([]byte, bool) {
 	if b, ok = protojsonrt.AppendString(b, x.Rule); !ok {
 		return b, false
 	}
+	b = append(b, `,"requested_by_label":`...)
+	if b, ok = protojsonrt.AppendString(b, x.RequestedByLabel); !ok {
+		return b, false
+	}
 	return append(b, '}'), true
 }
 
@@ -343,6 +347,10 @@ func (x *ApprovalDecision) AppendProtoJSON(b []byte) ([]byte, bool) {
 	}
 	b = append(b, `,"reason":`...)
 	if b, ok = protojsonrt.AppendString(b, x.Reason); !ok {
+		return b, false
+	}
+	b = append(b, `,"label":`...)
+	if b, ok = protojsonrt.AppendString(b, x.Label); !ok {
 		return b, false
 	}
 	return append(b, '}'), true
@@ -388,6 +396,10 @@ func (x *Event) AppendProtoJSON(b []byte) ([]byte, bool) {
 	}
 	b = append(b, `,"stated_actor":`...)
 	if b, ok = protojsonrt.AppendString(b, x.StatedActor); !ok {
+		return b, false
+	}
+	b = append(b, `,"actor_label":`...)
+	if b, ok = protojsonrt.AppendString(b, x.ActorLabel); !ok {
 		return b, false
 	}
 	return append(b, '}'), true

@@ -20,15 +20,15 @@ SELECT ((status = 'unknown' OR (status = 'in_progress' AND lease_until <= coales
 SELECT action_type = $2 AND (status IN ('succeeded', 'failed_final') AND NOT needs_review AND updated_at <= coalesce($1::timestamptz, now()) - make_interval(secs => $3::float8));
 
 -- name: Register: new, awaiting approval
--- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, approval, approval_timeout, actor, stated_actor, event_reason
+-- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, approval, approval_timeout, actor, actor_label, stated_actor, event_reason
 WITH ins AS (
 		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, created_at, updated_at, status, attempt_count, approval, approval_deadline)
 		VALUES ($2, $3, $4::text, $5::text, $6::text, $7::json, $8::json::jsonb, nullif($9::text, ''), coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), 'awaiting_approval', 0, $10::json, (coalesce($1::timestamptz, now()) + make_interval(secs => $11::float8)))
 		ON CONFLICT (tenant, operation_key) DO NOTHING
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($12::text, ''), lease_owner, ''), $13::text, $14::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($12::text, ''), lease_owner, ''), $13::text, $14::text, $15::text, NULL
 		FROM ins
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -40,15 +40,15 @@ WITH ins AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM ins;
 
 -- name: Register: new, claimed
--- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, worker_id, lease_seconds, actor, stated_actor, event_reason
+-- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, worker_id, lease_seconds, actor, actor_label, stated_actor, event_reason
 WITH ins AS (
 		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, created_at, updated_at, status, attempt_count, lease_owner, lease_until, attempt_started_at, first_attempt_at)
 		VALUES ($2, $3, $4::text, $5::text, $6::text, $7::json, $8::json::jsonb, nullif($9::text, ''), coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), 'in_progress', 1, $10::text, (coalesce($1::timestamptz, now()) + make_interval(secs => $11::int)), coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()))
 		ON CONFLICT (tenant, operation_key) DO NOTHING
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($12::text, ''), lease_owner, ''), $13::text, $14::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($12::text, ''), lease_owner, ''), $13::text, $14::text, $15::text, NULL
 		FROM ins
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -60,15 +60,15 @@ WITH ins AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM ins;
 
 -- name: Register: new
--- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, actor, stated_actor, event_reason
+-- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, actor, actor_label, stated_actor, event_reason
 WITH ins AS (
 		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, created_at, updated_at, status, attempt_count)
 		VALUES ($2, $3, $4::text, $5::text, $6::text, $7::json, $8::json::jsonb, nullif($9::text, ''), coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), 'pending', 0)
 		ON CONFLICT (tenant, operation_key) DO NOTHING
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($10::text, ''), lease_owner, ''), $11::text, $12::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($10::text, ''), lease_owner, ''), $11::text, $12::text, $13::text, NULL
 		FROM ins
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -80,7 +80,7 @@ WITH ins AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM ins;
 
 -- name: Claim: win
--- params: worker_id, lease_seconds, retry_after_unknown, provider_dedup_window, actor, stated_actor, event_reason
+-- params: worker_id, lease_seconds, retry_after_unknown, provider_dedup_window, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'in_progress',
@@ -97,8 +97,8 @@ WITH upd AS (
 		  AND coalesce(NOT needs_review AND ((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending') OR ($6::boolean AND (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND ($7::float8 <= 0 OR first_attempt_at IS NULL OR first_attempt_at + make_interval(secs => $7::float8) > coalesce($1::timestamptz, now())))), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($8::text, ''), lease_owner, ''), $9::text, $10::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($8::text, ''), lease_owner, ''), $9::text, $10::text, $11::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -110,7 +110,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: ExtendLease: extend
--- params: lease_seconds, max_attempt, attempt, actor, stated_actor, event_reason
+-- params: lease_seconds, max_attempt, attempt, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       lease_until = least(coalesce($1::timestamptz, now()) + make_interval(secs => $4::int), attempt_started_at + make_interval(secs => $5::float8)),
@@ -119,8 +119,8 @@ WITH upd AS (
 		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (attempt_count = $6::int) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('in_progress') AND (attempt_started_at + make_interval(secs => $5::float8) > coalesce($1::timestamptz, now())), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, $10::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -132,7 +132,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: confirm
--- params: external_id, result, attempt, actor, stated_actor, event_reason
+-- params: external_id, result, attempt, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'succeeded',
@@ -146,8 +146,8 @@ WITH upd AS (
 		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($4::text, '')
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, $10::text, nullif($4::text, '')
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -159,7 +159,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: effect after failed_final
--- params: review_reason, external_id, attempt, actor, stated_actor, event_reason
+-- params: review_reason, external_id, attempt, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       needs_review = true,
@@ -173,8 +173,8 @@ WITH upd AS (
 		  AND NOT coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded') AND ($5::text = '' OR $5::text = coalesce(external_id, '')), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($5::text, '')
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, $10::text, nullif($5::text, '')
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -186,7 +186,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: duplicate effect
--- params: review_reason, external_id, attempt, actor, stated_actor, event_reason
+-- params: review_reason, external_id, attempt, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       needs_review = true,
@@ -201,8 +201,8 @@ WITH upd AS (
 		  AND NOT coalesce(($6::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('failed_final') AND NOT needs_review, false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($5::text, '')
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, $10::text, nullif($5::text, '')
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -214,7 +214,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: another duplicate
--- params: external_id, attempt, actor, stated_actor, event_reason
+-- params: external_id, attempt, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       duplicate_external_ids = (CASE WHEN ($4::text <> '' AND $4::text <> coalesce(external_id, '') AND NOT ($4::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10) THEN array_append(duplicate_external_ids, $4::text) ELSE duplicate_external_ids END),
@@ -228,8 +228,8 @@ WITH upd AS (
 		  AND NOT coalesce(($5::int BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND ($4::text <> '' AND $4::text <> coalesce(external_id, '') AND NOT ($4::text = ANY(duplicate_external_ids)) AND cardinality(duplicate_external_ids) < 10) AND NOT needs_review, false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $5::int, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, nullif($4::text, '')
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $5::int, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, $9::text, nullif($4::text, '')
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -264,7 +264,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkUnknown: mark
--- params: error_code, attempt, actor, stated_actor, event_reason
+-- params: error_code, attempt, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'unknown',
@@ -276,8 +276,8 @@ WITH upd AS (
 		  AND coalesce(($5::int BETWEEN 1 AND attempt_count) AND (attempt_count = $5::int) AND NOT (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('in_progress'), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $5::int, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $5::int, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, $9::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -289,7 +289,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkFailedFinal: mark
--- params: error_code, result, attempt, actor, stated_actor, event_reason
+-- params: error_code, result, attempt, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'failed_final',
@@ -302,8 +302,8 @@ WITH upd AS (
 		  AND coalesce(($6::int BETWEEN 1 AND attempt_count) AND (attempt_count = $6::int) AND NOT (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('in_progress'), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), $6::int, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, $10::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -315,7 +315,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: ReleaseForRetry: release
--- params: attempt, definitive_absence, release_after, actor, stated_actor, event_reason
+-- params: attempt, definitive_absence, release_after, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'pending',
@@ -327,8 +327,8 @@ WITH upd AS (
 		  AND coalesce(($4::int BETWEEN 1 AND attempt_count) AND (attempt_count = $4::int) AND (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND NOT needs_review AND $5::boolean AND ((CASE WHEN status = 'in_progress' THEN lease_until ELSE unknown_since END) <= coalesce($1::timestamptz, now()) - make_interval(secs => $6::float8)), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, $10::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -340,7 +340,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: RecordCheck: check
--- params: next_check_after, attempt, actor, stated_actor, event_reason
+-- params: next_check_after, attempt, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = status,
 		       status = 'unknown',
@@ -354,8 +354,8 @@ WITH upd AS (
 		  AND coalesce(($5::int BETWEEN 1 AND attempt_count) AND (attempt_count = $5::int) AND (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, $9::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -367,7 +367,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Escalate: escalate
--- params: review_reason, actor, stated_actor, event_reason
+-- params: review_reason, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       needs_review = true,
@@ -377,8 +377,8 @@ WITH upd AS (
 		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown') AND NOT needs_review, false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, $8::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -390,7 +390,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Resolve: as succeeded
--- params: external_id, result, resolution, actor, stated_actor, event_reason
+-- params: external_id, result, resolution, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'succeeded',
@@ -405,8 +405,8 @@ WITH upd AS (
 		  AND coalesce(($6::text = 'succeeded') AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown') AND ((status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) OR needs_review), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, nullif($4::text, '')
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($7::text, ''), lease_owner, ''), $8::text, $9::text, $10::text, nullif($4::text, '')
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -418,7 +418,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Resolve: as failed_final
--- params: error_code, resolution, actor, stated_actor, event_reason
+-- params: error_code, resolution, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'failed_final',
@@ -433,8 +433,8 @@ WITH upd AS (
 		  AND NOT coalesce(($5::text = 'succeeded') AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown') AND ((status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) OR needs_review), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, $9::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -446,7 +446,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Acknowledge: acknowledge
--- params: actor, stated_actor, event_reason
+-- params: actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       needs_review = false,
@@ -455,8 +455,8 @@ WITH upd AS (
 		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('succeeded', 'failed_final') AND needs_review, false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($4::text, ''), lease_owner, ''), $5::text, $6::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($4::text, ''), lease_owner, ''), $5::text, $6::text, $7::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -468,7 +468,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: SetNote: note
--- params: note, actor, stated_actor, event_reason
+-- params: note, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       note = nullif($4::text, ''),
@@ -477,8 +477,8 @@ WITH upd AS (
 		  AND true
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, $8::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -490,17 +490,17 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Approve: first of two
--- params: actor, reason, request_hash, stated_actor, event_reason
+-- params: actor_label, actor, reason, request_hash, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
-		       approval = jsonb_set(approval, '{approvals}', coalesce(approval->'approvals', '[]'::jsonb) || jsonb_build_array(jsonb_build_object('principal', $4::text, 'at', coalesce($1::timestamptz, now()), 'reason', $5::text))),
+		       approval = jsonb_set(approval, '{approvals}', coalesce(approval->'approvals', '[]'::jsonb) || jsonb_build_array(jsonb_build_object('principal', $5::text, 'at', coalesce($1::timestamptz, now()), 'reason', $6::text) || CASE WHEN $4::text = '' THEN '{}'::jsonb ELSE jsonb_build_object('label', $4::text) END)),
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND (request_hash = $6::text) AND ((approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) OR needs_review) AND (coalesce((approval->>'two_person')::boolean, false) AND coalesce(jsonb_array_length(approval->'approvals'), 0) = 0), false)
+		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND (request_hash = $7::text) AND ((approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) OR needs_review) AND (coalesce((approval->>'two_person')::boolean, false) AND coalesce(jsonb_array_length(approval->'approvals'), 0) = 0), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($4::text, ''), lease_owner, ''), $7::text, $8::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $4::text, $8::text, $9::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -512,20 +512,20 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Approve: release
--- params: actor, reason, request_hash, stated_actor, event_reason
+-- params: actor_label, actor, reason, request_hash, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'pending',
-		       approval = jsonb_set(approval, '{approvals}', coalesce(approval->'approvals', '[]'::jsonb) || jsonb_build_array(jsonb_build_object('principal', $4::text, 'at', coalesce($1::timestamptz, now()), 'reason', $5::text))),
+		       approval = jsonb_set(approval, '{approvals}', coalesce(approval->'approvals', '[]'::jsonb) || jsonb_build_array(jsonb_build_object('principal', $5::text, 'at', coalesce($1::timestamptz, now()), 'reason', $6::text) || CASE WHEN $4::text = '' THEN '{}'::jsonb ELSE jsonb_build_object('label', $4::text) END)),
 		       needs_review = false,
 		       updated_at = coalesce($1::timestamptz, now())
 		WHERE tenant = $2 AND operation_key = $3
-		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND (request_hash = $6::text) AND ((approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) OR needs_review) AND (NOT (coalesce(approval->'approvals', '[]'::jsonb) @> jsonb_build_array(jsonb_build_object('principal', $4::text)))), false)
-		  AND NOT coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND (request_hash = $6::text) AND ((approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) OR needs_review) AND (coalesce((approval->>'two_person')::boolean, false) AND coalesce(jsonb_array_length(approval->'approvals'), 0) = 0), false)
+		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND (request_hash = $7::text) AND ((approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) OR needs_review) AND (NOT (coalesce(approval->'approvals', '[]'::jsonb) @> jsonb_build_array(jsonb_build_object('principal', $5::text)))), false)
+		  AND NOT coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND (request_hash = $7::text) AND ((approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) OR needs_review) AND (coalesce((approval->>'two_person')::boolean, false) AND coalesce(jsonb_array_length(approval->'approvals'), 0) = 0), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($4::text, ''), lease_owner, ''), $7::text, $8::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $4::text, $8::text, $9::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -537,7 +537,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Reject: reject
--- params: error_code, request_hash, actor, stated_actor, event_reason
+-- params: error_code, request_hash, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'failed_final',
@@ -548,8 +548,8 @@ WITH upd AS (
 		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND (request_hash = $5::text) AND ((approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) OR needs_review), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($6::text, ''), lease_owner, ''), $7::text, $8::text, $9::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -561,7 +561,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: ExpireApproval: reject
--- params: actor, stated_actor, event_reason
+-- params: actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'failed_final',
@@ -571,8 +571,8 @@ WITH upd AS (
 		  AND coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND NOT needs_review AND NOT (approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) AND NOT (coalesce(approval->>'on_timeout', '') = 'escalate'), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($4::text, ''), lease_owner, ''), $5::text, $6::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($4::text, ''), lease_owner, ''), $5::text, $6::text, $7::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -584,7 +584,7 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: ExpireApproval: escalate
--- params: review_reason, actor, stated_actor, event_reason
+-- params: review_reason, actor, actor_label, stated_actor, event_reason
 WITH upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       needs_review = true,
@@ -595,8 +595,8 @@ WITH upd AS (
 		  AND NOT coalesce((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('awaiting_approval') AND NOT needs_review AND NOT (approval_deadline IS NULL OR approval_deadline > coalesce($1::timestamptz, now())) AND NOT (coalesce(approval->>'on_timeout', '') = 'escalate'), false)
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($5::text, ''), lease_owner, ''), $6::text, $7::text, $8::text, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -608,18 +608,18 @@ WITH upd AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: batched Register: new, claimed | new
--- params: claim, action_type, request_hash, hash_key_id, payload, refs, parent_key, worker_id, lease_seconds, actor, stated_actor, event_reason
+-- params: claim, action_type, request_hash, hash_key_id, payload, refs, parent_key, worker_id, lease_seconds, actor, actor_label, stated_actor, event_reason
 WITH i AS (
-		SELECT * FROM unnest($2::text[], $3::text[], $4::bool[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::int[], $13::text[], $14::text[], $15::text[])
-		    AS i(in_tenant, in_key, in_claim, in_action_type, in_request_hash, in_hash_key_id, in_payload, in_refs, in_parent_key, in_worker_id, in_lease_seconds, in_actor, in_stated_actor, in_event_reason)
+		SELECT * FROM unnest($2::text[], $3::text[], $4::bool[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::int[], $13::text[], $14::text[], $15::text[], $16::text[])
+		    AS i(in_tenant, in_key, in_claim, in_action_type, in_request_hash, in_hash_key_id, in_payload, in_refs, in_parent_key, in_worker_id, in_lease_seconds, in_actor, in_actor_label, in_stated_actor, in_event_reason)
 	), ins AS (
 		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, created_at, updated_at, status, attempt_count, lease_owner, lease_until, attempt_started_at, first_attempt_at)
 		SELECT in_tenant, in_key, in_action_type, in_request_hash, in_hash_key_id, in_payload::json, in_refs::json::jsonb, nullif(in_parent_key, ''), coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), CASE WHEN in_claim THEN 'in_progress' ELSE 'pending' END, CASE WHEN in_claim THEN 1 ELSE 0 END, CASE WHEN in_claim THEN in_worker_id ELSE NULL END, CASE WHEN in_claim THEN (coalesce($1::timestamptz, now()) + make_interval(secs => in_lease_seconds)) ELSE NULL END, CASE WHEN in_claim THEN coalesce($1::timestamptz, now()) ELSE NULL END, CASE WHEN in_claim THEN coalesce($1::timestamptz, now()) ELSE NULL END FROM i
 		ON CONFLICT (tenant, operation_key) DO NOTHING
 		RETURNING *
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif(in_actor, ''), lease_owner, ''), in_stated_actor, in_event_reason, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif(in_actor, ''), lease_owner, ''), in_actor_label, in_stated_actor, in_event_reason, NULL
 		FROM ins JOIN i ON in_tenant = tenant AND in_key = operation_key
 	)
 	SELECT false, payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -640,10 +640,10 @@ WITH i AS (
 	WHERE (tenant, operation_key) IN (SELECT in_tenant, in_key FROM i);
 
 -- name: batched Claim: win
--- params: worker_id, lease_seconds, retry_after_unknown, provider_dedup_window, actor, stated_actor, event_reason
+-- params: worker_id, lease_seconds, retry_after_unknown, provider_dedup_window, actor, actor_label, stated_actor, event_reason
 WITH i AS (
-		SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::bool[], $7::float8[], $8::text[], $9::text[], $10::text[])
-		    AS i(in_tenant, in_key, in_worker_id, in_lease_seconds, in_retry_after_unknown, in_provider_dedup_window, in_actor, in_stated_actor, in_event_reason)
+		SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::bool[], $7::float8[], $8::text[], $9::text[], $10::text[], $11::text[])
+		    AS i(in_tenant, in_key, in_worker_id, in_lease_seconds, in_retry_after_unknown, in_provider_dedup_window, in_actor, in_actor_label, in_stated_actor, in_event_reason)
 	), upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'in_progress',
@@ -661,8 +661,8 @@ WITH i AS (
 		  AND coalesce(NOT needs_review AND ((CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending') OR (in_retry_after_unknown AND (status = 'unknown' OR (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now()))) AND (in_provider_dedup_window <= 0 OR first_attempt_at IS NULL OR first_attempt_at + make_interval(secs => in_provider_dedup_window) > coalesce($1::timestamptz, now())))), false)
 		RETURNING operations.*, i.*
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif(in_actor, ''), lease_owner, ''), in_stated_actor, in_event_reason, NULL
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif(in_actor, ''), lease_owner, ''), in_actor_label, in_stated_actor, in_event_reason, NULL
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
@@ -674,10 +674,10 @@ WITH i AS (
 	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: batched MarkSucceeded: confirm
--- params: external_id, result, attempt, actor, stated_actor, event_reason
+-- params: external_id, result, attempt, actor, actor_label, stated_actor, event_reason
 WITH i AS (
-		SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[], $9::text[])
-		    AS i(in_tenant, in_key, in_external_id, in_result, in_attempt, in_actor, in_stated_actor, in_event_reason)
+		SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[], $9::text[], $10::text[])
+		    AS i(in_tenant, in_key, in_external_id, in_result, in_attempt, in_actor, in_actor_label, in_stated_actor, in_event_reason)
 	), upd AS (
 		UPDATE operations SET prev_status = (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 		       status = 'succeeded',
@@ -692,8 +692,8 @@ WITH i AS (
 		  AND coalesce((in_attempt BETWEEN 1 AND attempt_count) AND (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END) IN ('pending', 'in_progress', 'unknown'), false)
 		RETURNING operations.*, i.*
 	), ev AS (
-		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), in_attempt, coalesce(nullif(in_actor, ''), lease_owner, ''), in_stated_actor, in_event_reason, nullif(in_external_id, '')
+		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), prev_status, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), in_attempt, coalesce(nullif(in_actor, ''), lease_owner, ''), in_actor_label, in_stated_actor, in_event_reason, nullif(in_external_id, '')
 		FROM upd
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),

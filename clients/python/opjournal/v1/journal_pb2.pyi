@@ -46,13 +46,14 @@ class AcknowledgeResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ["approvals", "approvers", "deadline", "distinct_from_requester", "on_timeout", "requested_by", "required", "rule", "two_person"]
+    __slots__ = ["approvals", "approvers", "deadline", "distinct_from_requester", "on_timeout", "requested_by", "requested_by_label", "required", "rule", "two_person"]
     APPROVALS_FIELD_NUMBER: _ClassVar[int]
     APPROVERS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     DISTINCT_FROM_REQUESTER_FIELD_NUMBER: _ClassVar[int]
     ON_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_LABEL_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
     TWO_PERSON_FIELD_NUMBER: _ClassVar[int]
@@ -62,20 +63,23 @@ class Approval(_message.Message):
     distinct_from_requester: bool
     on_timeout: str
     requested_by: str
+    requested_by_label: str
     required: bool
     rule: str
     two_person: bool
-    def __init__(self, required: bool = ..., approvers: _Optional[_Iterable[str]] = ..., distinct_from_requester: bool = ..., two_person: bool = ..., requested_by: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., on_timeout: _Optional[str] = ..., approvals: _Optional[_Iterable[_Union[ApprovalDecision, _Mapping]]] = ..., rule: _Optional[str] = ...) -> None: ...
+    def __init__(self, required: bool = ..., approvers: _Optional[_Iterable[str]] = ..., distinct_from_requester: bool = ..., two_person: bool = ..., requested_by: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., on_timeout: _Optional[str] = ..., approvals: _Optional[_Iterable[_Union[ApprovalDecision, _Mapping]]] = ..., rule: _Optional[str] = ..., requested_by_label: _Optional[str] = ...) -> None: ...
 
 class ApprovalDecision(_message.Message):
-    __slots__ = ["at", "principal", "reason"]
+    __slots__ = ["at", "label", "principal", "reason"]
     AT_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     at: _timestamp_pb2.Timestamp
+    label: str
     principal: str
     reason: str
-    def __init__(self, principal: _Optional[str] = ..., at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, principal: _Optional[str] = ..., at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
 
 class ApproveRequest(_message.Message):
     __slots__ = ["actor", "operation_key", "reason", "request_hash"]
@@ -152,8 +156,9 @@ class EscalateResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ["actor", "at", "attempt", "external_id", "from_status", "id", "reason", "stated_actor", "to_status"]
+    __slots__ = ["actor", "actor_label", "at", "attempt", "external_id", "from_status", "id", "reason", "stated_actor", "to_status"]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_LABEL_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
     EXTERNAL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +168,7 @@ class Event(_message.Message):
     STATED_ACTOR_FIELD_NUMBER: _ClassVar[int]
     TO_STATUS_FIELD_NUMBER: _ClassVar[int]
     actor: str
+    actor_label: str
     at: _timestamp_pb2.Timestamp
     attempt: int
     external_id: str
@@ -171,7 +177,7 @@ class Event(_message.Message):
     reason: str
     stated_actor: str
     to_status: Status
-    def __init__(self, id: _Optional[int] = ..., at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., from_status: _Optional[_Union[Status, str]] = ..., to_status: _Optional[_Union[Status, str]] = ..., attempt: _Optional[int] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ..., external_id: _Optional[str] = ..., stated_actor: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., from_status: _Optional[_Union[Status, str]] = ..., to_status: _Optional[_Union[Status, str]] = ..., attempt: _Optional[int] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ..., external_id: _Optional[str] = ..., stated_actor: _Optional[str] = ..., actor_label: _Optional[str] = ...) -> None: ...
 
 class ExtendLeaseRequest(_message.Message):
     __slots__ = ["attempt", "lease_seconds", "operation_key", "view"]

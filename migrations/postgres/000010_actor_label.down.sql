@@ -1,0 +1,1 @@
+ALTER TABLE operation_events DROP COLUMN actor_label;

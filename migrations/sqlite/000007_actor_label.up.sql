@@ -1,0 +1,7 @@
+-- One person is one principal (docs/security.md): operation_events.actor
+-- now holds the authenticated principal's id, the identity every rule
+-- compares, and actor_label beside it the credential's label for people to
+-- read (a token's name, a JWT's subject). Older events keep the token's
+-- name in actor and an empty label; readers show the label when there is
+-- one, else the actor.
+ALTER TABLE operation_events ADD COLUMN actor_label TEXT NOT NULL DEFAULT '';

@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/opjournal/opjournal/auth"
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+)
+
+// The approval rules compare people, not credentials: the real journal,
+// with a tokens file that gives alice and carol two tokens each (rotated,
+// one principal), bob one token without principal:, and two JWT issuers
+// whose subjects have the shapes identity providers give them
+// ("auth0|alice") or equal a token's name ("alice-ops").
+
+// jwtIssuer mints access tokens of one issuer whose JWKS is a file.
+type jwtIssuer struct {
+	iss, jwks string
+	key       *ecdsa.PrivateKey
+}
+
+func newJWTIssuer(t *testing.T, iss string) *jwtIssuer {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := key.PublicKey.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.RawURLEncoding.EncodeToString
+	set, _ := json.Marshal(map[string]any{"keys": []map[string]string{{"kty": "EC", "crv": "P-256", "alg": "ES256", "kid": "k1",
+		"x": b64(pub[1:33]), "y": b64(pub[33:])}}})
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(path, set, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &jwtIssuer{iss: iss, jwks: path, key: key}
+}
+
+// token mints a fresh access token for sub: every call is a refreshed
+// token of the same subject.
+func (is *jwtIssuer) token(t *testing.T, sub string) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"iss": is.iss, "aud": "opjournal", "sub": sub,
+		"exp": time.Now().Add(time.Hour).Unix(), "jti": fmt.Sprint(time.Now().UnixNano())})
+	tok.Header["kid"] = "k1"
+	s, err := tok.SignedString(is.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// identityStack is a journal with approvalPolicy and the people above.
+type identityStack struct {
+	srv              *proc
+	agentsIss, opIss *jwtIssuer
+}
+
+const (
+	aliceLaptop = "tok-alice-laptop-7c1e9a3b5d"
+	alicePhone  = "tok-alice-phone-2f8d6b4a0c"
+	carolAgent  = "tok-carol-agent-9e3a1c7b5f"
+	carolOps    = "tok-carol-ops-4b2d8f6a0e1"
+	bobOps      = "tok-bob-ops-6a4c2e8b0d9f"
+	aliceOps    = "tok-alice-ops-1d3f5b7a9c"
+	plainAgent  = "tok-plain-agent-8b6d4f2a0e"
+)
+
+func startIdentityStack(t *testing.T, dbURL string) *identityStack {
+	t.Helper()
+	s := &identityStack{agentsIss: newJWTIssuer(t, "https://agents.example.test/"), opIss: newJWTIssuer(t, "https://sso.example.test/")}
+	tokens := "issuers:\n"
+	for _, is := range []struct {
+		iss   *jwtIssuer
+		roles string
+	}{{s.agentsIss, "agent"}, {s.opIss, "operator"}} {
+		tokens += fmt.Sprintf("  - issuer: %s\n    audience: opjournal\n    jwks_file: %s\n    tenant: team-a\n    roles: [%s]\n", is.iss.iss, is.iss.jwks, is.roles)
+	}
+	tokens += auth.FileHeader +
+		auth.Entry{Name: "alice-laptop", Principal: "alice", SHA256: auth.Digest(aliceLaptop), Tenant: "team-a", Roles: []auth.Role{auth.RoleOperator}}.YAML() +
+		auth.Entry{Name: "alice-phone", Principal: "alice", SHA256: auth.Digest(alicePhone), Tenant: "team-a", Roles: []auth.Role{auth.RoleOperator}}.YAML() +
+		auth.Entry{Name: "carol-agent", Principal: "carol", SHA256: auth.Digest(carolAgent), Tenant: "team-a", Roles: []auth.Role{auth.RoleAgent}}.YAML() +
+		auth.Entry{Name: "carol-ops", Principal: "carol", SHA256: auth.Digest(carolOps), Tenant: "team-a", Roles: []auth.Role{auth.RoleOperator}}.YAML() +
+		auth.NewEntry("bob", bobOps, "team-a", []auth.Role{auth.RoleOperator}).YAML() +
+		auth.NewEntry("alice-ops", aliceOps, "team-a", []auth.Role{auth.RoleOperator}).YAML() +
+		auth.NewEntry("agent", plainAgent, "team-a", []auth.Role{auth.RoleAgent}).YAML()
+	dir := t.TempDir()
+	authFile, policyFile := filepath.Join(dir, "tokens.yaml"), filepath.Join(dir, "policy.yaml")
+	for f, text := range map[string]string{authFile: tokens, policyFile: approvalPolicy} {
+		if err := os.WriteFile(f, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.srv = startServer(t, "--database-url", dbURL, "--auth-file", authFile, "--policy", policyFile)
+	return s
+}
+
+// payment registers a payment over the approval threshold as token.
+func (s *identityStack) payment(t *testing.T, token, key string) *pb.Operation {
+	t.Helper()
+	payload, _ := structpb.NewStruct(map[string]any{"order_id": key, "amount_minor": 250000, "currency": "EUR"})
+	r, err := as(t, s.srv, token).Register(ctxFor(t), &pb.RegisterRequest{OperationKey: key, ActionType: "create_payment", Payload: payload})
+	if err != nil || r.GetNext() != pb.NextStep_NEXT_STEP_AWAIT_APPROVAL {
+		t.Fatalf("register a payment: %v %v", r, err)
+	}
+	return r.GetOperation()
+}
+
+func (s *identityStack) approve(t *testing.T, token, key, hash string) (*pb.ApproveResponse, error) {
+	t.Helper()
+	return as(t, s.srv, token).Approve(ctxFor(t), &pb.ApproveRequest{OperationKey: key, RequestHash: hash, Reason: "checked"})
+}
+
+// wantAwaiting checks the operation still waits with n approvals.
+func (s *identityStack) wantAwaiting(t *testing.T, key string, n int) {
+	t.Helper()
+	op := lookup(t, ctxFor(t), as(t, s.srv, bobOps), key)
+	if op.GetStatus() != pb.Status_STATUS_AWAITING_APPROVAL || len(op.GetApproval().GetApprovals()) != n {
+		t.Fatalf("%s: %v with %d approvals, want awaiting approval with %d", key, op.GetStatus(), len(op.GetApproval().GetApprovals()), n)
+	}
+}
+
+// actors returns the history's (actor, label) pairs of key.
+func (s *identityStack) actors(t *testing.T, key string) []string {
+	t.Helper()
+	evs, err := as(t, s.srv, bobOps).ListEvents(ctxFor(t), &pb.ListEventsRequest{OperationKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range evs.GetEvents() {
+		out = append(out, e.GetActor()+" ["+e.GetActorLabel()+"]")
+	}
+	return out
+}
+
+func TestOnePersonIsOnePrincipal(t *testing.T) {
+	forEachStore(t, func(t *testing.T, dbURL string) {
+		s := startIdentityStack(t, dbURL)
+		t.Run("RotatedTokensGiveOneOfTwoApprovals", func(t *testing.T) { testRotatedTokensOneApproval(t, s) })
+		t.Run("RequesterCannotApproveWithAnotherToken", func(t *testing.T) { testRequesterOtherToken(t, s) })
+		t.Run("JWTSubjectsOfAnyShapeAreTwoPeople", func(t *testing.T) { testJWTSubjectsAnyShape(t, s) })
+		t.Run("JWTSubjectEqualToATokenNameIsAnotherPerson", func(t *testing.T) { testJWTSubjectEqualsTokenName(t, s) })
+	})
+}
+
+// Alice's second token does not give a two-person transfer its second
+// approval: the transfer still waits, and bob's releases it.
+func testRotatedTokensOneApproval(t *testing.T, s *identityStack) {
+	op := transfer(t, as(t, s.srv, plainAgent), "transfer-rotated")
+	if _, err := s.approve(t, aliceLaptop, "transfer-rotated", op.GetRequestHash()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.approve(t, alicePhone, "transfer-rotated", op.GetRequestHash())
+	wantGRPCError(t, err, codes.FailedPrecondition, "INVALID_STATE", "")
+	if !strings.Contains(err.Error(), "already approved") {
+		t.Fatalf("alice's other token: %v", err)
+	}
+	s.wantAwaiting(t, "transfer-rotated", 1)
+	res, err := s.approve(t, bobOps, "transfer-rotated", op.GetRequestHash())
+	if err != nil || !res.GetReleased() {
+		t.Fatalf("bob's approval: %v %v", res, err)
+	}
+	got := res.GetOperation().GetApproval().GetApprovals()
+	if len(got) != 2 || got[0].GetPrincipal() != "alice" || got[0].GetLabel() != "alice-laptop" || got[1].GetPrincipal() != "bob" {
+		t.Fatalf("approvals %v", got)
+	}
+	want := []string{"agent [agent]", "alice [alice-laptop]", "bob [bob]"}
+	if a := s.actors(t, "transfer-rotated"); strings.Join(a, ",") != strings.Join(want, ",") {
+		t.Fatalf("history actors %v, want %v", a, want)
+	}
+}
+
+// Carol registers a payment with her agent token and may not approve it
+// with her operator token (distinct_from_requester); bob may.
+func testRequesterOtherToken(t *testing.T, s *identityStack) {
+	op := s.payment(t, carolAgent, "pay-carol")
+	if a := op.GetApproval(); a.GetRequestedBy() != "carol" || a.GetRequestedByLabel() != "carol-agent" {
+		t.Fatalf("requested_by %q label %q", a.GetRequestedBy(), a.GetRequestedByLabel())
+	}
+	_, err := s.approve(t, carolOps, "pay-carol", op.GetRequestHash())
+	wantGRPCError(t, err, codes.PermissionDenied, "PERMISSION_DENIED", "")
+	if !strings.Contains(err.Error(), "distinct_from_requester") {
+		t.Fatalf("carol's other token: %v", err)
+	}
+	s.wantAwaiting(t, "pay-carol", 0)
+	if res, err := s.approve(t, bobOps, "pay-carol", op.GetRequestHash()); err != nil || !res.GetReleased() {
+		t.Fatalf("bob's approval: %v %v", res, err)
+	}
+}
+
+// Two operators whose subjects hold a "|" are two people: together they
+// release a two-person transfer; the first one's refreshed token is the
+// first one again; and the JWT agent who asked is not either of them.
+func testJWTSubjectsAnyShape(t *testing.T, s *identityStack) {
+	op := transfer(t, as(t, s.srv, s.agentsIss.token(t, "auth0|agent-7")), "transfer-jwt")
+	agentID := auth.JWTPrincipalID(s.agentsIss.iss, "auth0|agent-7")
+	if a := op.GetApproval(); a.GetRequestedBy() != agentID || a.GetRequestedByLabel() != "auth0|agent-7" {
+		t.Fatalf("requested_by %q label %q", a.GetRequestedBy(), a.GetRequestedByLabel())
+	}
+	if _, err := s.approve(t, s.opIss.token(t, "auth0|alice"), "transfer-jwt", op.GetRequestHash()); err != nil {
+		t.Fatalf("the first JWT operator: %v", err)
+	}
+	_, err := s.approve(t, s.opIss.token(t, "auth0|alice"), "transfer-jwt", op.GetRequestHash())
+	wantGRPCError(t, err, codes.FailedPrecondition, "INVALID_STATE", "")
+	s.wantAwaiting(t, "transfer-jwt", 1)
+	res, err := s.approve(t, s.opIss.token(t, "okta|dave"), "transfer-jwt", op.GetRequestHash())
+	if err != nil || !res.GetReleased() {
+		t.Fatalf("the second JWT operator: %v %v", res, err)
+	}
+	alice, dave := auth.JWTPrincipalID(s.opIss.iss, "auth0|alice"), auth.JWTPrincipalID(s.opIss.iss, "okta|dave")
+	want := []string{agentID + " [auth0|agent-7]", alice + " [auth0|alice]", dave + " [okta|dave]"}
+	if a := s.actors(t, "transfer-jwt"); strings.Join(a, ",") != strings.Join(want, ",") {
+		t.Fatalf("history actors %v, want %v", a, want)
+	}
+}
+
+// A JWT agent whose subject is "alice-ops" is not the tokens file's
+// operator alice-ops: she may approve its payment, and the history tells
+// the two apart.
+func testJWTSubjectEqualsTokenName(t *testing.T, s *identityStack) {
+	op := s.payment(t, s.agentsIss.token(t, "alice-ops"), "pay-namesake")
+	jwtID := auth.JWTPrincipalID(s.agentsIss.iss, "alice-ops")
+	if op.GetApproval().GetRequestedBy() != jwtID {
+		t.Fatalf("requested_by %q, want %q", op.GetApproval().GetRequestedBy(), jwtID)
+	}
+	res, err := s.approve(t, aliceOps, "pay-namesake", op.GetRequestHash())
+	if err != nil || !res.GetReleased() {
+		t.Fatalf("the tokens file's alice-ops: %v %v", res, err)
+	}
+	want := []string{jwtID + " [alice-ops]", "alice-ops [alice-ops]"}
+	if a := s.actors(t, "pay-namesake"); strings.Join(a, ",") != strings.Join(want, ",") {
+		t.Fatalf("history actors %v, want %v", a, want)
+	}
+}
+
+

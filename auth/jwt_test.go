@@ -182,6 +182,9 @@ func TestIssuerConfigurationErrors(t *testing.T) {
 		"plain http":  "issuers:\n  - issuer: https://a/\n    audience: x\n    jwks_url: http://a.example/jwks\n    tenant: t\n    roles: [agent]\n",
 		"bad role":    "issuers:\n  - issuer: https://a/\n    audience: x\n    jwks_url: https://a/jwks\n    tenant: t\n    roles: [root]\n",
 		"no roles":    "issuers:\n  - issuer: https://a/\n    audience: x\n    jwks_url: https://a/jwks\n    tenant: t\n",
+		// "#" ends the issuer in a principal id: one in the issuer would let
+		// two (issuer, subject) pairs share an id.
+		"fragment": "issuers:\n  - issuer: https://a/#x\n    audience: x\n    jwks_url: https://a/jwks\n    tenant: t\n    roles: [agent]\n",
 	} {
 		if _, err := Parse([]byte(src), "f"); err == nil {
 			t.Errorf("%s: parsed", name)
@@ -216,6 +219,71 @@ func TestRotatedTokensOfOnePrincipalAreOneCaller(t *testing.T) {
 }
 
 func (e Entry) withPrincipal(p string) Entry { e.Principal = p; return e }
+
+// A subject of any shape is an exact principal id, labelled with the
+// subject when it is printable; a subject equal to a token's name is
+// another principal than that token's; the former names are what older
+// records may have recorded for each.
+func TestJWTSubjectsOfAnyShapeAreExactPrincipals(t *testing.T) {
+	k := newTestKey(t, "k1")
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(path, jwks(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := issuerFile(t, "jwks_file: "+path, FileHeader+NewEntry("alice-ops", "tok-alice-ops-0123456789ab", "payments", []Role{RoleOperator}).YAML())
+	seen := map[string]string{}
+	for _, c := range []struct{ sub, label, former string }{
+		{"auth0|alice", "auth0|alice", "jwt-subject"},
+		{"okta|dave", "okta|dave", "jwt-subject"},
+		{"google-oauth2|1093", "google-oauth2|1093", "jwt-subject"},
+		{"alice-ops", "alice-ops", "alice-ops"},
+		{"bidi\u202eevil", "jwt-subject", "jwt-subject"},
+	} {
+		p, err := a.Authenticate(k.sign(t, claims(c.sub, time.Now().Add(time.Hour))))
+		if err != nil {
+			t.Fatalf("%q: %v", c.sub, err)
+		}
+		if p.ID != JWTPrincipalID(testIssuer, c.sub) || p.Name != c.label || len(p.FormerNames) != 1 || p.FormerNames[0] != c.former {
+			t.Errorf("%q: id %q label %q former %v", c.sub, p.ID, p.Name, p.FormerNames)
+		}
+		if other, dup := seen[p.ID]; dup {
+			t.Errorf("%q and %q share the id %q", c.sub, other, p.ID)
+		}
+		seen[p.ID] = c.sub
+	}
+	tok, err := a.Authenticate("tok-alice-ops-0123456789ab")
+	if err != nil || tok.ID != "alice-ops" || seen[tok.ID] != "" {
+		t.Fatalf("the token alice-ops: %+v %v; a JWT subject shares its id", tok, err)
+	}
+}
+
+// Every token of a principal knows the names of all its tokens (what
+// older records may hold); a principal id that is another principal's
+// token name is refused, since an older record naming it would name two
+// people.
+func TestFormerNamesAndNamesThatWouldStandForTwoPeople(t *testing.T) {
+	src := FileHeader +
+		NewEntry("alice-laptop", "tok-alice-laptop-012345678", "payments", []Role{RoleOperator}).withPrincipal("alice").YAML() +
+		NewEntry("alice-phone", "tok-alice-phone-0123456789", "payments", []Role{RoleOperator}).withPrincipal("alice").YAML() +
+		NewEntry("bob", "tok-bob-0123456789abcdefgh", "payments", []Role{RoleOperator}).YAML()
+	a, err := Parse([]byte(src), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := a.Authenticate("tok-alice-phone-0123456789")
+	if strings.Join(p.FormerNames, ",") != "alice-laptop,alice-phone" {
+		t.Fatalf("alice's former names %v", p.FormerNames)
+	}
+	if b, _ := a.Authenticate("tok-bob-0123456789abcdefgh"); strings.Join(b.FormerNames, ",") != "bob" {
+		t.Fatalf("bob's former names %v", b.FormerNames)
+	}
+	clash := FileHeader +
+		NewEntry("alice-laptop", "tok-alice-laptop-012345678", "payments", []Role{RoleOperator}).withPrincipal("alice").YAML() +
+		NewEntry("mallory", "tok-mallory-0123456789abcd", "payments", []Role{RoleOperator}).withPrincipal("alice-laptop").YAML()
+	if _, err := Parse([]byte(clash), "f"); err == nil || !strings.Contains(err.Error(), "two people") {
+		t.Fatalf("a principal named as another's token: %v", err)
+	}
+}
 
 func TestTenantsIncludesTheIssuersTenants(t *testing.T) {
 	k := newTestKey(t, "k1")

@@ -151,7 +151,7 @@ func (c *Console) awaitingOf(ctx context.Context, s *session, action string) (ro
 // and nothing of the queue.
 func (c *Console) approvals(w http.ResponseWriter, r *http.Request, s *session) {
 	if !s.MayApprove() {
-		c.log.Warn("console: approvals refused: not an approver", "principal", s.Principal.Name, "tenant", s.Principal.Tenant)
+		c.log.Warn("console: approvals refused: not an approver", "principal", s.Principal.ID, "label", s.Principal.Name, "tenant", s.Principal.Tenant)
 		c.fail(w, r, s, http.StatusForbidden, fmt.Sprintf("%s (roles %v) may not see or decide approvals: that needs an operator or admin token.", s.Principal.Name, s.Principal.Roles))
 		return
 	}
@@ -206,7 +206,7 @@ func (c *Console) bulkReject(w http.ResponseWriter, r *http.Request, s *session)
 		return
 	}
 	if verdict != verdictReject {
-		c.log.Warn("console: bulk approval refused", "principal", s.Principal.Name, "tenant", s.Principal.Tenant, "verdict", verdict)
+		c.log.Warn("console: bulk approval refused", "principal", s.Principal.ID, "label", s.Principal.Name, "tenant", s.Principal.Tenant, "verdict", verdict)
 		c.fail(w, r, s, http.StatusBadRequest, "Only rejections are taken for a selection: approve each operation on its own page, after reading its payload. Nothing was changed.")
 		return
 	}
@@ -258,7 +258,7 @@ func (c *Console) bulkReject(w http.ResponseWriter, r *http.Request, s *session)
 		}
 		done++
 	}
-	c.log.Info("console: bulk rejection", "principal", s.Principal.Name, "tenant", s.Principal.Tenant, "rejected", done, "refused", len(refused))
+	c.log.Info("console: bulk rejection", "principal", s.Principal.ID, "label", s.Principal.Name, "tenant", s.Principal.Tenant, "rejected", done, "refused", len(refused))
 	c.render(w, r, http.StatusOK, "done", s, map[string]any{"Decided": done, "Refused": refused, "Verdict": "rejected", "Approvals": true,
 		"Describe": "picked on the approvals queue"})
 }

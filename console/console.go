@@ -331,7 +331,7 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request, *session))
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 			if !c.sameOrigin(r) || !hmac.Equal([]byte(r.PostFormValue("csrf")), []byte(s.CSRF)) {
-				c.log.Warn("console: form refused: no valid CSRF token", "path", r.URL.Path, "principal", s.Principal.Name, "tenant", s.Principal.Tenant, "peer", r.RemoteAddr)
+				c.log.Warn("console: form refused: no valid CSRF token", "path", r.URL.Path, "principal", s.Principal.ID, "label", s.Principal.Name, "tenant", s.Principal.Tenant, "peer", r.RemoteAddr)
 				c.fail(w, r, s, http.StatusForbidden, "This form did not come from your console session (its CSRF token is missing or stale); nothing was changed. Reload the page and try again.")
 				return
 			}
@@ -409,7 +409,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.renderSignIn(w, r, http.StatusUnauthorized, "That token is not valid.")
 		return
 	case !p.MayUseConsole():
-		c.log.Warn("console: sign-in refused", "principal", p.Name, "tenant", p.Tenant, "roles", p.Roles, "peer", r.RemoteAddr)
+		c.log.Warn("console: sign-in refused", "principal", p.ID, "label", p.Name, "tenant", p.Tenant, "roles", p.Roles, "peer", r.RemoteAddr)
 		c.renderSignIn(w, r, http.StatusForbidden, fmt.Sprintf("Token %q (roles %v) cannot sign in to the console: it is for %s. Use an operator token (or a reconciler token to look without acting).", p.Name, p.Roles, rolePurpose(p)))
 		return
 	}
@@ -421,7 +421,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	c.setCookie(w, r, signInCookie, "", -1)
 	c.setCookie(w, r, sessionCookie, id, int(c.cfg.SessionLifetime/time.Second))
-	c.log.Info("console: signed in", "principal", p.Name, "tenant", p.Tenant, "peer", r.RemoteAddr)
+	c.log.Info("console: signed in", "principal", p.ID, "label", p.Name, "tenant", p.Tenant, "peer", r.RemoteAddr)
 	http.Redirect(w, r, Prefix+"queues", http.StatusSeeOther)
 }
 
@@ -437,7 +437,7 @@ func rolePurpose(p auth.Principal) string {
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request, s *session) {
 	if s.id != "" {
 		c.sessions.end(s.id)
-		c.log.Info("console: signed out", "principal", s.Principal.Name, "tenant", s.Principal.Tenant, "peer", r.RemoteAddr)
+		c.log.Info("console: signed out", "principal", s.Principal.ID, "label", s.Principal.Name, "tenant", s.Principal.Tenant, "peer", r.RemoteAddr)
 	}
 	c.setCookie(w, r, sessionCookie, "", -1)
 	if s.Local {

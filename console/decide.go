@@ -174,7 +174,7 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	v.Form = d
 	if !s.mayDecide(d.method()) {
-		c.log.Warn("console: decision refused: read-only principal", "principal", s.Principal.Name, "tenant", s.Principal.Tenant, "method", d.method())
+		c.log.Warn("console: decision refused: read-only principal", "principal", s.Principal.ID, "label", s.Principal.Name, "tenant", s.Principal.Tenant, "method", d.method())
 		v.Problem = fmt.Sprintf("%s (roles %v) may look but not decide: deciding needs an operator or admin token. Nothing was changed.", s.Principal.Name, s.Principal.Roles)
 		c.render(w, r, http.StatusForbidden, "operation", s, v)
 		return
@@ -362,7 +362,7 @@ func (c *Console) bulk(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		done++
 	}
-	c.log.Info("console: bulk decision", "principal", s.Principal.Name, "tenant", s.Principal.Tenant, "verdict", d.Verdict, "decided", done, "refused", len(refused))
+	c.log.Info("console: bulk decision", "principal", s.Principal.ID, "label", s.Principal.Name, "tenant", s.Principal.Tenant, "verdict", d.Verdict, "decided", done, "refused", len(refused))
 	c.render(w, r, http.StatusOK, "done", s, map[string]any{"Decided": done, "Refused": refused, "Verdict": d.Verdict, "Filter": f, "Describe": f.describe()})
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opjournal/opjournal/auth"
@@ -83,7 +84,7 @@ const (
 	plainAgent  = "tok-plain-agent-8b6d4f2a0e"
 )
 
-func startIdentityStack(t *testing.T, dbURL string) *identityStack {
+func startIdentityStack(t *testing.T, dbURL string, args ...string) *identityStack {
 	t.Helper()
 	s := &identityStack{agentsIss: newJWTIssuer(t, "https://agents.example.test/"), opIss: newJWTIssuer(t, "https://sso.example.test/")}
 	tokens := "issuers:\n"
@@ -108,7 +109,7 @@ func startIdentityStack(t *testing.T, dbURL string) *identityStack {
 			t.Fatal(err)
 		}
 	}
-	s.srv = startServer(t, "--database-url", dbURL, "--auth-file", authFile, "--policy", policyFile)
+	s.srv = startServer(t, append([]string{"--database-url", dbURL, "--auth-file", authFile, "--policy", policyFile}, args...)...)
 	return s
 }
 
@@ -252,3 +253,39 @@ func testJWTSubjectEqualsTokenName(t *testing.T, s *identityStack) {
 }
 
 
+
+// TestRateLimitIsPerPrincipal: the journal's rate limit is one bucket per
+// person (a bucket of 2 that does not refill during the test): alice's
+// second token draws on the bucket her first emptied, and a refreshed JWT
+// on its subject's; bob, of the same tenant, and another JWT subject are
+// not slowed by either.
+func TestRateLimitIsPerPrincipal(t *testing.T) {
+	t.Parallel()
+	s := startIdentityStack(t, sqliteURL(t), "--rate-limit", "0.001", "--rate-burst", "2")
+	limited := func(token string) bool {
+		_, err := as(t, s.srv, token).Lookup(ctxFor(t), &pb.LookupRequest{OperationKey: "nothing-here"})
+		if code := status.Code(err); code != codes.NotFound && code != codes.ResourceExhausted {
+			t.Fatalf("lookup: %v", err)
+		}
+		return status.Code(err) == codes.ResourceExhausted
+	}
+	for _, person := range []struct {
+		name    string
+		a, b, c string
+	}{
+		{"rotated tokens", aliceLaptop, alicePhone, aliceLaptop},
+		{"refreshed JWTs", s.opIss.token(t, "auth0|alice"), s.opIss.token(t, "auth0|alice"), s.opIss.token(t, "auth0|alice")},
+	} {
+		if limited(person.a) || limited(person.b) {
+			t.Fatalf("%s: limited within the burst", person.name)
+		}
+		if !limited(person.c) {
+			t.Fatalf("%s: two credentials of one person got two buckets", person.name)
+		}
+	}
+	for _, other := range []string{bobOps, s.opIss.token(t, "okta|dave")} {
+		if limited(other) {
+			t.Fatal("another principal of the tenant is starved by one over its rate")
+		}
+	}
+}

@@ -221,3 +221,54 @@ func TestLookupWait(t *testing.T) {
 		t.Fatalf("a wait without a decision: %+v %v after %s", op, err, time.Since(start))
 	}
 }
+
+// TestApprovalsRecordedBeforePrincipalIdsFailClosed: an approval written
+// before principal ids holds token names and no labels (a Caller without
+// Label records exactly that). Such a record is read through the
+// caller's former names as well as its id: carol, who asked with her
+// "carol-agent" token, may not approve with "carol-ops"; alice, who gave
+// the first of two approvals as "alice-laptop", may not give the second
+// as "alice-phone". A record written since (it holds labels) is compared
+// by id alone: the tokens file's alice-ops is not the JWT subject
+// alice-ops that asked.
+func TestApprovalsRecordedBeforePrincipalIdsFailClosed(t *testing.T) {
+	t.Parallel()
+	svc, _, ctx := approvalSetup(t, approvalPolicy+`  transfer:
+    approval: {required: true, two_person: true}
+`)
+	person := func(id, label string, former ...string) journal.Caller {
+		return journal.Caller{Tenant: "t", Principal: id, Label: label, FormerNames: former, Roles: []string{"operator", "agent"}}
+	}
+	oldCarol := journal.Caller{Tenant: "t", Principal: "carol-agent", Roles: []string{"agent"}}
+	carol := person("carol", "carol-ops", "carol-agent", "carol-ops")
+	op := registerAs(t, svc, oldCarol, "legacy-pay", "pay", `{"amount_minor":500}`).Operation
+	if op.Approval.RequestedBy != "carol-agent" || op.Approval.RequestedByLabel != "" {
+		t.Fatalf("not a record of the old shape: %+v", op.Approval)
+	}
+	_, err := svc.Approve(ctx, journal.DecisionRequest{Caller: carol, Key: "legacy-pay", RequestHash: op.RequestHash, Reason: "mine"})
+	if opjournal.ErrorCode(err) != opjournal.CodePermissionDenied {
+		t.Fatalf("carol approves her own request recorded under her token's name: %v", err)
+	}
+
+	oldAlice := journal.Caller{Tenant: "t", Principal: "alice-laptop", Roles: []string{"operator"}}
+	op = registerAs(t, svc, agent, "legacy-transfer", "transfer", `{"to":"DE02"}`).Operation
+	if _, err := svc.Approve(ctx, journal.DecisionRequest{Caller: oldAlice, Key: "legacy-transfer", RequestHash: op.RequestHash, Reason: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	alice := person("alice", "alice-phone", "alice-laptop", "alice-phone")
+	_, err = svc.Approve(ctx, journal.DecisionRequest{Caller: alice, Key: "legacy-transfer", RequestHash: op.RequestHash, Reason: "two"})
+	if opjournal.ErrorCode(err) != opjournal.CodeInvalidState {
+		t.Fatalf("alice's second approval under her other token: %v", err)
+	}
+	res, err := svc.Approve(ctx, journal.DecisionRequest{Caller: person("bob", "bob", "bob"), Key: "legacy-transfer", RequestHash: op.RequestHash, Reason: "two"})
+	if err != nil || !res.Released {
+		t.Fatalf("bob's approval: %+v %v", res, err)
+	}
+
+	jwtNamesake := person("jwt:https://idp.test/#alice-ops", "alice-ops", "alice-ops")
+	op = registerAs(t, svc, jwtNamesake, "new-pay", "pay", `{"amount_minor":500}`).Operation
+	res, err = svc.Approve(ctx, journal.DecisionRequest{Caller: person("alice-ops", "alice-ops", "alice-ops"), Key: "new-pay", RequestHash: op.RequestHash, Reason: "not mine"})
+	if err != nil || !res.Released {
+		t.Fatalf("another principal with the same label: %+v %v", res, err)
+	}
+}

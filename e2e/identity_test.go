@@ -252,8 +252,6 @@ func testJWTSubjectEqualsTokenName(t *testing.T, s *identityStack) {
 	}
 }
 
-
-
 // TestRateLimitIsPerPrincipal: the journal's rate limit is one bucket per
 // person (a bucket of 2 that does not refill during the test): alice's
 // second token draws on the bucket her first emptied, and a refreshed JWT

@@ -206,17 +206,20 @@ func serve(ctx context.Context, o *options, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// A bad flag value is a usage error (exit status 2), as a value the
+	// flag parser refuses is: scripts tell a misconfiguration from a
+	// database that is down (1) by the status.
 	if o.approvalSweep < 0 {
-		return errors.New("--approval-sweep-interval must not be negative")
+		return cli.Usage(errors.New("--approval-sweep-interval must not be negative"))
 	}
 	if o.replayCacheSize < 0 {
-		return errors.New("--replay-cache-size must not be negative (0 turns the cache off)")
+		return cli.Usage(errors.New("--replay-cache-size must not be negative (0 turns the cache off)"))
 	}
 	if o.purgeInterval < 0 || o.purgeBatch < 1 || o.purgePause < 0 {
-		return errors.New("--purge-interval and --purge-pause must not be negative, --purge-batch must be at least 1")
+		return cli.Usage(errors.New("--purge-interval and --purge-pause must not be negative, --purge-batch must be at least 1"))
 	}
 	if o.databaseWait < 0 {
-		return errors.New("--database-wait must not be negative (0: exit at once when the database is unavailable)")
+		return cli.Usage(errors.New("--database-wait must not be negative (0: exit at once when the database is unavailable)"))
 	}
 	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, LogLinesDropped: blog.Dropped, AdaptiveProcs: o.adaptiveProcs, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
 		MetricsAddr: o.metricsAddr, NoConsole: o.noConsole,
@@ -604,7 +607,10 @@ func openStoreWaiting(ctx context.Context, url string, wait time.Duration, log *
 		waited := time.Since(start)
 		if waited >= wait {
 			if wait > 0 {
-				return nil, fmt.Errorf("%w (waited %s for a writable host, --database-wait)", err, wait)
+				// The time really waited: the last attempt may have
+				// outlived the wait by up to its connect_timeout (a host
+				// that accepts connections but never answers).
+				return nil, fmt.Errorf("%w (waited %s for a writable host, --database-wait %s)", err, waited.Round(time.Second), wait)
 			}
 			return nil, err
 		}

@@ -88,10 +88,10 @@ generate:
 	bash clients/python/generate.sh
 	GO=$(GO) bash clients/typescript/generate.sh
 	$(GO) run ./internal/cmd/genlimits .
-	$(GO) run ./internal/cmd/protocoldoc docs/protocol.md
+	$(GO) run ./protocol/cmd/protocolgen
 
 ## generate-check: fail if gen/ is not what `make generate` produces
-GENERATED = gen e2e/openapi-ts/src/opjournal.d.ts clients/python/opjournal/v1 clients/typescript/src/gen clients/python/opjournal/_limits.py clients/typescript/src/limits.ts docs/protocol.md
+GENERATED = gen store/postgres/testdata/statements.sql store/sqlite/terms.go e2e/openapi-ts/src/opjournal.d.ts clients/python/opjournal/v1 clients/typescript/src/gen clients/python/opjournal/_limits.py clients/typescript/src/limits.ts docs/protocol.md
 generate-check: generate
 	git diff --exit-code -- $(GENERATED)
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code has untracked files: run make generate and commit"; exit 1)

@@ -18,9 +18,14 @@
 //
 // The product: what the images ship and users import.
 //
+//	protocol/            THE protocol: the table of rules (table.go), the pure
+//	                     engine that applies it (engine.go), the shared terms
+//	                     every store writes in its SQL (predicate.go);
+//	                     protocol/model, the independent model the checkers
+//	                     hold the journal to; protocol/cmd/protocolgen, the
+//	                     one generator of what derives from the table
 //	.                    (this package) the domain: operations, statuses, errors,
-//	                     the protocol table (protocol.go) and its machinery
-//	                     (transition.go), the limits
+//	                     the limits
 //	canonjson/           RFC 8785 canonical JSON and the request hash
 //	hashkey/             the keys of the keyed request hash
 //	policy/              the per-action policy file, enforced by the journal
@@ -38,14 +43,23 @@
 //	gateway/             the HTTP reverse proxy and MCP server in front of providers
 //	reconciler/          the worker that settles unknown operations
 //	ops/                 the operators' command line (opjournal ops)
+//	gen/                 generated from proto/: the Go stubs (gen/opjournal/v1)
+//	                     and the OpenAPI document (gen/openapi)
 //	internal/cli/        what the commands share: flags, environment, logging,
 //	                     dialling the journal (purgeprint: only `opjournal purge`)
 //	internal/tracing/    OpenTelemetry set-up and spans
 //	internal/hostcheck/  the allowed-hosts check of both listeners
 //	internal/groupq/     the queue behind the stores' group commit
+//	internal/adaptiveprocs/
+//	                     one P while a server serves one request at a time
+//	internal/protocodec/ the gRPC codec of the journal's messages
+//	internal/protojsonrt/
+//	                     what the generated REST encoders call at run time
 //	cmd/opjournal, cmd/opjournal-gateway, cmd/opjournal-reconciler
 //	                     the shipped binaries: wiring only
 //	clients/             the Python and TypeScript clients
+//	examples/            programs the docs show, run by tests
+//	                     (examples/mcp-server: an MCP server behind the gateway)
 //	deploy/              the Kubernetes manifests and compose's secrets script; its
 //	                     test checks them, the Dockerfile and compose.yaml
 //
@@ -59,23 +73,42 @@
 //	internal/soak/       the soak and fault harness (make soak);
 //	                     internal/soak/failover, the PostgreSQL failover harness
 //	internal/bench/      the benchmark's load driver and result formats
+//	internal/benchpayload/
+//	                     the payload the benchmarks and codec tests send
 //	bench/               the benchmark's results and reports, and its nested
 //	                     modules (bench/peers, bench/sqlitedrivers)
 //	internal/linearize/  the linearizability check of the per-key protocol
 //	e2e/                 end-to-end tests against the real binaries
-//	cmd/opjournal-fakeprovider, cmd/opjournal-demo, cmd/opjournal-soak,
+//	cmd/opjournal-fakeprovider, cmd/opjournal-demo, cmd/opjournal-soak
+//	                     the harnesses' binaries
 //	cmd/opjournal-soak-failover, cmd/opjournal-bench
 //	                     the harnesses' binaries
-//	store/storetest/, internal/{pgtest,pgenv,pgbouncer,testserver,procs,
-//	tcpproxy,testclock,await}/
-//	                     test helpers: the conformance suite, a schema per
-//	                     test, real PgBouncer and journal processes, a clock
-//	                     moved by hand, waiting on a condition
 //
-// Tooling: internal/cmd/ (genlimits, openapi3, protocoldoc, scaleout,
-// partitionbench), scripts/ and the Makefile.
+// The test helpers: the conformance suite every store runs
+// (store/storetest), a schema per test, real PgBouncer and journal
+// processes, a clock moved by hand, waiting on a condition.
+//
+//	store/storetest/     the one conformance suite of every store
+//	internal/pgtest/     a PostgreSQL schema per test (pgtest/cmd/pgping: is it up?)
+//	internal/pgenv/      which PostgreSQL the tests and harnesses use
+//	internal/pgbouncer/  a real PgBouncer process
+//	internal/testserver/ a real journal in process on free ports
+//	internal/procs/      real processes: start, wait for ready, stop
+//	internal/tcpproxy/   a TCP proxy that cuts connections on demand
+//	internal/testclock/  a clock moved by hand
+//	internal/await/      waiting on a condition, never on a sleep
+//	internal/standardwebhooks/
+//	                     an independent verifier of Standard Webhooks
+//
+// Tooling: internal/cmd/ (genlimits, openapi3, scaleout, partitionbench,
+// protoc-gen-opjournal-json, whose generator is internal/restjsongen),
+// scripts/ and the Makefile.
+//
+//	internal/cmd/        the tools above
+//	internal/restjsongen/
+//	                     the generator of the REST encoders
 //
 // Generated, committed, and checked by make generate-check: gen/ (from
-// proto/), the clients' stubs and limits, and the protocol table in
-// README.md.
+// proto/), the clients' stubs and limits, the stores' SQL derived from the
+// protocol table, and the protocol table in docs/protocol.md.
 package opjournal

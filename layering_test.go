@@ -72,14 +72,16 @@ func TestClientBinariesDoNotLinkTheJournal(t *testing.T) {
 // images ship and users import) links a harness, a test helper or the
 // testing package; the arrows run from the harnesses to the product.
 func TestProductDoesNotLinkHarnesses(t *testing.T) {
-	product := []string{".", "./auth", "./canonjson", "./client", "./console", "./gateway", "./hashkey",
+	product := []string{".", "./protocol", "./protocol/model", "./auth", "./canonjson", "./client", "./console", "./gateway", "./hashkey",
 		"./journal", "./migrations", "./ops", "./policy", "./reconciler", "./server", "./store",
 		"./store/postgres", "./store/sqlite", "./webhook", "./internal/cli/...", "./internal/groupq", "./internal/hostcheck",
-		"./internal/tracing", "./cmd/opjournal", "./cmd/opjournal-gateway", "./cmd/opjournal-reconciler"}
+		"./internal/tracing", "./internal/adaptiveprocs", "./internal/protocodec", "./internal/protojsonrt", "./gen/...",
+		"./cmd/opjournal", "./cmd/opjournal-gateway", "./cmd/opjournal-reconciler"}
 	harness := []string{module + "/e2e", module + "/deploy",
 		module + "/fakeprovider", module + "/store/storetest", module + "/internal/pgtest", module + "/internal/testserver",
 		module + "/internal/await", module + "/internal/linearize", module + "/internal/procs", module + "/internal/tcpproxy",
-		module + "/internal/testclock", module + "/internal/standardwebhooks", module + "/internal/soak", module + "/internal/demo", module + "/internal/bench"}
+		module + "/internal/testclock", module + "/internal/standardwebhooks", module + "/internal/soak", module + "/internal/demo", module + "/internal/bench",
+		module + "/internal/benchpayload", module + "/internal/pgenv", module + "/internal/pgbouncer", module + "/protocol/cmd"}
 	for pkg, deps := range linked(t, product...) {
 		if bad := forbidden(deps, harness...); len(bad) > 0 {
 			t.Errorf("%s links the harness packages %v", pkg, bad)

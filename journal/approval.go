@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol"
 )
 
 // approvalOf evaluates the action's approval block on a registration: the

@@ -16,8 +16,8 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/hashkey"
-	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 

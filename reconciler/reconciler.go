@@ -25,9 +25,9 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
 	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol"
 )
 
 // Defaults of Config.

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/opjournal/opjournal"
+	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/journal"
 )
 
@@ -97,4 +98,29 @@ func (s *Server) approvalSweep(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		s.log.WarnContext(ctx, "approval timeout sweep failed", "err", err)
 	}
+}
+
+func (s *journalServer) Approve(ctx context.Context, req *pb.ApproveRequest) (*pb.ApproveResponse, error) {
+	res, err := s.svc.Approve(ctx, journal.DecisionRequest{
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), RequestHash: req.GetRequestHash(), Reason: req.GetReason(), Actor: req.GetActor(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.decision(res.Operation.Action, decisionOutcome("Approve", res.Operation.Status))
+	pop, err := operationPB(res.Operation)
+	return &pb.ApproveResponse{Operation: pop, Released: res.Released}, err
+}
+
+func (s *journalServer) Reject(ctx context.Context, req *pb.RejectRequest) (*pb.RejectResponse, error) {
+	op, err := s.svc.Reject(ctx, journal.DecisionRequest{
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), RequestHash: req.GetRequestHash(), Reason: req.GetReason(),
+		ErrorCode: req.GetErrorCode(), Actor: req.GetActor(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.decision(op.Action, decisionOutcome("Reject", op.Status))
+	pop, err := operationPB(op)
+	return &pb.RejectResponse{Operation: pop}, err
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/canonjson"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/journal"
@@ -429,4 +430,26 @@ func approvalPB(a *opjournal.Approval) *pb.Approval {
 		out.Approvals = append(out.Approvals, &pb.ApprovalDecision{Principal: d.Principal, Label: d.Label, At: timestamppb.New(d.At), Reason: d.Reason})
 	}
 	return out
+}
+
+func (s *journalServer) GetPolicy(context.Context, *pb.GetPolicyRequest) (*pb.GetPolicyResponse, error) {
+	pol := s.svc.Policy()
+	return &pb.GetPolicyResponse{Fingerprint: pol.Fingerprint(), Source: string(pol.Source())}, nil
+}
+
+// WhoAmI answers who the caller is: the principal its credential
+// authenticated, or the local administrator without authentication.
+func (s *journalServer) WhoAmI(ctx context.Context, _ *pb.WhoAmIRequest) (*pb.WhoAmIResponse, error) {
+	p, ok := ctx.Value(principalKey{}).(auth.Principal)
+	if !ok {
+		return &pb.WhoAmIResponse{PrincipalId: "local-admin", Name: "local-admin", Roles: []string{string(auth.RoleAdmin)}}, nil
+	}
+	out := &pb.WhoAmIResponse{Authenticated: true, PrincipalId: p.ID, Name: p.Name, Tenant: p.Tenant}
+	for _, r := range p.Roles {
+		out.Roles = append(out.Roles, string(r))
+	}
+	if !p.Expires.IsZero() {
+		out.ExpiresAt = timestamppb.New(p.Expires)
+	}
+	return out, nil
 }

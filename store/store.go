@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 )
 
 // Store is the journal's durable storage. Apply, its one method that
 // changes an operation, applies one command of the protocol table
-// (protocol.Apply, internal/protocol/table.go) atomically: SQLite by applying the pure function inside its
+// (protocol.Apply, protocol/table.go) atomically: SQLite by applying the pure function inside its
 // write transaction, PostgreSQL by running the table's rows as conditional
 // statements rendered from them. Methods return *opjournal.Error with the
 // refusal the table gives (and then change nothing), CodeNotFound for an

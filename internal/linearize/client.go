@@ -25,6 +25,7 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/canonjson"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/model"
 )
 
 // Endpoint is one journal server: its gRPC address and REST base URL.
@@ -71,8 +72,8 @@ func (c *Client) Close() error {
 // Do sends in over gRPC or, with in.REST, over REST, and returns the
 // answer as the model sees it. An error that leaves the outcome open
 // (timeout, UNAVAILABLE, a broken connection, a 5xx) is Output.Maybe.
-func (c *Client) Do(ctx context.Context, in Input) Output {
-	if in.Kind == Expire {
+func (c *Client) Do(ctx context.Context, in model.Input) model.Output {
+	if in.Kind == model.Expire {
 		return c.doExpire(ctx, in)
 	}
 	req, verb := request(in)
@@ -85,9 +86,9 @@ func (c *Client) Do(ctx context.Context, in Input) Output {
 	}
 	if err != nil {
 		if code, ok := refusal(err); ok {
-			return Output{Err: code}
+			return model.Output{Err: code}
 		}
-		return Output{Maybe: true}
+		return model.Output{Maybe: true}
 	}
 	return c.output(resp)
 }
@@ -98,28 +99,28 @@ func (c *Client) CanExpire() bool { return c.expire != nil }
 // doExpire applies ExpireApproval in process and answers with the
 // operation as Lookup then reads it (the sweep's answer is not on the
 // wire; the read after it is).
-func (c *Client) doExpire(ctx context.Context, in Input) Output {
+func (c *Client) doExpire(ctx context.Context, in model.Input) model.Output {
 	op, err := c.expire(ctx, in.Key)
 	switch code := opjournal.ErrorCode(err); {
 	case err == nil:
 	case code == opjournal.CodeUnavailable || code == opjournal.CodeInternal || ctx.Err() != nil:
-		return Output{Maybe: true}
+		return model.Output{Maybe: true}
 	default:
-		return Output{Err: string(code)}
+		return model.Output{Err: string(code)}
 	}
-	return Output{Op: c.viewOf(op)}
+	return model.Output{Op: c.viewOf(op)}
 }
 
 // viewOf is what the sweep's answer shows of op (its result is not
 // compared, as in the agent's answers).
-func (c *Client) viewOf(op *opjournal.Operation) View {
+func (c *Client) viewOf(op *opjournal.Operation) model.View {
 	ms := func(t time.Time) int64 {
 		if t.IsZero() {
 			return 0
 		}
 		return t.Sub(c.Base).Milliseconds()
 	}
-	v := View{
+	v := model.View{
 		Status: strings.ToUpper(string(op.Status)), Attempts: op.AttemptCount, Owner: op.LeaseOwner, NeedsReview: op.NeedsReview,
 		ExternalID: op.ExternalID, DuplicateID: op.DuplicateExternalID, DuplicateIDs: strings.Join(op.DuplicateExternalIDs, ","),
 		Reports: op.DuplicateReports, ErrorCode: op.ErrorCode, Checks: op.CheckCount, LeaseUntil: ms(op.LeaseUntil),
@@ -140,51 +141,51 @@ func (c *Client) viewOf(op *opjournal.Operation) View {
 const actor = "linearize"
 
 // request builds the protobuf request of in and its REST verb.
-func request(in Input) (proto.Message, string) {
+func request(in model.Input) (proto.Message, string) {
 	k := in.Key
 	switch in.Kind {
-	case Register:
+	case model.Register:
 		r := &pb.RegisterRequest{OperationKey: k, ActionType: in.Action, Payload: payload(in.Payload)}
 		if in.Claim {
 			r.Claim = &pb.ClaimOptions{WorkerId: in.Worker, LeaseSeconds: int32(in.Lease)}
 		}
 		return r, "register"
-	case Claim:
+	case model.Claim:
 		return &pb.ClaimRequest{OperationKey: k, WorkerId: in.Worker, LeaseSeconds: int32(in.Lease)}, "claim"
-	case ExtendLease:
+	case model.ExtendLease:
 		return &pb.ExtendLeaseRequest{OperationKey: k, Attempt: int32(in.Attempt), LeaseSeconds: int32(in.Lease)}, "extendLease"
-	case MarkSucceeded:
+	case model.MarkSucceeded:
 		r := &pb.MarkSucceededRequest{OperationKey: k, Attempt: int32(in.Attempt), ExternalId: in.ExternalID}
 		if in.ExternalID != "" {
 			r.Result = resultStruct(in.ExternalID)
 		}
 		return r, "markSucceeded"
-	case MarkUnknown:
+	case model.MarkUnknown:
 		return &pb.MarkUnknownRequest{OperationKey: k, Attempt: int32(in.Attempt), ErrorCode: in.ErrorCode}, "markUnknown"
-	case MarkFailedFinal:
+	case model.MarkFailedFinal:
 		return &pb.MarkFailedFinalRequest{OperationKey: k, Attempt: int32(in.Attempt), ErrorCode: in.ErrorCode}, "markFailedFinal"
-	case RecordCheck:
+	case model.RecordCheck:
 		return &pb.RecordCheckRequest{OperationKey: k, Attempt: int32(in.Attempt), Actor: actor, Note: "unclear",
 			NextCheckAfterSeconds: int32(in.CheckAfter)}, "recordCheck"
-	case ReleaseForRetry:
+	case model.ReleaseForRetry:
 		return &pb.ReleaseForRetryRequest{OperationKey: k, Attempt: int32(in.Attempt), Actor: actor, Reason: "absent"}, "releaseForRetry"
-	case Escalate:
+	case model.Escalate:
 		return &pb.EscalateRequest{OperationKey: k, Actor: actor, Reason: "unknown for too long"}, "escalate"
-	case Resolve:
+	case model.Resolve:
 		r := &pb.ResolveRequest{OperationKey: k, Actor: actor, Reason: "checked by hand"}
-		if in.Resolution == Succeeded {
+		if in.Resolution == model.Succeeded {
 			r.Resolution, r.ExternalId, r.Result = pb.Resolution_RESOLUTION_SUCCEEDED, in.ExternalID, resultStruct(in.ExternalID)
 		} else {
 			r.Resolution, r.ErrorCode = pb.Resolution_RESOLUTION_FAILED_FINAL, in.ErrorCode
 		}
 		return r, "resolve"
-	case Acknowledge:
+	case model.Acknowledge:
 		return &pb.AcknowledgeRequest{OperationKey: k, Actor: actor, Reason: "duplicate refunded"}, "acknowledge"
-	case Lookup:
+	case model.Lookup:
 		return &pb.LookupRequest{OperationKey: k}, "lookup"
-	case Approve:
+	case model.Approve:
 		return &pb.ApproveRequest{OperationKey: k, RequestHash: requestHash(in.Action, in.Payload), Actor: in.Worker, Reason: "checked"}, "approve"
-	case Reject:
+	case model.Reject:
 		return &pb.RejectRequest{OperationKey: k, RequestHash: requestHash(in.Action, in.Payload), Actor: in.Worker, Reason: "not wanted",
 			ErrorCode: in.ErrorCode}, "reject"
 	}
@@ -215,7 +216,7 @@ func resultStruct(id string) *structpb.Struct {
 	return s
 }
 
-func (c *Client) call(ctx context.Context, k Kind, req proto.Message) (proto.Message, error) {
+func (c *Client) call(ctx context.Context, k model.Kind, req proto.Message) (proto.Message, error) {
 	g := c.grpc
 	switch r := req.(type) {
 	case *pb.RegisterRequest:
@@ -265,10 +266,10 @@ type statusError struct {
 
 func (e *statusError) Error() string { return fmt.Sprintf("HTTP %d %s", e.status, e.code) }
 
-func (c *Client) rest(ctx context.Context, k Kind, verb string, req proto.Message) (proto.Message, error) {
+func (c *Client) rest(ctx context.Context, k model.Kind, verb string, req proto.Message) (proto.Message, error) {
 	var hreq *http.Request
 	var err error
-	if k == Lookup {
+	if k == model.Lookup {
 		q := url.Values{"operation_key": {req.(*pb.LookupRequest).GetOperationKey()}}
 		hreq, err = http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/operations:lookup?"+q.Encode(), nil)
 	} else {
@@ -300,33 +301,33 @@ func (c *Client) rest(ctx context.Context, k Kind, verb string, req proto.Messag
 	}
 	var out proto.Message
 	switch k {
-	case Register:
+	case model.Register:
 		out = &pb.RegisterResponse{}
-	case Claim:
+	case model.Claim:
 		out = &pb.ClaimResponse{}
-	case ExtendLease:
+	case model.ExtendLease:
 		out = &pb.ExtendLeaseResponse{}
-	case MarkSucceeded:
+	case model.MarkSucceeded:
 		out = &pb.MarkSucceededResponse{}
-	case MarkUnknown:
+	case model.MarkUnknown:
 		out = &pb.MarkUnknownResponse{}
-	case MarkFailedFinal:
+	case model.MarkFailedFinal:
 		out = &pb.MarkFailedFinalResponse{}
-	case RecordCheck:
+	case model.RecordCheck:
 		out = &pb.RecordCheckResponse{}
-	case ReleaseForRetry:
+	case model.ReleaseForRetry:
 		out = &pb.ReleaseForRetryResponse{}
-	case Escalate:
+	case model.Escalate:
 		out = &pb.EscalateResponse{}
-	case Resolve:
+	case model.Resolve:
 		out = &pb.ResolveResponse{}
-	case Acknowledge:
+	case model.Acknowledge:
 		out = &pb.AcknowledgeResponse{}
-	case Lookup:
+	case model.Lookup:
 		out = &pb.LookupResponse{}
-	case Approve:
+	case model.Approve:
 		out = &pb.ApproveResponse{}
-	case Reject:
+	case model.Reject:
 		out = &pb.RejectResponse{}
 	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, out); err != nil {
@@ -368,8 +369,8 @@ func refusal(err error) (string, bool) {
 type opAnswer interface{ GetOperation() *pb.Operation }
 
 // output converts an answer to the model's Output.
-func (c *Client) output(resp proto.Message) Output {
-	var o Output
+func (c *Client) output(resp proto.Message) model.Output {
+	var o model.Output
 	if a, ok := resp.(opAnswer); ok {
 		_, basic := resp.(interface{ GetLeaseSeconds() int32 })
 		switch resp.(type) {
@@ -393,8 +394,8 @@ func (c *Client) output(resp proto.Message) Output {
 
 func nextName(n pb.NextStep) string { return strings.TrimPrefix(n.String(), "NEXT_STEP_") }
 
-func (c *Client) view(op *pb.Operation, result bool) View {
-	v := View{
+func (c *Client) view(op *pb.Operation, result bool) model.View {
+	v := model.View{
 		Status: strings.TrimPrefix(op.GetStatus().String(), "STATUS_"), Attempts: int(op.GetAttemptCount()),
 		Owner: op.GetLeaseOwner(), NeedsReview: op.GetNeedsReview(), ExternalID: op.GetExternalId(),
 		DuplicateID: op.GetDuplicateExternalId(), DuplicateIDs: strings.Join(op.GetDuplicateExternalIds(), ","),

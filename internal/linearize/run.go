@@ -15,6 +15,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/opjournal/opjournal/internal/testclock"
+	"github.com/opjournal/opjournal/protocol/model"
 )
 
 // Key is one operation key of a run and its action.
@@ -40,7 +41,7 @@ type Config struct {
 	// Clients are the journal's doors; each call picks one at random (two
 	// servers on one database: two clients).
 	Clients []*Client
-	Model   *Model
+	Model   *model.Model
 	Keys    []Key
 	Workers int
 	// Ops is how many calls each worker makes (with Clock: in rounds of
@@ -95,7 +96,7 @@ func Run(ctx context.Context, cfg Config, dir, name string) (*Result, error) {
 	}
 	nowOf := func() int64 {
 		if cfg.Clock == nil {
-			return TimeUnknown
+			return model.TimeUnknown
 		}
 		return cfg.Clock.Now().Sub(cfg.Base).Milliseconds()
 	}
@@ -103,13 +104,13 @@ func Run(ctx context.Context, cfg Config, dir, name string) (*Result, error) {
 	// drawn anyway, with the workload's attempts); the duplicate race
 	// starts from confirmed effects.
 	for _, k := range cfg.Keys {
-		reg := Input{Kind: Register, Key: k.Key, Action: k.Action, Now: nowOf()}
+		reg := model.Input{Kind: model.Register, Key: k.Key, Action: k.Action, Now: nowOf()}
 		if cfg.Workload == DuplicateRace {
 			reg.Claim, reg.Worker = true, "w0"
 		}
 		workers[0].do(ctx, reg)
 		if cfg.Workload == DuplicateRace {
-			workers[0].do(ctx, Input{Kind: MarkSucceeded, Key: k.Key, Attempt: 1, ExternalID: "x0", Now: nowOf(), REST: true})
+			workers[0].do(ctx, model.Input{Kind: model.MarkSucceeded, Key: k.Key, Attempt: 1, ExternalID: "x0", Now: nowOf(), REST: true})
 		}
 	}
 	for done := 0; done < cfg.Ops; done += cfg.PerRound {
@@ -139,13 +140,13 @@ func Run(ctx context.Context, cfg Config, dir, name string) (*Result, error) {
 	}
 	// A last look at every key, one at a time: the end state is checked too.
 	for _, k := range cfg.Keys {
-		workers[0].do(ctx, Input{Kind: Lookup, Key: k.Key, Now: nowOf()})
-		workers[0].do(ctx, Input{Kind: Lookup, Key: k.Key, Now: nowOf(), REST: true})
+		workers[0].do(ctx, model.Input{Kind: model.Lookup, Key: k.Key, Now: nowOf()})
+		workers[0].do(ctx, model.Input{Kind: model.Lookup, Key: k.Key, Now: nowOf(), REST: true})
 	}
 	history := rec.history()
 	res := &Result{History: history, Counts: map[string]int{}}
 	for _, op := range history {
-		in, out := op.Input.(Input), op.Output.(Output)
+		in, out := op.Input.(model.Input), op.Output.(model.Output)
 		a := "ok"
 		switch {
 		case out.Maybe:
@@ -155,15 +156,15 @@ func Run(ctx context.Context, cfg Config, dir, name string) (*Result, error) {
 		}
 		res.Counts[string(in.Kind)+" "+a]++
 	}
-	model := cfg.Model.Porcupine()
-	res.Check, res.Info = porcupine.CheckOperationsVerbose(model, history, 2*time.Minute)
+	spec := porcupineModel(cfg.Model)
+	res.Check, res.Info = porcupine.CheckOperationsVerbose(spec, history, 2*time.Minute)
 	res.Elapsed = time.Since(start)
 	if res.Check == porcupine.Illegal {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return res, err
 		}
 		path := filepath.Join(dir, fmt.Sprintf("linearize-%s-%d.html", name, time.Now().UnixNano()))
-		if err := porcupine.VisualizePath(model, res.Info, path); err != nil {
+		if err := porcupine.VisualizePath(spec, res.Info, path); err != nil {
 			return res, err
 		}
 		res.Visualization = path
@@ -212,7 +213,7 @@ func (r *recorder) history() []porcupine.Operation {
 	}
 	out := make([]porcupine.Operation, len(r.ops))
 	for i, op := range r.ops {
-		if op.Output.(Output).Maybe {
+		if op.Output.(model.Output).Maybe {
 			op.Return = end + 1
 		}
 		out[i] = op
@@ -228,7 +229,7 @@ type worker struct {
 	rec      *recorder
 }
 
-func (w *worker) do(ctx context.Context, in Input) {
+func (w *worker) do(ctx context.Context, in model.Input) {
 	c := w.cfg.Clients[w.rnd.IntN(len(w.cfg.Clients))]
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
 	call := time.Since(w.rec.start).Nanoseconds()
@@ -245,21 +246,21 @@ func (w *worker) do(ctx context.Context, in Input) {
 func (w *worker) one(ctx context.Context, now int64) {
 	r := w.rnd
 	k := w.cfg.Keys[r.IntN(len(w.cfg.Keys))]
-	in := Input{Key: k.Key, Now: now, REST: r.IntN(2) == 0, Worker: fmt.Sprintf("w%d", w.id)}
+	in := model.Input{Key: k.Key, Now: now, REST: r.IntN(2) == 0, Worker: fmt.Sprintf("w%d", w.id)}
 	in.Kind = w.kind()
-	if in.Kind == Expire && !w.cfg.Clients[0].CanExpire() {
-		in.Kind = Lookup // a journal in another process: its own sweep (off) would be a call nobody recorded
+	if in.Kind == model.Expire && !w.cfg.Clients[0].CanExpire() {
+		in.Kind = model.Lookup // a journal in another process: its own sweep (off) would be a call nobody recorded
 	}
 	act := w.cfg.Model.Actions[k.Action]
 	switch in.Kind {
-	case Register:
+	case model.Register:
 		in.Action, in.Claim = k.Action, r.IntN(2) == 0
 		if r.IntN(10) == 0 {
 			in.Payload = 1
 		}
 	}
 	switch in.Kind {
-	case Register, Claim, ExtendLease:
+	case model.Register, model.Claim, model.ExtendLease:
 		if r.IntN(4) == 0 {
 			in.Lease = 1 + r.IntN(int(act.LeaseMS/1000))
 		}
@@ -279,33 +280,33 @@ func (w *worker) one(ctx context.Context, now int64) {
 	}
 	in.ExternalID = w.externalID()
 	switch in.Kind {
-	case MarkUnknown, MarkFailedFinal:
+	case model.MarkUnknown, model.MarkFailedFinal:
 		in.ErrorCode = []string{"", "timeout", "card_declined"}[r.IntN(3)]
-	case Resolve:
+	case model.Resolve:
 		if r.IntN(2) == 0 {
-			in.Resolution = Succeeded
+			in.Resolution = model.Succeeded
 			if in.ExternalID == "" {
 				in.ExternalID = "x1"
 			}
 		} else {
-			in.Resolution, in.ExternalID = FailedFinal, ""
+			in.Resolution, in.ExternalID = model.FailedFinal, ""
 			in.ErrorCode = []string{"", "refunded"}[r.IntN(2)]
 		}
-	case RecordCheck:
+	case model.RecordCheck:
 		in.CheckAfter = 1 + r.IntN(30)
-	case Approve, Reject:
+	case model.Approve, model.Reject:
 		// The approvers are a few people, so that one meets itself under
 		// two_person; now and then one saw another request's hash.
 		in.Action, in.Worker = k.Action, fmt.Sprintf("p%d", r.IntN(3))
 		if r.IntN(6) == 0 {
 			in.Payload = 1
 		}
-		if in.Kind == Reject {
+		if in.Kind == model.Reject {
 			in.ErrorCode = []string{"", "not_wanted"}[r.IntN(2)]
 		}
 	}
 	switch in.Kind {
-	case MarkSucceeded, Resolve:
+	case model.MarkSucceeded, model.Resolve:
 	default:
 		in.ExternalID = ""
 	}
@@ -320,17 +321,17 @@ func (w *worker) externalID() string {
 }
 
 var weights = map[Workload][]struct {
-	k Kind
+	k model.Kind
 	w int
 }{
-	Mixed: {{Register, 10}, {Claim, 12}, {ExtendLease, 6}, {MarkSucceeded, 12}, {MarkUnknown, 8}, {MarkFailedFinal, 5},
-		{RecordCheck, 6}, {ReleaseForRetry, 6}, {Escalate, 5}, {Resolve, 6}, {Acknowledge, 8}, {Lookup, 8},
-		{Approve, 8}, {Reject, 2}, {Expire, 4}},
-	DuplicateRace: {{Register, 3}, {Claim, 2}, {MarkSucceeded, 40}, {Acknowledge, 30}, {MarkFailedFinal, 2}, {Lookup, 5},
-		{Escalate, 2}, {Resolve, 2}},
+	Mixed: {{model.Register, 10}, {model.Claim, 12}, {model.ExtendLease, 6}, {model.MarkSucceeded, 12}, {model.MarkUnknown, 8}, {model.MarkFailedFinal, 5},
+		{model.RecordCheck, 6}, {model.ReleaseForRetry, 6}, {model.Escalate, 5}, {model.Resolve, 6}, {model.Acknowledge, 8}, {model.Lookup, 8},
+		{model.Approve, 8}, {model.Reject, 2}, {model.Expire, 4}},
+	DuplicateRace: {{model.Register, 3}, {model.Claim, 2}, {model.MarkSucceeded, 40}, {model.Acknowledge, 30}, {model.MarkFailedFinal, 2}, {model.Lookup, 5},
+		{model.Escalate, 2}, {model.Resolve, 2}},
 }
 
-func (w *worker) kind() Kind {
+func (w *worker) kind() model.Kind {
 	ws := weights[w.cfg.Workload]
 	total := 0
 	for _, e := range ws {
@@ -343,22 +344,22 @@ func (w *worker) kind() Kind {
 		}
 		n -= e.w
 	}
-	return Lookup
+	return model.Lookup
 }
 
 // FirstDisagreement replays a history whose calls never overlapped (one
 // worker) in call order and describes the first answer the model would
 // not give, or returns "" when the model gives every one. It makes a
 // model's or the journal's mistake readable without the visualization.
-func FirstDisagreement(m *Model, history []porcupine.Operation) string {
+func FirstDisagreement(m *model.Model, history []porcupine.Operation) string {
 	ops := slices.Clone(history)
 	sort.Slice(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
-	states := map[string]State{}
+	states := map[string]model.State{}
 	for _, op := range ops {
-		in, out := op.Input.(Input), op.Output.(Output)
+		in, out := op.Input.(model.Input), op.Output.(model.Output)
 		want, next := m.Step(states[in.Key], in)
-		if !out.Maybe && !Agree(want, out, in.Now != TimeUnknown) {
-			return fmt.Sprintf("state %+v\ncall  %s\nwant  %s", states[in.Key], describe(in, out), describe(in, want))
+		if !out.Maybe && !model.Agree(want, out, in.Now != model.TimeUnknown) {
+			return fmt.Sprintf("state %+v\ncall  %s\nwant  %s", states[in.Key], model.Describe(in, out), model.Describe(in, want))
 		}
 		states[in.Key] = next
 	}
@@ -368,10 +369,10 @@ func FirstDisagreement(m *Model, history []porcupine.Operation) string {
 // Explain describes where an Illegal history fails: for the key whose
 // calls cannot all be ordered, the end of the longest order found (with
 // the model's state after it) and the earliest calls no order could add.
-func Explain(m *Model, history []porcupine.Operation, info porcupine.LinearizationInfo) string {
+func Explain(m *model.Model, history []porcupine.Operation, info porcupine.LinearizationInfo) string {
 	byKey := map[string]int{}
 	for _, op := range history {
-		byKey[op.Input.(Input).Key]++
+		byKey[op.Input.(model.Input).Key]++
 	}
 	var b strings.Builder
 	for _, part := range info.PartialLinearizationsOperations() {
@@ -384,32 +385,32 @@ func Explain(m *Model, history []porcupine.Operation, info porcupine.Linearizati
 		if len(longest) == 0 {
 			continue
 		}
-		key := longest[0].Input.(Input).Key
+		key := longest[0].Input.(model.Input).Key
 		if len(longest) == byKey[key] {
 			continue
 		}
 		placed := map[porcupine.Operation]bool{}
-		st := State{}
+		st := model.State{}
 		for _, op := range longest {
 			placed[op] = true
-			_, st = m.Step(st, op.Input.(Input))
+			_, st = m.Step(st, op.Input.(model.Input))
 		}
 		fmt.Fprintf(&b, "key %s: %d of its %d calls ordered; the order ends with:\n", key, len(longest), byKey[key])
 		for _, op := range longest[max(0, len(longest)-8):] {
-			fmt.Fprintf(&b, "  [w%d] %s\n", op.ClientId, describe(op.Input.(Input), op.Output.(Output)))
+			fmt.Fprintf(&b, "  [w%d] %s\n", op.ClientId, model.Describe(op.Input.(model.Input), op.Output.(model.Output)))
 		}
 		fmt.Fprintf(&b, "model state then: %+v\nno order can add next any of:\n", st)
 		var rest []porcupine.Operation
 		for _, op := range history {
-			if op.Input.(Input).Key == key && !placed[op] {
+			if op.Input.(model.Input).Key == key && !placed[op] {
 				rest = append(rest, op)
 			}
 		}
 		sort.Slice(rest, func(i, j int) bool { return rest[i].Call < rest[j].Call })
 		for _, op := range rest[:min(len(rest), 4)] {
-			in := op.Input.(Input)
+			in := op.Input.(model.Input)
 			want, _ := m.Step(st, in)
-			fmt.Fprintf(&b, "  [w%d] %s\n      (the model there: %s)\n", op.ClientId, describe(in, op.Output.(Output)), describe(in, want))
+			fmt.Fprintf(&b, "  [w%d] %s\n      (the model there: %s)\n", op.ClientId, model.Describe(in, op.Output.(model.Output)), model.Describe(in, want))
 		}
 	}
 	return b.String()

@@ -10,6 +10,7 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/model"
 	"github.com/opjournal/opjournal/server"
 	"github.com/opjournal/opjournal/store"
 )
@@ -78,11 +79,11 @@ actions:
 `
 
 // ModelOf reads the model's view of every action of a policy.
-func ModelOf(pol *policy.Policy) *Model {
-	m := &Model{Actions: map[string]Action{}}
+func ModelOf(pol *policy.Policy) *model.Model {
+	m := &model.Model{Actions: map[string]model.Action{}}
 	for _, name := range pol.Names() {
 		a, _ := pol.Action(name)
-		m.Actions[name] = Action{
+		m.Actions[name] = model.Action{
 			Name: name, LeaseMS: int64(a.LeaseSeconds) * 1000, MaxAttemptMS: a.MaxAttempt.Milliseconds(),
 			RetrySameKey: a.AllowsRetryAfterUnknown(), ProviderWindowMS: a.ProviderDedupWindow.Milliseconds(),
 			DefinitiveAbsence: a.Reconcile.DefinitiveAbsence, ReleaseAfterMS: a.ReleaseAfter().Milliseconds(),
@@ -100,7 +101,7 @@ func ModelOf(pol *policy.Policy) *Model {
 }
 
 // Keys returns n keys per action of m, named by run and action.
-func Keys(m *Model, run string, n int) []Key {
+func Keys(m *model.Model, run string, n int) []Key {
 	var ks []Key
 	for _, name := range []string{"pay_reconcile", "pay_retry", "pay_approve", "pay_approve2"} {
 		if _, ok := m.Actions[name]; !ok {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 )
 
 // The three statements the batchers run (batch.go explains why): the first

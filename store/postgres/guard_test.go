@@ -10,7 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/opjournal/opjournal/internal/pgtest"
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store/storetest"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 )
 
 // The history (operation_events) is partitioned by RANGE on its time, one

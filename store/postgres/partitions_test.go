@@ -17,9 +17,9 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/pgtest"
-	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/internal/testclock"
 	"github.com/opjournal/opjournal/migrations"
+	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/postgres"
 	"github.com/opjournal/opjournal/store/storetest"

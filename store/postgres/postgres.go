@@ -24,9 +24,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/migrations"
+	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -223,6 +223,9 @@ func parseSettings(raw string) (connSettings, error) {
 // is at this build's last migration (run `opjournal migrate` on a direct
 // URL first).
 func Open(ctx context.Context, url string) (*Store, error) {
+	if err := rendered(); err != nil {
+		return nil, fmt.Errorf("postgres: this build cannot run the protocol table: %w", err)
+	}
 	cs, err := parseSettings(url)
 	if err != nil {
 		return nil, err
@@ -543,7 +546,8 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*opjournal.Operati
 	return sc.op, err
 }
 
-// The statements of the table's rules, rendered once (render.go).
+// The statements of the table's rules, rendered once (render.go) by
+// renderStatements, before the first store opens.
 var (
 	updates  = map[*protocol.Rule]*statement{}
 	inserts  = map[*protocol.Rule]*statement{}
@@ -553,7 +557,22 @@ var (
 	batchClaim, batchMark *statement
 )
 
-func init() {
+// rendered renders the statements once; Open fails with its error. A
+// table this store cannot run (a rule the batched statements cannot
+// apply, a kind the renderer lacks) is a programming error that
+// TestTheTableRenders catches before any release, never a panic at
+// start-up.
+var rendered = sync.OnceValue(renderStatements)
+
+// renderStatements fills the statements from the protocol table.
+func renderStatements() (err error) {
+	defer func() {
+		// The renderer's own refusals (render.go) are panics deep in its
+		// recursion: an unknown kind has no SQL.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
 	for _, r := range protocol.AllRules() {
 		switch {
 		case r.Outcome != protocol.Changed:
@@ -563,18 +582,30 @@ func init() {
 			updates[r] = renderUpdate(r)
 		}
 	}
-	claimed, plain := insertRules()
+	claimed, plain, err := insertRules()
+	if err != nil {
+		return err
+	}
+	claimRule, err := batchedRule(protocol.CmdClaim)
+	if err != nil {
+		return err
+	}
+	markRule, err := batchedRule(protocol.CmdMarkSucceeded)
+	if err != nil {
+		return err
+	}
 	batchReg = renderBatchedInsert(claimed, plain)
-	batchClaim = renderBatchedUpdate(batchedRule(protocol.CmdClaim))
-	batchMark = renderBatchedUpdate(batchedRule(protocol.CmdMarkSucceeded))
+	batchClaim = renderBatchedUpdate(claimRule)
+	batchMark = renderBatchedUpdate(markRule)
+	return nil
 }
 
 // insertRules are Register's rules for a new key, chosen by what they
 // require (the key absent; a claim asked for, or not) rather than by their
 // place in the table. The batched insert decides between the two by the
-// call's claim alone, so it panics at start-up unless exactly two rules
-// insert and the claim tells them apart.
-func insertRules() (claimed, plain *protocol.Rule) {
+// call's claim alone, so the table must have exactly two rules that insert,
+// told apart by the claim.
+func insertRules() (claimed, plain *protocol.Rule, err error) {
 	var inserting []*protocol.Rule
 	for _, r := range protocol.Rules(protocol.CmdRegister) {
 		// A Register with an approval is never batched (register sends it
@@ -594,34 +625,33 @@ func insertRules() (claimed, plain *protocol.Rule) {
 		}
 	}
 	if len(inserting) != 2 || claimed == nil || plain == nil {
-		panic(fmt.Sprintf("postgres: the batched Register needs two rules for a new key told apart by the claim; the table has %d", len(inserting)))
+		return nil, nil, fmt.Errorf("the batched Register needs two rules for a new key told apart by the claim; the table has %d", len(inserting))
 	}
-	return claimed, plain
+	return claimed, plain, nil
 }
 
 // batchedRule is the rule a batched statement of cmd applies without
 // reading the rows: the command's first rule that changes an operation.
-// It panics at start-up unless that rule is the command's first (no rule
-// tried before it could apply instead) and its guard is all in SQL (no
-// requirement on the command alone, which one statement for many calls
-// could not tell apart).
-func batchedRule(cmd protocol.CommandKind) *protocol.Rule {
+// That rule must be the command's first (no rule tried before it could
+// apply instead) and its guard all in SQL (no requirement on the command
+// alone, which one statement for many calls could not tell apart).
+func batchedRule(cmd protocol.CommandKind) (*protocol.Rule, error) {
 	rules := protocol.Rules(cmd)
 	for _, r := range rules {
 		if r.Outcome != protocol.Changed {
 			continue
 		}
 		if r != rules[0] {
-			panic(fmt.Sprintf("postgres: the batched %s applies %q without reading the row, but rule %q is tried before it", cmd, r.Case, rules[0].Case))
+			return nil, fmt.Errorf("the batched %s applies %q without reading the row, but rule %q is tried before it", cmd, r.Case, rules[0].Case)
 		}
 		for _, req := range r.Requires {
 			if req.Cond.CommandOnly() {
-				panic(fmt.Sprintf("postgres: the batched %s cannot apply %q: its guard depends on the command (%v)", cmd, r.Case, req.Cond.Kind))
+				return nil, fmt.Errorf("the batched %s cannot apply %q: its guard depends on the command (%v)", cmd, r.Case, req.Cond.Kind)
 			}
 		}
-		return r
+		return r, nil
 	}
-	panic(fmt.Sprintf("postgres: %s has no rule that changes an operation to batch", cmd))
+	return nil, fmt.Errorf("%s has no rule that changes an operation to batch", cmd)
 }
 
 // requires reports whether one of r's requirements is a condition of kind.

@@ -6,10 +6,10 @@ import (
 	"strings"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 )
 
-// The protocol table (internal/protocol/table.go) rendered as SQL. Every rule that changes
+// The protocol table (protocol/table.go) rendered as SQL. Every rule that changes
 // an operation becomes one statement: a conditional UPDATE whose WHERE is
 // the rule's guard, whose SET is the rule's assignments, and which writes
 // the rule's event in the same statement (a data-modifying CTE). The batched
@@ -25,7 +25,7 @@ import (
 const clock = `coalesce($1::timestamptz, now())`
 
 // dialect is how PostgreSQL spells the protocol's shared terms
-// (internal/protocol/predicate.go): the statement's clock, a false
+// (protocol/predicate.go): the statement's clock, a false
 // boolean, and a duration argument in seconds ($3 in the purge).
 var dialect = protocol.Dialect{
 	Now:     clock,
@@ -174,7 +174,7 @@ func renderable(c protocol.Cond) bool { return !c.Kind.RegisterOnly() }
 
 // condSQL renders each kind of condition but the combinations (cond
 // renders those): the SQL column of the protocol's table of conditions
-// (internal/protocol/kinds.go). TestEveryKindRenders checks that no kind
+// (protocol/kinds.go). TestEveryKindRenders checks that no kind
 // lacks its row.
 var condSQL = map[protocol.CondKind]func(r *renderer, c protocol.Cond) string{
 	protocol.CondStatus: func(_ *renderer, c protocol.Cond) string {

@@ -1,88 +1,38 @@
 package postgres
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/statements.sql from the rendered statements")
-
-// statementsFile renders every statement the store runs for the protocol
-// table, named by its rule, and the shared predicates they are made of:
-// what the database is asked, readable without running anything.
-func statementsFile() string {
-	var b strings.Builder
-	b.WriteString("-- The PostgreSQL store's statements, rendered from the protocol table\n" +
-		"-- (internal/protocol/table.go) by store/postgres/render.go. Generated:\n" +
-		"-- go test ./store/postgres/ -run TestStatementsFile -update\n" +
-		"-- $1 is the clock (NULL: now()), $2 the tenant, $3 the key; a rule's\n" +
-		"-- parameters follow in the order given. Batched statements take arrays.\n")
-	section := func(name, params, sql string) {
-		b.WriteString("\n-- name: " + name + "\n")
-		if params != "" {
-			b.WriteString("-- params: " + params + "\n")
-		}
-		b.WriteString(strings.TrimSpace(sql) + ";\n")
-	}
-	for _, p := range []struct{ name, sql string }{
-		{"predicate: effective status", effectiveStatus}, {"predicate: effectively unknown", isUnknown},
-		{"predicate: lease expired", leaseExpired}, {"predicate: check due", checkDue},
-		{"predicate: purgeable", purgeable},
-	} {
-		section(p.name, "", "SELECT "+p.sql)
-	}
-	names := func(ps []protocol.Param) string {
-		s := make([]string, len(ps))
-		for i, p := range ps {
-			s[i] = p.Name()
-		}
-		return strings.Join(s, ", ")
-	}
-	for _, r := range protocol.AllRules() {
-		st := inserts[r]
-		if st == nil {
-			st = updates[r]
-		}
-		if st != nil {
-			section(st.name, names(st.params), st.sql)
-		}
-	}
-	for _, st := range []*statement{batchReg, batchClaim, batchMark} {
-		section("batched "+st.name, names(st.params), st.sql)
-	}
-	return b.String()
-}
 
 // TestStatementsFile: testdata/statements.sql is what render.go renders
 // from the table today, so a change to a rule shows as a diff of SQL in
-// review (rewrite it with -update).
+// review (the protocol's generator rewrites it).
 func TestStatementsFile(t *testing.T) {
 	path := filepath.Join("testdata", "statements.sql")
-	got := statementsFile()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
+	got, err := Statements()
+	if err != nil {
+		t.Fatal(err)
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (create it with -update)", err)
+		t.Fatal(err)
 	}
 	if string(want) != got {
-		t.Fatalf("%s is not what render.go renders: run go test ./store/postgres/ -run TestStatementsFile -update and review the diff", path)
+		t.Fatalf("%s is not what render.go renders: run go run ./protocol/cmd/protocolgen (make generate) and review the diff", path)
 	}
 }
 
 // TestBatchedRulesAreChosenByWhatTheyRequire: the batched statements
 // apply the rules the one-call path would try first.
 func TestBatchedRulesAreChosenByWhatTheyRequire(t *testing.T) {
-	claimed, plain := insertRules()
+	claimed, plain, err := insertRules()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got := insertRule(&protocol.Command{Kind: protocol.CmdRegister, Claim: true}); got != claimed {
 		t.Errorf("a claimed Register inserts by %q, the batch by %q", got.Case, claimed.Case)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/opjournal/opjournal/internal/bench"
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store/sqlite"
 	"github.com/opjournal/opjournal/store/storetest"
 )

@@ -29,8 +29,8 @@ import (
 	zsqlite "zombiezen.com/go/sqlite"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/protocol"
 	"github.com/opjournal/opjournal/migrations"
+	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 
@@ -170,10 +170,10 @@ func (s *Store) Ping(ctx context.Context) error {
 const nowSQL = `coalesce(?1, CAST(unixepoch('subsec') * 1000 AS INTEGER))`
 
 // dialect is how SQLite spells the protocol's shared terms
-// (internal/protocol/predicate.go): the statement's clock, a false
+// (protocol/predicate.go): the statement's clock, a false
 // boolean (an integer), and a duration argument in milliseconds (?3 in
-// the purge). The terms are rendered into constants (terms.go, by
-// TestTermsFile -update), because the write path's statements must stay
+// the purge). The terms are rendered into constants (terms.go, by the
+// protocol's generator, protocol/cmd/protocolgen), because the write path's statements must stay
 // constants: bench/sqlitedrivers evaluates them from this source.
 var dialect = protocol.Dialect{
 	Now:     nowSQL,

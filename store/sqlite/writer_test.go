@@ -13,7 +13,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/await"
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/storetest"
 )

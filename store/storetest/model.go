@@ -14,7 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 

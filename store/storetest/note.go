@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
 

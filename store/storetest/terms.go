@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 )
 
 // TermRetention is the "retention" argument the stores' term tests bind.
@@ -17,7 +17,7 @@ type SharedTerm struct {
 	Term protocol.Term
 }
 
-// SharedTerms are every shared term of internal/protocol/predicate.go:
+// SharedTerms are every shared term of protocol/predicate.go:
 // each store's test renders them in its dialect, runs them on TermRows
 // and compares the answers with Term.Value.
 var SharedTerms = []SharedTerm{

@@ -23,7 +23,7 @@ func (s state) terminal() bool {
 	return s.status == pb.Status_STATUS_SUCCEEDED || s.status == pb.Status_STATUS_FAILED_FINAL
 }
 
-// rank orders the states of one attempt as the protocol (internal/protocol/table.go)
+// rank orders the states of one attempt as the protocol (protocol/table.go)
 // moves through them: pending (attempt 0) → in_progress → unknown (by
 // MarkUnknown, a lease that ran out, RecordCheck) → pending again after
 // ReleaseForRetry (the attempt count stays; the next claim raises it) →

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/opjournal/opjournal/internal/pgtest"
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store/postgres"
 )
 

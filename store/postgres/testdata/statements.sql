@@ -1,6 +1,6 @@
 -- The PostgreSQL store's statements, rendered from the protocol table
--- (internal/protocol/table.go) by store/postgres/render.go. Generated:
--- go test ./store/postgres/ -run TestStatementsFile -update
+-- (protocol/table.go) by store/postgres/render.go. Generated:
+-- go run ./protocol/cmd/protocolgen (make generate)
 -- $1 is the clock (NULL: now()), $2 the tenant, $3 the key; a rule's
 -- parameters follow in the order given. Batched statements take arrays.
 

@@ -9,7 +9,7 @@ import (
 
 // The protocol: every command, the case it handles, its guard, what it
 // sets and the event it writes. The table of docs/protocol.md is
-// generated from this table (go run ./internal/cmd/protocoldoc docs/protocol.md), and
+// generated from this table (go run ./protocol/cmd/protocolgen), and
 // store/storetest checks every store against Apply over it.
 //
 // Three facts hold outside the table: every command but Register refuses

@@ -1,24 +1,18 @@
-// Package linearize checks that the journal's per-key protocol is
-// linearizable: concurrent clients issue random commands on a few
-// operation keys over gRPC and REST against a real journal, every call is
-// recorded with its call and return time, and porcupine searches for a
-// sequential order of the calls, consistent with real time, in which a
-// sequential model of the protocol gives every answer the journal gave.
-//
-// The model (this file) is written from the README's protocol table (the
-// section "The protocol"), not from protocol.Apply: it is an independent
-// reading of the specification, so that a store which agrees with Apply
-// on every single call but applies a rule it should not under concurrency
-// (a guard checked on a stale read) is still caught. Where the README
-// leaves a question open, the model's answer is in docs/protocol-answers.md.
-package linearize
+// Package model is the protocol's independent model: a sequential
+// specification of one operation key, written from the protocol's table as
+// the manual states it (docs/protocol.md, "The protocol"), not from
+// protocol.Apply. It is an independent reading of the specification, so
+// that a store which agrees with Apply on every single call but applies a
+// rule it should not under concurrency (a guard checked on a stale read)
+// is still caught: the linearizability checker (internal/linearize) asks
+// it for every answer the journal gave. Where the manual leaves a question
+// open, the model's answer is in docs/protocol-answers.md.
+package model
 
 import (
 	"fmt"
 	"slices"
 	"strings"
-
-	"github.com/anishathalye/porcupine"
 )
 
 // Kind names a command of the protocol (and Lookup).
@@ -201,45 +195,6 @@ type State struct {
 // Model is the sequential specification over the actions of a run.
 type Model struct {
 	Actions map[string]Action
-}
-
-// Porcupine returns the porcupine model, partitioned by operation key.
-func (m *Model) Porcupine() porcupine.Model {
-	return porcupine.Model{
-		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-			by := map[string][]porcupine.Operation{}
-			var keys []string
-			for _, op := range history {
-				k := op.Input.(Input).Key
-				if _, ok := by[k]; !ok {
-					keys = append(keys, k)
-				}
-				by[k] = append(by[k], op)
-			}
-			out := make([][]porcupine.Operation, 0, len(keys))
-			for _, k := range keys {
-				out = append(out, by[k])
-			}
-			return out
-		},
-		Init: func() any { return State{} },
-		Step: func(state, input, output any) (bool, any) {
-			in, out := input.(Input), output.(Output)
-			want, next := m.Step(state.(State), in)
-			if out.Maybe {
-				return true, next
-			}
-			return Agree(want, out, in.Now != TimeUnknown), next
-		},
-		DescribeOperation: func(input, output any) string { return describe(input.(Input), output.(Output)) },
-		DescribeState: func(state any) string {
-			s := state.(State)
-			if !s.Exists {
-				return "absent"
-			}
-			return fmt.Sprintf("%+v", s)
-		},
-	}
 }
 
 // Agree reports whether the journal's answer got is the model's want. With
@@ -612,7 +567,8 @@ func result(id string) string {
 	return "r-" + id
 }
 
-func describe(in Input, out Output) string {
+// Describe is one call and its answer in words, for a failed check.
+func Describe(in Input, out Output) string {
 	var b strings.Builder
 	via := "grpc"
 	if in.REST {

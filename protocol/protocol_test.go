@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/protocol"
+	"github.com/opjournal/opjournal/protocol"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -166,14 +166,14 @@ func TestFirstRulesDoNotReadTheRow(t *testing.T) {
 }
 
 // protocolDoc is the document that shows the protocol table, from the
-// repository's root: the file protocoldoc is run on.
+// repository's root: the page protocolgen writes.
 var protocolDoc = filepath.Join("docs", "protocol.md")
 
 // TestProtocolPageShowsTheProtocol: docs/protocol.md's table is the one
-// the code applies (regenerate it with go run ./internal/cmd/protocoldoc
+// the code applies (regenerate it with go run ./protocol/cmd/protocolgen
 // docs/protocol.md).
 func TestProtocolPageShowsTheProtocol(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", protocolDoc))
+	b, err := os.ReadFile(filepath.Join("..", protocolDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +182,6 @@ func TestProtocolPageShowsTheProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want != string(b) {
-		t.Fatalf("%s's protocol table differs from internal/protocol/table.go: run `go run ./internal/cmd/protocoldoc %s` (make generate)", protocolDoc, protocolDoc)
+		t.Fatalf("%s's protocol table differs from protocol/table.go: run `go run ./protocol/cmd/protocolgen` (make generate)", protocolDoc)
 	}
 }

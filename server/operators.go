@@ -7,12 +7,13 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/auth"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/journal"
 )
 
-// The reconciler's and operators' RPCs.
+// The RPCs that settle and review operations, the reconciler's and the
+// operators': the list, release, check, escalation, resolution,
+// acknowledgement, note and history. Approve and Reject are in approval.go.
 
 var statusFromPB = map[pb.Status]opjournal.Status{
 	pb.Status_STATUS_PENDING:           opjournal.StatusPending,
@@ -156,31 +157,6 @@ func (s *journalServer) SetNote(ctx context.Context, req *pb.SetNoteRequest) (*p
 	return &pb.SetNoteResponse{Operation: pop}, err
 }
 
-func (s *journalServer) Approve(ctx context.Context, req *pb.ApproveRequest) (*pb.ApproveResponse, error) {
-	res, err := s.svc.Approve(ctx, journal.DecisionRequest{
-		Caller: callerOf(ctx), Key: req.GetOperationKey(), RequestHash: req.GetRequestHash(), Reason: req.GetReason(), Actor: req.GetActor(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.metrics.decision(res.Operation.Action, decisionOutcome("Approve", res.Operation.Status))
-	pop, err := operationPB(res.Operation)
-	return &pb.ApproveResponse{Operation: pop, Released: res.Released}, err
-}
-
-func (s *journalServer) Reject(ctx context.Context, req *pb.RejectRequest) (*pb.RejectResponse, error) {
-	op, err := s.svc.Reject(ctx, journal.DecisionRequest{
-		Caller: callerOf(ctx), Key: req.GetOperationKey(), RequestHash: req.GetRequestHash(), Reason: req.GetReason(),
-		ErrorCode: req.GetErrorCode(), Actor: req.GetActor(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.metrics.decision(op.Action, decisionOutcome("Reject", op.Status))
-	pop, err := operationPB(op)
-	return &pb.RejectResponse{Operation: pop}, err
-}
-
 func (s *journalServer) ListEvents(ctx context.Context, req *pb.ListEventsRequest) (*pb.ListEventsResponse, error) {
 	res, err := s.svc.Events(ctx, journal.EventsRequest{
 		Caller: callerOf(ctx), Key: req.GetOperationKey(), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken(),
@@ -194,28 +170,6 @@ func (s *journalServer) ListEvents(ctx context.Context, req *pb.ListEventsReques
 			Id: e.ID, At: timestamppb.New(e.At), FromStatus: statusPB[e.From], ToStatus: statusPB[e.To],
 			Attempt: int32(e.Attempt), Actor: e.Actor, Reason: e.Reason, ExternalId: e.ExternalID, StatedActor: e.StatedActor, ActorLabel: e.ActorLabel,
 		})
-	}
-	return out, nil
-}
-
-func (s *journalServer) GetPolicy(context.Context, *pb.GetPolicyRequest) (*pb.GetPolicyResponse, error) {
-	pol := s.svc.Policy()
-	return &pb.GetPolicyResponse{Fingerprint: pol.Fingerprint(), Source: string(pol.Source())}, nil
-}
-
-// WhoAmI answers who the caller is: the principal its credential
-// authenticated, or the local administrator without authentication.
-func (s *journalServer) WhoAmI(ctx context.Context, _ *pb.WhoAmIRequest) (*pb.WhoAmIResponse, error) {
-	p, ok := ctx.Value(principalKey{}).(auth.Principal)
-	if !ok {
-		return &pb.WhoAmIResponse{PrincipalId: "local-admin", Name: "local-admin", Roles: []string{string(auth.RoleAdmin)}}, nil
-	}
-	out := &pb.WhoAmIResponse{Authenticated: true, PrincipalId: p.ID, Name: p.Name, Tenant: p.Tenant}
-	for _, r := range p.Roles {
-		out.Roles = append(out.Roles, string(r))
-	}
-	if !p.Expires.IsZero() {
-		out.ExpiresAt = timestamppb.New(p.Expires)
 	}
 	return out, nil
 }

@@ -171,29 +171,105 @@ type Addrs struct {
 // ShutdownTimeout) and returns nil. It returns an error if a listener
 // cannot be opened or a server fails.
 func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
-	grpcLis, err := net.Listen("tcp", s.cfg.GRPCAddr)
+	lis, err := s.listen()
 	if err != nil {
-		return fmt.Errorf("grpc listen %s: %w", s.cfg.GRPCAddr, err)
+		return err
 	}
-	httpLis, err := net.Listen("tcp", s.cfg.HTTPAddr)
-	if err != nil {
-		grpcLis.Close()
-		return fmt.Errorf("http listen %s: %w", s.cfg.HTTPAddr, err)
-	}
-	var metricsLis net.Listener
-	if s.cfg.MetricsAddr != "" {
-		if metricsLis, err = net.Listen("tcp", s.cfg.MetricsAddr); err != nil {
-			grpcLis.Close()
-			httpLis.Close()
-			return fmt.Errorf("metrics listen %s: %w", s.cfg.MetricsAddr, err)
-		}
-	}
-
 	if s.procs != nil {
 		pctx, stop := context.WithCancel(ctx)
 		defer stop()
 		go s.procs.Run(pctx)
 	}
+	gs, hs := s.grpcServer()
+	hsrv, msrv, err := s.httpServers(ctx, lis.metrics != nil)
+	if err != nil {
+		gs.Stop()
+		lis.close()
+		return err
+	}
+
+	errc := make(chan error, 3)
+	go func() { errc <- gs.Serve(lis.grpc) }()
+	go func() {
+		var err error
+		if s.cfg.TLS != nil {
+			hsrv.TLSConfig = serverTLS(s.cfg.TLS)
+			err = hsrv.ServeTLS(lis.http, "", "")
+		} else {
+			err = hsrv.Serve(lis.http)
+		}
+		if !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+			return
+		}
+		errc <- nil
+	}()
+	if msrv != nil {
+		go func() {
+			if err := msrv.Serve(lis.metrics); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	s.background(ctx, hs)
+	if ready != nil {
+		ready(lis.addrs())
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	s.shutdown(gs, hs, hsrv, msrv)
+	return runErr
+}
+
+// listeners are the server's sockets, bound before anything serves.
+type listeners struct{ grpc, http, metrics net.Listener }
+
+// listen binds the gRPC, HTTP and (if asked) metrics addresses; on an
+// error it closes what it bound.
+func (s *Server) listen() (*listeners, error) {
+	var lis listeners
+	var err error
+	if lis.grpc, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("grpc listen %s: %w", s.cfg.GRPCAddr, err)
+	}
+	if lis.http, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+		lis.close()
+		return nil, fmt.Errorf("http listen %s: %w", s.cfg.HTTPAddr, err)
+	}
+	if s.cfg.MetricsAddr != "" {
+		if lis.metrics, err = net.Listen("tcp", s.cfg.MetricsAddr); err != nil {
+			lis.close()
+			return nil, fmt.Errorf("metrics listen %s: %w", s.cfg.MetricsAddr, err)
+		}
+	}
+	return &lis, nil
+}
+
+func (l *listeners) close() {
+	for _, c := range []net.Listener{l.grpc, l.http, l.metrics} {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// addrs is where each listener is bound (a port 0 resolved).
+func (l *listeners) addrs() Addrs {
+	a := Addrs{GRPC: l.grpc.Addr(), HTTP: l.http.Addr()}
+	if l.metrics != nil {
+		a.Metrics = l.metrics.Addr()
+	}
+	return a
+}
+
+// grpcServer builds the gRPC server: the JournalService behind the
+// interceptor chain (the host check first when the listeners are checked),
+// the health service and reflection.
+func (s *Server) grpcServer() (*grpc.Server, *health.Server) {
 	unary := []grpc.UnaryServerInterceptor{s.interceptor}
 	var stream []grpc.StreamServerInterceptor
 	if s.cfg.HostChecked() {
@@ -215,52 +291,33 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
+	return gs, hs
+}
 
+// httpServers builds the HTTP listener's server (REST, console, metrics,
+// OpenAPI, behind the trace context and the host check) and, when metrics
+// have a listener of their own, its server.
+func (s *Server) httpServers(ctx context.Context, metricsListener bool) (hsrv, msrv *http.Server, err error) {
 	handler, err := s.httpHandler(ctx)
 	if err != nil {
-		gs.Stop()
-		grpcLis.Close()
-		httpLis.Close()
-		if metricsLis != nil {
-			metricsLis.Close()
-		}
-		return err
+		return nil, nil, err
 	}
 	handler = traceContext(handler)
 	if s.cfg.HostChecked() {
 		handler = hostcheck.Loopback(s.cfg.AllowedHosts)(handler)
 	}
-	hsrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second}
-	var msrv *http.Server
-	if metricsLis != nil {
+	hsrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second}
+	if metricsListener {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", s.metricsHandler(false))
 		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
+	return hsrv, msrv, nil
+}
 
-	errc := make(chan error, 3)
-	go func() { errc <- gs.Serve(grpcLis) }()
-	go func() {
-		var err error
-		if s.cfg.TLS != nil {
-			hsrv.TLSConfig = serverTLS(s.cfg.TLS)
-			err = hsrv.ServeTLS(httpLis, "", "")
-		} else {
-			err = hsrv.Serve(httpLis)
-		}
-		if !errors.Is(err, http.ErrServerClosed) {
-			errc <- err
-			return
-		}
-		errc <- nil
-	}()
-	if msrv != nil {
-		go func() {
-			if err := msrv.Serve(metricsLis); !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		}()
-	}
+// background starts the loops that run beside the listeners until ctx
+// ends: the health watch, the purge and the approvals' timeout sweep.
+func (s *Server) background(ctx context.Context, hs *health.Server) {
 	go s.watchHealth(ctx, hs)
 	if s.cfg.Purge.Interval > 0 {
 		go s.purgeLoop(ctx)
@@ -268,19 +325,12 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 	if s.cfg.ApprovalSweep > 0 {
 		go every(ctx, s.cfg.ApprovalSweep, s.approvalSweep)
 	}
-	if ready != nil {
-		a := Addrs{GRPC: grpcLis.Addr(), HTTP: httpLis.Addr()}
-		if metricsLis != nil {
-			a.Metrics = metricsLis.Addr()
-		}
-		ready(a)
-	}
+}
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-	}
+// shutdown drains the listeners within ShutdownTimeout: the health
+// service says NOT_SERVING first, then the HTTP servers and gRPC stop
+// gracefully, gRPC at once when the time is up.
+func (s *Server) shutdown(gs *grpc.Server, hs *health.Server, hsrv, msrv *http.Server) {
 	s.log.Info("shutting down", "drain_timeout", s.cfg.ShutdownTimeout.String())
 	hs.Shutdown()
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
@@ -296,7 +346,6 @@ func (s *Server) Run(ctx context.Context, ready func(Addrs)) error {
 	case <-sctx.Done():
 		gs.Stop()
 	}
-	return runErr
 }
 
 // streamWorkers is how many long-lived goroutines grpc-go keeps to run

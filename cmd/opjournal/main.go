@@ -19,7 +19,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -28,10 +27,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"net/url"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -44,10 +41,8 @@ import (
 	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/internal/cli/purgeprint"
 	"github.com/opjournal/opjournal/internal/hostcheck"
-	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/policy"
-	"github.com/opjournal/opjournal/server"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/postgres"
 	"github.com/opjournal/opjournal/store/sqlite"
@@ -193,155 +188,6 @@ func loadPolicy(path string) (*policy.Policy, error) {
 		return policy.Default(), nil
 	}
 	return policy.Load(path)
-}
-
-func serve(ctx context.Context, o *options, stderr io.Writer) error {
-	blog, err := cli.NewBufferedLogger(o.logLevel, o.logFormat, stderr)
-	if err != nil {
-		return err
-	}
-	defer blog.Stop()
-	log := blog.Logger
-	pol, err := loadPolicy(o.policyPath)
-	if err != nil {
-		return err
-	}
-	// A bad flag value is a usage error (exit status 2), as a value the
-	// flag parser refuses is: scripts tell a misconfiguration from a
-	// database that is down (1) by the status.
-	if o.approvalSweep < 0 {
-		return cli.Usage(errors.New("--approval-sweep-interval must not be negative"))
-	}
-	if o.replayCacheSize < 0 {
-		return cli.Usage(errors.New("--replay-cache-size must not be negative (0 turns the cache off)"))
-	}
-	if o.purgeInterval < 0 || o.purgeBatch < 1 || o.purgePause < 0 {
-		return cli.Usage(errors.New("--purge-interval and --purge-pause must not be negative, --purge-batch must be at least 1"))
-	}
-	if o.databaseWait < 0 {
-		return cli.Usage(errors.New("--database-wait must not be negative (0: exit at once when the database is unavailable)"))
-	}
-	cfg := server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: log, LogLinesDropped: blog.Dropped, AdaptiveProcs: o.adaptiveProcs, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
-		MetricsAddr: o.metricsAddr, NoConsole: o.noConsole,
-		AllowedHosts: o.allowedHosts, PublicURL: o.publicURL, TrustProxyHeaders: o.trustProxy,
-		Purge:         server.PurgeConfig{Interval: o.purgeInterval, BatchSize: o.purgeBatch, Pause: o.purgePause},
-		ApprovalSweep: o.approvalSweep}
-	if o.authFile != "" {
-		if cfg.Auth, err = auth.Load(o.authFile); err != nil {
-			return err
-		}
-	}
-	if cfg.Auth == nil && !o.insecureOK {
-		for _, addr := range []string{o.grpcAddr, o.httpAddr} {
-			if !loopback(addr) {
-				return fmt.Errorf("refusing to listen on %s without authentication: give --auth-file (see README, Security), or --insecure to accept that anyone who can reach it may read and change every operation", addr)
-			}
-		}
-	}
-	if o.publicURL != "" {
-		if u, err := url.Parse(o.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--public-url %q: want the console's external URL, such as https://journal.example", o.publicURL)
-		}
-	}
-	if (o.tlsCert == "") != (o.tlsKey == "") {
-		return errors.New("--tls-cert and --tls-key go together")
-	}
-	if o.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
-		if err != nil {
-			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
-		}
-		cfg.TLS = &cert
-	}
-	// The server's live heap is small (a few MiB: requests in flight), so
-	// Go's default GOGC=100 collects very often; 400 spends about a fifth
-	// less CPU per call. A soft memory limit keeps what that costs in
-	// memory bounded: near it, the collector runs as often as it must
-	// (measured with opjournal-bench: README, Configuration). GOGC and
-	// GOMEMLIMIT in the environment win.
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(defaultGOGC)
-	}
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
-		debug.SetMemoryLimit(defaultMemoryLimit)
-	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// OpenTelemetry traces, when OTEL_* configures an exporter (off otherwise).
-	stopTracing, err := tracing.SetupMain(ctx, "opjournal")
-	if err != nil {
-		return err
-	}
-	defer stopTracing()
-	if o.pprofAddr != "" {
-		if err := servePprof(ctx, o.pprofAddr, o.allowedHosts, log); err != nil {
-			return err
-		}
-	}
-
-	keys, err := hashKeys(o.hashKeyFile, o.databaseURL, pol, log)
-	if err != nil {
-		return err
-	}
-	secrets, err := webhookSecrets(o.webhookSecrets, pol, log)
-	if err != nil {
-		return err
-	}
-	st, err := openStoreWaiting(ctx, o.databaseURL, o.databaseWait, log)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
-	// The approval webhooks: Register hands every operation it created in
-	// awaiting_approval to the sender, which queues it and returns at once.
-	var sender *webhook.Sender
-	opts := []journal.Option{journal.WithHashKeys(keys), journal.WithReplayCache(journal.ReplayCacheConfig{Size: o.replayCacheSize})}
-	if secrets != nil {
-		opts = append(opts, journal.WithAwaitingApproval(func(op *opjournal.Operation) {
-			if n, ok := webhook.ForOperation(pol, op); ok {
-				sender.Notify(n)
-			}
-		}))
-	}
-	svc := journal.New(st, pol, journal.Limits{MaxPayloadBytes: o.maxPayloadBytes, MaxResultBytes: o.maxResultBytes}, opts...)
-	if secrets != nil {
-		tenants := []string{""}
-		if cfg.Auth != nil {
-			tenants = cfg.Auth.Tenants()
-		}
-		if sender, err = webhook.New(webhook.Config{Secrets: secrets, PublicURL: o.publicURL, Logger: log,
-			Pending: webhook.Pending(svc, tenants)}); err != nil {
-			return err
-		}
-		cfg.Collectors = append(cfg.Collectors, sender)
-		senderCtx, stopSender := context.WithCancel(ctx)
-		stopped := make(chan struct{})
-		go func() { defer close(stopped); _ = sender.Run(senderCtx) }()
-		defer func() { stopSender(); <-stopped }()
-	}
-	srv := server.New(svc, cfg)
-	return srv.Run(ctx, func(a server.Addrs) {
-		metricsAddr := ""
-		if a.Metrics != nil {
-			metricsAddr = a.Metrics.String()
-		}
-		consoleURL := ""
-		if !o.noConsole {
-			scheme := "http"
-			if cfg.TLS != nil {
-				scheme = "https"
-			}
-			consoleURL = scheme + "://" + a.HTTP.String() + "/console/"
-			if o.publicURL != "" {
-				consoleURL = strings.TrimSuffix(o.publicURL, "/") + "/console/"
-			}
-		}
-		log.Info("serving", "grpc_addr", a.GRPC.String(), "http_addr", a.HTTP.String(), "metrics_addr", metricsAddr, "console", consoleURL,
-			"store", storeKind(o.databaseURL), "actions", pol.Names(), "auth", cfg.Auth != nil,
-			"tls", cfg.TLS != nil, "rate_limit", o.rateLimit, "version", cli.Version(buildVersion))
-		blog.Flush() // others wait for this line
-	})
 }
 
 // hashKeys finds the keys of the keyed request hash (package hashkey):

@@ -97,6 +97,7 @@
 //	internal/tcpproxy/   a TCP proxy that cuts connections on demand
 //	internal/testclock/  a clock moved by hand
 //	internal/await/      waiting on a condition, never on a sleep
+//	internal/testjwt/    an OAuth issuer: a JWKS file and fresh access tokens
 //	internal/standardwebhooks/
 //	                     an independent verifier of Standard Webhooks
 //

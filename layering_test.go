@@ -81,7 +81,7 @@ func TestProductDoesNotLinkHarnesses(t *testing.T) {
 		module + "/fakeprovider", module + "/store/storetest", module + "/internal/pgtest", module + "/internal/testserver",
 		module + "/internal/await", module + "/internal/linearize", module + "/internal/procs", module + "/internal/tcpproxy",
 		module + "/internal/testclock", module + "/internal/standardwebhooks", module + "/internal/soak", module + "/internal/demo", module + "/internal/bench",
-		module + "/internal/benchpayload", module + "/internal/pgenv", module + "/internal/pgbouncer", module + "/protocol/cmd"}
+		module + "/internal/benchpayload", module + "/internal/pgenv", module + "/internal/pgbouncer", module + "/internal/testjwt", module + "/protocol/cmd"}
 	for pkg, deps := range linked(t, product...) {
 		if bad := forbidden(deps, harness...); len(bad) > 0 {
 			t.Errorf("%s links the harness packages %v", pkg, bad)

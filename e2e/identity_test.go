@@ -1,25 +1,18 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opjournal/opjournal/auth"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/testjwt"
 )
 
 // The approval rules compare people, not credentials: the real journal,
@@ -28,50 +21,10 @@ import (
 // whose subjects have the shapes identity providers give them
 // ("auth0|alice") or equal a token's name ("alice-ops").
 
-// jwtIssuer mints access tokens of one issuer whose JWKS is a file.
-type jwtIssuer struct {
-	iss, jwks string
-	key       *ecdsa.PrivateKey
-}
-
-func newJWTIssuer(t *testing.T, iss string) *jwtIssuer {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := key.PublicKey.Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b64 := base64.RawURLEncoding.EncodeToString
-	set, _ := json.Marshal(map[string]any{"keys": []map[string]string{{"kty": "EC", "crv": "P-256", "alg": "ES256", "kid": "k1",
-		"x": b64(pub[1:33]), "y": b64(pub[33:])}}})
-	path := filepath.Join(t.TempDir(), "jwks.json")
-	if err := os.WriteFile(path, set, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return &jwtIssuer{iss: iss, jwks: path, key: key}
-}
-
-// token mints a fresh access token for sub: every call is a refreshed
-// token of the same subject.
-func (is *jwtIssuer) token(t *testing.T, sub string) string {
-	t.Helper()
-	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"iss": is.iss, "aud": "opjournal", "sub": sub,
-		"exp": time.Now().Add(time.Hour).Unix(), "jti": fmt.Sprint(time.Now().UnixNano())})
-	tok.Header["kid"] = "k1"
-	s, err := tok.SignedString(is.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // identityStack is a journal with approvalPolicy and the people above.
 type identityStack struct {
 	srv              *proc
-	agentsIss, opIss *jwtIssuer
+	agentsIss, opIss *testjwt.Issuer
 }
 
 const (
@@ -86,15 +39,8 @@ const (
 
 func startIdentityStack(t *testing.T, dbURL string, args ...string) *identityStack {
 	t.Helper()
-	s := &identityStack{agentsIss: newJWTIssuer(t, "https://agents.example.test/"), opIss: newJWTIssuer(t, "https://sso.example.test/")}
-	tokens := "issuers:\n"
-	for _, is := range []struct {
-		iss   *jwtIssuer
-		roles string
-	}{{s.agentsIss, "agent"}, {s.opIss, "operator"}} {
-		tokens += fmt.Sprintf("  - issuer: %s\n    audience: opjournal\n    jwks_file: %s\n    tenant: team-a\n    roles: [%s]\n", is.iss.iss, is.iss.jwks, is.roles)
-	}
-	tokens += auth.FileHeader +
+	s := &identityStack{agentsIss: testjwt.New(t, "https://agents.example.test/", "opjournal"), opIss: testjwt.New(t, "https://sso.example.test/", "opjournal")}
+	tokens := "issuers:\n" + s.agentsIss.Entry("team-a", "agent") + s.opIss.Entry("team-a", "operator") + auth.FileHeader +
 		auth.Entry{Name: "alice-laptop", Principal: "alice", SHA256: auth.Digest(aliceLaptop), Tenant: "team-a", Roles: []auth.Role{auth.RoleOperator}}.YAML() +
 		auth.Entry{Name: "alice-phone", Principal: "alice", SHA256: auth.Digest(alicePhone), Tenant: "team-a", Roles: []auth.Role{auth.RoleOperator}}.YAML() +
 		auth.Entry{Name: "carol-agent", Principal: "carol", SHA256: auth.Digest(carolAgent), Tenant: "team-a", Roles: []auth.Role{auth.RoleAgent}}.YAML() +
@@ -211,22 +157,22 @@ func testRequesterOtherToken(t *testing.T, s *identityStack) {
 // release a two-person transfer; the first one's refreshed token is the
 // first one again; and the JWT agent who asked is not either of them.
 func testJWTSubjectsAnyShape(t *testing.T, s *identityStack) {
-	op := transfer(t, as(t, s.srv, s.agentsIss.token(t, "auth0|agent-7")), "transfer-jwt")
-	agentID := auth.JWTPrincipalID(s.agentsIss.iss, "auth0|agent-7")
+	op := transfer(t, as(t, s.srv, s.agentsIss.Token("auth0|agent-7")), "transfer-jwt")
+	agentID := auth.JWTPrincipalID(s.agentsIss.URL, "auth0|agent-7")
 	if a := op.GetApproval(); a.GetRequestedBy() != agentID || a.GetRequestedByLabel() != "auth0|agent-7" {
 		t.Fatalf("requested_by %q label %q", a.GetRequestedBy(), a.GetRequestedByLabel())
 	}
-	if _, err := s.approve(t, s.opIss.token(t, "auth0|alice"), "transfer-jwt", op.GetRequestHash()); err != nil {
+	if _, err := s.approve(t, s.opIss.Token("auth0|alice"), "transfer-jwt", op.GetRequestHash()); err != nil {
 		t.Fatalf("the first JWT operator: %v", err)
 	}
-	_, err := s.approve(t, s.opIss.token(t, "auth0|alice"), "transfer-jwt", op.GetRequestHash())
+	_, err := s.approve(t, s.opIss.Token("auth0|alice"), "transfer-jwt", op.GetRequestHash())
 	wantGRPCError(t, err, codes.FailedPrecondition, "INVALID_STATE", "")
 	s.wantAwaiting(t, "transfer-jwt", 1)
-	res, err := s.approve(t, s.opIss.token(t, "okta|dave"), "transfer-jwt", op.GetRequestHash())
+	res, err := s.approve(t, s.opIss.Token("okta|dave"), "transfer-jwt", op.GetRequestHash())
 	if err != nil || !res.GetReleased() {
 		t.Fatalf("the second JWT operator: %v %v", res, err)
 	}
-	alice, dave := auth.JWTPrincipalID(s.opIss.iss, "auth0|alice"), auth.JWTPrincipalID(s.opIss.iss, "okta|dave")
+	alice, dave := auth.JWTPrincipalID(s.opIss.URL, "auth0|alice"), auth.JWTPrincipalID(s.opIss.URL, "okta|dave")
 	want := []string{agentID + " [auth0|agent-7]", alice + " [auth0|alice]", dave + " [okta|dave]"}
 	if a := s.actors(t, "transfer-jwt"); strings.Join(a, ",") != strings.Join(want, ",") {
 		t.Fatalf("history actors %v, want %v", a, want)
@@ -237,8 +183,8 @@ func testJWTSubjectsAnyShape(t *testing.T, s *identityStack) {
 // operator alice-ops: she may approve its payment, and the history tells
 // the two apart.
 func testJWTSubjectEqualsTokenName(t *testing.T, s *identityStack) {
-	op := s.payment(t, s.agentsIss.token(t, "alice-ops"), "pay-namesake")
-	jwtID := auth.JWTPrincipalID(s.agentsIss.iss, "alice-ops")
+	op := s.payment(t, s.agentsIss.Token("alice-ops"), "pay-namesake")
+	jwtID := auth.JWTPrincipalID(s.agentsIss.URL, "alice-ops")
 	if op.GetApproval().GetRequestedBy() != jwtID {
 		t.Fatalf("requested_by %q, want %q", op.GetApproval().GetRequestedBy(), jwtID)
 	}
@@ -272,7 +218,7 @@ func TestRateLimitIsPerPrincipal(t *testing.T) {
 		a, b, c string
 	}{
 		{"rotated tokens", aliceLaptop, alicePhone, aliceLaptop},
-		{"refreshed JWTs", s.opIss.token(t, "auth0|alice"), s.opIss.token(t, "auth0|alice"), s.opIss.token(t, "auth0|alice")},
+		{"refreshed JWTs", s.opIss.Token("auth0|alice"), s.opIss.Token("auth0|alice"), s.opIss.Token("auth0|alice")},
 	} {
 		if limited(person.a) || limited(person.b) {
 			t.Fatalf("%s: limited within the burst", person.name)
@@ -281,7 +227,7 @@ func TestRateLimitIsPerPrincipal(t *testing.T) {
 			t.Fatalf("%s: two credentials of one person got two buckets", person.name)
 		}
 	}
-	for _, other := range []string{bobOps, s.opIss.token(t, "okta|dave")} {
+	for _, other := range []string{bobOps, s.opIss.Token("okta|dave")} {
 		if limited(other) {
 			t.Fatal("another principal of the tenant is starved by one over its rate")
 		}

@@ -2,19 +2,10 @@ package server_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -23,6 +14,7 @@ import (
 
 	"github.com/opjournal/opjournal/auth"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/testjwt"
 	"github.com/opjournal/opjournal/internal/testserver"
 	"github.com/opjournal/opjournal/policy"
 )
@@ -58,40 +50,11 @@ type person struct {
 // identityWorld builds the tokens file and the people.
 func identityWorld(t *testing.T) (*auth.Authenticator, []person) {
 	t.Helper()
-	dir := t.TempDir()
-	issuers := []string{"https://agents.example.test/", "https://sso.example.test/"}
-	mint := map[string]func(sub string) string{}
+	issuers := []*testjwt.Issuer{testjwt.New(t, "https://agents.example.test/", "opjournal"), testjwt.New(t, "https://sso.example.test/", "opjournal")}
 	var file strings.Builder
 	file.WriteString("issuers:\n")
-	for i, iss := range issuers {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pub, err := key.PublicKey.Bytes()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b64 := base64.RawURLEncoding.EncodeToString
-		set, _ := json.Marshal(map[string]any{"keys": []map[string]string{{"kty": "EC", "crv": "P-256", "alg": "ES256", "kid": "k1",
-			"x": b64(pub[1:33]), "y": b64(pub[33:])}}})
-		jwks := filepath.Join(dir, fmt.Sprintf("jwks-%d.json", i))
-		if err := os.WriteFile(jwks, set, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&file, "  - issuer: %s\n    audience: opjournal\n    jwks_file: %s\n    tenant: acme\n    roles: [agent, operator]\n", iss, jwks)
-		n := 0
-		mint[iss] = func(sub string) string {
-			n++
-			tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"iss": iss, "aud": "opjournal", "sub": sub,
-				"exp": time.Now().Add(time.Hour).Unix(), "jti": fmt.Sprint(n)})
-			tok.Header["kid"] = "k1"
-			s, err := tok.SignedString(key)
-			if err != nil {
-				panic(err)
-			}
-			return s
-		}
+	for _, is := range issuers {
+		file.WriteString(is.Entry("acme", "agent, operator"))
 	}
 	file.WriteString("tokens:\n")
 	fixed := func(name, principal, roles string) credential {
@@ -102,8 +65,8 @@ func identityWorld(t *testing.T) (*auth.Authenticator, []person) {
 		}
 		return credential{label: name, token: func() string { return tok }}
 	}
-	jwtOf := func(iss, sub string) credential {
-		return credential{label: sub, token: func() string { return mint[iss](sub) }}
+	jwtOf := func(is *testjwt.Issuer, sub string) credential {
+		return credential{label: sub, token: func() string { return is.Token(sub) }}
 	}
 	people := []person{
 		// Rotated tokens: three tokens, one principal.
@@ -112,11 +75,11 @@ func identityWorld(t *testing.T) (*auth.Authenticator, []person) {
 		// A token without principal: its name is its id.
 		{id: "bob", agents: []credential{fixed("bob", "", "agent, operator")}},
 		// JWT subjects of the usual IdP shapes, at two issuers.
-		{id: auth.JWTPrincipalID(issuers[0], "auth0|carol"), agents: []credential{jwtOf(issuers[0], "auth0|carol")}},
-		{id: auth.JWTPrincipalID(issuers[1], "auth0|carol"), agents: []credential{jwtOf(issuers[1], "auth0|carol")}},
-		{id: auth.JWTPrincipalID(issuers[1], "google-oauth2|1093"), agents: []credential{jwtOf(issuers[1], "google-oauth2|1093")}},
+		{id: auth.JWTPrincipalID(issuers[0].URL, "auth0|carol"), agents: []credential{jwtOf(issuers[0], "auth0|carol")}},
+		{id: auth.JWTPrincipalID(issuers[1].URL, "auth0|carol"), agents: []credential{jwtOf(issuers[1], "auth0|carol")}},
+		{id: auth.JWTPrincipalID(issuers[1].URL, "google-oauth2|1093"), agents: []credential{jwtOf(issuers[1], "google-oauth2|1093")}},
 		// A JWT subject equal to a token's name is not that token's person.
-		{id: auth.JWTPrincipalID(issuers[0], "bob"), agents: []credential{jwtOf(issuers[0], "bob")}},
+		{id: auth.JWTPrincipalID(issuers[0].URL, "bob"), agents: []credential{jwtOf(issuers[0], "bob")}},
 	}
 	for i := range people {
 		if people[i].deciders == nil {

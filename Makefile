@@ -153,6 +153,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./policy/
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./auth/
 	$(GO) test -run='^$$' -fuzz=FuzzRESTBody -fuzztime=$(FUZZTIME) ./server/
+	$(GO) test -run='^$$' -fuzz=FuzzSameHashSameUpstreamRequest -fuzztime=$(FUZZTIME) ./gateway/
 
 ## linearize: the linearizability check of the per-key protocol (internal/linearize) run longer:
 ## LINEARIZE_SCALE times the runs of `make test` (SQLite, PostgreSQL batched and one statement per

@@ -30,7 +30,13 @@ const MaxDepth = 64
 type Error struct {
 	Path string
 	Msg  string
+	// cause is what errors.Is finds ([ErrDuplicateName]), nil for most.
+	cause error
 }
+
+// Unwrap returns the refusal's cause: [ErrDuplicateName] for a repeated
+// member name, nil otherwise.
+func (e *Error) Unwrap() error { return e.cause }
 
 // Error returns "Path: Msg", e.g. `/amount_minor: 4900.5 is not an integer`,
 // or Msg alone when the problem is at the document root (Path "").
@@ -54,10 +60,17 @@ type Options struct {
 // form. On failure it returns a nil slice and an [*Error] (syntax errors
 // included) whose Path points at the offending value.
 func Canonicalize(raw []byte, opts Options) ([]byte, error) {
+	return canonicalize(raw, opts, false)
+}
+
+// canonicalize is Canonicalize; request says raw is a request payload,
+// which also refuses member names equal under case folding (fold.go).
+func canonicalize(raw []byte, opts Options, request bool) ([]byte, error) {
 	var buf bytes.Buffer
 	c := canonicalizer{
-		dec: jsontext.NewDecoder(bytes.NewReader(raw)), // rejects duplicate names and invalid UTF-8 by default
-		enc: jsontext.NewEncoder(&buf),
+		dec:       jsontext.NewDecoder(bytes.NewReader(raw)), // rejects duplicate names and invalid UTF-8 by default
+		enc:       jsontext.NewEncoder(&buf),
+		foldNames: request,
 	}
 	if len(opts.IntegerFields) > 0 {
 		c.intFields = make(map[string]bool, len(opts.IntegerFields))
@@ -101,8 +114,11 @@ func RequestHash(action string, payload []byte, opts Options) (hash string, cano
 // Request validates payload as RequestHash does and returns the canonical
 // JSON of {"action": action, "payload": <payload without nulls>} (the
 // bytes the request hash is computed over) and the canonical payload.
+// Beyond Canonicalize's rules, a payload whose object has two member
+// names equal under case folding is refused (fold.go), with
+// [ErrDuplicateName] as the [*Error]'s cause.
 func Request(action string, payload []byte, opts Options) (envelope, canonicalPayload []byte, err error) {
-	canonicalPayload, err = Canonicalize(payload, opts)
+	canonicalPayload, err = canonicalize(payload, opts, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -146,6 +162,8 @@ type canonicalizer struct {
 	dec       *jsontext.Decoder
 	enc       *jsontext.Encoder
 	intFields map[string]bool
+	// foldNames refuses member names equal under case folding (requests).
+	foldNames bool
 }
 
 // copyValue copies the next value. depth is the nesting depth the value has
@@ -197,12 +215,19 @@ func (c *canonicalizer) copyValue(depth int, intField bool) error {
 
 // copyMembers copies the members of an object whose '{' was just read.
 func (c *canonicalizer) copyMembers(depth int) error {
+	var folded foldedNames
 	for c.dec.PeekKind() != '}' {
 		nameTok, err := c.dec.ReadToken()
 		if err != nil {
 			return c.syntaxError(err)
 		}
 		name := nameTok.String() // unescaped, so "amount\u005fminor" matches amount_minor
+		if c.foldNames && folded.seen(name) {
+			// Before the null check: a provider reads a null member too.
+			e := c.errorf("%s", msgFoldedName)
+			e.cause = ErrDuplicateName
+			return e
+		}
 		if c.dec.PeekKind() == 'n' {
 			// A null member means "not set": drop name and value so that
 			// {"memo": null} and {} are the same request.
@@ -257,10 +282,14 @@ func (c *canonicalizer) syntaxError(err error) *Error {
 	}
 	var se *jsontext.SyntacticError
 	if errors.As(err, &se) {
-		return &Error{
+		e := &Error{
 			Path: string(se.JSONPointer),
 			Msg:  fmt.Sprintf("invalid JSON: %s at byte offset %d", withoutQuotes(se.Err.Error()), se.ByteOffset),
 		}
+		if errors.Is(err, jsontext.ErrDuplicateName) {
+			e.cause = ErrDuplicateName
+		}
+		return e
 	}
 	return &Error{Path: string(c.dec.StackPointer()), Msg: "invalid JSON: " + withoutQuotes(err.Error())}
 }

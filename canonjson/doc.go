@@ -23,7 +23,13 @@
 // offending value. Input is rejected when it is not a single valid JSON value,
 // is not valid UTF-8 (lone surrogate escapes included), repeats a member name
 // within one object (I-JSON, which RFC 8785 requires), or nests objects and
-// arrays deeper than [MaxDepth].
+// arrays deeper than [MaxDepth]. A request payload ([Request],
+// [RequestHash], [StructRequest]) is refused, too, when two member names of
+// one object are equal under case folding ("amount_minor" and
+// "Amount_Minor", "kind" and "\u212aind"): a provider decoding with Go's
+// encoding/json reads them as one member, the last, which the hash would
+// not have read (fold.go). Such a refusal wraps [ErrDuplicateName], as an
+// exact duplicate's does.
 //
 // # Why null members are removed
 //

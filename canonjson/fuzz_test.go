@@ -23,6 +23,8 @@ var fuzzSeeds = []string{
 	"[\"\xff\"]",
 	`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
 	`{} x`,
+	`{"a":{"amount_minor":100,"Amount_Minor":99999999}}`,
+	`{"kind":1,"\u212aind":2,"x":[{"id":1,"\u0130d":null}]}`,
 }
 
 // FuzzCanonicalize checks, for arbitrary input, that Canonicalize never

@@ -86,6 +86,7 @@ func CanonicalizeValue(v *structpb.Value, opts Options) ([]byte, error) {
 func StructRequest(action string, st *structpb.Struct, opts Options) (envelope, canonicalPayload []byte, err error) {
 	w := getStructWriter(opts)
 	defer putStructWriter(w)
+	w.foldNames = true // a request: no two names equal under case folding (fold.go)
 	// "action" sorts before "payload" (RFC 8785 §3.2.3), so the envelope
 	// is written in its canonical order directly; AppendQuote escapes the
 	// action as Request's canonicalisation of the envelope does.
@@ -145,6 +146,8 @@ type structWriter struct {
 	// each object sorts its own stretch of it.
 	members   []structMember
 	intFields []string
+	// foldNames refuses member names equal under case folding (requests).
+	foldNames bool
 }
 
 var structWriters = sync.Pool{New: func() any { return new(structWriter) }}
@@ -158,6 +161,7 @@ func getStructWriter(opts Options) *structWriter {
 	w := structWriters.Get().(*structWriter)
 	w.buf = w.buf[:0]
 	w.intFields = opts.IntegerFields
+	w.foldNames = false
 	return w
 }
 
@@ -185,6 +189,7 @@ func (w *structWriter) isIntField(name string) bool {
 type structProblem struct {
 	rev []string
 	msg string
+	dup bool // a name equal to another under case folding
 }
 
 // err returns the problem as Canonicalize reports it: an *Error whose Path
@@ -194,7 +199,11 @@ func (p *structProblem) err() *Error {
 	for _, seg := range slices.Backward(p.rev) {
 		ptr = ptr.AppendToken(seg)
 	}
-	return &Error{Path: string(ptr), Msg: p.msg}
+	e := &Error{Path: string(ptr), Msg: p.msg}
+	if p.dup {
+		e.cause = ErrDuplicateName
+	}
+	return e
 }
 
 // writeValue appends v, whose depth is depth if it is an object or a list
@@ -280,12 +289,18 @@ func (w *structWriter) writeStruct(st *structpb.Struct, depth int) *structProble
 func (w *structWriter) writeMembers(start, end, depth int) *structProblem {
 	w.buf = append(w.buf, '{')
 	first := true
+	var folded foldedNames
 	for i := start; i < end; i++ {
 		m := w.members[i]
 		// The text would fail on the name before reaching its value, so a
 		// bad name is refused even when the member is dropped as null.
 		if !utf8.ValidString(m.name) {
 			return &structProblem{msg: msgBadUTF8Name}
+		}
+		if w.foldNames && folded.seen(m.name) {
+			// In the text's order (canonical, as here), Request refuses
+			// the same member: the later of the two.
+			return &structProblem{rev: []string{m.name}, msg: msgFoldedName, dup: true}
 		}
 		if _, null := m.v.GetKind().(*structpb.Value_NullValue); null {
 			continue // {"memo": null} and {} are the same request

@@ -242,6 +242,15 @@ func New(cfg Config) (*Gateway, error) {
 			if err != nil {
 				return nil, fmt.Errorf("gateway: actions.%s.gateway.http.upstream: %w", name, err)
 			}
+			for _, f := range h.ForwardHeaders {
+				// The gateway's own value would replace the client's,
+				// which the request hash covers.
+				for u := range cfg.UpstreamHeaders {
+					if http.CanonicalHeaderKey(u) == http.CanonicalHeaderKey(f) {
+						return nil, fmt.Errorf("gateway: actions.%s.gateway.http.forward_headers: %s is also an --upstream-header, which the gateway sets itself", name, f)
+					}
+				}
+			}
 			hr := &httpRoute{action: name, cfg: h, up: up, escaped: (&url.URL{Path: h.Path}).EscapedPath()}
 			g.routes[h.Method+" "+h.Path] = hr
 			g.canonical[canonicalRoute(h.Method, &url.URL{Path: h.Path})] = hr

@@ -115,7 +115,7 @@ const (
 // of its tenant; jwtFor mints its access tokens.
 const testIssuer = "https://auth.example.test/"
 
-func testAuth(t *testing.T) (*auth.Authenticator, func(sub string, exp time.Time) string) {
+func testAuth(t testing.TB) (*auth.Authenticator, func(sub string, exp time.Time) string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -167,33 +167,12 @@ func (g *Gateway) serveProtected(w http.ResponseWriter, r *http.Request, route *
 		writeProblem(w, http.StatusRequestEntityTooLarge, probTooLarge, "Request too large", fmt.Sprintf("a protected request's body is at most %d bytes", maxRequestBytes), "", 0)
 		return
 	}
-	query, err := parsePairs(r.URL.RawQuery)
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, probBadQuery, "Query does not decode", "the query string has an invalid percent-encoding", "", 0)
+	hr, refused := readHashed(r, route, kind, body)
+	if refused != nil {
+		refused.write(w)
 		return
 	}
-	var obj map[string]any
-	switch kind {
-	case bodyJSON:
-		if err := checkJSON(body); errors.Is(err, errDuplicateMember) {
-			writeProblem(w, http.StatusBadRequest, probDuplicateMember, "Duplicate member in the body",
-				"the JSON body names a member twice: the journal and the provider could read different values, so it is refused; nothing was sent", "", 0)
-			return
-		}
-		var ok bool
-		if obj, ok = decodeObject(body); !ok {
-			writeProblem(w, http.StatusBadRequest, probBadBody, "Body is not a JSON object",
-				"a protected route takes a JSON object body: the journal binds its hash to the key", "", 0)
-			return
-		}
-	case bodyForm:
-		pairs, err := parsePairs(string(body))
-		if err != nil {
-			writeProblem(w, http.StatusBadRequest, probBadForm, "Form does not decode", "the form body has an invalid percent-encoding; nothing was sent", "", 0)
-			return
-		}
-		obj = pairsObject(pairs)
-	}
+	obj := hr.obj
 	c := callerOf(r.Context())
 	scope := c.scope
 	var key string
@@ -218,19 +197,22 @@ func (g *Gateway) serveProtected(w http.ResponseWriter, r *http.Request, route *
 	if len(cfg.KeyFields) > 0 {
 		refs = refsOf(cfg.KeyFields, obj)
 	}
-	payload, err := pickWithQuery(obj, cfg.PayloadFields, query)
-	if err != nil {
-		writeProblem(w, http.StatusBadRequest, probBadBody, "Body is not a JSON object", "the body does not encode", key, 0)
-		return
-	}
 	w.Header().Set(HeaderOperationKey, key)
 	g.awaitRecord(r.Context(), key)
 
 	var fresh *upstreamAnswer // the upstream's answer to this request, when it was sent
 	early := make(chan *upstreamAnswer, 1)
-	op := client.Op{Key: key, Action: route.action, Payload: json.RawMessage(payload), Refs: refs}
+	// The upstream request, made now from the hashed payload: a request
+	// the gateway could not make is refused before the journal hears of it.
+	up, err := g.upstreamRequest(route, kind, hr.payload, key)
+	if err != nil {
+		g.log.Error("the upstream request could not be made", "action", route.action, "key", key, "err", err)
+		writeProblem(w, http.StatusInternalServerError, probInternal, "Internal error", "the gateway could not make the provider's request; nothing was sent", key, 0)
+		return
+	}
+	op := client.Op{Key: key, Action: route.action, Payload: json.RawMessage(hr.payload), Refs: refs}
 	out, answered, err := execute(withCaller(r.Context(), c), g, op, early, func(ctx context.Context, a client.Attempt) (client.Effect, error) {
-		res, rbody, err := g.forward(ctx, r, route, kind, body, obj, a.Key)
+		res, rbody, err := g.forward(ctx, up)
 		if err != nil {
 			return client.Effect{}, client.ClassifyHTTP(nil, err)
 		}
@@ -262,51 +244,19 @@ type upstreamAnswer struct {
 	body   []byte
 }
 
-// forward sends the request to the route's upstream, at the route's own
-// path, with the operation key where the route says, and reads the answer.
+// forward sends a protected request to the route's upstream (up, made
+// from the hashed payload by upstreamRequest, hashed.go, with the
+// operation key, which is every attempt's key) and reads the answer.
 //
 // The request is sent once or not at all: its body cannot be rewound
 // (GetBody is nil), so net/http's Transport never re-sends it by itself on
 // a reused connection that drops after the request was written (it would
 // for a POST carrying an Idempotency-Key or X-Idempotency-Key header); see
 // noResend for every other request, and the client follows no redirect.
-func (g *Gateway) forward(ctx context.Context, r *http.Request, route *httpRoute, kind bodyKind, body []byte, obj map[string]any, key string) (*http.Response, []byte, error) {
-	cfg := route.cfg
-	contentType := "application/json"
-	if kind == bodyForm {
-		contentType = "application/x-www-form-urlencoded"
-	}
-	if cfg.ForwardKeyField != "" {
-		if kind == bodyForm {
-			body = withFormField(body, cfg.ForwardKeyField, key)
-		} else {
-			withKey := make(map[string]any, len(obj)+1)
-			for k, v := range obj {
-				withKey[k] = v
-			}
-			withKey[cfg.ForwardKeyField] = key
-			b, err := json.Marshal(withKey)
-			if err != nil {
-				return nil, nil, err
-			}
-			body = b
-		}
-	}
-	req, err := http.NewRequestWithContext(ctx, cfg.Method, route.up.url(cfg.Path, r.URL.RawQuery), bytes.NewReader(body))
+func (g *Gateway) forward(ctx context.Context, up *outgoing) (*http.Response, []byte, error) {
+	req, err := up.request(ctx)
 	if err != nil {
 		return nil, nil, err
-	}
-	req.GetBody = nil // never replayable: sent at most once
-	for name, vs := range r.Header {
-		if policy.HopByHop(name) || !forwardable(name, cfg) {
-			continue
-		}
-		req.Header[name] = vs
-	}
-	req.Header.Set("Content-Type", contentType)
-	g.upstreamHeaders(req.Header)
-	if cfg.ForwardKeyHeader != "" {
-		req.Header.Set(cfg.ForwardKeyHeader, key)
 	}
 	res, err := g.cfg.HTTPClient.Do(req)
 	if err != nil {
@@ -321,23 +271,6 @@ func (g *Gateway) forward(ctx context.Context, r *http.Request, route *httpRoute
 		return nil, nil, fmt.Errorf("the upstream's answer is larger than %d bytes", maxUpstreamBytes)
 	}
 	return res, rbody, nil
-}
-
-// forwardable reports whether a client's request header goes upstream.
-// Never the client's own key header, nor any idempotency key header
-// (net/http treats a request with one as safe to re-send, and the
-// provider must see the operation key, from forward_key_header, or
-// none); never Accept-Encoding (the Transport asks for and decodes gzip
-// itself, so the stored answer is the plain body); never the
-// Content-Type or the browser's Origin and Sec-Fetch headers.
-func forwardable(name string, cfg *policy.GatewayHTTP) bool {
-	switch c := http.CanonicalHeaderKey(name); {
-	case c == cfg.KeyHeader, c == "Idempotency-Key", c == "X-Idempotency-Key",
-		c == "Accept-Encoding", c == "Content-Type", c == "Content-Length", c == "Origin",
-		strings.HasPrefix(c, "Sec-Fetch-"):
-		return false
-	}
-	return true
 }
 
 // maxStoredBytes bounds the stored answer as the journal keeps it (its
@@ -483,6 +416,14 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, route *httpRout
 		writeProblem(w, http.StatusConflict, probOutcomeUnknown, "Outcome unknown", unknownDetail, key, defaultRetry)
 		return
 	case err != nil && out.Kind != client.Succeeded:
+		if g.ids.refusedByJournal(callerOf(r.Context()), err) {
+			// Revoked since the gateway last asked who it is: refused as
+			// ServeHTTP refuses an unknown credential, never taken for a
+			// misconfigured gateway.
+			log.Warn("the journal refused the caller's credential; its cached identity is dropped")
+			writeUnauthenticated(w, errBadCredential)
+			return
+		}
 		g.journalProblem(w, log, key, err)
 		return
 	}

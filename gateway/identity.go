@@ -85,9 +85,14 @@ func withCaller(ctx context.Context, c *caller) context.Context {
 }
 
 // identityCacheTTL bounds how long a principal is trusted without asking
-// the journal again. A revoked token keeps its scope at most this long;
-// the journal itself refuses it at once, since every call carries it.
-const identityCacheTTL = 30 * time.Second
+// the journal again. A protected call is refused at once after a
+// revocation (the journal refuses the credential every call carries, and
+// refusedByJournal drops the cached identity); a pass-through request,
+// which makes no journal call, is refused at most this long after it:
+// the gateway lends the provider's --upstream-header credential to every
+// pass-through caller, so the bound is a few seconds, at the cost of one
+// WhoAmI round trip per credential per interval.
+const identityCacheTTL = 5 * time.Second
 
 // maxCredentialBytes bounds a bearer credential (a JWT with many claims
 // is a few KiB); a longer one is refused without asking the journal.
@@ -192,6 +197,38 @@ func (ids *identities) identify(ctx context.Context, authorization string) (*cal
 	return c, nil
 }
 
+// forget drops c's cached identity, so that its next request asks the
+// journal again.
+func (ids *identities) forget(c *caller) {
+	if c == nil || c.authorization == "" || ids.mode != IdentityJournal {
+		return
+	}
+	digest := sha256.Sum256([]byte(c.authorization))
+	ids.mu.Lock()
+	if ids.cache[digest] == c {
+		delete(ids.cache, digest)
+	}
+	ids.mu.Unlock()
+}
+
+// refusedByJournal reports whether err is the journal's refusal of c's
+// own credential (UNAUTHENTICATED: revoked, or expired, since the gateway
+// last asked) on a call made with it, and then drops c's cached identity:
+// every door of the gateway refuses the credential from now on, the
+// pass-through included. (PERMISSION_DENIED is not the caller's alone:
+// the journal also answers it to a gateway that reaches it by a host
+// name it does not serve.)
+func (ids *identities) refusedByJournal(c *caller, err error) bool {
+	if c == nil || c.authorization == "" || ids.mode != IdentityJournal {
+		return false // the gateway's own credential: a misconfiguration, not the caller's
+	}
+	if client.CodeOf(err) != opjournal.CodeUnauthenticated {
+		return false
+	}
+	ids.forget(c)
+	return true
+}
+
 // allow takes one request from the caller's rate (always true without a
 // rate limit).
 func (ids *identities) allow(c *caller) bool {
@@ -245,8 +282,7 @@ func (g *Gateway) identifyHTTP(w http.ResponseWriter, r *http.Request) *caller {
 	case err == nil:
 		return c
 	case errors.Is(err, errNoCredential), errors.Is(err, errBadCredential):
-		w.Header().Set("WWW-Authenticate", `Bearer realm="opjournal-gateway"`)
-		writeProblem(w, http.StatusUnauthorized, probUnauthenticated, "Authentication required", err.Error()+"; nothing was sent", "", 0)
+		writeUnauthenticated(w, err)
 	case errors.Is(err, errNotAnAgent):
 		writeProblem(w, http.StatusForbidden, probForbidden, "Forbidden", err.Error()+"; nothing was sent", "", 0)
 	case errors.Is(err, errJournalNoAuth):
@@ -258,6 +294,13 @@ func (g *Gateway) identifyHTTP(w http.ResponseWriter, r *http.Request) *caller {
 			"the journal that authenticates callers cannot be reached; nothing was sent. Retry with the same key", "", defaultRetry)
 	}
 	return nil
+}
+
+// writeUnauthenticated answers 401 with the reason and the bearer
+// challenge.
+func writeUnauthenticated(w http.ResponseWriter, why error) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="opjournal-gateway"`)
+	writeProblem(w, http.StatusUnauthorized, probUnauthenticated, "Authentication required", why.Error()+"; nothing was sent", "", 0)
 }
 
 // callerKey is the context key of the request's caller.

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/canonjson"
@@ -115,28 +114,8 @@ func decodeObject(body []byte) (map[string]any, bool) {
 	return obj, true
 }
 
-// queryMember is the payload member that carries a request's query
-// string (its decoded pairs), so that the request hash covers it: another
-// amount= in the query is another request. It is there only when the
-// query is not empty, so a request without one hashes as it always did.
-const queryMember = "$query"
-
-// pick returns the members fields of obj as a JSON object (all of obj
-// when fields is empty).
-func pick(obj map[string]any, fields []string) (json.RawMessage, error) {
-	return pickWithQuery(obj, fields, nil)
-}
-
-// pickWithQuery is pick with the query's pairs as queryMember.
-func pickWithQuery(obj map[string]any, fields []string, query []formPair) (json.RawMessage, error) {
-	out := make(map[string]any, len(obj)+1)
-	for k, v := range obj {
-		if len(fields) == 0 || slices.Contains(fields, k) {
-			out[k] = v
-		}
-	}
-	if len(query) > 0 {
-		out[queryMember] = pairsObject(query)
-	}
-	return json.Marshal(out)
+// pick returns the members of obj as a JSON object: the request hash
+// covers all of them, since all of them are sent.
+func pick(obj map[string]any) (json.RawMessage, error) {
+	return json.Marshal(obj)
 }

@@ -230,7 +230,7 @@ func (g *Gateway) protectedTool(route *toolRoute, call upstreamCall) mcp.ToolHan
 			return toolError("The call of %s needs the argument %q: its identifying arguments (%s) name this action, so that a retry is recognised. Nothing was sent.",
 				req.Params.Name, missing, ids), nil
 		}
-		payload, err := pick(args, cfg.PayloadFields)
+		payload, err := pick(args)
 		if err != nil {
 			return toolError("The arguments of %s do not encode as JSON. Nothing was sent.", req.Params.Name), nil
 		}
@@ -276,6 +276,13 @@ func (g *Gateway) protectedTool(route *toolRoute, call upstreamCall) mcp.ToolHan
 		if answered != nil {
 			log.Info("called")
 			return *answered, nil
+		}
+		var nr *client.NotRecordedError
+		if err != nil && out.Kind != client.Succeeded && !errors.As(err, &nr) && g.ids.refusedByJournal(c, err) {
+			// Revoked since the gateway last asked: the session's next
+			// request is refused with 401 (verifyMCPToken asks again).
+			log.Warn("the journal refused the caller's credential; its cached identity is dropped")
+			return toolError("The credential of this session is no longer valid (the journal refused it). Nothing was sent."), nil
 		}
 		return g.toolAnswer(log, req.Params.Name, ids, key, out, err, fresh), nil
 	})

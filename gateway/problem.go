@@ -37,6 +37,7 @@ const (
 	probDuplicateMember  = "duplicate-member"
 	probBadForm          = "body-not-form"
 	probBadQuery         = "query-invalid"
+	probBadHeader        = "header-invalid"
 	// A success whose answer the journal does not hold.
 	probAnswerNotStored = "succeeded-answer-not-stored"
 	// A request held until a person approves it (approval.go), and a

@@ -2,14 +2,11 @@ package gateway
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"mime"
 	"net/http"
 	"net/url"
 	"strings"
-
-	"github.com/go-json-experiment/json/jsontext"
 )
 
 // What a protected request is made of, read strictly: its route (the path
@@ -95,23 +92,6 @@ func crossSite(r *http.Request) bool {
 	return err != nil || o.Host == "" || !strings.EqualFold(o.Host, r.Host)
 }
 
-// errDuplicateMember is a JSON body with a member name twice.
-var errDuplicateMember = errors.New("duplicate member")
-
-// checkJSON reads body as one JSON value and refuses duplicate member
-// names (at any depth): the journal would keep one value and the
-// provider might read the other.
-func checkJSON(body []byte) error {
-	dec := jsontext.NewDecoder(bytes.NewReader(body))
-	if _, err := dec.ReadValue(); err != nil {
-		if errors.Is(err, jsontext.ErrDuplicateName) {
-			return errDuplicateMember
-		}
-		return err
-	}
-	return nil
-}
-
 // formPair is one name=value of a form or query, decoded.
 type formPair struct{ name, value string }
 
@@ -156,24 +136,6 @@ func pairsObject(pairs []formPair) map[string]any {
 		}
 	}
 	return obj
-}
-
-// withFormField returns the form body with name=value as its only pair of
-// that name (appended): the original bytes otherwise, as the client sent
-// them.
-func withFormField(body []byte, name, value string) []byte {
-	var out []string
-	for part := range strings.SplitSeq(string(body), "&") {
-		n, _, _ := strings.Cut(part, "=")
-		if dn, err := url.QueryUnescape(n); err == nil && dn == name {
-			continue
-		}
-		out = append(out, part)
-	}
-	out = append(out, url.QueryEscape(name)+"="+url.QueryEscape(value))
-	s := strings.Join(out, "&")
-	s = strings.TrimPrefix(s, "&")
-	return []byte(s)
 }
 
 // noResend is the upstream transport's guard: net/http's Transport

@@ -192,21 +192,24 @@ func TestHTTPTransportNeverResends(t *testing.T) {
 
 // TestHTTPKeyHeadersNotForwarded: the client's own key header, and any
 // idempotency key header, never reach the provider unless the route
-// forwards the operation key in it.
+// forwards the operation key in it; nor does any header the route does
+// not list in forward_headers. A listed one is forwarded, and is part of
+// the request: the same key with another value is 422.
 func TestHTTPKeyHeadersNotForwarded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, strictPolicy)
 	up := newRecorder(t, http.StatusCreated, "application/json", `{"id":"x_1"}`)
-	front, _ := e.gatewayFor(`actions:
+	front, gw := e.gatewayFor(`actions:
   create_thing:
     gateway:
       http:
         route: POST /things
         upstream: "${UPSTREAM}"
         key_header: X-Client-Key
+        forward_headers: [X-Trace]
 `, up.srv.URL, "")
 	r := postRaw(t, front+"/things", `{"a":1}`, "Content-Type", "application/json", "X-Client-Key", "ck-1",
-		"X-Idempotency-Key", "other-1", "Idempotency-Key", "other-2", "X-Trace", "kept")
+		"X-Idempotency-Key", "other-1", "Idempotency-Key", "other-2", "X-Trace", "kept", "X-Other", "dropped", "User-Agent", "agent/1")
 	if r.status != http.StatusCreated {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
@@ -214,13 +217,22 @@ func TestHTTPKeyHeadersNotForwarded(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("%d requests upstream", len(got))
 	}
-	for _, h := range []string{"X-Client-Key", "X-Idempotency-Key", "Idempotency-Key"} {
+	for _, h := range []string{"X-Client-Key", "X-Idempotency-Key", "Idempotency-Key", "X-Other"} {
 		if v := got[0].header.Get(h); v != "" {
 			t.Errorf("%s: %q reached the upstream", h, v)
 		}
 	}
-	if got[0].header.Get("X-Trace") != "kept" {
-		t.Errorf("an ordinary header was not forwarded: %v", got[0].header)
+	if got[0].header.Get("X-Trace") != "kept" || got[0].header.Get("User-Agent") == "agent/1" {
+		t.Errorf("forwarded headers %v, want X-Trace only", got[0].header)
+	}
+	gw.Wait()
+	wantProblem(t, postRaw(t, front+"/things", `{"a":1}`, "Content-Type", "application/json", "X-Client-Key", "ck-1", "X-Trace", "other"),
+		http.StatusUnprocessableEntity, "idempotency-key-reused")
+	if r := postRaw(t, front+"/things", `{"a":1}`, "Content-Type", "application/json", "X-Client-Key", "ck-1", "X-Trace", "kept", "X-Other", "x"); r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the same request with another unlisted header: %d %v %s", r.status, r.header, r.body)
+	}
+	if n := len(up.requests()); n != 1 {
+		t.Fatalf("%d requests upstream", n)
 	}
 }
 
@@ -504,8 +516,8 @@ func TestHTTPStrictBodies(t *testing.T) {
 
 // TestHTTPFormBodies: a form body is journaled like JSON: its decoded
 // pairs are the payload and the key fields (order of names does not
-// matter, a repeated name keeps its values in order), and the client's
-// bytes are forwarded with the reference field appended.
+// matter, a repeated name keeps its values in order), and the provider
+// receives those pairs in canonical order with the reference field.
 func TestHTTPFormBodies(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, strictPolicy)
@@ -527,7 +539,11 @@ func TestHTTPFormBodies(t *testing.T) {
 		t.Fatalf("first: %d %v %s", first.status, first.header, first.body)
 	}
 	got := up.requests()
-	if len(got) != 1 || string(got[0].body) != form+"&metadata%5Breference%5D="+strings.ReplaceAll(key, ":", "%3A") || got[0].header.Get("Content-Type") != ct {
+	// The provider receives the hashed pairs, re-encoded in one canonical
+	// order (names sorted, a repeated name's values in order), with the
+	// reference among them.
+	want := "amount=100&currency=usd&expand%5B%5D=a&expand%5B%5D=b&metadata%5Border%5D=817&metadata%5Breference%5D=" + strings.ReplaceAll(key, ":", "%3A")
+	if len(got) != 1 || string(got[0].body) != want || got[0].header.Get("Content-Type") != ct {
 		t.Fatalf("forwarded %q %v", got[0].body, got[0].header)
 	}
 	gw.Wait()

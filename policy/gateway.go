@@ -36,9 +36,11 @@ type GatewayHTTP struct {
 	// intent: without the header, the key is derived from their values and
 	// the caller's scope.
 	KeyFields []string `json:",omitempty"`
-	// PayloadFields, if set, are the members the request hash covers
-	// (default: the whole body).
-	PayloadFields []string `json:",omitempty"`
+	// ForwardHeaders are the client's request headers sent on to the
+	// provider (canonical names, forward_headers): each one is in the
+	// request hash, so a retry with another value is another request, and
+	// every other client header stays at the gateway. Empty: none.
+	ForwardHeaders []string `json:",omitempty"`
 	// ForwardKeyHeader sends the operation key to the provider in this
 	// header (its own idempotency key); ForwardKeyField writes it into
 	// this top-level member of the JSON body (a reference field, for
@@ -65,9 +67,6 @@ type GatewayMCP struct {
 	// never from the model's wording or the JSON-RPC id, which change when
 	// a model retries.
 	KeyFields []string
-	// PayloadFields, if set, are the arguments the request hash covers
-	// (default: all of them).
-	PayloadFields []string `json:",omitempty"`
 	// ForwardKeyArgument writes the operation key into this argument (the
 	// upstream tool's idempotency key or reference), "" for none.
 	ForwardKeyArgument string `json:",omitempty"`
@@ -95,9 +94,9 @@ const (
 
 var (
 	gatewayFields     = []string{"http", "mcp"}
-	gatewayHTTPFields = []string{"route", "upstream", "key_header", "key_required", "key_fields", "payload_fields",
+	gatewayHTTPFields = []string{"route", "upstream", "key_header", "key_required", "key_fields", "forward_headers",
 		"forward_key_header", "forward_key_field", "external_id", "store_headers", "max_response_bytes"}
-	gatewayMCPFields = []string{"tool", "key_fields", "payload_fields", "forward_key_argument", "external_id", "tool_errors"}
+	gatewayMCPFields = []string{"tool", "key_fields", "forward_key_argument", "external_id", "tool_errors"}
 	// hopByHop are the headers a proxy never forwards or stores (RFC 9110,
 	// 7.6.1), and setCookie is never stored either.
 	hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer",
@@ -160,8 +159,10 @@ func (p *parser) gatewayHTTP(n *yaml.Node, path string) *GatewayHTTP {
 			}
 		case "key_fields":
 			h.KeyFields = p.memberNames(v, fpath)
+		case "forward_headers":
+			h.ForwardHeaders = p.forwardHeaders(v, fpath)
 		case "payload_fields":
-			h.PayloadFields = p.memberNames(v, fpath)
+			p.add(k, fpath, "%s", payloadFieldsRefused)
 		case "forward_key_header":
 			if s, ok := p.headerName(v, fpath); ok {
 				h.ForwardKeyHeader = s
@@ -204,14 +205,70 @@ func (p *parser) gatewayHTTP(n *yaml.Node, path string) *GatewayHTTP {
 		}
 		h.KeyRequired = *required
 	}
-	for _, f := range h.KeyFields {
-		if len(h.PayloadFields) > 0 && !slices.Contains(h.PayloadFields, f) {
-			p.add(n, join(path, "payload_fields"), "must include every key field (%s): the key names the intent, the payload must cover what names it", f)
-			break
+	// The gateway writes the operation key into forward_key_field and
+	// drops a client's value of it: it cannot also name the intent.
+	if f := h.ForwardKeyField; f != "" && slices.ContainsFunc(h.KeyFields, func(k string) bool { return strings.EqualFold(k, f) }) {
+		p.add(n, join(path, "forward_key_field"), "%q is also a key field; the gateway fills it with the operation key (a client's value is dropped), so it cannot identify the request", f)
+	}
+	// The gateway sets these itself; a client's value would be a second,
+	// unhashed one.
+	for _, own := range []string{h.KeyHeader, h.ForwardKeyHeader} {
+		if own != "" && slices.Contains(h.ForwardHeaders, own) {
+			p.add(n, join(path, "forward_headers"), "%s is the route's key_header or forward_key_header: the gateway reads or sets it itself, so it is never forwarded from the client", own)
 		}
 	}
 	return h
 }
+
+// payloadFieldsRefused is why payload_fields is refused: the request hash
+// (and so an approval, and the 422 of a changed retry) must cover all
+// that is sent, and the gateway sends the whole body.
+const payloadFieldsRefused = "is not accepted: the request hash must cover everything the gateway sends, and it sends the whole body " +
+	"(arguments), so a hash of some members would let a request approved or recorded for them be sent again with other values in the rest. " +
+	"Remove it: the hash covers the whole body (or all the arguments)"
+
+// forwardHeaders validates forward_headers: header names a client may
+// send on to the provider, each then part of the request hash.
+func (p *parser) forwardHeaders(n *yaml.Node, path string) []string {
+	items, ok := p.stringList(n, path)
+	if !ok {
+		return nil
+	}
+	out := []string{}
+	for i, s := range items {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		c := httpCanonical(s.Value)
+		switch {
+		case !isToken(s.Value):
+			p.add(s, ipath, "%s is not a valid HTTP header name", literal(s.Value))
+		case HopByHop(c):
+			p.add(s, ipath, "%s is hop-by-hop: it describes one connection and is never forwarded", c)
+		case strings.HasPrefix(c, "Content-") || c == "Digest":
+			p.add(s, ipath, "%s describes the body, which the gateway sends in its canonical form and describes itself", c)
+		case slices.Contains(gatewayOwnHeaders, c) || strings.HasPrefix(c, "Sec-Fetch-"):
+			p.add(s, ipath, "%s is set by the gateway or its HTTP client (the host, the body's length and encoding, the idempotency keys, the credentials), never taken from the client", c)
+		case slices.Contains(methodOverrideHeaders, c):
+			p.add(s, ipath, "%s changes the method the provider runs, and a route protects one method", c)
+		case IsSecretHeader(c):
+			p.add(s, ipath, "%s may carry a secret: a forwarded header's value is part of the request the journal stores; give the provider's credential with --upstream-header", c)
+		case slices.Contains(out, c):
+			p.add(s, ipath, "%s is listed twice", c)
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// gatewayOwnHeaders are the request headers the gateway or net/http set
+// on a protected request, or that must never reach the provider from the
+// client (an idempotency key would make net/http re-send the request).
+var gatewayOwnHeaders = []string{"Host", "Transfer-Encoding", "Expect", "Accept-Encoding", "Authorization", "Proxy-Authorization",
+	"Cookie", "Origin", "Idempotency-Key", "X-Idempotency-Key"}
+
+// methodOverrideHeaders make some frameworks run another method than the
+// request line's.
+var methodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
 func (p *parser) gatewayMCP(n *yaml.Node, path string) *GatewayMCP {
 	m := &GatewayMCP{}
@@ -234,7 +291,7 @@ func (p *parser) gatewayMCP(n *yaml.Node, path string) *GatewayMCP {
 				p.add(v, fpath, "must name at least one argument: the key of a tool call is derived from the arguments that name the intent")
 			}
 		case "payload_fields":
-			m.PayloadFields = p.memberNames(v, fpath)
+			p.add(k, fpath, "%s", payloadFieldsRefused)
 		case "forward_key_argument":
 			if s, ok := p.memberName(v, fpath); ok {
 				m.ForwardKeyArgument = s
@@ -266,16 +323,10 @@ func (p *parser) gatewayMCP(n *yaml.Node, path string) *GatewayMCP {
 	if m.KeyFields == nil {
 		p.add(n, join(path, "key_fields"), "missing: the arguments that name the intent (such as [order_id])")
 	}
-	for _, f := range m.KeyFields {
-		if len(m.PayloadFields) > 0 && !slices.Contains(m.PayloadFields, f) {
-			p.add(n, join(path, "payload_fields"), "must include every key field (%s)", f)
-			break
-		}
-	}
 	// The gateway fills forward_key_argument and drops what the model sent
-	// in it: it cannot also be an argument the key or the hash is made of.
-	if a := m.ForwardKeyArgument; a != "" && (slices.Contains(m.KeyFields, a) || slices.Contains(m.PayloadFields, a)) {
-		p.add(n, join(path, "forward_key_argument"), "%q is also a key or payload field; the gateway fills it with the operation key (hidden from the model), so it cannot identify the call", a)
+	// in it: it cannot also be an argument the key is made of.
+	if a := m.ForwardKeyArgument; a != "" && slices.Contains(m.KeyFields, a) {
+		p.add(n, join(path, "forward_key_argument"), "%q is also a key field; the gateway fills it with the operation key (hidden from the model), so it cannot identify the call", a)
 	}
 	return m
 }
@@ -488,12 +539,12 @@ func (g *Gateway) clone() *Gateway {
 	c := &Gateway{}
 	if g.HTTP != nil {
 		h := *g.HTTP
-		h.KeyFields, h.PayloadFields, h.StoreHeaders = slices.Clone(h.KeyFields), slices.Clone(h.PayloadFields), slices.Clone(h.StoreHeaders)
+		h.KeyFields, h.ForwardHeaders, h.StoreHeaders = slices.Clone(h.KeyFields), slices.Clone(h.ForwardHeaders), slices.Clone(h.StoreHeaders)
 		c.HTTP = &h
 	}
 	if g.MCP != nil {
 		m := *g.MCP
-		m.KeyFields, m.PayloadFields = slices.Clone(m.KeyFields), slices.Clone(m.PayloadFields)
+		m.KeyFields = slices.Clone(m.KeyFields)
 		c.MCP = &m
 	}
 	return c

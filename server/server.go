@@ -57,7 +57,7 @@ type Config struct {
 	// and scopes the call to the token's tenant; nil serves everyone as the
 	// default tenant "" (only sensible on a loopback address).
 	Auth *auth.Authenticator
-	// RateLimit is each tenant's sustained requests per second (0: none),
+	// RateLimit is each principal's sustained requests per second (0: none),
 	// with bursts of RateBurst (default: one second's worth).
 	RateLimit float64
 	RateBurst int

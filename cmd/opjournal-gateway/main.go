@@ -101,7 +101,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	fs.BoolVar(&o.mcpStdio, "mcp-stdio", false, "serve the MCP front door on stdin and stdout (one local agent); logs go to stderr")
 	fs.Var(&o.upstreams, "mcp-upstream", "an upstream MCP server: an http(s):// URL (streamable HTTP) or cmd:COMMAND ARGS (stdio); repeat for several")
 	fs.BoolVar(&o.anonymous, "anonymous", false, "treat every caller as one (\"anon\": one shared key space, the gateway's own token); for local development, loopback listeners only")
-	fs.Float64Var(&o.rateLimit, "rate-limit", 0, "each caller's requests a second at the gateway (0: no limit here; the journal limits each tenant)")
+	fs.Float64Var(&o.rateLimit, "rate-limit", 0, "each caller's requests a second at the gateway (0: no limit here; the journal limits each principal)")
 	fs.IntVar(&o.rateBurst, "rate-burst", 0, "each caller's burst (default: the rate)")
 	fs.Var(&o.upstreamHeaders, "upstream-header", "a header set on every request to an HTTP upstream, 'Name: value' with ${VAR} expanded from the environment (the provider's credential: the caller's Authorization is never forwarded); repeat")
 	fs.Var(&o.allowedHosts, "allowed-hosts", "with --anonymous: a host name (or name:port) requests may address besides localhost, 127.0.0.1 and [::1] (other Hosts are refused, against DNS rebinding); repeat")

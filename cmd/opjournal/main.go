@@ -161,7 +161,7 @@ func flags(name string, stderr io.Writer, o *options, serveFlags bool) *pflag.Fl
 		fs.BoolVar(&o.insecureOK, "insecure", false, "allow listening on a non-loopback address without --auth-file")
 		fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate: serve both listeners over TLS (with --tls-key)")
 		fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
-		fs.Float64Var(&o.rateLimit, "rate-limit", 0, "requests per second per tenant (0: unlimited); over it: RESOURCE_EXHAUSTED / HTTP 429")
+		fs.Float64Var(&o.rateLimit, "rate-limit", 0, "requests per second per principal, all of its tokens together (0: unlimited); over it: RESOURCE_EXHAUSTED / HTTP 429")
 		fs.IntVar(&o.rateBurst, "rate-burst", 0, "burst size of --rate-limit (default: one second's worth)")
 		fs.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's /debug/pprof on this loopback address (off by default; for profiling)")
 		fs.StringVar(&o.hashKeyFile, "hash-key-file", "", "request-hash keys for actions with redact_fields (opjournal hashkey); default: $OPJOURNAL_HASH_KEYS, or on SQLite a file beside the database, created on first start")

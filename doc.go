@@ -49,6 +49,7 @@
 //	                     dialling the journal (purgeprint: only `opjournal purge`)
 //	internal/tracing/    OpenTelemetry set-up and spans
 //	internal/hostcheck/  the allowed-hosts check of both listeners
+//	internal/httpheader/ which headers are hop-by-hop or hold secrets
 //	internal/groupq/     the queue behind the stores' group commit
 //	internal/adaptiveprocs/
 //	                     one P while a server serves one request at a time

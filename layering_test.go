@@ -74,7 +74,7 @@ func TestClientBinariesDoNotLinkTheJournal(t *testing.T) {
 func TestProductDoesNotLinkHarnesses(t *testing.T) {
 	product := []string{".", "./protocol", "./protocol/model", "./auth", "./canonjson", "./client", "./console", "./gateway", "./hashkey",
 		"./journal", "./migrations", "./ops", "./policy", "./reconciler", "./server", "./store",
-		"./store/postgres", "./store/sqlite", "./webhook", "./internal/cli/...", "./internal/groupq", "./internal/hostcheck",
+		"./store/postgres", "./store/sqlite", "./webhook", "./internal/cli/...", "./internal/groupq", "./internal/hostcheck", "./internal/httpheader",
 		"./internal/tracing", "./internal/adaptiveprocs", "./internal/protocodec", "./internal/protojsonrt", "./gen/...",
 		"./cmd/opjournal", "./cmd/opjournal-gateway", "./cmd/opjournal-reconciler"}
 	harness := []string{module + "/e2e", module + "/deploy",

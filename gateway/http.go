@@ -19,6 +19,7 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/client"
+	"github.com/opjournal/opjournal/internal/httpheader"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
 )
@@ -545,7 +546,7 @@ func writeJSONProblem(w http.ResponseWriter, p problem) {
 // writeFresh writes the upstream's own answer with its end-to-end headers.
 func writeFresh(w http.ResponseWriter, a *upstreamAnswer) {
 	for name, vs := range a.header {
-		if policy.HopByHop(name) || name == "Content-Length" {
+		if httpheader.HopByHop(name) || name == "Content-Length" {
 			continue
 		}
 		w.Header()[name] = vs
@@ -589,7 +590,7 @@ func writeReplayHeaders(w http.ResponseWriter) {
 func writeStored(w http.ResponseWriter, cfg *policy.GatewayHTTP, s *storedResponse) {
 	for name, vs := range s.Headers {
 		c := http.CanonicalHeaderKey(name)
-		if !slices.Contains(cfg.StoreHeaders, c) || policy.HopByHop(c) || c == "Set-Cookie" || policy.IsSecretHeader(c) {
+		if !slices.Contains(cfg.StoreHeaders, c) || httpheader.HopByHop(c) || c == "Set-Cookie" || httpheader.IsSecret(c) {
 			continue
 		}
 		w.Header()[c] = vs

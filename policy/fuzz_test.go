@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/opjournal/opjournal/internal/httpheader"
 )
 
 var errorLineRE = regexp.MustCompile(`^fuzz\.yaml:[1-9][0-9]*: \S`)
@@ -94,7 +96,7 @@ func checkReconcile(t *testing.T, name string, r Reconcile) {
 		if err != nil {
 			t.Fatalf("%s: header %s: %v", name, k, err)
 		}
-		if IsSecretHeader(k) && !slices.ContainsFunc(refs, func(r EnvRef) bool { return !r.HasDefault }) {
+		if httpheader.IsSecret(k) && !slices.ContainsFunc(refs, func(r EnvRef) bool { return !r.HasDefault }) {
 			t.Fatalf("%s: secret header %s without ${VAR}", name, k)
 		}
 	}

@@ -2,11 +2,14 @@ package policy
 
 import (
 	"fmt"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/opjournal/opjournal/internal/httpheader"
 )
 
 // Gateway says how opjournal-gateway protects an action (gateway:): the
@@ -97,15 +100,7 @@ var (
 	gatewayHTTPFields = []string{"route", "upstream", "key_header", "key_required", "key_fields", "forward_headers",
 		"forward_key_header", "forward_key_field", "external_id", "store_headers", "max_response_bytes"}
 	gatewayMCPFields = []string{"tool", "key_fields", "forward_key_argument", "external_id", "tool_errors"}
-	// hopByHop are the headers a proxy never forwards or stores (RFC 9110,
-	// 7.6.1), and setCookie is never stored either.
-	hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer",
-		"Transfer-Encoding", "Upgrade", "Proxy-Connection"}
 )
-
-// HopByHop reports whether a header is hop-by-hop (never forwarded or
-// stored by a proxy).
-func HopByHop(name string) bool { return slices.Contains(hopByHop, httpCanonical(name)) }
 
 // gateway validates the gateway mapping of an action.
 func (p *parser) gateway(n *yaml.Node, path string) *Gateway {
@@ -237,11 +232,11 @@ func (p *parser) forwardHeaders(n *yaml.Node, path string) []string {
 	out := []string{}
 	for i, s := range items {
 		ipath := fmt.Sprintf("%s[%d]", path, i)
-		c := httpCanonical(s.Value)
+		c := textproto.CanonicalMIMEHeaderKey(s.Value)
 		switch {
 		case !isToken(s.Value):
 			p.add(s, ipath, "%s is not a valid HTTP header name", literal(s.Value))
-		case HopByHop(c):
+		case httpheader.HopByHop(c):
 			p.add(s, ipath, "%s is hop-by-hop: it describes one connection and is never forwarded", c)
 		case strings.HasPrefix(c, "Content-") || c == "Digest":
 			p.add(s, ipath, "%s describes the body, which the gateway sends in its canonical form and describes itself", c)
@@ -249,7 +244,7 @@ func (p *parser) forwardHeaders(n *yaml.Node, path string) []string {
 			p.add(s, ipath, "%s is set by the gateway or its HTTP client (the host, the body's length and encoding, the idempotency keys, the credentials), never taken from the client", c)
 		case slices.Contains(methodOverrideHeaders, c):
 			p.add(s, ipath, "%s changes the method the provider runs, and a route protects one method", c)
-		case IsSecretHeader(c):
+		case httpheader.IsSecret(c):
 			p.add(s, ipath, "%s may carry a secret: a forwarded header's value is part of the request the journal stores; give the provider's credential with --upstream-header", c)
 		case slices.Contains(out, c):
 			p.add(s, ipath, "%s is listed twice", c)
@@ -425,11 +420,11 @@ func (p *parser) headerName(n *yaml.Node, path string) (string, bool) {
 		p.add(n, path, "%s is not a valid HTTP header name", literal(s))
 		return "", false
 	}
-	if HopByHop(s) {
+	if httpheader.HopByHop(s) {
 		p.add(n, path, "%s is a hop-by-hop header", literal(s))
 		return "", false
 	}
-	return httpCanonical(s), true
+	return textproto.CanonicalMIMEHeaderKey(s), true
 }
 
 // storeHeaders validates the list of response headers to store.
@@ -441,13 +436,13 @@ func (p *parser) storeHeaders(n *yaml.Node, path string) []string {
 	out := []string{}
 	for i, s := range items {
 		ipath := fmt.Sprintf("%s[%d]", path, i)
-		c := httpCanonical(s.Value)
+		c := textproto.CanonicalMIMEHeaderKey(s.Value)
 		switch {
 		case !isToken(s.Value):
 			p.add(s, ipath, "%s is not a valid HTTP header name", literal(s.Value))
-		case HopByHop(c):
+		case httpheader.HopByHop(c):
 			p.add(s, ipath, "%s is hop-by-hop: it describes one connection and is never stored", c)
-		case c == "Set-Cookie" || IsSecretHeader(c):
+		case c == "Set-Cookie" || httpheader.IsSecret(c):
 			p.add(s, ipath, "%s may carry a secret and is never stored", c)
 		case slices.Contains(out, c):
 			p.add(s, ipath, "%s is listed twice", c)

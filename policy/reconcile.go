@@ -3,12 +3,15 @@ package policy
 import (
 	"fmt"
 	"maps"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/opjournal/opjournal/internal/httpheader"
 )
 
 // Defaults and limits of the reconcile section.
@@ -333,28 +336,6 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// secretHeaderNames are header names whose values are secrets.
-var secretHeaderNames = []string{"authorization", "proxy-authorization", "cookie"}
-
-// secretHeaderWords make any header whose name contains one of them hold a
-// secret.
-var secretHeaderWords = []string{"token", "secret", "key", "auth"}
-
-// IsSecretHeader reports whether header name carries a secret: its value
-// must come from the environment, and it is never logged.
-func IsSecretHeader(name string) bool {
-	l := strings.ToLower(name)
-	if slices.Contains(secretHeaderNames, l) {
-		return true
-	}
-	for _, w := range secretHeaderWords {
-		if strings.Contains(l, w) {
-			return true
-		}
-	}
-	return false
-}
-
 // headers validates the headers mapping.
 func (p *parser) headers(n *yaml.Node, path string) map[string]string {
 	out := map[string]string{}
@@ -365,7 +346,7 @@ func (p *parser) headers(n *yaml.Node, path string) map[string]string {
 			p.add(k, hpath, "is not a valid HTTP header name")
 			return
 		}
-		canon := httpCanonical(name)
+		canon := textproto.CanonicalMIMEHeaderKey(name)
 		if first, dup := seen[canon]; dup {
 			p.add(k, hpath, "duplicate header (first defined at line %d; header names are case-insensitive)", first)
 			return
@@ -391,7 +372,7 @@ func (p *parser) headers(n *yaml.Node, path string) map[string]string {
 			p.add(v, hpath, "%v", err)
 			return
 		}
-		if IsSecretHeader(name) && !slices.ContainsFunc(refs, func(r EnvRef) bool { return !r.HasDefault }) {
+		if httpheader.IsSecret(name) && !slices.ContainsFunc(refs, func(r EnvRef) bool { return !r.HasDefault }) {
 			// The value is not quoted: it may be a secret.
 			p.add(v, hpath, "secrets come from the environment (${VAR}), never from the policy file: write the secret part of this header as ${VAR} (without a :- default)")
 			return
@@ -417,19 +398,6 @@ func isToken(s string) bool {
 		}
 	}
 	return true
-}
-
-// httpCanonical is textproto.CanonicalMIMEHeaderKey for a token.
-func httpCanonical(s string) string {
-	b := []byte(strings.ToLower(s))
-	upper := true
-	for i, c := range b {
-		if upper && 'a' <= c && c <= 'z' {
-			b[i] = c - 'a' + 'A'
-		}
-		upper = c == '-'
-	}
-	return string(b)
 }
 
 // completedValues validates the completed_values list.

@@ -26,12 +26,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -39,12 +36,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
-	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/gateway"
-	"github.com/opjournal/opjournal/internal/adaptiveprocs"
 	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/internal/hostcheck"
-	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/policy"
 )
 
@@ -129,177 +123,6 @@ type serveOpts struct {
 	rateBurst                                   int
 	mcpPublicURL, stdioScope, workerID          string
 	logLevel, logFormat, pprofAddr              string
-}
-
-// serve runs the gateway until ctx is done or a listener fails.
-func serve(ctx context.Context, o serveOpts, stderr io.Writer) error {
-	if o.httpAddr == "" && o.mcpAddr == "" && !o.mcpStdio {
-		return cli.Usage(errors.New("nothing to serve: give --http-addr, --mcp-addr or --mcp-stdio"))
-	}
-	if (o.mcpAddr != "" || o.mcpStdio) && len(o.upstreams) == 0 {
-		return cli.Usage(errors.New("the MCP front door needs at least one --mcp-upstream"))
-	}
-	// As `opjournal serve`: the live heap is small (calls in flight), so
-	// Go's default GOGC=100 collects very often; 400 with a soft memory
-	// limit spends less CPU per call (about a sixth of it went to the
-	// collector at one caller). GOGC and GOMEMLIMIT in the environment win.
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(400)
-	}
-	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
-		debug.SetMemoryLimit(64 << 20)
-	}
-	log, err := cli.NewLogger(o.logLevel, o.logFormat, stderr)
-	if err != nil {
-		return cli.Usage(err)
-	}
-	// OpenTelemetry traces, when OTEL_* configures an exporter (off otherwise).
-	stopTracing, err := tracing.SetupMain(ctx, "opjournal-gateway")
-	if err != nil {
-		return cli.Usage(err)
-	}
-	defer stopTracing()
-	pol := policy.Default()
-	if o.policyPath != "" {
-		if pol, err = policy.Load(o.policyPath); err != nil {
-			return cli.Usage(err)
-		}
-	}
-	if o.workerID == "" {
-		host, _ := os.Hostname()
-		o.workerID = fmt.Sprintf("gateway-%s-%d", host, os.Getpid())
-	}
-	// Each journal call carries its caller's credential (or, for anonymous
-	// and stdio callers, the gateway's own token), so the connection has none.
-	conn, ownToken, err := o.jf.DialWithoutToken()
-	if err != nil {
-		return cli.Usage(err)
-	}
-	defer conn.Close()
-	upHeaders, err := parseUpstreamHeaders(o.upstreamHeaders)
-	if err != nil {
-		return cli.Usage(err)
-	}
-	identity := gateway.IdentityJournal
-	if o.anonymous {
-		identity = gateway.IdentityAnonymous
-	}
-	g, err := gateway.New(gateway.Config{
-		Journal: client.New(conn, client.WithWorkerID(o.workerID)), Policy: pol, Logger: log,
-		DefaultUpstream: o.httpUpstream, StdioScope: o.stdioScope,
-		Identity: identity, OwnToken: ownToken, RateLimit: o.rateLimit, RateBurst: o.rateBurst, UpstreamHeaders: upHeaders,
-	})
-	if err != nil {
-		return cli.Usage(err)
-	}
-	if !o.anonymous && (o.httpAddr != "" || o.mcpAddr != "") {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := g.CheckJournalAuthenticates(cctx)
-		cancel()
-		if err != nil {
-			return cli.Usage(err)
-		}
-	}
-
-	errc := make(chan error, 4)
-	if o.pprofAddr != "" {
-		ln, err := net.Listen("tcp", o.pprofAddr)
-		if err != nil {
-			return err
-		}
-		if !ln.Addr().(*net.TCPAddr).IP.IsLoopback() {
-			ln.Close()
-			return cli.Usage(fmt.Errorf("--pprof-addr %s: only a loopback address is accepted", o.pprofAddr))
-		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		psrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = psrv.Serve(ln) }()
-		defer psrv.Close()
-	}
-	// One caller's request through a door is a chain of hand-offs (the
-	// door, the journal's gRPC client, the upstream), each waking an idle
-	// second P: governed, the HTTP door spent 13% less CPU per call at one
-	// caller (bench/ANALYSIS.md, "The gateway on one P"). The calls of --mcp-stdio are not
-	// requests to count, so a gateway serving it keeps the default.
-	var procs *adaptiveprocs.Governor
-	if o.adaptiveProcs && !o.mcpStdio && runtime.GOMAXPROCS(0) > 1 {
-		procs = adaptiveprocs.New(time.Second)
-		pctx, stop := context.WithCancel(ctx)
-		defer stop()
-		go procs.Run(pctx)
-	}
-	var servers []*http.Server
-	serving := []any{"routes", g.Routes(), "tools", g.Tools(), "worker_id", o.workerID}
-	if o.httpAddr != "" {
-		ln, err := listen(o.httpAddr, o.anonymous, "--http-addr")
-		if err != nil {
-			return err
-		}
-		srv := &http.Server{Handler: procs.Handler(hostChecked(g, o.anonymous, o.allowedHosts), nil), ReadHeaderTimeout: 10 * time.Second}
-		servers = append(servers, srv)
-		go func() { errc <- serveHTTP(srv, ln) }()
-		serving = append(serving, "http_addr", ln.Addr().String())
-	}
-	var ms *mcp.Server
-	if o.mcpAddr != "" || o.mcpStdio {
-		sessions, err := connectUpstreams(ctx, o.upstreams)
-		for _, s := range sessions {
-			defer s.Close()
-		}
-		if err != nil {
-			return err
-		}
-		if ms, err = g.MCPServer(ctx, sessions...); err != nil {
-			return cli.Usage(err)
-		}
-	}
-	if o.mcpAddr != "" {
-		ln, err := listen(o.mcpAddr, o.anonymous, "--mcp-addr")
-		if err != nil {
-			return err
-		}
-		resource := o.mcpPublicURL
-		if resource == "" {
-			resource = "http://" + ln.Addr().String() + "/mcp"
-		}
-		h := g.MCPHandler(ms, gateway.MCPHTTPOptions{Resource: resource, AuthorizationServers: o.authServers})
-		// Only POSTs carry the MCP door's work: a client's GET is an event
-		// stream that stays open while it waits.
-		posts := func(r *http.Request) bool { return r.Method == http.MethodPost }
-		srv := &http.Server{Handler: procs.Handler(hostChecked(h, o.anonymous, o.allowedHosts), posts), ReadHeaderTimeout: 10 * time.Second}
-		servers = append(servers, srv)
-		go func() { errc <- serveHTTP(srv, ln) }()
-		serving = append(serving, "mcp_addr", ln.Addr().String())
-	}
-	if o.mcpStdio {
-		go func() { errc <- ms.Run(ctx, &mcp.StdioTransport{}) }()
-		serving = append(serving, "mcp_stdio", true)
-	}
-	log.Info("serving", serving...)
-
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, s := range servers {
-		_ = s.Shutdown(sctx)
-	}
-	// The calls whose callers gave up run on, detached, within their
-	// leases; the records of calls already answered are still being
-	// written. Past the deadline the calls left are cancelled and
-	// recorded as unknown (the reconciler settles them).
-	if g.Shutdown(sctx) != nil {
-		log.Warn("calls still in flight at the shutdown deadline were cancelled; their outcomes are recorded as unknown")
-	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
 }
 
 // listen listens on addr; anonymous callers are accepted on a loopback

@@ -7,7 +7,8 @@
 // # The delivery
 //
 // The body is {"type":"operation.awaiting_approval","timestamp":…,"data":{tenant,
-// operation_key, action_type, request_hash, requested_by, deadline,
+// operation_key, action_type, request_hash, requested_by (the principal id),
+// requested_by_label, deadline,
 // two_person, console_url}} ([Notification.Body]): identifiers and the
 // approval's terms, never the payload's or the refs' values, because a
 // receiver may log what it gets; a person opens the console to see the

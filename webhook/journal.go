@@ -21,7 +21,7 @@ func ForOperation(pol *policy.Policy, op *opjournal.Operation) (Notification, bo
 		return Notification{}, false
 	}
 	return Notification{URL: url, Tenant: op.Tenant, OperationKey: op.Key, ActionType: op.Action, RequestHash: op.RequestHash,
-		RequestedBy: op.Approval.RequestedBy, Deadline: op.Approval.Deadline, TwoPerson: op.Approval.TwoPerson, At: op.CreatedAt}, true
+		RequestedBy: op.Approval.RequestedBy, RequestedByLabel: op.Approval.RequestedByLabel, Deadline: op.Approval.Deadline, TwoPerson: op.Approval.TwoPerson, At: op.CreatedAt}, true
 }
 
 // NotifyURL is the approval.notify URL of action in pol, "" for none.

@@ -26,9 +26,10 @@ type Notification struct {
 	OperationKey string
 	ActionType   string
 	RequestHash  string
-	// RequestedBy is the principal who registered it ("" without
-	// authentication).
-	RequestedBy string
+	// RequestedBy is the principal id of who registered it ("" without
+	// authentication); RequestedByLabel that credential's label, for
+	// people to read.
+	RequestedBy, RequestedByLabel string
 	// Deadline is when the question times out; zero for never.
 	Deadline time.Time
 	// TwoPerson: two distinct principals must approve.
@@ -64,14 +65,16 @@ type body struct {
 
 // data is the event's data; see Notification for what each member is.
 type data struct {
-	Tenant       string  `json:"tenant"`
-	OperationKey string  `json:"operation_key"`
-	ActionType   string  `json:"action_type"`
-	RequestHash  string  `json:"request_hash"`
-	RequestedBy  string  `json:"requested_by"`
-	Deadline     *string `json:"deadline"` // null for never
-	TwoPerson    bool    `json:"two_person"`
-	ConsoleURL   string  `json:"console_url,omitempty"`
+	Tenant       string `json:"tenant"`
+	OperationKey string `json:"operation_key"`
+	ActionType   string `json:"action_type"`
+	RequestHash  string `json:"request_hash"`
+	RequestedBy  string `json:"requested_by"`
+	// RequestedByLabel is left out without one (no authentication).
+	RequestedByLabel string  `json:"requested_by_label,omitempty"`
+	Deadline         *string `json:"deadline"` // null for never
+	TwoPerson        bool    `json:"two_person"`
+	ConsoleURL       string  `json:"console_url,omitempty"`
 }
 
 // Body returns the JSON body of n. consoleBase, if not empty, is the
@@ -79,7 +82,7 @@ type data struct {
 // to the operation's page in the console.
 func (n Notification) Body(consoleBase string) []byte {
 	d := data{Tenant: n.Tenant, OperationKey: n.OperationKey, ActionType: n.ActionType, RequestHash: n.RequestHash,
-		RequestedBy: n.RequestedBy, TwoPerson: n.TwoPerson, ConsoleURL: ConsoleURL(consoleBase, n.OperationKey)}
+		RequestedBy: n.RequestedBy, RequestedByLabel: n.RequestedByLabel, TwoPerson: n.TwoPerson, ConsoleURL: ConsoleURL(consoleBase, n.OperationKey)}
 	if !n.Deadline.IsZero() {
 		s := n.Deadline.UTC().Format(time.RFC3339)
 		d.Deadline = &s

@@ -375,7 +375,7 @@ func TestMessageID(t *testing.T) {
 func TestBodyCarriesNoPayload(t *testing.T) {
 	t.Parallel()
 	n := notification("https://hooks.example/", "payment:order-817/intent 01")
-	n.TwoPerson = true
+	n.TwoPerson, n.RequestedByLabel = true, "agent-7-2026-12"
 	var got map[string]any
 	if err := json.Unmarshal(n.Body("https://journal.example/"), &got); err != nil {
 		t.Fatal(err)
@@ -384,7 +384,7 @@ func TestBodyCarriesNoPayload(t *testing.T) {
 		"type": "operation.awaiting_approval", "timestamp": "2026-12-01T22:00:00Z",
 		"data": map[string]any{
 			"tenant": "acme", "operation_key": "payment:order-817/intent 01", "action_type": "create_payment",
-			"request_hash": n.RequestHash, "requested_by": "agent-7", "deadline": "2026-12-02T22:00:00Z", "two_person": true,
+			"request_hash": n.RequestHash, "requested_by": "agent-7", "requested_by_label": "agent-7-2026-12", "deadline": "2026-12-02T22:00:00Z", "two_person": true,
 			"console_url": "https://journal.example/console/operation?key=payment%3Aorder-817%2Fintent+01",
 		},
 	}

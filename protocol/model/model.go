@@ -289,209 +289,294 @@ func (m *Model) Step(s State, in Input) (Output, State) {
 	if lease == 0 {
 		lease = act.LeaseMS
 	}
-	eff := s.effective(t)
-	answer := func(n State, result bool) (Output, State) { return Output{Op: n.view(t, result)}, n }
+	c := &call{m: m, s: s, in: in, t: t, act: act, lease: lease, eff: s.effective(t)}
 
 	switch in.Kind {
 	case Register:
-		if !s.Exists {
-			n := State{Exists: true, Action: in.Action, Payload: in.Payload, Status: Pending}
-			if act.Approval { // awaiting a person, with or without a claim asked
-				n.Status, n.Approval, n.TwoPerson, n.Escalates, n.Deadline = Awaiting, true, act.TwoPerson, act.Escalates, t+act.TimeoutMS
-				return Output{Op: n.view(t, true), Created: true, Next: NextAwait, RetryAfter: n.awaitRetryAfter(t)}, n
-			}
-			if in.Claim {
-				n.Status, n.Attempts, n.Owner, n.LeaseUntil, n.Started, n.FirstAttempt = InProgress, 1, in.Worker, t+lease, t, t
-				return Output{Op: n.view(t, true), Created: true, Claimed: true, Attempt: 1, Next: NextCallProvider,
-					LeaseSeconds: int(lease / 1000), LeaseUntil: t + lease}, n
-			}
-			return Output{Op: n.view(t, true), Created: true, Next: NextClaim}, n
-		}
-		if s.Action != in.Action || s.Payload != in.Payload {
-			return refuse("PAYLOAD_MISMATCH")
-		}
-		if !in.Claim {
-			out := Output{Op: registerView(s.view(t, true)), Next: next(s, t, false)}
-			if eff == Awaiting {
-				out.RetryAfter = s.awaitRetryAfter(t)
-			}
-			return out, s
-		}
-		// A replay with a claim is a replay, then a claim, as one step.
-		out, n := m.claim(s, in, act, t, lease)
-		out.Created = false
-		out.Op = registerView(out.Op)
-		return out, n
-
+		return c.register()
 	case Claim:
-		return m.claim(s, in, act, t, lease)
-
+		return c.claim()
 	case ExtendLease:
-		switch {
-		case !s.issued(in.Attempt):
-			return refuse("INVALID_ARGUMENT")
-		case in.Attempt != s.Attempts, eff != InProgress:
-			return refuse("STALE_ATTEMPT")
-		case !(t < s.Started+act.MaxAttemptMS):
-			return refuse("INVALID_STATE")
-		}
-		n := s
-		n.LeaseUntil = min(t+lease, s.Started+act.MaxAttemptMS)
-		return answer(n, false)
-
+		return c.extendLease()
 	case MarkSucceeded:
-		if !s.issued(in.Attempt) {
-			return refuse("INVALID_ARGUMENT")
-		}
-		n := s
-		newDup := in.ExternalID != "" && in.ExternalID != s.ExternalID && !slices.Contains(s.Dups[:s.NDups], in.ExternalID) && s.NDups < MaxDuplicates
-		addDup := func() {
-			if newDup {
-				n.Dups[n.NDups] = in.ExternalID
-				n.NDups++
-			}
-			n.Reports++
-		}
-		switch {
-		case !terminal(s.Status): // confirm
-			n.Status, n.ExternalID, n.Result = Succeeded, in.ExternalID, result(in.ExternalID)
-			n.LeaseUntil, n.UnknownSince, n.NextCheck = 0, 0, 0
-		case s.Status == Succeeded && (in.ExternalID == "" || in.ExternalID == s.ExternalID): // repeat
-		case s.Status == FailedFinal && !s.NeedsReview: // effect after failed_final
-			n.NeedsReview = true
-			addDup()
-		case newDup && !s.NeedsReview: // duplicate effect
-			n.NeedsReview = true
-			addDup()
-		default: // another duplicate, repeated report
-			addDup()
-		}
-		return answer(n, false)
-
+		return c.markSucceeded()
 	case MarkUnknown, MarkFailedFinal:
-		switch {
-		case !s.issued(in.Attempt):
-			return refuse("INVALID_ARGUMENT")
-		case in.Attempt != s.Attempts, eff != InProgress:
-			return refuse("STALE_ATTEMPT")
-		}
-		n := s
-		n.ErrorCode, n.LeaseUntil = in.ErrorCode, 0
-		if in.Kind == MarkUnknown {
-			n.Status, n.UnknownSince = Unknown, t
-		} else {
-			n.Status, n.UnknownSince, n.Result = FailedFinal, 0, ""
-		}
-		return answer(n, false)
-
+		return c.markFailure()
 	case ReleaseForRetry:
-		switch {
-		case !s.issued(in.Attempt):
-			return refuse("INVALID_ARGUMENT")
-		case in.Attempt != s.Attempts:
-			return refuse("STALE_ATTEMPT")
-		case eff != Unknown, s.NeedsReview, !act.DefinitiveAbsence, !(t-s.unknownSince(t) >= act.ReleaseAfterMS):
-			return refuse("INVALID_STATE")
-		}
-		n := s
-		n.Status, n.LeaseUntil, n.UnknownSince, n.NextCheck = Pending, 0, 0, 0
-		return answer(n, true)
-
+		return c.releaseForRetry()
 	case RecordCheck:
-		switch {
-		case !s.issued(in.Attempt):
-			return refuse("INVALID_ARGUMENT")
-		case in.Attempt != s.Attempts:
-			return refuse("STALE_ATTEMPT")
-		case eff != Unknown:
-			return refuse("INVALID_STATE")
-		}
-		n := s
-		if s.Status == InProgress { // an expired lease becomes unknown for good
-			n.UnknownSince = s.LeaseUntil
-		}
-		n.Status, n.LeaseUntil, n.Checks, n.LastChecked, n.NextCheck = Unknown, 0, s.Checks+1, t, t+int64(in.CheckAfter)*1000
-		return answer(n, true)
-
+		return c.recordCheck()
 	case Escalate:
-		switch {
-		case !terminal(eff) && eff != Awaiting && !s.NeedsReview:
-			n := s
-			n.NeedsReview = true
-			return answer(n, true)
-		case s.NeedsReview: // already under review
-			return answer(s, true)
-		}
-		return refuse("INVALID_STATE")
-
+		return c.escalate()
 	case Resolve:
-		if terminal(eff) || eff == Awaiting || !(eff == Unknown || s.NeedsReview) {
-			return refuse("INVALID_STATE")
-		}
-		n := s
-		n.NeedsReview, n.LeaseUntil, n.UnknownSince, n.NextCheck = false, 0, 0, 0
-		if in.Resolution == Succeeded {
-			n.Status, n.ExternalID, n.Result = Succeeded, in.ExternalID, result(in.ExternalID)
-		} else {
-			n.Status = FailedFinal
-			if in.ErrorCode != "" {
-				n.ErrorCode = in.ErrorCode
-			}
-		}
-		return answer(n, true)
-
+		return c.resolve()
 	case Acknowledge:
-		if !terminal(eff) || !s.NeedsReview {
-			return refuse("INVALID_STATE")
-		}
-		n := s
-		n.NeedsReview = false
-		return answer(n, true)
-
+		return c.acknowledge()
 	case Lookup:
-		return answer(s, true)
-
+		return c.lookup()
 	case Approve, Reject:
-		switch {
-		case eff != Awaiting:
-			return refuse("INVALID_STATE")
-		case in.Payload != s.Payload: // the hash the approver saw is another request's
-			return refuse("PAYLOAD_MISMATCH")
-		case !(t < s.Deadline || s.NeedsReview): // timed out, and not escalated
-			return refuse("INVALID_STATE")
-		}
-		n := s
-		if in.Kind == Reject {
-			n.Status, n.NeedsReview, n.ErrorCode = FailedFinal, false, in.ErrorCode
-			if n.ErrorCode == "" {
-				n.ErrorCode = "approval_rejected"
-			}
-			return answer(n, true)
-		}
-		if slices.Contains(s.Approvers[:s.NApprovers], in.Worker) {
-			return refuse("INVALID_STATE") // the same person twice
-		}
-		n.Approvers[n.NApprovers] = in.Worker
-		n.NApprovers++
-		if !s.TwoPerson || n.NApprovers == 2 { // released
-			n.Status, n.NeedsReview = Pending, false
-		}
-		return answer(n, true)
-
+		return c.decide()
 	case Expire:
-		switch {
-		case eff != Awaiting, s.NeedsReview, t < s.Deadline:
-			return refuse("INVALID_STATE")
+		return c.expire()
+	}
+	panic("model: unknown command " + string(in.Kind))
+}
+
+// call is one command's step: the command, the state it applies to, and
+// what Step worked out before choosing the command's rules.
+type call struct {
+	m     *Model
+	s     State
+	in    Input
+	t     int64  // the call's time
+	act   Action // the operation's action
+	lease int64  // the lease asked, or the action's
+	eff   string // the effective status at t
+}
+
+// refuse answers code and changes nothing.
+func (c *call) refuse(code string) (Output, State) { return Output{Err: code}, c.s }
+
+// answer is the operation as n, with its result when result is true.
+func (c *call) answer(n State, result bool) (Output, State) {
+	return Output{Op: n.view(c.t, result)}, n
+}
+
+// register is Register.
+func (c *call) register() (Output, State) {
+	m, s, in, t, act, lease, eff, refuse := c.m, c.s, c.in, c.t, c.act, c.lease, c.eff, c.refuse
+	if !s.Exists {
+		n := State{Exists: true, Action: in.Action, Payload: in.Payload, Status: Pending}
+		if act.Approval { // awaiting a person, with or without a claim asked
+			n.Status, n.Approval, n.TwoPerson, n.Escalates, n.Deadline = Awaiting, true, act.TwoPerson, act.Escalates, t+act.TimeoutMS
+			return Output{Op: n.view(t, true), Created: true, Next: NextAwait, RetryAfter: n.awaitRetryAfter(t)}, n
 		}
+		if in.Claim {
+			n.Status, n.Attempts, n.Owner, n.LeaseUntil, n.Started, n.FirstAttempt = InProgress, 1, in.Worker, t+lease, t, t
+			return Output{Op: n.view(t, true), Created: true, Claimed: true, Attempt: 1, Next: NextCallProvider,
+				LeaseSeconds: int(lease / 1000), LeaseUntil: t + lease}, n
+		}
+		return Output{Op: n.view(t, true), Created: true, Next: NextClaim}, n
+	}
+	if s.Action != in.Action || s.Payload != in.Payload {
+		return refuse("PAYLOAD_MISMATCH")
+	}
+	if !in.Claim {
+		out := Output{Op: registerView(s.view(t, true)), Next: next(s, t, false)}
+		if eff == Awaiting {
+			out.RetryAfter = s.awaitRetryAfter(t)
+		}
+		return out, s
+	}
+	// A replay with a claim is a replay, then a claim, as one step.
+	out, n := m.claim(s, in, act, t, lease)
+	out.Created = false
+	out.Op = registerView(out.Op)
+	return out, n
+}
+
+// claim is Claim.
+func (c *call) claim() (Output, State) {
+	m, s, in, t, act, lease := c.m, c.s, c.in, c.t, c.act, c.lease
+	return m.claim(s, in, act, t, lease)
+}
+
+// extendLease is ExtendLease.
+func (c *call) extendLease() (Output, State) {
+	s, in, t, act, lease, eff, refuse, answer := c.s, c.in, c.t, c.act, c.lease, c.eff, c.refuse, c.answer
+	switch {
+	case !s.issued(in.Attempt):
+		return refuse("INVALID_ARGUMENT")
+	case in.Attempt != s.Attempts, eff != InProgress:
+		return refuse("STALE_ATTEMPT")
+	case !(t < s.Started+act.MaxAttemptMS):
+		return refuse("INVALID_STATE")
+	}
+	n := s
+	n.LeaseUntil = min(t+lease, s.Started+act.MaxAttemptMS)
+	return answer(n, false)
+}
+
+// markSucceeded is MarkSucceeded.
+func (c *call) markSucceeded() (Output, State) {
+	s, in, refuse, answer := c.s, c.in, c.refuse, c.answer
+	if !s.issued(in.Attempt) {
+		return refuse("INVALID_ARGUMENT")
+	}
+	n := s
+	newDup := in.ExternalID != "" && in.ExternalID != s.ExternalID && !slices.Contains(s.Dups[:s.NDups], in.ExternalID) && s.NDups < MaxDuplicates
+	addDup := func() {
+		if newDup {
+			n.Dups[n.NDups] = in.ExternalID
+			n.NDups++
+		}
+		n.Reports++
+	}
+	switch {
+	case !terminal(s.Status): // confirm
+		n.Status, n.ExternalID, n.Result = Succeeded, in.ExternalID, result(in.ExternalID)
+		n.LeaseUntil, n.UnknownSince, n.NextCheck = 0, 0, 0
+	case s.Status == Succeeded && (in.ExternalID == "" || in.ExternalID == s.ExternalID): // repeat
+	case s.Status == FailedFinal && !s.NeedsReview: // effect after failed_final
+		n.NeedsReview = true
+		addDup()
+	case newDup && !s.NeedsReview: // duplicate effect
+		n.NeedsReview = true
+		addDup()
+	default: // another duplicate, repeated report
+		addDup()
+	}
+	return answer(n, false)
+}
+
+// markFailure is MarkUnknown and MarkFailedFinal.
+func (c *call) markFailure() (Output, State) {
+	s, in, t, eff, refuse, answer := c.s, c.in, c.t, c.eff, c.refuse, c.answer
+	switch {
+	case !s.issued(in.Attempt):
+		return refuse("INVALID_ARGUMENT")
+	case in.Attempt != s.Attempts, eff != InProgress:
+		return refuse("STALE_ATTEMPT")
+	}
+	n := s
+	n.ErrorCode, n.LeaseUntil = in.ErrorCode, 0
+	if in.Kind == MarkUnknown {
+		n.Status, n.UnknownSince = Unknown, t
+	} else {
+		n.Status, n.UnknownSince, n.Result = FailedFinal, 0, ""
+	}
+	return answer(n, false)
+}
+
+// releaseForRetry is ReleaseForRetry.
+func (c *call) releaseForRetry() (Output, State) {
+	s, in, t, act, eff, refuse, answer := c.s, c.in, c.t, c.act, c.eff, c.refuse, c.answer
+	switch {
+	case !s.issued(in.Attempt):
+		return refuse("INVALID_ARGUMENT")
+	case in.Attempt != s.Attempts:
+		return refuse("STALE_ATTEMPT")
+	case eff != Unknown, s.NeedsReview, !act.DefinitiveAbsence, !(t-s.unknownSince(t) >= act.ReleaseAfterMS):
+		return refuse("INVALID_STATE")
+	}
+	n := s
+	n.Status, n.LeaseUntil, n.UnknownSince, n.NextCheck = Pending, 0, 0, 0
+	return answer(n, true)
+}
+
+// recordCheck is RecordCheck.
+func (c *call) recordCheck() (Output, State) {
+	s, in, t, eff, refuse, answer := c.s, c.in, c.t, c.eff, c.refuse, c.answer
+	switch {
+	case !s.issued(in.Attempt):
+		return refuse("INVALID_ARGUMENT")
+	case in.Attempt != s.Attempts:
+		return refuse("STALE_ATTEMPT")
+	case eff != Unknown:
+		return refuse("INVALID_STATE")
+	}
+	n := s
+	if s.Status == InProgress { // an expired lease becomes unknown for good
+		n.UnknownSince = s.LeaseUntil
+	}
+	n.Status, n.LeaseUntil, n.Checks, n.LastChecked, n.NextCheck = Unknown, 0, s.Checks+1, t, t+int64(in.CheckAfter)*1000
+	return answer(n, true)
+}
+
+// escalate is Escalate.
+func (c *call) escalate() (Output, State) {
+	s, eff, refuse, answer := c.s, c.eff, c.refuse, c.answer
+	switch {
+	case !terminal(eff) && eff != Awaiting && !s.NeedsReview:
 		n := s
-		if s.Escalates {
-			n.NeedsReview = true
-		} else {
-			n.Status, n.ErrorCode = FailedFinal, "approval_timeout"
+		n.NeedsReview = true
+		return answer(n, true)
+	case s.NeedsReview: // already under review
+		return answer(s, true)
+	}
+	return refuse("INVALID_STATE")
+}
+
+// resolve is Resolve.
+func (c *call) resolve() (Output, State) {
+	s, in, eff, refuse, answer := c.s, c.in, c.eff, c.refuse, c.answer
+	if terminal(eff) || eff == Awaiting || !(eff == Unknown || s.NeedsReview) {
+		return refuse("INVALID_STATE")
+	}
+	n := s
+	n.NeedsReview, n.LeaseUntil, n.UnknownSince, n.NextCheck = false, 0, 0, 0
+	if in.Resolution == Succeeded {
+		n.Status, n.ExternalID, n.Result = Succeeded, in.ExternalID, result(in.ExternalID)
+	} else {
+		n.Status = FailedFinal
+		if in.ErrorCode != "" {
+			n.ErrorCode = in.ErrorCode
+		}
+	}
+	return answer(n, true)
+}
+
+// acknowledge is Acknowledge.
+func (c *call) acknowledge() (Output, State) {
+	s, eff, refuse, answer := c.s, c.eff, c.refuse, c.answer
+	if !terminal(eff) || !s.NeedsReview {
+		return refuse("INVALID_STATE")
+	}
+	n := s
+	n.NeedsReview = false
+	return answer(n, true)
+}
+
+// lookup is Lookup.
+func (c *call) lookup() (Output, State) {
+	s, answer := c.s, c.answer
+	return answer(s, true)
+}
+
+// decide is Approve and Reject.
+func (c *call) decide() (Output, State) {
+	s, in, t, eff, refuse, answer := c.s, c.in, c.t, c.eff, c.refuse, c.answer
+	switch {
+	case eff != Awaiting:
+		return refuse("INVALID_STATE")
+	case in.Payload != s.Payload: // the hash the approver saw is another request's
+		return refuse("PAYLOAD_MISMATCH")
+	case !(t < s.Deadline || s.NeedsReview): // timed out, and not escalated
+		return refuse("INVALID_STATE")
+	}
+	n := s
+	if in.Kind == Reject {
+		n.Status, n.NeedsReview, n.ErrorCode = FailedFinal, false, in.ErrorCode
+		if n.ErrorCode == "" {
+			n.ErrorCode = "approval_rejected"
 		}
 		return answer(n, true)
 	}
-	panic("linearize: unknown command " + string(in.Kind))
+	if slices.Contains(s.Approvers[:s.NApprovers], in.Worker) {
+		return refuse("INVALID_STATE") // the same person twice
+	}
+	n.Approvers[n.NApprovers] = in.Worker
+	n.NApprovers++
+	if !s.TwoPerson || n.NApprovers == 2 { // released
+		n.Status, n.NeedsReview = Pending, false
+	}
+	return answer(n, true)
+}
+
+// expire is Expire.
+func (c *call) expire() (Output, State) {
+	s, t, eff, refuse, answer := c.s, c.t, c.eff, c.refuse, c.answer
+	switch {
+	case eff != Awaiting, s.NeedsReview, t < s.Deadline:
+		return refuse("INVALID_STATE")
+	}
+	n := s
+	if s.Escalates {
+		n.NeedsReview = true
+	} else {
+		n.Status, n.ErrorCode = FailedFinal, "approval_timeout"
+	}
+	return answer(n, true)
 }
 
 // claim is Claim's two rules: win, or lost with the current state.

@@ -7,15 +7,21 @@ PYTHON ?= /usr/bin/python3
 
 all: build
 
+## build: the product (this module) and the harnesses (harness/, a module of its own)
 build:
 	$(GO) build ./...
+	cd harness && $(GO) build ./...
 
-BINARIES = opjournal opjournal-fakeprovider opjournal-reconciler opjournal-demo opjournal-gateway
+## HARNESS: run a go command in the harness module (harness/go.mod), from this folder
+HARNESS = cd harness && $(GO)
 
-## binaries: build the commands into bin/
+BINARIES = opjournal opjournal-fakeprovider opjournal-reconciler opjournal-gateway
+
+## binaries: build the commands into bin/: the product's, and the demo (a harness)
 binaries:
 	@mkdir -p bin
 	$(GO) build -o bin/ $(addprefix ./cmd/,$(BINARIES))
+	$(HARNESS) build -o ../bin/ ./cmd/opjournal-demo
 
 ## demo: the reproducible check of docs/spec.md against the real processes
 demo: binaries
@@ -26,14 +32,14 @@ demo: binaries
 demo-gateway: binaries
 	./bin/opjournal-demo --gateway --bin-dir bin
 
-## soak: the soak and fault harness against the real processes (internal/soak/doc.go);
+## soak: the soak and fault harness against the real processes (harness/soak/doc.go);
 ## e.g. make soak DURATION=10m AGENTS=96 SEED=42 SOAK_FLAGS="--keep --log-dir soak-logs"
 DURATION ?= 2m
 AGENTS ?= 16
 SEED ?= 0
 SOAK_FLAGS ?=
 soak: binaries
-	$(GO) build -o bin/ ./cmd/opjournal-soak
+	$(HARNESS) build -o ../bin/ ./cmd/opjournal-soak
 	./bin/opjournal-soak --bin-dir bin --duration $(DURATION) --agents $(AGENTS) --seed $(SEED) $(SOAK_FLAGS)
 
 ## bench: the benchmark suite (bench/RESULTS.md): opjournal through the real server vs the protocol's
@@ -43,7 +49,8 @@ BENCH_FLAGS ?=
 .PHONY: bench bench-quick bench-quick-twice bench-build
 bench-build:
 	@mkdir -p bin
-	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-bench ./cmd/opjournal-fakeprovider ./cmd/opjournal-gateway
+	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-fakeprovider ./cmd/opjournal-gateway
+	$(HARNESS) build -o ../bin/ ./cmd/opjournal-bench
 	cd bench/peers && $(GO) build -o ../../bin/opjournal-bench-peers .
 
 ## bench: the full run (7 alternating rounds of 1.5 s per point after 0.5 s of warm-up, growth at 1M
@@ -77,21 +84,21 @@ bench-quick-twice: bench-build
 ## the Python client's clients/python/opjournal/v1 (Debian's protoc and grpc_python_plugin) and
 ## the TypeScript client's clients/typescript/src/gen (protoc-gen-es from the lock file); the OpenAPI 3.1
 ## document gen/openapi/opjournal.openapi.json (protoc-gen-openapiv2, then internal/cmd/openapi3) and the
-## REST client types generated from it, e2e/openapi-ts/src/opjournal.d.ts (openapi-typescript from its lock file)
+## REST client types generated from it, harness/e2e/openapi-ts/src/opjournal.d.ts (openapi-typescript from its lock file)
 generate:
 	$(GO) tool buf lint
 	rm -rf gen/opjournal gen/openapi/*.swagger.json
 	$(GO) tool buf generate
 	$(GO) run ./internal/cmd/openapi3 -o gen/openapi/opjournal.openapi.json gen/openapi/opjournal.swagger.json
 	rm gen/openapi/opjournal.swagger.json
-	cd e2e/openapi-ts && { [ -x node_modules/.bin/openapi-typescript ] || npm ci --no-audit --no-fund; } && npm run --silent generate
+	cd harness/e2e/openapi-ts && { [ -x node_modules/.bin/openapi-typescript ] || npm ci --no-audit --no-fund; } && npm run --silent generate
 	bash clients/python/generate.sh
 	GO=$(GO) bash clients/typescript/generate.sh
 	$(GO) run ./internal/cmd/genlimits .
 	$(GO) run ./protocol/cmd/protocolgen
 
 ## generate-check: fail if gen/ is not what `make generate` produces
-GENERATED = gen store/postgres/testdata/statements.sql store/sqlite/terms.go e2e/openapi-ts/src/opjournal.d.ts clients/python/opjournal/v1 clients/typescript/src/gen clients/python/opjournal/_limits.py clients/typescript/src/limits.ts docs/protocol.md
+GENERATED = gen store/postgres/testdata/statements.sql store/sqlite/terms.go harness/e2e/openapi-ts/src/opjournal.d.ts clients/python/opjournal/v1 clients/typescript/src/gen clients/python/opjournal/_limits.py clients/typescript/src/limits.ts docs/protocol.md
 generate-check: generate
 	git diff --exit-code -- $(GENERATED)
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code has untracked files: run make generate and commit"; exit 1)
@@ -123,7 +130,7 @@ test-install:
 ## screenshots: the console's pages as the browser test sees them, into docs/console/ (shown in docs/operating.md)
 screenshots:
 	@mkdir -p docs/console
-	OPJOURNAL_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run 'TestConsole(Approvals)?InABrowser' ./e2e/
+	OPJOURNAL_SCREENSHOTS=$(CURDIR)/docs/console $(HARNESS) test -count=1 -run 'TestConsole(Approvals)?InABrowser' ./e2e/
 
 ## test: the whole suite, PostgreSQL included (see scripts/test.sh for how it finds one)
 test:
@@ -131,11 +138,14 @@ test:
 
 vet:
 	$(GO) vet ./...
+	$(HARNESS) vet ./...
 
-## lint: staticcheck (a Go tool pinned in go.mod) and go.mod/go.sum tidy; CI runs it
+## lint: staticcheck (a Go tool pinned in go.mod) and go.mod/go.sum tidy, in both modules; CI runs it
 lint:
 	$(GO) tool staticcheck ./...
 	$(GO) mod tidy -diff
+	$(HARNESS) tool staticcheck ./...
+	$(HARNESS) mod tidy -diff
 
 ## model-check: the model-based test of every store (store/storetest/model.go)
 ## with many more random sequences than make test runs; e.g. CHECKS=20000
@@ -155,7 +165,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzRESTBody -fuzztime=$(FUZZTIME) ./server/
 	$(GO) test -run='^$$' -fuzz=FuzzSameHashSameUpstreamRequest -fuzztime=$(FUZZTIME) ./gateway/
 
-## linearize: the linearizability check of the per-key protocol (internal/linearize) run longer:
+## linearize: the linearizability check of the per-key protocol (harness/linearize) run longer:
 ## LINEARIZE_SCALE times the runs of `make test` (SQLite, PostgreSQL batched and one statement per
 ## call, two servers on one database, the duplicate-report race, real processes killed with SIGKILL,
 ## PgBouncer); an Illegal history fails with the path of porcupine's HTML visualization
@@ -165,7 +175,7 @@ LINEARIZE_SCALE ?= 10
 .PHONY: linearize
 linearize:
 	LINEARIZE_SCALE=$(LINEARIZE_SCALE) TEST_DATABASE_URL='$(BENCH_DATABASE_URL)' \
-		$(GO) test -count=1 -timeout 120m -run 'TestLinearizable|TestModelAgreesSequentially' ./internal/linearize/
+		$(HARNESS) test -count=1 -timeout 120m -run 'TestLinearizable|TestModelAgreesSequentially' ./linearize/
 
 ci: vet fmt-check lint generate-check test
 
@@ -174,18 +184,19 @@ ci: vet fmt-check lint generate-check test
 ## and a short soak (Debian's pgbouncer; scripts/deps.sh installs it)
 .PHONY: test-pgbouncer soak-pgbouncer
 test-pgbouncer:
-	$(GO) test -count=1 -run 'ThroughPgBouncer' ./internal/pgbouncer/ ./store/postgres/ ./internal/soak/
+	$(GO) test -count=1 -run 'ThroughPgBouncer' ./internal/pgbouncer/ ./store/postgres/
+	$(HARNESS) test -count=1 -run 'ThroughPgBouncer' ./soak/
 
 ## soak-pgbouncer: `make soak` with every journal replica behind PgBouncer (transaction mode)
 soak-pgbouncer:
 	$(MAKE) soak SOAK_FLAGS="--pgbouncer $(SOAK_FLAGS)"
 
-## soak-failover: the failover harness (internal/soak/failover): throwaway PostgreSQL 15 primary + streaming
+## soak-failover: the failover harness (harness/soak/failover): throwaway PostgreSQL 15 primary + streaming
 ## standby, two journal replicas on one multi-host URL, the reconciler and agents under load; kill -9
 ## of the primary and promotion of the standby FAILOVERS times per mode. MODE=sync|async|both;
 ## DURATION is the load per mode (75s unless given); e.g. make soak-failover MODE=async DURATION=5m.
 ## MANAGER=patroni: three Patroni nodes and one etcd decide instead, under every fault of
-## internal/soak/failover's scenarios (SCENARIOS=switchover,kill-node,… to choose; FAILOVERS is ignored)
+## harness/soak/failover's scenarios (SCENARIOS=switchover,kill-node,… to choose; FAILOVERS is ignored)
 MODE ?= both
 MANAGER ?= harness
 SCENARIOS ?=
@@ -194,6 +205,6 @@ FAILOVER_FLAGS ?=
 FAILOVER_DURATION = $(if $(filter command line environment,$(origin DURATION)),$(DURATION),75s)
 .PHONY: soak-failover
 soak-failover: binaries
-	$(GO) build -o bin/ ./cmd/opjournal-soak-failover
+	$(HARNESS) build -o ../bin/ ./cmd/opjournal-soak-failover
 	./bin/opjournal-soak-failover --bin-dir bin --mode $(MODE) --manager $(MANAGER) --duration $(FAILOVER_DURATION) --failovers $(FAILOVERS) \
 		$(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(FAILOVER_FLAGS)

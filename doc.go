@@ -64,26 +64,32 @@
 //	deploy/              the Kubernetes manifests and compose's secrets script; its
 //	                     test checks them, the Dockerfile and compose.yaml
 //
-// The harnesses: they run the product from outside, through its real
-// binaries, and no product package imports them.
+// The harnesses: a module of their own (harness/go.mod), so that the
+// product's go.mod lists none of their dependencies. They run the product
+// from outside, through its real binaries, and no product package imports
+// them.
+//
+//	harness/             the harness module: harness/e2e (end-to-end tests
+//	                     against the real binaries), harness/demo (make demo),
+//	                     harness/soak and harness/soak/failover (make soak,
+//	                     make soak-failover), harness/linearize (the
+//	                     linearizability check), and their binaries under
+//	                     harness/cmd (opjournal-demo, opjournal-soak,
+//	                     opjournal-soak-failover, opjournal-bench, scaleout,
+//	                     partitionbench)
+//	bench/               the benchmark's results and reports, and its nested
+//	                     modules (bench/peers, bench/sqlitedrivers)
+//
+// Beside the product, for the tests of both modules and the quick starts:
 //
 //	fakeprovider/        the test provider, with fault injection and effect
 //	                     counts; fakeprovider/agenttool is the agent's tool
 //	                     function that calls it
-//	internal/demo/       the reproducible check (make demo, the e2e tests)
-//	internal/soak/       the soak and fault harness (make soak);
-//	                     internal/soak/failover, the PostgreSQL failover harness
+//	cmd/opjournal-fakeprovider
+//	                     its binary
 //	internal/bench/      the benchmark's load driver and result formats
 //	internal/benchpayload/
 //	                     the payload the benchmarks and codec tests send
-//	bench/               the benchmark's results and reports, and its nested
-//	                     modules (bench/peers, bench/sqlitedrivers)
-//	internal/linearize/  the linearizability check of the per-key protocol
-//	e2e/                 end-to-end tests against the real binaries
-//	cmd/opjournal-fakeprovider, cmd/opjournal-demo, cmd/opjournal-soak
-//	                     the harnesses' binaries
-//	cmd/opjournal-soak-failover, cmd/opjournal-bench
-//	                     the harnesses' binaries
 //
 // The test helpers: the conformance suite every store runs
 // (store/storetest), a schema per test, real PgBouncer and journal

@@ -17,8 +17,17 @@ const module = "github.com/opjournal/opjournal"
 // code links (go list's Deps: the transitive imports), by import path.
 func linked(t *testing.T, patterns ...string) map[string][]string {
 	t.Helper()
+	return linkedIn(t, ".", patterns...)
+}
+
+// linkedIn is linked for the packages of the module in dir (harness/ is
+// a module of its own).
+func linkedIn(t *testing.T, dir string, patterns ...string) map[string][]string {
+	t.Helper()
 	args := append([]string{"list", "-f", "{{.ImportPath}}{{range .Deps}} {{.}}{{end}}"}, patterns...)
-	out, err := exec.Command("go", args...).Output()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -77,10 +86,10 @@ func TestProductDoesNotLinkHarnesses(t *testing.T) {
 		"./store/postgres", "./store/sqlite", "./webhook", "./internal/cli/...", "./internal/groupq", "./internal/hostcheck", "./internal/httpheader",
 		"./internal/tracing", "./internal/adaptiveprocs", "./internal/protocodec", "./internal/protojsonrt", "./gen/...",
 		"./cmd/opjournal", "./cmd/opjournal-gateway", "./cmd/opjournal-reconciler"}
-	harness := []string{module + "/e2e", module + "/deploy",
+	harness := []string{module + "/harness", module + "/deploy",
 		module + "/fakeprovider", module + "/store/storetest", module + "/internal/pgtest", module + "/internal/testserver",
-		module + "/internal/await", module + "/internal/linearize", module + "/internal/procs", module + "/internal/tcpproxy",
-		module + "/internal/testclock", module + "/internal/standardwebhooks", module + "/internal/soak", module + "/internal/demo", module + "/internal/bench",
+		module + "/internal/await", module + "/internal/procs", module + "/internal/tcpproxy",
+		module + "/internal/testclock", module + "/internal/standardwebhooks", module + "/internal/bench",
 		module + "/internal/benchpayload", module + "/internal/pgenv", module + "/internal/pgbouncer", module + "/internal/testjwt", module + "/protocol/cmd"}
 	for pkg, deps := range linked(t, product...) {
 		if bad := forbidden(deps, harness...); len(bad) > 0 {
@@ -97,8 +106,8 @@ func TestProductDoesNotLinkHarnesses(t *testing.T) {
 // (fakeprovider/agenttool) rather than importing the demo, and default to
 // the test database (internal/pgenv) without linking the testing package.
 func TestSoakLinksNeitherTheDemoNorTestHelpers(t *testing.T) {
-	for pkg, deps := range linked(t, "./cmd/opjournal-soak", "./cmd/opjournal-soak-failover") {
-		if bad := forbidden(deps, module+"/internal/demo", module+"/internal/pgtest"); len(bad) > 0 {
+	for pkg, deps := range linkedIn(t, "harness", "./cmd/opjournal-soak", "./cmd/opjournal-soak-failover") {
+		if bad := forbidden(deps, module+"/harness/demo", module+"/internal/pgtest"); len(bad) > 0 {
 			t.Errorf("%s links %v", pkg, bad)
 		}
 		if slices.Contains(deps, "testing") {

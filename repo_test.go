@@ -112,7 +112,7 @@ func TestTestScriptInstallsBeforeItTests(t *testing.T) {
 		os.Remove(record)
 		deps := write("deps.sh", "echo deps >>\""+record+"\"\nexit "+strconv.Itoa(depsExit)+"\n")
 		cmd := exec.Command("bash", append([]string{"scripts/test.sh"}, args...)...)
-		// npm: the script's own npm ci of e2e/stripe-node (when its node_modules is missing) does nothing here.
+		// npm: the script's own npm ci of harness/e2e/stripe-node (when its node_modules is missing) does nothing here.
 		cmd.Env = append(os.Environ(), "GO="+goStub, "DEPS="+deps, "TEST_DATABASE_URL=postgres://unused", "PATH="+dir+":"+os.Getenv("PATH"))
 		out, err := cmd.CombinedOutput()
 		calls, _ := os.ReadFile(record)

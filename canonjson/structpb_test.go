@@ -435,7 +435,7 @@ func TestStructCanonicalConcurrent(t *testing.T) {
 	}
 }
 
-// benchPayloads are Register payloads as Structs: what cmd/opjournal-bench's
+// benchPayloads are Register payloads as Structs: what harness/cmd/opjournal-bench's
 // fused scenario sends, a typical payment, the 1 KiB order of the server's
 // BenchmarkFusedAnswer, and a 10 KiB one.
 func benchPayloads(b *testing.B) []struct {

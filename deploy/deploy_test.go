@@ -634,7 +634,7 @@ func TestDockerignore(t *testing.T) {
 	ig := loadDockerignore(t, repoRoot(t))
 	for _, p := range []string{".git/config", "bin/opjournal", "deploy/compose/secrets/database.env",
 		"opjournal.db", "opjournal.db-wal", "opjournal.db.hashkeys", "deploy/compose/secrets/hashkeys.env", "clients/typescript/node_modules/x/index.js",
-		"e2e/process_test.go", "server/server_test.go"} {
+		"harness/e2e/process_test.go", "server/server_test.go"} {
 		if !ig.ignored(p) {
 			t.Errorf(".dockerignore lets %s into the build context", p)
 		}

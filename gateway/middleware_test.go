@@ -9,9 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	mcpgoclient "github.com/mark3labs/mcp-go/client"
-	mcpgotransport "github.com/mark3labs/mcp-go/client/transport"
-	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/opjournal/opjournal/fakeprovider"
 	"github.com/opjournal/opjournal/gateway"
@@ -20,8 +18,9 @@ import (
 // TestMCPMiddlewareProtectsAnInProcessServer: an MCP server written with
 // the MCP Go SDK (the test provider's own, whose create_payment calls the
 // provider's HTTP API) protects its tools in-process with MCPMiddleware,
-// served behind the gateway's bearer middleware. A client of another MCP
-// implementation (mcp-go) never sees the argument the journal fills; its
+// served behind the gateway's bearer middleware. The client never sees the
+// argument the journal fills (a client of another MCP implementation,
+// mcp-go, is harness/e2e/gateway_mcpgo_test.go); its
 // call's answer is lost after the payment; its retries with the same
 // identifying arguments (and whatever it writes into the hidden argument)
 // are not sent, until the reconciler settles the payment: one payment.
@@ -40,21 +39,14 @@ func TestMCPMiddlewareProtectsAnInProcessServer(t *testing.T) {
 	t.Cleanup(hs.Close)
 
 	ctx := context.Background()
-	c, err := mcpgoclient.NewStreamableHttpClient(url, mcpgotransport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + tokenA}))
+	hc := &http.Client{Transport: headerTransport{"Authorization", "Bearer " + tokenA}}
+	c, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	init := mcpgo.InitializeRequest{}
-	init.Params.ProtocolVersion = mcpgo.ProtocolVersion20251125
-	init.Params.ClientInfo = mcpgo.Implementation{Name: "mcp-go-agent", Version: "1"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
-	tools, err := c.ListTools(ctx, mcpgo.ListToolsRequest{})
+	tools, err := c.ListTools(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,20 +57,18 @@ func TestMCPMiddlewareProtectsAnInProcessServer(t *testing.T) {
 		}
 	}
 
-	callWith := func(args map[string]any) *mcpgo.CallToolResult {
+	callWith := func(args map[string]any) *mcp.CallToolResult {
 		t.Helper()
-		req := mcpgo.CallToolRequest{}
-		req.Params.Name, req.Params.Arguments = "create_payment", args
-		res, err := c.CallTool(ctx, req)
+		res, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "create_payment", Arguments: args})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
-	text := func(res *mcpgo.CallToolResult) string {
+	text := func(res *mcp.CallToolResult) string {
 		var parts []string
 		for _, ct := range res.Content {
-			if tc, ok := mcpgo.AsTextContent(ct); ok {
+			if tc, ok := ct.(*mcp.TextContent); ok {
 				parts = append(parts, tc.Text)
 			}
 		}

@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 # through a real PgBouncer in transaction pooling mode (internal/pgbouncer).
 # patroni, etcd-server and etcd-client: the failover harness under a real
 # failover manager (make soak-failover MANAGER=patroni; a short run is part
-# of make test: internal/soak/failover). About 7 s to install, so always,
+# of make test: harness/soak/failover). About 7 s to install, so always,
 # rather than a second path that make test would have to remember. The
 # harness starts its own etcd and Patroni daemons on free ports; on a
 # machine with systemd, Debian's postinst also enables their services (etcd
@@ -44,13 +44,13 @@ if [ ! -d clients/typescript/node_modules ] || [ clients/typescript/package-lock
 fi
 # stripe-node (npm package stripe, MIT) for e2e's TestStripeNodeOneChargePerIntent:
 # a real client nobody here wrote, pointed at the gateway.
-if [ ! -d e2e/stripe-node/node_modules ] || [ e2e/stripe-node/package-lock.json -nt e2e/stripe-node/node_modules ]; then
-	echo "deps.sh: npm ci (e2e/stripe-node, exact versions from package-lock.json)" >&2
-	(cd e2e/stripe-node && npm ci --no-audit --no-fund >/dev/null)
+if [ ! -d harness/e2e/stripe-node/node_modules ] || [ harness/e2e/stripe-node/package-lock.json -nt harness/e2e/stripe-node/node_modules ]; then
+	echo "deps.sh: npm ci (harness/e2e/stripe-node, exact versions from package-lock.json)" >&2
+	(cd harness/e2e/stripe-node && npm ci --no-audit --no-fund >/dev/null)
 fi
 # standardwebhooks (npm, MIT; the Standard Webhooks project's own library) for the
 # webhook and e2e tests: an independent verifier of the approval notifications' signatures.
-if [ ! -d e2e/standardwebhooks-node/node_modules ] || [ e2e/standardwebhooks-node/package-lock.json -nt e2e/standardwebhooks-node/node_modules ]; then
-	echo "deps.sh: npm ci (e2e/standardwebhooks-node, exact versions from package-lock.json)" >&2
-	(cd e2e/standardwebhooks-node && npm ci --no-audit --no-fund >/dev/null)
+if [ ! -d harness/e2e/standardwebhooks-node/node_modules ] || [ harness/e2e/standardwebhooks-node/package-lock.json -nt harness/e2e/standardwebhooks-node/node_modules ]; then
+	echo "deps.sh: npm ci (harness/e2e/standardwebhooks-node, exact versions from package-lock.json)" >&2
+	(cd harness/e2e/standardwebhooks-node && npm ci --no-audit --no-fund >/dev/null)
 fi

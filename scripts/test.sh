@@ -69,9 +69,28 @@ if [ "$full" = 1 ]; then
 	bash "$DEPS"
 fi
 # e2e's stripe-node test runs the npm package from its lock file.
-(cd e2e/stripe-node && { [ -d node_modules ] || npm ci --no-audit --no-fund >/dev/null; })
+(cd harness/e2e/stripe-node && { [ -d node_modules ] || npm ci --no-audit --no-fund >/dev/null; })
+# The product's packages, then the harnesses' (harness/, a module of its
+# own: end-to-end tests, the demo, soak, the linearizability checker, the
+# bench). A targeted run's packages under ./harness/ run in that module;
+# the flags go to both.
 # -count=1: never trust a cached pass; the database may have changed.
-"$GO" test -count=1 -timeout 12m "$@"
+flags=() root_pkgs=() harness_pkgs=()
+for a in "$@"; do
+	case "$a" in
+	./harness/*) harness_pkgs+=("./${a#./harness/}") ;;
+	./*) root_pkgs+=("$a") ;;
+	*) flags+=("$a") ;;
+	esac
+done
+if [ "$full" = 1 ]; then harness_pkgs=(./...); fi
+if [ ${#root_pkgs[@]} -gt 0 ] || [ ${#harness_pkgs[@]} -eq 0 ]; then
+	"$GO" test -count=1 -timeout 12m "${flags[@]}" "${root_pkgs[@]}"
+fi
+if [ ${#harness_pkgs[@]} -gt 0 ]; then
+	log "the harnesses: harness/ (its own module)"
+	(cd harness && "$GO" test -count=1 -timeout 12m "${flags[@]}" "${harness_pkgs[@]}")
+fi
 
 # The other languages' clients against the real binary, on a full run only
 # (arguments mean a targeted go test). Never skipped: without their
@@ -87,5 +106,5 @@ if [ "$full" = 1 ]; then
 	log "TypeScript client: clients/typescript"
 	bin_path="$PWD/bin/opjournal" fake_path="$PWD/bin/opjournal-fakeprovider"
 	(cd clients/typescript && OPJOURNAL_BIN="$bin_path" OPJOURNAL_FAKEPROVIDER_BIN="$fake_path" npm test)
-	log "REST client generated from the OpenAPI document: e2e/openapi-ts"; (cd e2e/openapi-ts && { [ -d node_modules ] || npm ci --no-audit --no-fund >/dev/null; } && OPJOURNAL_BIN="$bin_path" npm test)
+	log "REST client generated from the OpenAPI document: harness/e2e/openapi-ts"; (cd harness/e2e/openapi-ts && { [ -d node_modules ] || npm ci --no-audit --no-fund >/dev/null; } && OPJOURNAL_BIN="$bin_path" npm test)
 fi

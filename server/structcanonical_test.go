@@ -13,7 +13,7 @@ import (
 	"github.com/opjournal/opjournal/policy"
 )
 
-// benchScenarioPayload is what cmd/opjournal-bench's fused scenario
+// benchScenarioPayload is what harness/cmd/opjournal-bench's fused scenario
 // registers.
 const benchScenarioPayload = `{"order_id":"817","amount_minor":490000,"currency":"RUB"}`
 

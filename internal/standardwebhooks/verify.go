@@ -1,6 +1,6 @@
 // Package standardwebhooks verifies a webhook delivery with the Standard
 // Webhooks project's own JavaScript library (npm package standardwebhooks,
-// pinned in e2e/standardwebhooks-node and installed by scripts/deps.sh):
+// pinned in harness/e2e/standardwebhooks-node and installed by scripts/deps.sh):
 // the tests' independent check of the journal's signatures, which shares
 // no code with package webhook.
 package standardwebhooks
@@ -18,7 +18,7 @@ import (
 	"testing"
 )
 
-// Verify runs e2e/standardwebhooks-node/verify.mjs on one delivery, the
+// Verify runs harness/e2e/standardwebhooks-node/verify.mjs on one delivery, the
 // headers and body as a receiver got them, with one whsec_ secret. It
 // returns the payload the library verified, or its refusal as an error;
 // it fails the test when the library is not installed.
@@ -27,7 +27,7 @@ func Verify(t testing.TB, secret string, h http.Header, body []byte) (map[string
 	_, file, _, _ := runtime.Caller(0)
 	dir := filepath.Join(filepath.Dir(file), "..", "..", "e2e", "standardwebhooks-node")
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "standardwebhooks")); err != nil {
-		t.Fatalf("standardwebhooks is not installed: run scripts/deps.sh (npm ci in e2e/standardwebhooks-node): %v", err)
+		t.Fatalf("standardwebhooks is not installed: run scripts/deps.sh (npm ci in harness/e2e/standardwebhooks-node): %v", err)
 	}
 	in, err := json.Marshal(map[string]any{"secret": secret, "body": string(body), "headers": map[string]string{
 		"webhook-id": h.Get("webhook-id"), "webhook-timestamp": h.Get("webhook-timestamp"),

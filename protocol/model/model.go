@@ -4,7 +4,7 @@
 // protocol.Apply. It is an independent reading of the specification, so
 // that a store which agrees with Apply on every single call but applies a
 // rule it should not under concurrency (a guard checked on a stale read)
-// is still caught: the linearizability checker (internal/linearize) asks
+// is still caught: the linearizability checker (harness/linearize) asks
 // it for every answer the journal gave. Where the manual leaves a question
 // open, the model's answer is in docs/protocol-answers.md.
 package model

@@ -61,11 +61,8 @@ const (
 	ApprovalRuleRequired = "required"
 )
 
-var (
-	approvalFields = []string{"when", "required", "approvers", "distinct_from_requester", "two_person", "timeout", "on_timeout", "notify"}
-	// approverRoles are the roles that may decide: people's roles.
-	approverRoles = []string{"operator", "admin"}
-)
+// approverRoles are the roles that may decide: people's roles.
+var approverRoles = []string{"operator", "admin"}
 
 // DistinctFor is distinct_from_requester for a request made with
 // (authenticated) or without authentication: as written, or by default
@@ -238,110 +235,128 @@ func schemaProperties(s *PayloadSchema) (map[string]*cel.Type, bool) {
 	return out, true
 }
 
+// approvalConfig is an action's approval block as written.
+type approvalConfig struct {
+	When                  yaml.Node `yaml:"when"`
+	Required              yaml.Node `yaml:"required"`
+	Approvers             yaml.Node `yaml:"approvers"`
+	DistinctFromRequester yaml.Node `yaml:"distinct_from_requester"`
+	TwoPerson             yaml.Node `yaml:"two_person"`
+	Timeout               yaml.Node `yaml:"timeout"`
+	OnTimeout             yaml.Node `yaml:"on_timeout"`
+	Notify                yaml.Node `yaml:"notify"`
+}
+
 // approval validates an action's approval block; schema is the action's
-// payload_schema (nil for none), which when is checked against.
+// payload_schema (nil for none), which when is checked against. The rule
+// (when or required) is checked only once every field is valid.
 func (p *parser) approval(n *yaml.Node, path string, schema *PayloadSchema) *ApprovalPolicy {
-	a := &ApprovalPolicy{Approvers: slices.Clone(approverRoles), Timeout: defaultApprovalTimeout, OnTimeout: opjournal.ApprovalTimeoutReject}
-	var whenNode, requiredNode *yaml.Node
-	bad := false
-	ok := p.fields(n, path, "a mapping with when (or required: true), approvers, timeout and on_timeout", func(key string, k, v *yaml.Node) {
-		fpath := join(path, key)
-		switch key {
-		case "when":
-			whenNode = v
-			if s, ok := p.str(v, fpath); ok {
-				a.When = s
-			} else {
-				bad = true
-			}
-		case "required":
-			requiredNode = v
-			if b, ok := p.boolean(v, fpath); ok {
-				a.Required = b
-			} else {
-				bad = true
-			}
-		case "approvers":
-			items, ok := p.stringList(v, fpath)
-			if !ok {
-				bad = true
-				return
-			}
-			a.Approvers = nil
-			for i, s := range items {
-				ipath := fmt.Sprintf("%s[%d]", fpath, i)
-				switch {
-				case !slices.Contains(approverRoles, s.Value):
-					p.add(s, ipath, "%s may not decide: approvers are people's roles, %s (agents, reconcilers and metrics never approve)", literal(s.Value), strings.Join(approverRoles, ", "))
-					bad = true
-				case slices.Contains(a.Approvers, s.Value):
-					p.add(s, ipath, "%q is listed twice", s.Value)
-					bad = true
-				default:
-					a.Approvers = append(a.Approvers, s.Value)
-				}
-			}
-			if len(items) == 0 {
-				p.add(v, fpath, "must name at least one role (operator, admin)")
-				bad = true
-			}
-		case "distinct_from_requester":
-			if b, ok := p.boolean(v, fpath); ok {
-				a.DistinctFromRequester = &b
-			} else {
-				bad = true
-			}
-		case "two_person":
-			if b, ok := p.boolean(v, fpath); ok {
-				a.TwoPerson = b
-			} else {
-				bad = true
-			}
-		case "timeout":
-			d, ok := p.longDuration(v, fpath, "a duration such as 24h or 2d")
-			switch {
-			case !ok:
-				bad = true
-			case d < time.Second || d > maxApprovalTimeout:
-				p.add(v, fpath, "%q is outside 1s..%s", v.Value, FormatDuration(maxApprovalTimeout))
-				bad = true
-			default:
-				a.Timeout = d
-			}
-		case "on_timeout":
-			if s, ok := p.str(v, fpath); ok {
-				switch s {
-				case opjournal.ApprovalTimeoutReject, opjournal.ApprovalTimeoutEscalate:
-					a.OnTimeout = s
-				default:
-					p.add(v, fpath, "%q is not one of %s, %s", s, opjournal.ApprovalTimeoutReject, opjournal.ApprovalTimeoutEscalate)
-					bad = true
-				}
-			} else {
-				bad = true
-			}
-		case "notify":
-			if s, ok := p.str(v, fpath); ok && p.notifyURL(v, fpath, s) {
-				a.Notify = s
-			} else {
-				bad = true
-			}
-		default:
-			p.unknownField(k, path, approvalFields)
-			bad = true
-		}
-	})
-	if !ok || bad {
+	var c approvalConfig
+	ok, allKnown := p.section(n, path, "a mapping with when (or required: true), approvers, timeout and on_timeout", &c)
+	if !ok {
 		return nil
 	}
-	switch {
-	case a.Required && whenNode != nil:
-		p.add(whenNode, join(path, "when"), "is not allowed with required: true (one or the other)")
+	a := &ApprovalPolicy{Approvers: slices.Clone(approverRoles), Timeout: defaultApprovalTimeout, OnTimeout: opjournal.ApprovalTimeoutReject}
+	decision := c.decision(p, path, a)
+	deadline := c.deadline(p, path, a)
+	if !allKnown || !decision || !deadline {
 		return nil
-	case !a.Required && whenNode == nil:
+	}
+	return c.rule(p, n, path, a, schema)
+}
+
+// valid reports whether the section field n is valid: not written, or
+// converted (ok).
+func valid(n *yaml.Node, ok bool) bool { return ok || !set(n) }
+
+// decision converts who decides and how into a; it reports whether every
+// one of those fields is valid.
+func (c *approvalConfig) decision(p *parser, path string, a *ApprovalPolicy) bool {
+	var okWhen, okRequired, okDistinct, okTwo bool
+	a.When, okWhen = p.str(&c.When, join(path, "when"))
+	a.Required, okRequired = p.boolean(&c.Required, join(path, "required"))
+	okApprovers := true
+	if set(&c.Approvers) {
+		a.Approvers, okApprovers = p.approvers(&c.Approvers, join(path, "approvers"))
+	}
+	if b, ok := p.boolean(&c.DistinctFromRequester, join(path, "distinct_from_requester")); ok {
+		a.DistinctFromRequester, okDistinct = &b, true
+	}
+	a.TwoPerson, okTwo = p.boolean(&c.TwoPerson, join(path, "two_person"))
+	return valid(&c.When, okWhen) && valid(&c.Required, okRequired) && okApprovers &&
+		valid(&c.DistinctFromRequester, okDistinct) && valid(&c.TwoPerson, okTwo)
+}
+
+// approvers validates the approvers list: people's roles, each once, at
+// least one.
+func (p *parser) approvers(n *yaml.Node, path string) ([]string, bool) {
+	items, ok := p.stringList(n, path)
+	if !ok {
+		return nil, false
+	}
+	var out []string
+	for i, s := range items {
+		ipath := fmt.Sprintf("%s[%d]", path, i)
+		switch {
+		case !slices.Contains(approverRoles, s.Value):
+			p.add(s, ipath, "%s may not decide: approvers are people's roles, %s (agents, reconcilers and metrics never approve)", literal(s.Value), strings.Join(approverRoles, ", "))
+			ok = false
+		case slices.Contains(out, s.Value):
+			p.add(s, ipath, "%q is listed twice", s.Value)
+			ok = false
+		default:
+			out = append(out, s.Value)
+		}
+	}
+	if len(items) == 0 {
+		p.add(n, path, "must name at least one role (operator, admin)")
+		ok = false
+	}
+	return out, ok
+}
+
+// deadline converts how long a question stays open, what happens then
+// and whom to tell into a; it reports whether every one of those fields
+// is valid.
+func (c *approvalConfig) deadline(p *parser, path string, a *ApprovalPolicy) bool {
+	okTimeout := true
+	if d, ok := p.longDuration(&c.Timeout, join(path, "timeout"), "a duration such as 24h or 2d"); ok {
+		if d < time.Second || d > maxApprovalTimeout {
+			p.add(&c.Timeout, join(path, "timeout"), "%q is outside 1s..%s", c.Timeout.Value, FormatDuration(maxApprovalTimeout))
+			okTimeout = false
+		} else {
+			a.Timeout = d
+		}
+	} else if set(&c.Timeout) {
+		okTimeout = false
+	}
+	okOnTimeout := !set(&c.OnTimeout)
+	if s, ok := p.str(&c.OnTimeout, join(path, "on_timeout")); ok {
+		switch s {
+		case opjournal.ApprovalTimeoutReject, opjournal.ApprovalTimeoutEscalate:
+			a.OnTimeout, okOnTimeout = s, true
+		default:
+			p.add(&c.OnTimeout, join(path, "on_timeout"), "%q is not one of %s, %s", s, opjournal.ApprovalTimeoutReject, opjournal.ApprovalTimeoutEscalate)
+		}
+	}
+	okNotify := !set(&c.Notify)
+	if s, ok := p.str(&c.Notify, join(path, "notify")); ok && p.notifyURL(&c.Notify, join(path, "notify"), s) {
+		a.Notify, okNotify = s, true
+	}
+	return okTimeout && okOnTimeout && okNotify
+}
+
+// rule checks that the block has exactly one of when and required: true,
+// and compiles when; n is the block's mapping.
+func (c *approvalConfig) rule(p *parser, n *yaml.Node, path string, a *ApprovalPolicy, schema *PayloadSchema) *ApprovalPolicy {
+	switch {
+	case a.Required && set(&c.When):
+		p.add(&c.When, join(path, "when"), "is not allowed with required: true (one or the other)")
+		return nil
+	case !a.Required && !set(&c.When):
 		at := n
-		if requiredNode != nil {
-			at = requiredNode
+		if set(&c.Required) {
+			at = &c.Required
 		}
 		p.add(at, path, "needs when (a CEL expression over payload) or required: true")
 		return nil
@@ -350,7 +365,7 @@ func (p *parser) approval(n *yaml.Node, path string, schema *PayloadSchema) *App
 	}
 	prg, problem := compileWhen(a.When, schema)
 	if problem != "" {
-		p.add(whenNode, join(path, "when"), "%s", problem)
+		p.add(&c.When, join(path, "when"), "%s", problem)
 		return nil
 	}
 	a.program = prg

@@ -95,110 +95,114 @@ const (
 	gatewayFieldNameMaxLength = 64
 )
 
-var (
-	gatewayFields     = []string{"http", "mcp"}
-	gatewayHTTPFields = []string{"route", "upstream", "key_header", "key_required", "key_fields", "forward_headers",
-		"forward_key_header", "forward_key_field", "external_id", "store_headers", "max_response_bytes"}
-	gatewayMCPFields = []string{"tool", "key_fields", "forward_key_argument", "external_id", "tool_errors"}
-)
+// gatewayConfig is an action's gateway block as written.
+type gatewayConfig struct {
+	HTTP yaml.Node `yaml:"http"`
+	MCP  yaml.Node `yaml:"mcp"`
+}
 
 // gateway validates the gateway mapping of an action.
 func (p *parser) gateway(n *yaml.Node, path string) *Gateway {
-	g := &Gateway{}
-	ok := p.fields(n, path, "a mapping with http and/or mcp", func(key string, k, v *yaml.Node) {
-		fpath := join(path, key)
-		switch key {
-		case "http":
-			g.HTTP = p.gatewayHTTP(v, fpath)
-		case "mcp":
-			g.MCP = p.gatewayMCP(v, fpath)
-		default:
-			p.unknownField(k, path, gatewayFields)
-		}
-	})
+	var c gatewayConfig
+	ok, _ := p.section(n, path, "a mapping with http and/or mcp", &c)
 	if ok && len(n.Content) == 0 {
 		p.add(n, path, "must configure http, mcp or both; omit gateway if the action is not fronted by opjournal-gateway")
 	}
+	g := &Gateway{HTTP: p.gatewayHTTP(&c.HTTP, join(path, "http")), MCP: p.gatewayMCP(&c.MCP, join(path, "mcp"))}
 	if g.HTTP == nil && g.MCP == nil {
 		return nil
 	}
 	return g
 }
 
+// gatewayHTTPConfig is a gateway's http route as written.
+type gatewayHTTPConfig struct {
+	Route            yaml.Node `yaml:"route"`
+	Upstream         yaml.Node `yaml:"upstream"`
+	KeyHeader        yaml.Node `yaml:"key_header"`
+	KeyRequired      yaml.Node `yaml:"key_required"`
+	KeyFields        yaml.Node `yaml:"key_fields"`
+	ForwardHeaders   yaml.Node `yaml:"forward_headers"`
+	ForwardKeyHeader yaml.Node `yaml:"forward_key_header"`
+	ForwardKeyField  yaml.Node `yaml:"forward_key_field"`
+	ExternalID       yaml.Node `yaml:"external_id"`
+	StoreHeaders     yaml.Node `yaml:"store_headers"`
+	MaxResponseBytes yaml.Node `yaml:"max_response_bytes"`
+}
+
+// refused refuses payload_fields (see payloadFieldsRefused).
+func (*gatewayHTTPConfig) refused(key string) string { return refusePayloadFields(key) }
+
+// gatewayHTTP validates the http route n (if written).
 func (p *parser) gatewayHTTP(n *yaml.Node, path string) *GatewayHTTP {
-	h := &GatewayHTTP{KeyHeader: defaultKeyHeader, StoreHeaders: []string{"Content-Type", "Location"}, MaxResponseBytes: defaultMaxResponseBytes}
-	var routeSet, upstreamSet bool
-	var requiredNode *yaml.Node
-	required := (*bool)(nil)
-	ok := p.fields(n, path, "a mapping of the HTTP route's fields", func(key string, k, v *yaml.Node) {
-		fpath := join(path, key)
-		switch key {
-		case "route":
-			routeSet = true
-			if s, ok := p.str(v, fpath); ok {
-				h.Method, h.Path = p.route(v, fpath, s)
-			}
-		case "upstream":
-			upstreamSet = true
-			if s, ok := p.str(v, fpath); ok && p.upstreamURL(v, fpath, s) {
-				h.Upstream = s
-			}
-		case "key_header":
-			if s, ok := p.headerName(v, fpath); ok {
-				h.KeyHeader = s
-			}
-		case "key_required":
-			requiredNode = v
-			if b, ok := p.boolean(v, fpath); ok {
-				required = &b
-			}
-		case "key_fields":
-			h.KeyFields = p.memberNames(v, fpath)
-		case "forward_headers":
-			h.ForwardHeaders = p.forwardHeaders(v, fpath)
-		case "payload_fields":
-			p.add(k, fpath, "%s", payloadFieldsRefused)
-		case "forward_key_header":
-			if s, ok := p.headerName(v, fpath); ok {
-				h.ForwardKeyHeader = s
-			}
-		case "forward_key_field":
-			if s, ok := p.memberName(v, fpath); ok {
-				h.ForwardKeyField = s
-			}
-		case "external_id":
-			if s, ok := p.pointer(v, fpath); ok {
-				h.ExternalID = s
-			}
-		case "store_headers":
-			h.StoreHeaders = p.storeHeaders(v, fpath)
-		case "max_response_bytes":
-			if i, ok := p.integer(v, fpath); ok {
-				if i < 0 || i > maxMaxResponseBytes {
-					p.add(v, fpath, "%d is out of range 0..%d (the journal stores at most 64 KiB of result)", i, maxMaxResponseBytes)
-				} else {
-					h.MaxResponseBytes = int(i)
-				}
-			}
-		default:
-			p.unknownField(k, path, gatewayHTTPFields)
-		}
-	})
-	if !ok {
+	var c gatewayHTTPConfig
+	if ok, _ := p.section(n, path, "a mapping of the HTTP route's fields", &c); !ok {
 		return nil
 	}
-	if !routeSet {
+	h := &GatewayHTTP{KeyHeader: defaultKeyHeader, StoreHeaders: []string{"Content-Type", "Location"}, MaxResponseBytes: defaultMaxResponseBytes}
+	c.request(p, path, h)
+	c.response(p, path, h)
+	c.check(p, n, path, h)
+	return h
+}
+
+// request converts the fields about the request into h.
+func (c *gatewayHTTPConfig) request(p *parser, path string, h *GatewayHTTP) {
+	if s, ok := p.str(&c.Route, join(path, "route")); ok {
+		h.Method, h.Path = p.route(&c.Route, join(path, "route"), s)
+	}
+	if s, ok := p.str(&c.Upstream, join(path, "upstream")); ok && p.upstreamURL(&c.Upstream, join(path, "upstream"), s) {
+		h.Upstream = s
+	}
+	if s, ok := p.headerName(&c.KeyHeader, join(path, "key_header")); ok {
+		h.KeyHeader = s
+	}
+	if set(&c.KeyFields) {
+		h.KeyFields = p.memberNames(&c.KeyFields, join(path, "key_fields"))
+	}
+	if set(&c.ForwardHeaders) {
+		h.ForwardHeaders = p.forwardHeaders(&c.ForwardHeaders, join(path, "forward_headers"))
+	}
+	if s, ok := p.headerName(&c.ForwardKeyHeader, join(path, "forward_key_header")); ok {
+		h.ForwardKeyHeader = s
+	}
+	if s, ok := p.memberName(&c.ForwardKeyField, join(path, "forward_key_field")); ok {
+		h.ForwardKeyField = s
+	}
+}
+
+// response converts the fields about the provider's answer into h.
+func (c *gatewayHTTPConfig) response(p *parser, path string, h *GatewayHTTP) {
+	if s, ok := p.pointer(&c.ExternalID, join(path, "external_id")); ok {
+		h.ExternalID = s
+	}
+	if set(&c.StoreHeaders) {
+		h.StoreHeaders = p.storeHeaders(&c.StoreHeaders, join(path, "store_headers"))
+	}
+	if i, ok := p.integer(&c.MaxResponseBytes, join(path, "max_response_bytes")); ok {
+		if i < 0 || i > maxMaxResponseBytes {
+			p.add(&c.MaxResponseBytes, join(path, "max_response_bytes"), "%d is out of range 0..%d (the journal stores at most 64 KiB of result)", i, maxMaxResponseBytes)
+		} else {
+			h.MaxResponseBytes = int(i)
+		}
+	}
+}
+
+// check sets h.KeyRequired and checks the route's fields against each
+// other; n is the route's mapping.
+func (c *gatewayHTTPConfig) check(p *parser, n *yaml.Node, path string, h *GatewayHTTP) {
+	if !set(&c.Route) {
 		p.add(n, join(path, "route"), `missing: the method and path it protects, such as "POST /payments"`)
 	}
-	if !upstreamSet {
+	if !set(&c.Upstream) {
 		p.add(n, join(path, "upstream"), "missing: the provider's base URL, such as ${PROVIDER_URL}")
 	}
 	h.KeyRequired = len(h.KeyFields) == 0
-	if required != nil {
-		if !*required && len(h.KeyFields) == 0 {
-			p.add(requiredNode, join(path, "key_required"), "false needs key_fields: without the header, the key is derived from them (and the caller's scope); otherwise a request without a key could not be recognised when it is retried")
+	if required, ok := p.boolean(&c.KeyRequired, join(path, "key_required")); ok {
+		if !required && len(h.KeyFields) == 0 {
+			p.add(&c.KeyRequired, join(path, "key_required"), "false needs key_fields: without the header, the key is derived from them (and the caller's scope); otherwise a request without a key could not be recognised when it is retried")
 		}
-		h.KeyRequired = *required
+		h.KeyRequired = required
 	}
 	// The gateway writes the operation key into forward_key_field and
 	// drops a client's value of it: it cannot also name the intent.
@@ -212,7 +216,15 @@ func (p *parser) gatewayHTTP(n *yaml.Node, path string) *GatewayHTTP {
 			p.add(n, join(path, "forward_headers"), "%s is the route's key_header or forward_key_header: the gateway reads or sets it itself, so it is never forwarded from the client", own)
 		}
 	}
-	return h
+}
+
+// refusePayloadFields says why key is refused in a gateway route or tool:
+// payload_fields is, every other unknown key is merely unknown ("").
+func refusePayloadFields(key string) string {
+	if key == "payload_fields" {
+		return payloadFieldsRefused
+	}
+	return ""
 }
 
 // payloadFieldsRefused is why payload_fields is refused: the request hash
@@ -265,54 +277,59 @@ var gatewayOwnHeaders = []string{"Host", "Transfer-Encoding", "Expect", "Accept-
 // request line's.
 var methodOverrideHeaders = []string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
+// gatewayMCPConfig is a gateway's mcp tool as written.
+type gatewayMCPConfig struct {
+	Tool               yaml.Node `yaml:"tool"`
+	KeyFields          yaml.Node `yaml:"key_fields"`
+	ForwardKeyArgument yaml.Node `yaml:"forward_key_argument"`
+	ExternalID         yaml.Node `yaml:"external_id"`
+	ToolErrors         yaml.Node `yaml:"tool_errors"`
+}
+
+// refused refuses payload_fields (see payloadFieldsRefused).
+func (*gatewayMCPConfig) refused(key string) string { return refusePayloadFields(key) }
+
+// gatewayMCP validates the mcp tool n (if written).
 func (p *parser) gatewayMCP(n *yaml.Node, path string) *GatewayMCP {
-	m := &GatewayMCP{}
-	var toolSet bool
-	ok := p.fields(n, path, "a mapping of the MCP tool's fields", func(key string, k, v *yaml.Node) {
-		fpath := join(path, key)
-		switch key {
-		case "tool":
-			toolSet = true
-			if s, ok := p.str(v, fpath); ok {
-				if !validToolName(s) {
-					p.add(v, fpath, "%s is not an MCP tool name: 1-128 characters of A-Z, a-z, 0-9, '_', '-' and '.'", literal(s))
-				} else {
-					m.Tool = s
-				}
-			}
-		case "key_fields":
-			m.KeyFields = p.memberNames(v, fpath)
-			if len(m.KeyFields) == 0 {
-				p.add(v, fpath, "must name at least one argument: the key of a tool call is derived from the arguments that name the intent")
-			}
-		case "payload_fields":
-			p.add(k, fpath, "%s", payloadFieldsRefused)
-		case "forward_key_argument":
-			if s, ok := p.memberName(v, fpath); ok {
-				m.ForwardKeyArgument = s
-			}
-		case "external_id":
-			if s, ok := p.pointer(v, fpath); ok {
-				m.ExternalID = s
-			}
-		case "tool_errors":
-			if s, ok := p.str(v, fpath); ok {
-				switch s {
-				case toolErrorsFailedFinal:
-					m.ToolErrorsFinal = true
-				case toolErrorsUnknown:
-				default:
-					p.add(v, fpath, "%s is not one of %s, %s", literal(s), toolErrorsFailedFinal, toolErrorsUnknown)
-				}
-			}
-		default:
-			p.unknownField(k, path, gatewayMCPFields)
-		}
-	})
-	if !ok {
+	var c gatewayMCPConfig
+	if ok, _ := p.section(n, path, "a mapping of the MCP tool's fields", &c); !ok {
 		return nil
 	}
-	if !toolSet {
+	return c.validate(p, n, path)
+}
+
+// validate converts the tool's fields; n is the tool's mapping.
+func (c *gatewayMCPConfig) validate(p *parser, n *yaml.Node, path string) *GatewayMCP {
+	m := &GatewayMCP{}
+	if s, ok := p.str(&c.Tool, join(path, "tool")); ok {
+		if !validToolName(s) {
+			p.add(&c.Tool, join(path, "tool"), "%s is not an MCP tool name: 1-128 characters of A-Z, a-z, 0-9, '_', '-' and '.'", literal(s))
+		} else {
+			m.Tool = s
+		}
+	}
+	if set(&c.KeyFields) {
+		m.KeyFields = p.memberNames(&c.KeyFields, join(path, "key_fields"))
+		if len(m.KeyFields) == 0 {
+			p.add(&c.KeyFields, join(path, "key_fields"), "must name at least one argument: the key of a tool call is derived from the arguments that name the intent")
+		}
+	}
+	if s, ok := p.memberName(&c.ForwardKeyArgument, join(path, "forward_key_argument")); ok {
+		m.ForwardKeyArgument = s
+	}
+	if s, ok := p.pointer(&c.ExternalID, join(path, "external_id")); ok {
+		m.ExternalID = s
+	}
+	if s, ok := p.str(&c.ToolErrors, join(path, "tool_errors")); ok {
+		switch s {
+		case toolErrorsFailedFinal:
+			m.ToolErrorsFinal = true
+		case toolErrorsUnknown:
+		default:
+			p.add(&c.ToolErrors, join(path, "tool_errors"), "%s is not one of %s, %s", literal(s), toolErrorsFailedFinal, toolErrorsUnknown)
+		}
+	}
+	if !set(&c.Tool) {
 		p.add(n, join(path, "tool"), "missing: the name of the tool it protects")
 	}
 	if m.KeyFields == nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -15,23 +16,6 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v4"
-
-	"github.com/opjournal/opjournal"
-)
-
-// actionNameRE is the syntax of an action name.
-var actionNameRE = regexp.MustCompile(`^[a-z][a-z0-9_.:-]{0,79}$`)
-
-// Known fields, in the order they are listed in error messages.
-var (
-	topFields    = []string{"actions"}
-	actionFields = []string{
-		"operation_key", "lease_seconds", "retry", "terminal_states",
-		"unknown_after_seconds", "on_unresolved", "retention", "integer_fields", "redact_fields",
-		"reconcile", "max_attempt_seconds", "payload_schema", "refs", "gateway", "provider_link", "approval",
-	}
-	retryFields = []string{"reuse_operation_key", "on_timeout", "provider_dedup_window"}
-	refsFields  = []string{"required", "forbidden"}
 )
 
 // Parse parses and validates a policy document; source names it in errors
@@ -309,7 +293,8 @@ func literal(s string) string {
 // fields calls fn for each key/value pair of the mapping n, in order. It
 // reports keys that are not plain strings, merge keys and duplicate keys,
 // and skips them. A non-mapping n is reported with want describing what
-// was expected.
+// was expected. It checks a section's keys before section decodes them,
+// and walks the mappings whose keys the file chooses (actions, headers).
 func (p *parser) fields(n *yaml.Node, path, want string, fn func(key string, k, v *yaml.Node)) bool {
 	if n.Kind == yaml.AliasNode {
 		return false // already reported by checkNoAnchors
@@ -341,283 +326,100 @@ func (p *parser) fields(n *yaml.Node, path, want string, fn func(key string, k, 
 	return true
 }
 
-// unknownField reports key k of the mapping at path as unknown.
-func (p *parser) unknownField(k *yaml.Node, path string, known []string) {
-	p.add(k, join(path, k.Value), "unknown field (known fields: %s)", strings.Join(known, ", "))
+// A section of the policy file (an action, its retry block, its gateway's
+// http route, ...) is declared as a struct whose fields are yaml.Node
+// values tagged with their keys, in the order error messages list them,
+// and decoded by go-yaml. Its validate method then converts each field,
+// naming the field's line. The fields are nodes rather than Go values
+// because go-yaml never calls a custom yaml.Unmarshaler for a null value:
+// only a yaml.Node field keeps "lease_seconds:" (null, which must be
+// refused with its line) apart from a field that was not written (the zero
+// Node, see set).
+
+// set reports whether the section field n was written in the file.
+func set(n *yaml.Node) bool { return n.Kind != 0 }
+
+// skip reports whether the value n has nothing to check: it was not
+// written, or it is an alias (already reported by checkNoAnchors).
+func skip(n *yaml.Node) bool { return n.Kind == 0 || n.Kind == yaml.AliasNode }
+
+// refuser is a section with keys that are refused for a reason of their
+// own rather than as unknown fields.
+type refuser interface {
+	// refused says why key is refused, "" if it is merely unknown.
+	refused(key string) string
 }
 
-// document validates the whole document and returns its actions in the
-// order they appear. The result is meaningful only if no problem was
-// recorded.
-func (p *parser) document(doc *yaml.Node) []*Action {
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
-		p.add(doc, "", "policy file is not a single YAML document")
-		return nil
+// section decodes the mapping n into dst, a pointer to a section struct,
+// strictly: a key that is not one of dst's fields is reported, naming the
+// known fields, and so are the keys fields rejects. ok is false if n is
+// not a mapping (reported with want, unless n is an alias or was not
+// written); allKnown is false if some key was not one of dst's fields.
+func (p *parser) section(n *yaml.Node, path, want string, dst any) (ok, allKnown bool) {
+	if n.Kind == 0 {
+		return false, true
 	}
-	root := doc.Content[0]
-	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
-		p.add(root, "", "policy file is empty; it must define actions")
-		return nil
-	}
-	var actions []*Action
-	var actionsNode *yaml.Node
-	ok := p.fields(root, "", "a mapping with an actions field", func(key string, k, v *yaml.Node) {
-		switch key {
-		case "actions":
-			actionsNode = k
-			actions = p.actions(v)
-		default:
-			p.unknownField(k, "", topFields)
+	known := knownFields(reflect.TypeOf(dst).Elem())
+	clean := *n // the mapping without the keys reported here
+	clean.Content = nil
+	allKnown = true
+	ok = p.fields(n, path, want, func(key string, k, v *yaml.Node) {
+		if !slices.Contains(known, key) {
+			p.unknownField(k, path, known, dst)
+			allKnown = false
+			return
 		}
+		clean.Content = append(clean.Content, k, v)
 	})
-	if ok && actionsNode == nil {
-		p.add(root, "actions", "missing: a policy file must define at least one action under actions")
+	if !ok {
+		return false, allKnown
 	}
-	return actions
+	// Every field is a yaml.Node, which takes any value: the library has
+	// nothing left to refuse, but its strictness stays on.
+	if err := clean.Load(dst, yaml.WithKnownFields()); err != nil {
+		p.add(n, path, "cannot be decoded: %v", err)
+	}
+	return true, allKnown
 }
 
-// actions validates the actions mapping.
-func (p *parser) actions(n *yaml.Node) []*Action {
-	const path = "actions"
-	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" || n.Kind == yaml.MappingNode && len(n.Content) == 0 {
-		p.add(n, path, "must define at least one action; the server refuses every action type the policy does not define")
-		return nil
+// knownFields returns the keys of the section struct t, from its yaml
+// tags, in declaration order.
+func knownFields(t reflect.Type) []string {
+	out := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); name != "" && name != "-" {
+			out = append(out, name)
+		}
 	}
-	var out []*Action
-	nodes := map[string]*yaml.Node{}
-	p.fields(n, path, "a mapping from action name to action policy", func(name string, k, v *yaml.Node) {
-		apath := join(path, name)
-		if !actionNameRE.MatchString(name) {
-			p.add(k, apath, "invalid action name: it must be 1-80 characters of a-z, 0-9, '_', '.', ':' and '-', starting with a lowercase letter")
-		}
-		if a := p.action(v, apath, name); a != nil {
-			a.Name = name
-			out = append(out, a)
-			nodes[name] = k
-		}
-	})
-	p.checkGatewayRoutes(out, nodes)
 	return out
 }
 
-// action validates one action's policy and fills in defaults.
-func (p *parser) action(n *yaml.Node, path, name string) *Action {
-	a := &Action{
-		LeaseSeconds:      defaultLeaseSeconds,
-		ReuseOperationKey: true,
-		OnTimeout:         ReconcileBeforeRetry,
-		UnknownAfter:      defaultUnknownAfter,
-		OnUnresolved:      requireHumanReview,
-		Retention:         defaultRetention,
-		IntegerFields:     []string{},
-		RedactFields:      []string{},
-		Reconcile:         defaultReconcile(),
-	}
-	// The nodes of the two fields compared with each other, if present and
-	// individually valid.
-	var unknownAfterNode, retentionNode, maxAttemptNode, reconcileNode, retryNode, refsNode, approvalNode *yaml.Node
-	unknownAfterValid, retentionValid := true, true
-	maxAttempt := int64(0)
-
-	ok := p.fields(n, path, "a mapping of policy fields (use {} to accept every default)", func(key string, k, v *yaml.Node) {
-		fpath := join(path, key)
-		switch key {
-		case "operation_key":
-			if s, ok := p.str(v, fpath); ok && s != operationKeyRequired {
-				p.add(v, fpath, "%q is not allowed: the only accepted value is %s (the operation key is what lets the journal recognise a retry as the same operation)", s, operationKeyRequired)
-			}
-		case "lease_seconds":
-			if i, ok := p.integer(v, fpath); ok {
-				if i < minLeaseSeconds || i > maxLeaseSeconds {
-					p.add(v, fpath, "%d is out of range %d..%d", i, minLeaseSeconds, maxLeaseSeconds)
-				} else {
-					a.LeaseSeconds = int(i)
-				}
-			}
-		case "retry":
-			retryNode = v
-			p.retry(v, fpath, a)
-		case "terminal_states":
-			p.terminalStates(v, fpath)
-		case "unknown_after_seconds":
-			unknownAfterNode = v
-			unknownAfterValid = false
-			if i, ok := p.integer(v, fpath); ok {
-				if i < 1 || i > maxUnknownAfterSeconds {
-					p.add(v, fpath, "%d is out of range 1..%d", i, maxUnknownAfterSeconds)
-				} else {
-					a.UnknownAfter = time.Duration(i) * time.Second
-					unknownAfterValid = true
-				}
-			}
-		case "on_unresolved":
-			if s, ok := p.str(v, fpath); ok && s != requireHumanReview {
-				p.add(v, fpath, "%q is not allowed: the only accepted value is %s (an operation whose outcome cannot be determined is never retried or dropped silently)", s, requireHumanReview)
-			}
-		case "retention":
-			retentionNode = v
-			retentionValid = false
-			if d, ok := p.retention(v, fpath); ok {
-				a.Retention = d
-				retentionValid = true
-			}
-		case "integer_fields":
-			a.IntegerFields = p.integerFields(v, fpath)
-		case "redact_fields":
-			a.RedactFields = p.integerFields(v, fpath) // the same rules: unique, non-empty names
-		case "reconcile":
-			reconcileNode = v
-			p.reconcile(v, fpath, &a.Reconcile)
-		case "payload_schema":
-			a.PayloadSchema = p.payloadSchema(v, fpath, name)
-		case "refs":
-			refsNode = v
-			p.refs(v, fpath, &a.Refs)
-		case "gateway":
-			a.Gateway = p.gateway(v, fpath)
-		case "approval":
-			approvalNode = v // checked after the loop, against payload_schema wherever it is written
-		case "provider_link":
-			if tmpl, ok := p.str(v, fpath); ok && p.providerLink(v, fpath, tmpl) {
-				a.ProviderLink = tmpl
-			}
-		case "max_attempt_seconds":
-			maxAttemptNode = v
-			if i, ok := p.integer(v, fpath); ok {
-				if i < 1 || i > maxMaxAttemptSeconds {
-					p.add(v, fpath, "%d is out of range 1..%d", i, maxMaxAttemptSeconds)
-				} else {
-					maxAttempt = i
-				}
-			}
-		default:
-			p.unknownField(k, path, actionFields)
-		}
-	})
-	if !ok {
-		return nil
-	}
-	if approvalNode != nil {
-		a.Approval = p.approval(approvalNode, join(path, "approval"), a.PayloadSchema)
-	}
-	a.MaxAttempt = time.Duration(defaultMaxAttemptLeases*a.LeaseSeconds) * time.Second
-	if maxAttempt > 0 {
-		a.MaxAttempt = time.Duration(maxAttempt) * time.Second
-		if maxAttempt < int64(a.LeaseSeconds) {
-			p.add(maxAttemptNode, join(path, "max_attempt_seconds"), "%d is shorter than lease_seconds (%d): an attempt holds at least one lease", maxAttempt, a.LeaseSeconds)
-		}
-	}
-	if rc := a.Reconcile; rc.DefinitiveAbsence && rc.InFlightWindow <= 0 && reconcileNode != nil {
-		// Proving absence releases the operation for a retry that calls
-		// the provider again. A provider that received the first request
-		// may still carry it out after our attempt ended (we gave up
-		// waiting; it did not), so "not found" proves nothing until that
-		// window has passed too. Without it the numbers cannot be safe.
-		p.add(reconcileNode, join(path, "reconcile.in_flight_window"),
-			"is required with definitive_absence: true: how long the provider may still carry out a request after the attempt ended (its own processing timeout, e.g. 60s); a release before that can make a second effect")
-	}
-	if w := a.ProviderDedupWindow; w > 0 {
-		if a.OnTimeout != RetrySameKey {
-			p.add(retryNode, join(path, "retry.provider_dedup_window"),
-				"is only for on_timeout: retry_same_key (a reconcile_before_retry action never retries blindly, whatever the provider remembers)")
-		}
-		if retentionValid && a.Retention < w {
-			at, fpath := retentionNode, join(path, "retention")
-			if at == nil {
-				at, fpath = retryNode, join(path, "retry.provider_dedup_window")
-			}
-			p.add(at, fpath, "retention %s is shorter than retry.provider_dedup_window (%s): keep an operation's records at least as long as the provider remembers its key",
-				FormatDuration(a.Retention), FormatDuration(w))
-		}
-	}
-	for _, r := range a.Refs.Required {
-		if slices.Contains(a.RedactFields, r) {
-			p.add(refsNode, join(path, "refs.required"), "%q is also in redact_fields: a ref is stored in clear and searchable, so a redacted member cannot be one", r)
-		}
-	}
-	if unknownAfterValid && retentionValid && a.Retention < a.UnknownAfter {
-		// Blame the field that was written down; if both were, blame
-		// retention.
-		at, fpath := retentionNode, join(path, "retention")
-		if at == nil {
-			at, fpath = unknownAfterNode, join(path, "unknown_after_seconds")
-		}
-		p.add(at, fpath, "retention %s is shorter than unknown_after_seconds (%s): records must be kept at least until an operation's outcome can be declared unknown and reconciled",
-			FormatDuration(a.Retention), FormatDuration(a.UnknownAfter))
-	}
-	return a
-}
-
-// retry validates the retry mapping into a.
-func (p *parser) retry(n *yaml.Node, path string, a *Action) {
-	p.fields(n, path, "a mapping with reuse_operation_key and on_timeout", func(key string, k, v *yaml.Node) {
-		fpath := join(path, key)
-		switch key {
-		case "reuse_operation_key":
-			if b, ok := p.boolean(v, fpath); ok && !b {
-				p.add(v, fpath, "false is not allowed: the journal exists so that every retry of an operation reuses its operation key; "+
-					"a fresh key per retry would let a timed-out side effect (a payment, an email) happen twice")
-			}
-		case "provider_dedup_window":
-			if d, ok := p.longDuration(v, fpath, "a duration such as 24h or 7d"); ok {
-				if d <= 0 {
-					p.add(v, fpath, "must be positive (leave it out if the provider never forgets a key)")
-				} else {
-					a.ProviderDedupWindow = d
-				}
-			}
-		case "on_timeout":
-			if s, ok := p.str(v, fpath); ok {
-				switch OnTimeout(s) {
-				case ReconcileBeforeRetry, RetrySameKey:
-					a.OnTimeout = OnTimeout(s)
-				default:
-					p.add(v, fpath, "%q is not one of %s, %s", s, ReconcileBeforeRetry, RetrySameKey)
-				}
-			}
-		default:
-			p.unknownField(k, path, retryFields)
-		}
-	})
-}
-
-// refs validates the refs mapping into rp.
-func (p *parser) refs(n *yaml.Node, path string, rp *RefsPolicy) {
-	seen := map[string]string{}
-	p.fields(n, path, "a mapping with required and forbidden", func(key string, k, v *yaml.Node) {
-		fpath := join(path, key)
-		var dst *[]string
-		switch key {
-		case "required":
-			dst = &rp.Required
-		case "forbidden":
-			dst = &rp.Forbidden
-		default:
-			p.unknownField(k, path, refsFields)
+// unknownField reports key k of the section at path as unknown (or as
+// refused, if the section says why).
+func (p *parser) unknownField(k *yaml.Node, path string, known []string, section any) {
+	if r, ok := section.(refuser); ok {
+		if why := r.refused(k.Value); why != "" {
+			p.add(k, join(path, k.Value), "%s", why)
 			return
 		}
-		items, ok := p.stringList(v, fpath)
-		if !ok {
-			return
-		}
-		for i, s := range items {
-			ipath := fmt.Sprintf("%s[%d]", fpath, i)
-			switch {
-			case !opjournal.ValidRefName(s.Value):
-				p.add(s, ipath, "%s is not a ref name: 1-%d characters of a-z, 0-9, '_', '.' and '-', starting with a letter or digit", literal(s.Value), opjournal.MaxRefNameLen)
-			case seen[s.Value] != "":
-				p.add(s, ipath, "%q is already listed under refs.%s", s.Value, seen[s.Value])
-			default:
-				seen[s.Value] = key
-				*dst = append(*dst, s.Value)
-			}
-		}
-	})
+	}
+	p.add(k, join(path, k.Value), "unknown field (known fields: %s)", strings.Join(known, ", "))
+}
+
+// intIn returns the integer value of n if it is within lo..hi, and
+// reports it otherwise.
+func (p *parser) intIn(n *yaml.Node, path string, lo, hi int64) (int64, bool) {
+	i, ok := p.integer(n, path)
+	if ok && (i < lo || i > hi) {
+		p.add(n, path, "%d is out of range %d..%d", i, lo, hi)
+		return 0, false
+	}
+	return i, ok
 }
 
 // longDuration parses a Go duration ("24h") or whole days ("7d").
 func (p *parser) longDuration(n *yaml.Node, path, want string) (time.Duration, bool) {
-	if n.Kind == yaml.AliasNode {
+	if skip(n) {
 		return 0, false
 	}
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
@@ -632,58 +434,10 @@ func (p *parser) longDuration(n *yaml.Node, path, want string) (time.Duration, b
 	return d, true
 }
 
-// terminalStates checks that n lists exactly the fixed terminal states.
-func (p *parser) terminalStates(n *yaml.Node, path string) {
-	const fixed = "the terminal states are fixed by the journal's state machine: terminal_states must list exactly succeeded and failed_final, in any order"
-	items, ok := p.stringList(n, path)
-	if !ok {
-		return
-	}
-	seen := map[string]bool{}
-	for i, s := range items {
-		switch {
-		case s.Value != stateSucceeded && s.Value != stateFailedFinal:
-			p.add(s, fmt.Sprintf("%s[%d]", path, i), "%q is not a terminal state; %s", s.Value, fixed)
-			return
-		case seen[s.Value]:
-			p.add(s, fmt.Sprintf("%s[%d]", path, i), "%q is listed twice; %s", s.Value, fixed)
-			return
-		}
-		seen[s.Value] = true
-	}
-	if len(seen) != 2 {
-		p.add(n, path, "%s", fixed)
-	}
-}
-
-// integerFields validates the integer_fields list.
-func (p *parser) integerFields(n *yaml.Node, path string) []string {
-	items, ok := p.stringList(n, path)
-	if !ok {
-		return nil
-	}
-	out := make([]string, 0, len(items))
-	seen := map[string]int{}
-	for i, s := range items {
-		ipath := fmt.Sprintf("%s[%d]", path, i)
-		if s.Value == "" {
-			p.add(s, ipath, "must not be empty")
-			continue
-		}
-		if first, dup := seen[s.Value]; dup {
-			p.add(s, ipath, "%q is listed twice (first at line %d)", s.Value, first)
-			continue
-		}
-		seen[s.Value] = s.Line
-		out = append(out, s.Value)
-	}
-	return out
-}
-
 // stringList returns the items of the sequence n if it is a sequence of
 // strings; otherwise it reports the problems and returns ok == false.
 func (p *parser) stringList(n *yaml.Node, path string) (items []*yaml.Node, ok bool) {
-	if n.Kind == yaml.AliasNode {
+	if skip(n) {
 		return nil, false
 	}
 	if n.Kind != yaml.SequenceNode {
@@ -701,7 +455,7 @@ func (p *parser) stringList(n *yaml.Node, path string) (items []*yaml.Node, ok b
 
 // str returns the string value of n, or reports that it is not a string.
 func (p *parser) str(n *yaml.Node, path string) (string, bool) {
-	if n.Kind == yaml.AliasNode {
+	if skip(n) {
 		return "", false
 	}
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
@@ -713,7 +467,7 @@ func (p *parser) str(n *yaml.Node, path string) (string, bool) {
 
 // integer returns the integer value of n, or reports that it is not one.
 func (p *parser) integer(n *yaml.Node, path string) (int64, bool) {
-	if n.Kind == yaml.AliasNode {
+	if skip(n) {
 		return 0, false
 	}
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
@@ -730,7 +484,7 @@ func (p *parser) integer(n *yaml.Node, path string) (int64, bool) {
 
 // boolean returns the boolean value of n, or reports that it is not one.
 func (p *parser) boolean(n *yaml.Node, path string) (bool, bool) {
-	if n.Kind == yaml.AliasNode {
+	if skip(n) {
 		return false, false
 	}
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
@@ -748,7 +502,7 @@ func (p *parser) boolean(n *yaml.Node, path string) (bool, bool) {
 // retention parses a retention period: a Go duration ("720h") or a whole
 // number of days ("30d"), at least minRetention.
 func (p *parser) retention(n *yaml.Node, path string) (time.Duration, bool) {
-	if n.Kind == yaml.AliasNode {
+	if skip(n) {
 		return 0, false
 	}
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {

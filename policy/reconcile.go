@@ -136,163 +136,167 @@ func defaultReconcile() Reconcile {
 	}
 }
 
-// Known fields of the reconcile section, in the order they are listed in
-// error messages.
-var (
-	reconcileFields = []string{"initial_delay", "interval", "max_interval", "visibility_lag", "in_flight_window", "definitive_absence", "verifier"}
-	verifierFields  = []string{"http"}
-	httpFields      = []string{"method", "url", "headers", "timeout", "list", "found", "completed", "completed_values", "external_id"}
-)
+// reconcileConfig is an action's reconcile block as written.
+type reconcileConfig struct {
+	InitialDelay      yaml.Node `yaml:"initial_delay"`
+	Interval          yaml.Node `yaml:"interval"`
+	MaxInterval       yaml.Node `yaml:"max_interval"`
+	VisibilityLag     yaml.Node `yaml:"visibility_lag"`
+	InFlightWindow    yaml.Node `yaml:"in_flight_window"`
+	DefinitiveAbsence yaml.Node `yaml:"definitive_absence"`
+	Verifier          yaml.Node `yaml:"verifier"`
+}
 
-// reconcile validates the reconcile mapping into r.
+// reconcile validates the reconcile block n (if written) into r.
 func (p *parser) reconcile(n *yaml.Node, path string, r *Reconcile) {
-	var intervalNode, maxIntervalNode *yaml.Node
-	intervalValid, maxIntervalValid := true, true
-	p.fields(n, path, "a mapping of reconciliation fields", func(key string, k, v *yaml.Node) {
-		fpath := join(path, key)
-		switch key {
-		case "initial_delay":
-			if d, ok := p.duration(v, fpath, false); ok {
-				r.InitialDelay = d
-			}
-		case "interval":
-			intervalNode = v
-			d, ok := p.duration(v, fpath, true)
-			if intervalValid = ok; ok {
-				r.Interval = d
-			}
-		case "max_interval":
-			maxIntervalNode = v
-			d, ok := p.duration(v, fpath, true)
-			if maxIntervalValid = ok; ok {
-				r.MaxInterval = d
-			}
-		case "visibility_lag":
-			if d, ok := p.duration(v, fpath, false); ok {
-				r.VisibilityLag = d
-			}
-		case "in_flight_window":
-			if d, ok := p.duration(v, fpath, true); ok {
-				r.InFlightWindow = d
-			}
-		case "definitive_absence":
-			if b, ok := p.boolean(v, fpath); ok {
-				r.DefinitiveAbsence = b
-			}
-		case "verifier":
-			r.Verifier = p.verifier(v, fpath)
-		default:
-			p.unknownField(k, path, reconcileFields)
-		}
-	})
+	var c reconcileConfig
+	if ok, _ := p.section(n, path, "a mapping of reconciliation fields", &c); ok {
+		c.validate(p, path, r)
+	}
+}
+
+// validate converts the reconcile block into r.
+func (c *reconcileConfig) validate(p *parser, path string, r *Reconcile) {
+	if d, ok := p.duration(&c.InitialDelay, join(path, "initial_delay"), false); ok {
+		r.InitialDelay = d
+	}
+	interval, intervalValid := p.duration(&c.Interval, join(path, "interval"), true)
+	if intervalValid {
+		r.Interval = interval
+	}
+	maxInterval, maxIntervalValid := p.duration(&c.MaxInterval, join(path, "max_interval"), true)
+	if maxIntervalValid {
+		r.MaxInterval = maxInterval
+	}
+	if d, ok := p.duration(&c.VisibilityLag, join(path, "visibility_lag"), false); ok {
+		r.VisibilityLag = d
+	}
+	if d, ok := p.duration(&c.InFlightWindow, join(path, "in_flight_window"), true); ok {
+		r.InFlightWindow = d
+	}
+	if b, ok := p.boolean(&c.DefinitiveAbsence, join(path, "definitive_absence")); ok {
+		r.DefinitiveAbsence = b
+	}
+	r.Verifier = p.verifier(&c.Verifier, join(path, "verifier"))
+	// A field left out has its (valid) default.
+	intervalValid = intervalValid || !set(&c.Interval)
+	maxIntervalValid = maxIntervalValid || !set(&c.MaxInterval)
 	if intervalValid && maxIntervalValid && r.Interval > r.MaxInterval {
 		// Blame the field that was written down; if both were, blame
 		// interval.
-		at, fpath := intervalNode, join(path, "interval")
-		if at == nil {
-			at, fpath = maxIntervalNode, join(path, "max_interval")
+		at, fpath := &c.Interval, join(path, "interval")
+		if !set(at) {
+			at, fpath = &c.MaxInterval, join(path, "max_interval")
 		}
-		if at != nil {
+		if set(at) {
 			p.add(at, fpath, "interval %s is longer than max_interval %s", FormatDuration(r.Interval), FormatDuration(r.MaxInterval))
 		}
 	}
 }
 
-// verifier validates the verifier mapping.
-func (p *parser) verifier(n *yaml.Node, path string) *Verifier {
-	v := &Verifier{}
-	ok := p.fields(n, path, "a mapping with one kind of verifier (http)", func(key string, k, val *yaml.Node) {
-		switch key {
-		case "http":
-			v.HTTP = p.httpVerifier(val, join(path, key))
-		default:
-			p.unknownField(k, path, verifierFields)
-		}
-	})
-	if ok && v.HTTP == nil && len(n.Content) == 0 {
-		p.add(n, path, "must configure a kind of verifier (http); omit verifier if the provider cannot be asked")
-	}
-	if v.HTTP == nil {
-		return nil
-	}
-	return v
+// verifierConfig is a reconcile block's verifier as written: one kind of
+// verifier.
+type verifierConfig struct {
+	HTTP yaml.Node `yaml:"http"`
 }
 
-// httpVerifier validates an http verifier mapping.
-func (p *parser) httpVerifier(n *yaml.Node, path string) *HTTPVerifier {
-	h := &HTTPVerifier{Method: "GET", Timeout: defaultVerifierTimeout}
-	var urlSet, externalIDSet bool
-	var completedNode, valuesNode *yaml.Node
-	ok := p.fields(n, path, "a mapping of HTTP verifier fields", func(key string, k, v *yaml.Node) {
-		fpath := join(path, key)
-		switch key {
-		case "method":
-			if s, ok := p.str(v, fpath); ok {
-				if s != "GET" && s != "POST" {
-					p.add(v, fpath, "%s is not one of GET, POST", literal(s))
-				} else {
-					h.Method = s
-				}
-			}
-		case "url":
-			urlSet = true
-			if s, ok := p.str(v, fpath); ok && p.verifierURL(v, fpath, s) {
-				h.URL = s
-			}
-		case "headers":
-			h.Headers = p.headers(v, fpath)
-		case "timeout":
-			if d, ok := p.duration(v, fpath, true); ok {
-				if d < minVerifierTimeout || d > maxVerifierTimeout {
-					p.add(v, fpath, "%s is out of range %s..%s", FormatDuration(d), FormatDuration(minVerifierTimeout), FormatDuration(maxVerifierTimeout))
-				} else {
-					h.Timeout = d
-				}
-			}
-		case "list":
-			if s, ok := p.pointer(v, fpath); ok {
-				if s == "" {
-					p.add(v, fpath, `"" (the whole response) cannot be a list: point to the array of matches inside the response, such as /data, or omit list when the response is the match itself`)
-				}
-				h.List = s
-			}
-		case "found":
-			if s, ok := p.pointer(v, fpath); ok {
-				h.Found = s
-			}
-		case "completed":
-			completedNode = v
-			if s, ok := p.pointer(v, fpath); ok {
-				if s == "" {
-					p.add(v, fpath, `"" (the match itself) cannot be the completion state: point inside the match, such as /status, or omit completed when a found effect is always completed`)
-				}
-				h.Completed = s
-			}
-		case "completed_values":
-			valuesNode = v
-			h.CompletedValues = p.completedValues(v, fpath)
-		case "external_id":
-			externalIDSet = true
-			if s, ok := p.pointer(v, fpath); ok {
-				h.ExternalID = s
-			}
-		default:
-			p.unknownField(k, path, httpFields)
-		}
-	})
+// verifier validates the verifier mapping n (if written).
+func (p *parser) verifier(n *yaml.Node, path string) *Verifier {
+	var c verifierConfig
+	ok, _ := p.section(n, path, "a mapping with one kind of verifier (http)", &c)
 	if !ok {
 		return nil
 	}
-	if !urlSet {
+	if len(n.Content) == 0 {
+		p.add(n, path, "must configure a kind of verifier (http); omit verifier if the provider cannot be asked")
+	}
+	if h := p.httpVerifier(&c.HTTP, join(path, "http")); h != nil {
+		return &Verifier{HTTP: h}
+	}
+	return nil
+}
+
+// httpVerifierConfig is an http verifier as written.
+type httpVerifierConfig struct {
+	Method          yaml.Node `yaml:"method"`
+	URL             yaml.Node `yaml:"url"`
+	Headers         yaml.Node `yaml:"headers"`
+	Timeout         yaml.Node `yaml:"timeout"`
+	List            yaml.Node `yaml:"list"`
+	Found           yaml.Node `yaml:"found"`
+	Completed       yaml.Node `yaml:"completed"`
+	CompletedValues yaml.Node `yaml:"completed_values"`
+	ExternalID      yaml.Node `yaml:"external_id"`
+}
+
+// httpVerifier validates an http verifier mapping n (if written).
+func (p *parser) httpVerifier(n *yaml.Node, path string) *HTTPVerifier {
+	var c httpVerifierConfig
+	if ok, _ := p.section(n, path, "a mapping of HTTP verifier fields", &c); !ok {
+		return nil
+	}
+	h := &HTTPVerifier{Method: "GET", Timeout: defaultVerifierTimeout}
+	c.request(p, path, h)
+	c.answer(p, path, h)
+	if !set(&c.URL) {
 		p.add(n, join(path, "url"), "missing: an http verifier needs a url holding {operation_key} or {external_id}")
 	}
-	if !externalIDSet {
+	if !set(&c.ExternalID) {
 		p.add(n, join(path, "external_id"), "missing: a pointer to the provider's id of the effect (such as /id) is needed to record a confirmed effect")
 	}
-	if valuesNode != nil && completedNode == nil {
-		p.add(valuesNode, join(path, "completed_values"), "needs completed: the pointer to the value compared with these")
+	if set(&c.CompletedValues) && !set(&c.Completed) {
+		p.add(&c.CompletedValues, join(path, "completed_values"), "needs completed: the pointer to the value compared with these")
 	}
 	return h
+}
+
+// request converts the fields that make the request into h.
+func (c *httpVerifierConfig) request(p *parser, path string, h *HTTPVerifier) {
+	if s, ok := p.str(&c.Method, join(path, "method")); ok {
+		if s != "GET" && s != "POST" {
+			p.add(&c.Method, join(path, "method"), "%s is not one of GET, POST", literal(s))
+		} else {
+			h.Method = s
+		}
+	}
+	if s, ok := p.str(&c.URL, join(path, "url")); ok && p.verifierURL(&c.URL, join(path, "url"), s) {
+		h.URL = s
+	}
+	if set(&c.Headers) {
+		h.Headers = p.headers(&c.Headers, join(path, "headers"))
+	}
+	if d, ok := p.duration(&c.Timeout, join(path, "timeout"), true); ok {
+		if d < minVerifierTimeout || d > maxVerifierTimeout {
+			p.add(&c.Timeout, join(path, "timeout"), "%s is out of range %s..%s", FormatDuration(d), FormatDuration(minVerifierTimeout), FormatDuration(maxVerifierTimeout))
+		} else {
+			h.Timeout = d
+		}
+	}
+}
+
+// answer converts the fields that read the answer into h.
+func (c *httpVerifierConfig) answer(p *parser, path string, h *HTTPVerifier) {
+	if s, ok := p.pointer(&c.List, join(path, "list")); ok {
+		if s == "" {
+			p.add(&c.List, join(path, "list"), `"" (the whole response) cannot be a list: point to the array of matches inside the response, such as /data, or omit list when the response is the match itself`)
+		}
+		h.List = s
+	}
+	if s, ok := p.pointer(&c.Found, join(path, "found")); ok {
+		h.Found = s
+	}
+	if s, ok := p.pointer(&c.Completed, join(path, "completed")); ok {
+		if s == "" {
+			p.add(&c.Completed, join(path, "completed"), `"" (the match itself) cannot be the completion state: point inside the match, such as /status, or omit completed when a found effect is always completed`)
+		}
+		h.Completed = s
+	}
+	if set(&c.CompletedValues) {
+		h.CompletedValues = p.completedValues(&c.CompletedValues, join(path, "completed_values"))
+	}
+	if s, ok := p.pointer(&c.ExternalID, join(path, "external_id")); ok {
+		h.ExternalID = s
+	}
 }
 
 // verifierURL checks a verifier URL template: it must hold a placeholder
@@ -466,7 +470,7 @@ func CheckPointer(s string) error {
 // duration parses a Go duration that is not negative, and greater than
 // zero if positive is set.
 func (p *parser) duration(n *yaml.Node, path string, positive bool) (time.Duration, bool) {
-	if n.Kind == yaml.AliasNode {
+	if skip(n) {
 		return 0, false
 	}
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {

@@ -120,8 +120,7 @@ func (s *session) MayApprove() bool { return s.mayDecide("Approve") && s.mayDeci
 // awaitingOf reads every operation of the session's tenant that awaits
 // approval (up to maxApprovalQueue; more says so), oldest first.
 func (c *Console) awaitingOf(ctx context.Context, s *session, action string) (rows []approvalRow, more bool, err error) {
-	req := journal.ListRequest{Caller: s.caller(), Statuses: []opjournal.Status{statusAwaitingApproval}, Action: action,
-		PageSize: journal.MaxPageSize, Full: true}
+	req := journal.ListRequest{Caller: s.caller(), PageSize: journal.MaxPageSize, Full: true, ListFilter: journal.ListFilter{Statuses: []opjournal.Status{statusAwaitingApproval}, Action: action}}
 	for {
 		page, err := c.svc.List(ctx, req)
 		if err != nil {

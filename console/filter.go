@@ -92,7 +92,7 @@ func (f filter) Narrowed() bool {
 // request turns the filter into a ListRequest for caller, or says (as an
 // opjournal error naming the field) what is wrong with it.
 func (f filter) request(c journal.Caller) (journal.ListRequest, error) {
-	req := journal.ListRequest{Caller: c, Action: f.Action, KeyPrefix: f.KeyPrefix, PageToken: f.Page}
+	req := journal.ListRequest{Caller: c, PageToken: f.Page, ListFilter: journal.ListFilter{Action: f.Action, KeyPrefix: f.KeyPrefix}}
 	yes, no := true, false
 	switch f.Queue {
 	case "review":

@@ -189,7 +189,7 @@ func (c *Console) opView(r *http.Request, s *session, key string) (*opView, erro
 			}
 		}
 	}
-	children, err := c.svc.List(ctx, journal.ListRequest{Caller: s.caller(), ParentKey: key, PageSize: pageSize})
+	children, err := c.svc.List(ctx, journal.ListRequest{Caller: s.caller(), PageSize: pageSize, ListFilter: journal.ListFilter{ParentKey: key}})
 	if err != nil {
 		return nil, err
 	}

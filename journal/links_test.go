@@ -80,10 +80,10 @@ func TestRefsPolicyAndSchema(t *testing.T) {
 		t.Fatalf("good register: %+v %v", res, err)
 	}
 	// List validates its filters as Register does.
-	if _, err := svc.List(ctx, journal.ListRequest{Refs: map[string]string{"": "x"}}); opjournal.ErrorCode(err) != opjournal.CodeInvalidArgument {
+	if _, err := svc.List(ctx, journal.ListRequest{ListFilter: journal.ListFilter{Refs: map[string]string{"": "x"}}}); opjournal.ErrorCode(err) != opjournal.CodeInvalidArgument {
 		t.Errorf("list with a bad ref: %v", err)
 	}
-	page, err := svc.List(ctx, journal.ListRequest{Refs: map[string]string{"order_id": "817"}})
+	page, err := svc.List(ctx, journal.ListRequest{ListFilter: journal.ListFilter{Refs: map[string]string{"order_id": "817"}}})
 	if err != nil || len(page.Operations) != 1 {
 		t.Fatalf("list by ref: %+v %v", page, err)
 	}

@@ -28,11 +28,11 @@ func TestListRefusesBadFilters(t *testing.T) {
 		req   journal.ListRequest
 		field string
 	}{
-		{"prefix with a space", journal.ListRequest{KeyPrefix: "pay 1"}, "key_prefix"},
-		{"prefix non-ASCII", journal.ListRequest{KeyPrefix: "платёж"}, "key_prefix"},
-		{"prefix with a control byte", journal.ListRequest{KeyPrefix: "pay\x00"}, "key_prefix"},
-		{"prefix longer than a key", journal.ListRequest{KeyPrefix: strings.Repeat("k", journal.MaxKeyLen+1)}, "key_prefix"},
-		{"inverted range", journal.ListRequest{UpdatedAfter: now, UpdatedBefore: now.Add(-time.Millisecond)}, "updated_before"},
+		{"prefix with a space", journal.ListRequest{ListFilter: journal.ListFilter{KeyPrefix: "pay 1"}}, "key_prefix"},
+		{"prefix non-ASCII", journal.ListRequest{ListFilter: journal.ListFilter{KeyPrefix: "платёж"}}, "key_prefix"},
+		{"prefix with a control byte", journal.ListRequest{ListFilter: journal.ListFilter{KeyPrefix: "pay\x00"}}, "key_prefix"},
+		{"prefix longer than a key", journal.ListRequest{ListFilter: journal.ListFilter{KeyPrefix: strings.Repeat("k", journal.MaxKeyLen+1)}}, "key_prefix"},
+		{"inverted range", journal.ListRequest{ListFilter: journal.ListFilter{UpdatedAfter: now, UpdatedBefore: now.Add(-time.Millisecond)}}, "updated_before"},
 	} {
 		_, err := svc.List(ctx, tc.req)
 		var e *opjournal.Error
@@ -47,12 +47,12 @@ func TestListRefusesBadFilters(t *testing.T) {
 		req  journal.ListRequest
 		want []string
 	}{
-		{"prefix", journal.ListRequest{KeyPrefix: "pay:"}, []string{"pay:1", "pay:2"}},
-		{"prefix of MaxKeyLen", journal.ListRequest{KeyPrefix: strings.Repeat("k", journal.MaxKeyLen)}, nil},
-		{"empty range", journal.ListRequest{UpdatedAfter: now, UpdatedBefore: now}, nil},
-		{"until the future", journal.ListRequest{UpdatedBefore: now.Add(time.Hour), KeyPrefix: "ticket"}, []string{"ticket:1"}},
-		{"from the future", journal.ListRequest{UpdatedAfter: now.Add(time.Hour)}, nil},
-		{"no expired lease", journal.ListRequest{LeaseExpired: true}, nil},
+		{"prefix", journal.ListRequest{ListFilter: journal.ListFilter{KeyPrefix: "pay:"}}, []string{"pay:1", "pay:2"}},
+		{"prefix of MaxKeyLen", journal.ListRequest{ListFilter: journal.ListFilter{KeyPrefix: strings.Repeat("k", journal.MaxKeyLen)}}, nil},
+		{"empty range", journal.ListRequest{ListFilter: journal.ListFilter{UpdatedAfter: now, UpdatedBefore: now}}, nil},
+		{"until the future", journal.ListRequest{ListFilter: journal.ListFilter{UpdatedBefore: now.Add(time.Hour), KeyPrefix: "ticket"}}, []string{"ticket:1"}},
+		{"from the future", journal.ListRequest{ListFilter: journal.ListFilter{UpdatedAfter: now.Add(time.Hour)}}, nil},
+		{"no expired lease", journal.ListRequest{ListFilter: journal.ListFilter{LeaseExpired: true}}, nil},
 	} {
 		res, err := svc.List(ctx, tc.req)
 		if err != nil {

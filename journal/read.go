@@ -14,28 +14,17 @@ import (
 // The reads of the reconciler, the operators and the console: the list of
 // operations (ListOperations) and an operation's history (ListEvents).
 
-// ListRequest filters and pages ListOperations.
+// ListFilter is what ListOperations keeps: the stores' own filter,
+// declared once (store.ListFilter), named here for the journal's callers.
+type ListFilter = store.ListFilter
+
+// ListRequest filters and pages ListOperations. A KeyPrefix must be
+// visible ASCII, at most MaxKeyLen.
 type ListRequest struct {
 	Caller
-	Statuses    []opjournal.Status
-	NeedsReview *bool
-	Action      string
-	// Refs keeps the operations that have every one of these refs.
-	Refs map[string]string
-	// ParentKey keeps the children of this operation.
-	ParentKey   string
-	DueForCheck bool
-	// KeyPrefix keeps the operations whose key starts with it, byte for
-	// byte (no wildcards); visible ASCII, at most MaxKeyLen.
-	KeyPrefix string
-	// UpdatedAfter and UpdatedBefore keep the operations whose updated_at
-	// is >= UpdatedAfter and < UpdatedBefore; zero means unbounded.
-	UpdatedAfter, UpdatedBefore time.Time
-	// LeaseExpired keeps the in_progress operations whose lease has
-	// expired (their effective status is unknown).
-	LeaseExpired bool
-	PageSize     int    // 0: DefaultPageSize; above MaxPageSize is capped
-	PageToken    string // from a previous ListResponse
+	store.ListFilter
+	PageSize  int    // 0: DefaultPageSize; above MaxPageSize is capped
+	PageToken string // from a previous ListResponse
 	// Full returns payloads and results too (AIP-157's FULL view); the
 	// default BASIC view leaves them out, so a page stays small whatever
 	// the operations carry.
@@ -96,11 +85,7 @@ func (s *Service) List(ctx context.Context, req ListRequest) (ListResponse, erro
 			"%s is before updated_after %s", req.UpdatedBefore.UTC().Format(time.RFC3339Nano), req.UpdatedAfter.UTC().Format(time.RFC3339Nano))
 	}
 	ops, next, err := s.store.List(ctx, store.ListParams{
-		Tenant: req.Tenant, Statuses: req.Statuses, NeedsReview: req.NeedsReview, Action: req.Action,
-		Refs: req.Refs, ParentKey: req.ParentKey,
-		DueForCheck: req.DueForCheck, KeyPrefix: req.KeyPrefix,
-		UpdatedAfter: req.UpdatedAfter, UpdatedBefore: req.UpdatedBefore, LeaseExpired: req.LeaseExpired,
-		After: after, Limit: size, Basic: !req.Full,
+		Tenant: req.Tenant, ListFilter: req.ListFilter, After: after, Limit: size, Basic: !req.Full,
 	})
 	if err != nil {
 		return ListResponse{}, fmt.Errorf("list operations: %w", err)

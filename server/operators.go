@@ -46,11 +46,7 @@ func (s *journalServer) ListOperations(ctx context.Context, req *pb.ListOperatio
 	if err != nil {
 		return nil, err
 	}
-	lr := journal.ListRequest{
-		Caller: callerOf(ctx), NeedsReview: req.NeedsReview, Action: req.GetActionType(),
-		Refs: req.GetRefs(), ParentKey: req.GetParentKey(),
-		DueForCheck: req.GetDueForCheck(), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken(), Full: full,
-	}
+	lr := journal.ListRequest{Caller: callerOf(ctx), PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken(), Full: full, ListFilter: journal.ListFilter{NeedsReview: req.NeedsReview, Action: req.GetActionType(), Refs: req.GetRefs(), ParentKey: req.GetParentKey(), DueForCheck: req.GetDueForCheck()}}
 	for _, st := range req.GetStatuses() {
 		ds, ok := statusFromPB[st]
 		if !ok {

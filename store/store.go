@@ -148,9 +148,10 @@ type ApprovalCount struct {
 	OldestCreated time.Time
 }
 
-// ListParams filter and page List. Zero values do not filter.
-type ListParams struct {
-	Tenant      string
+// ListFilter is what a list of operations keeps, declared once: the
+// journal's ListRequest and the stores' ListParams both embed it. Zero
+// values do not filter.
+type ListFilter struct {
 	Statuses    []opjournal.Status // effective statuses
 	NeedsReview *bool
 	Action      string
@@ -161,14 +162,23 @@ type ListParams struct {
 	// DueForCheck keeps only unknown operations (expired leases included)
 	// that are not under review and whose next check is due.
 	DueForCheck bool
-	// KeyPrefix keeps only operations whose key starts with it (exactly, byte-wise; no wildcards: % and _ are literal).
+	// KeyPrefix keeps only operations whose key starts with it (exactly,
+	// byte-wise; no wildcards: % and _ are literal).
 	KeyPrefix string
-	// UpdatedAfter and UpdatedBefore keep only operations whose updated_at is >= UpdatedAfter and < UpdatedBefore; zero means unbounded.
+	// UpdatedAfter and UpdatedBefore keep only operations whose updated_at
+	// is >= UpdatedAfter and < UpdatedBefore; zero means unbounded.
 	UpdatedAfter, UpdatedBefore time.Time
-	// LeaseExpired keeps only in_progress rows whose lease has expired on the database clock (their effective status is unknown).
+	// LeaseExpired keeps only in_progress rows whose lease has expired on
+	// the database clock (their effective status is unknown).
 	LeaseExpired bool
-	After        string // exclusive: continue after this key
-	Limit        int
+}
+
+// ListParams filter and page List. Zero values do not filter.
+type ListParams struct {
+	Tenant string
+	ListFilter
+	After string // exclusive: continue after this key
+	Limit int
 	// Basic leaves out payload and result (AIP-157's BASIC view).
 	Basic bool
 }

@@ -54,8 +54,7 @@ func Pending(svc *journal.Service, tenants []string) Source {
 	return func(ctx context.Context, yield func(Notification) bool) error {
 		for _, tenant := range tenants {
 			for _, action := range actions {
-				req := journal.ListRequest{Caller: journal.Caller{Tenant: tenant}, Action: action,
-					Statuses: []opjournal.Status{opjournal.StatusAwaitingApproval}, PageSize: journal.MaxPageSize}
+				req := journal.ListRequest{Caller: journal.Caller{Tenant: tenant}, PageSize: journal.MaxPageSize, ListFilter: journal.ListFilter{Action: action, Statuses: []opjournal.Status{opjournal.StatusAwaitingApproval}}}
 				for {
 					page, err := svc.List(ctx, req)
 					if err != nil {

@@ -53,24 +53,24 @@ func testListKeyPrefix(t *testing.T, newDB NewDatabase) {
 		p    store.ListParams
 		want []string
 	}{
-		{store.ListParams{KeyPrefix: "pay:", Limit: 1}, []string{"pay:1", "pay:10", "pay:2"}},
-		{store.ListParams{KeyPrefix: "pay"}, []string{"pay%_x", "pay%ax", "pay:1", "pay:10", "pay:2", "payAx", "pay_1", "payout"}},
-		{store.ListParams{KeyPrefix: "pay%_"}, []string{"pay%_x"}},
-		{store.ListParams{KeyPrefix: "pay%"}, []string{"pay%_x", "pay%ax"}},
-		{store.ListParams{KeyPrefix: "pay_"}, []string{"pay_1"}},
-		{store.ListParams{KeyPrefix: "pay:9"}, nil}, // sorts among the keys, matches none
-		{store.ListParams{KeyPrefix: "zzz"}, nil},   // after every key
-		{store.ListParams{KeyPrefix: "pay:1"}, []string{"pay:1", "pay:10"}},
-		{store.ListParams{KeyPrefix: "~"}, []string{"~x"}}, // the last visible byte: its successor is 0x7f
-		{store.ListParams{KeyPrefix: "ticket:1"}, []string{"ticket:1"}},
+		{store.ListParams{Limit: 1, ListFilter: store.ListFilter{KeyPrefix: "pay:"}}, []string{"pay:1", "pay:10", "pay:2"}},
+		{store.ListParams{ListFilter: store.ListFilter{KeyPrefix: "pay"}}, []string{"pay%_x", "pay%ax", "pay:1", "pay:10", "pay:2", "payAx", "pay_1", "payout"}},
+		{store.ListParams{ListFilter: store.ListFilter{KeyPrefix: "pay%_"}}, []string{"pay%_x"}},
+		{store.ListParams{ListFilter: store.ListFilter{KeyPrefix: "pay%"}}, []string{"pay%_x", "pay%ax"}},
+		{store.ListParams{ListFilter: store.ListFilter{KeyPrefix: "pay_"}}, []string{"pay_1"}},
+		{store.ListParams{ListFilter: store.ListFilter{KeyPrefix: "pay:9"}}, nil}, // sorts among the keys, matches none
+		{store.ListParams{ListFilter: store.ListFilter{KeyPrefix: "zzz"}}, nil},   // after every key
+		{store.ListParams{ListFilter: store.ListFilter{KeyPrefix: "pay:1"}}, []string{"pay:1", "pay:10"}},
+		{store.ListParams{ListFilter: store.ListFilter{KeyPrefix: "~"}}, []string{"~x"}}, // the last visible byte: its successor is 0x7f
+		{store.ListParams{ListFilter: store.ListFilter{KeyPrefix: "ticket:1"}}, []string{"ticket:1"}},
 		// Paging continues inside the prefix, from before, inside and after it.
-		{store.ListParams{KeyPrefix: "pay:", After: "a", Limit: 2}, []string{"pay:1", "pay:10", "pay:2"}},
-		{store.ListParams{KeyPrefix: "pay:", After: "pay:1", Limit: 1}, []string{"pay:10", "pay:2"}},
-		{store.ListParams{KeyPrefix: "pay:", After: "pay:2"}, nil},
+		{store.ListParams{After: "a", Limit: 2, ListFilter: store.ListFilter{KeyPrefix: "pay:"}}, []string{"pay:1", "pay:10", "pay:2"}},
+		{store.ListParams{After: "pay:1", Limit: 1, ListFilter: store.ListFilter{KeyPrefix: "pay:"}}, []string{"pay:10", "pay:2"}},
+		{store.ListParams{After: "pay:2", ListFilter: store.ListFilter{KeyPrefix: "pay:"}}, nil},
 		// With the other filters.
-		{store.ListParams{KeyPrefix: "pay:", Statuses: []opjournal.Status{inProgress}}, []string{"pay:10"}},
-		{store.ListParams{KeyPrefix: "pay:", Statuses: []opjournal.Status{pending}, Limit: 1}, []string{"pay:1", "pay:2"}},
-		{store.ListParams{KeyPrefix: "pay:", Action: email}, nil},
+		{store.ListParams{ListFilter: store.ListFilter{KeyPrefix: "pay:", Statuses: []opjournal.Status{inProgress}}}, []string{"pay:10"}},
+		{store.ListParams{Limit: 1, ListFilter: store.ListFilter{KeyPrefix: "pay:", Statuses: []opjournal.Status{pending}}}, []string{"pay:1", "pay:2"}},
+		{store.ListParams{ListFilter: store.ListFilter{KeyPrefix: "pay:", Action: email}}, nil},
 	} {
 		tc.p.Tenant = tenant
 		if got := listKeys(t, s, tc.p); !slices.Equal(got, tc.want) {
@@ -78,8 +78,8 @@ func testListKeyPrefix(t *testing.T, newDB NewDatabase) {
 		}
 	}
 	// Tenants are separate.
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: "other", KeyPrefix: "pay"}), "pay:3")
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: "nobody", KeyPrefix: "pay"}))
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: "other", ListFilter: store.ListFilter{KeyPrefix: "pay"}}), "pay:3")
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: "nobody", ListFilter: store.ListFilter{KeyPrefix: "pay"}}))
 }
 
 func testListUpdatedRange(t *testing.T, newDB NewDatabase) {
@@ -123,17 +123,17 @@ func testListUpdatedRange(t *testing.T, newDB NewDatabase) {
 		{t1, t1, nil},
 	} {
 		for _, limit := range []int{1, 0} {
-			p := store.ListParams{Tenant: tenant, UpdatedAfter: tc.after, UpdatedBefore: tc.before, Limit: limit}
+			p := store.ListParams{Tenant: tenant, Limit: limit, ListFilter: store.ListFilter{UpdatedAfter: tc.after, UpdatedBefore: tc.before}}
 			if got := listKeys(t, s, p); !slices.Equal(got, tc.want) {
 				t.Errorf("updated in [%v, %v) (limit %d) = %q, want %q", tc.after, tc.before, limit, got, tc.want)
 			}
 		}
 	}
 	// With the other filters, and in the other tenant.
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, UpdatedAfter: t1, Statuses: []opjournal.Status{pending}}), "b", "c")
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, UpdatedAfter: t1, KeyPrefix: "c"}), "c")
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: "other", UpdatedAfter: t1, UpdatedBefore: t2}), "b-other")
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: "other", UpdatedAfter: t2}))
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, ListFilter: store.ListFilter{UpdatedAfter: t1, Statuses: []opjournal.Status{pending}}}), "b", "c")
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, ListFilter: store.ListFilter{UpdatedAfter: t1, KeyPrefix: "c"}}), "c")
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: "other", ListFilter: store.ListFilter{UpdatedAfter: t1, UpdatedBefore: t2}}), "b-other")
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: "other", ListFilter: store.ListFilter{UpdatedAfter: t2}}))
 }
 
 func testListLeaseExpired(t *testing.T, newDB NewDatabase) {
@@ -160,12 +160,12 @@ func testListLeaseExpired(t *testing.T, newDB NewDatabase) {
 	wantKeys(t, expired(store.ListParams{}), "short1", "short2")
 	wantKeys(t, expired(store.ListParams{Limit: 1}), "short1", "short2")
 	wantKeys(t, expired(store.ListParams{After: "short1"}), "short2")
-	wantKeys(t, expired(store.ListParams{KeyPrefix: "short2"}), "short2")
-	wantKeys(t, expired(store.ListParams{Statuses: []opjournal.Status{unknown}}), "short1", "short2")
-	wantKeys(t, expired(store.ListParams{Statuses: []opjournal.Status{inProgress}}))
+	wantKeys(t, expired(store.ListParams{ListFilter: store.ListFilter{KeyPrefix: "short2"}}), "short2")
+	wantKeys(t, expired(store.ListParams{ListFilter: store.ListFilter{Statuses: []opjournal.Status{unknown}}}), "short1", "short2")
+	wantKeys(t, expired(store.ListParams{ListFilter: store.ListFilter{Statuses: []opjournal.Status{inProgress}}}))
 	wantKeys(t, expired(store.ListParams{Tenant: "other"}), "short-other")
 	// Their effective status is unknown, like a written-down unknown.
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, Statuses: []opjournal.Status{unknown}}), "short1", "short2", "unknown")
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, ListFilter: store.ListFilter{Statuses: []opjournal.Status{unknown}}}), "short1", "short2", "unknown")
 	// A check writes the expiry down: no longer an expired lease.
 	if _, err := Op(s.Apply(ctx, tenant, &protocol.Command{Kind: protocol.CmdRecordCheck, Key: "short1", Attempt: 1, Actor: "r", Reason: "n", NextCheckAfter: time.Second})); err != nil {
 		t.Fatal(err)

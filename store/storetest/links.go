@@ -82,20 +82,20 @@ func testRefs(t *testing.T, newDB NewDatabase) {
 	registerWith(t, s, tenant, "k3", map[string]string{"order_id": "900"}, "")
 	registerWith(t, s, tenant, "k4", nil, "")
 	registerWith(t, s, "other-tenant", "k5", map[string]string{"order_id": "817"}, "")
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, Refs: map[string]string{"order_id": "817"}}), "k1", "k2")
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, Refs: map[string]string{"order_id": "817", "customer": "c-93"}}), "k1")
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, Refs: map[string]string{"order_id": "817", "customer": "nobody"}}))
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, Refs: map[string]string{"customer": "c-7"}}), "k2")
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, ListFilter: store.ListFilter{Refs: map[string]string{"order_id": "817"}}}), "k1", "k2")
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, ListFilter: store.ListFilter{Refs: map[string]string{"order_id": "817", "customer": "c-93"}}}), "k1")
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, ListFilter: store.ListFilter{Refs: map[string]string{"order_id": "817", "customer": "nobody"}}}))
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, ListFilter: store.ListFilter{Refs: map[string]string{"customer": "c-7"}}}), "k2")
 	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant}), "k1", "k2", "k3", "k4")
 	// Pages of a filtered list.
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, Refs: map[string]string{"order_id": "817"}, Limit: 1}), "k1", "k2")
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, Limit: 1, ListFilter: store.ListFilter{Refs: map[string]string{"order_id": "817"}}}), "k1", "k2")
 	// The BASIC view still shows refs (they are small and what people search by).
-	ops, _, err := s.List(ctx, store.ListParams{Tenant: tenant, Refs: map[string]string{"order_id": "900"}, Basic: true})
+	ops, _, err := s.List(ctx, store.ListParams{Tenant: tenant, Basic: true, ListFilter: store.ListFilter{Refs: map[string]string{"order_id": "900"}}})
 	if err != nil || len(ops) != 1 || ops[0].Refs["order_id"] != "900" {
 		t.Fatalf("basic list: %v, %v", ops, err)
 	}
 	// Refs and tenants: the other tenant's 817 is not ours.
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: "other-tenant", Refs: map[string]string{"order_id": "817"}}), "k5")
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: "other-tenant", ListFilter: store.ListFilter{Refs: map[string]string{"order_id": "817"}}}), "k5")
 }
 
 func testParentKey(t *testing.T, newDB NewDatabase) {
@@ -110,8 +110,8 @@ func testParentKey(t *testing.T, newDB NewDatabase) {
 	if got := get(t, s, "pay").ParentKey; got != "" {
 		t.Fatalf("the parent has parent_key %q", got)
 	}
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, ParentKey: "pay"}), "pay.receipt", "pay.webhook")
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: "other-tenant", ParentKey: "pay"}))
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, ListFilter: store.ListFilter{ParentKey: "pay"}}), "pay.receipt", "pay.webhook")
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: "other-tenant", ListFilter: store.ListFilter{ParentKey: "pay"}}))
 	// The parent cannot change after registration.
 	before := get(t, s, "pay.receipt")
 	for _, other := range []string{"other", ""} {

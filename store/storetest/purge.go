@@ -118,7 +118,7 @@ func testPurge(t *testing.T, newDB NewDatabase) {
 		}
 	}
 	// The refs went with the row: the order's search finds nothing now.
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, Refs: map[string]string{"order_id": "817"}}))
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, ListFilter: store.ListFilter{Refs: map[string]string{"order_id": "817"}}}))
 
 	// A purged key registered again is a new operation, with a history of
 	// its own and new refs.
@@ -129,7 +129,7 @@ func testPurge(t *testing.T, newDB NewDatabase) {
 	if evs := events(t, s, "old-succeeded"); len(evs) != 1 {
 		t.Fatalf("history after purge and register: %s", fmtEvents(evs))
 	}
-	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, Refs: map[string]string{"order_id": "818"}}), "old-succeeded")
+	wantKeys(t, listKeys(t, s, store.ListParams{Tenant: tenant, ListFilter: store.ListFilter{Refs: map[string]string{"order_id": "818"}}}), "old-succeeded")
 
 	// Nothing else is ever purgeable, however old: non-terminal rows and
 	// reviews wait for ever.

@@ -168,11 +168,11 @@ func testListFiltersAndPages(t *testing.T, newDB NewDatabase) {
 		want string
 	}{
 		{store.ListParams{Limit: 2}, "[a-pending b-leased c-unknown d-done e-review f-email]"},
-		{store.ListParams{Limit: 1, Statuses: []opjournal.Status{unknown}}, "[c-unknown e-review]"},
-		{store.ListParams{Statuses: []opjournal.Status{pending, succeeded}}, "[a-pending d-done f-email]"},
-		{store.ListParams{NeedsReview: &yes}, "[e-review]"},
-		{store.ListParams{Action: "send_email"}, "[f-email]"},
-		{store.ListParams{DueForCheck: true}, "[c-unknown]"},
+		{store.ListParams{Limit: 1, ListFilter: store.ListFilter{Statuses: []opjournal.Status{unknown}}}, "[c-unknown e-review]"},
+		{store.ListParams{ListFilter: store.ListFilter{Statuses: []opjournal.Status{pending, succeeded}}}, "[a-pending d-done f-email]"},
+		{store.ListParams{ListFilter: store.ListFilter{NeedsReview: &yes}}, "[e-review]"},
+		{store.ListParams{ListFilter: store.ListFilter{Action: "send_email"}}, "[f-email]"},
+		{store.ListParams{ListFilter: store.ListFilter{DueForCheck: true}}, "[c-unknown]"},
 	} {
 		if got := fmt.Sprint(keys(tc.p)); got != tc.want {
 			t.Errorf("list %+v = %s, want %s", tc.p, got, tc.want)
@@ -188,7 +188,7 @@ func testDueForCheckFollowsTheClock(t *testing.T, newDB NewDatabase) {
 		t.Fatal("not claimed")
 	}
 	due := func() bool {
-		ops, _, err := s.List(ctx, store.ListParams{Tenant: tenant, DueForCheck: true})
+		ops, _, err := s.List(ctx, store.ListParams{Tenant: tenant, ListFilter: store.ListFilter{DueForCheck: true}})
 		if err != nil {
 			t.Fatal(err)
 		}

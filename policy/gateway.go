@@ -237,6 +237,25 @@ const payloadFieldsRefused = "is not accepted: the request hash must cover every
 // forwardHeaders validates forward_headers: header names a client may
 // send on to the provider, each then part of the request hash.
 func (p *parser) forwardHeaders(n *yaml.Node, path string) []string {
+	return p.headerList(n, path, "forwarded", func(c string) string {
+		switch {
+		case strings.HasPrefix(c, "Content-") || c == "Digest":
+			return "describes the body, which the gateway sends in its canonical form and describes itself"
+		case slices.Contains(gatewayOwnHeaders, c) || strings.HasPrefix(c, "Sec-Fetch-"):
+			return "is set by the gateway or its HTTP client (the host, the body's length and encoding, the idempotency keys, the credentials), never taken from the client"
+		case slices.Contains(methodOverrideHeaders, c):
+			return "changes the method the provider runs, and a route protects one method"
+		case httpheader.IsSecret(c):
+			return "may carry a secret: a forwarded header's value is part of the request the journal stores; give the provider's credential with --upstream-header"
+		}
+		return ""
+	})
+}
+
+// headerList validates a list of header names, canonicalised: each a valid
+// name, not hop-by-hop (never verb: forwarded or stored), listed once, and
+// not refused by refuse (which says why, or "" to accept).
+func (p *parser) headerList(n *yaml.Node, path, verb string, refuse func(canonical string) string) []string {
 	items, ok := p.stringList(n, path)
 	if !ok {
 		return nil
@@ -245,24 +264,23 @@ func (p *parser) forwardHeaders(n *yaml.Node, path string) []string {
 	for i, s := range items {
 		ipath := fmt.Sprintf("%s[%d]", path, i)
 		c := textproto.CanonicalMIMEHeaderKey(s.Value)
-		switch {
-		case !isToken(s.Value):
+		if !isToken(s.Value) {
 			p.add(s, ipath, "%s is not a valid HTTP header name", literal(s.Value))
-		case httpheader.HopByHop(c):
-			p.add(s, ipath, "%s is hop-by-hop: it describes one connection and is never forwarded", c)
-		case strings.HasPrefix(c, "Content-") || c == "Digest":
-			p.add(s, ipath, "%s describes the body, which the gateway sends in its canonical form and describes itself", c)
-		case slices.Contains(gatewayOwnHeaders, c) || strings.HasPrefix(c, "Sec-Fetch-"):
-			p.add(s, ipath, "%s is set by the gateway or its HTTP client (the host, the body's length and encoding, the idempotency keys, the credentials), never taken from the client", c)
-		case slices.Contains(methodOverrideHeaders, c):
-			p.add(s, ipath, "%s changes the method the provider runs, and a route protects one method", c)
-		case httpheader.IsSecret(c):
-			p.add(s, ipath, "%s may carry a secret: a forwarded header's value is part of the request the journal stores; give the provider's credential with --upstream-header", c)
-		case slices.Contains(out, c):
-			p.add(s, ipath, "%s is listed twice", c)
-		default:
-			out = append(out, c)
+			continue
 		}
+		if httpheader.HopByHop(c) {
+			p.add(s, ipath, "%s is hop-by-hop: it describes one connection and is never %s", c, verb)
+			continue
+		}
+		if why := refuse(c); why != "" {
+			p.add(s, ipath, "%s %s", c, why)
+			continue
+		}
+		if slices.Contains(out, c) {
+			p.add(s, ipath, "%s is listed twice", c)
+			continue
+		}
+		out = append(out, c)
 	}
 	return out
 }
@@ -446,28 +464,12 @@ func (p *parser) headerName(n *yaml.Node, path string) (string, bool) {
 
 // storeHeaders validates the list of response headers to store.
 func (p *parser) storeHeaders(n *yaml.Node, path string) []string {
-	items, ok := p.stringList(n, path)
-	if !ok {
-		return nil
-	}
-	out := []string{}
-	for i, s := range items {
-		ipath := fmt.Sprintf("%s[%d]", path, i)
-		c := textproto.CanonicalMIMEHeaderKey(s.Value)
-		switch {
-		case !isToken(s.Value):
-			p.add(s, ipath, "%s is not a valid HTTP header name", literal(s.Value))
-		case httpheader.HopByHop(c):
-			p.add(s, ipath, "%s is hop-by-hop: it describes one connection and is never stored", c)
-		case c == "Set-Cookie" || httpheader.IsSecret(c):
-			p.add(s, ipath, "%s may carry a secret and is never stored", c)
-		case slices.Contains(out, c):
-			p.add(s, ipath, "%s is listed twice", c)
-		default:
-			out = append(out, c)
+	return p.headerList(n, path, "stored", func(c string) string {
+		if c == "Set-Cookie" || httpheader.IsSecret(c) {
+			return "may carry a secret and is never stored"
 		}
-	}
-	return out
+		return ""
+	})
 }
 
 // memberNames validates a list of JSON member names.

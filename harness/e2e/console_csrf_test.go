@@ -6,15 +6,12 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/opjournal/opjournal/auth"
 	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 )
 
@@ -25,41 +22,9 @@ import (
 // aiming a bulk rejection at what is not theirs to reject. Each attack is
 // followed by a check that the operations are exactly as they were.
 
-// Tokens of the CSRF tests' server: the console's people plus an agent of
-// team-b, so that team-b has operations to aim at.
+// csrfAgentB is team-b's agent (consoleServer's tokens list it), so that
+// team-b has operations to aim at.
 const csrfAgentB = "tok-csrf-agent-b-61f0a9d2c4"
-
-// csrfConsoleServer starts `opjournal serve` with the console tests'
-// tokens (consoleServer's) plus team-b's agent, and their policy.
-func csrfConsoleServer(t *testing.T) *proc {
-	t.Helper()
-	dir := t.TempDir()
-	tokensYAML := "tokens:\n"
-	for _, tk := range []struct{ tok, name, tenant, role string }{
-		{consoleOperA, "alice", "team-a", "operator"}, {consoleOperB, "bob", "team-b", "operator"},
-		{consoleAgentA, "checkout-agent", "team-a", "agent"}, {consoleReconA, "reconciler-a", "team-a", "reconciler"},
-		{csrfAgentB, "checkout-agent-b", "team-b", "agent"},
-	} {
-		tokensYAML += fmt.Sprintf("  - name: %s\n    sha256: %s\n    tenant: %s\n    roles: [%s]\n", tk.name, auth.Digest(tk.tok), tk.tenant, tk.role)
-	}
-	pol := `actions:
-  create_payment:
-    integer_fields: [amount_minor]
-    redact_fields: [card_number]
-    reconcile: {definitive_absence: true, visibility_lag: 0s, in_flight_window: 1s}
-  big_payment:
-    integer_fields: [amount_minor]
-    redact_fields: [card_number]
-    approval: {when: "payload.amount_minor > 100000", timeout: 24h}
-`
-	for name, body := range map[string]string{"tokens.yaml": tokensYAML, "policy.yaml": pol} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return startServer(t, "--database-url", "sqlite://"+filepath.Join(dir, "journal.db"),
-		"--auth-file", filepath.Join(dir, "tokens.yaml"), "--policy", filepath.Join(dir, "policy.yaml"))
-}
 
 // consoleUser is one browser's cookies on the console: it follows no
 // redirect, so each answer is seen.
@@ -192,7 +157,7 @@ func unchanged(t *testing.T, what string, c pb.JournalServiceClient, before map[
 // POST with 401.
 func TestConsoleCSRFEveryDecisionRoute(t *testing.T) {
 	t.Parallel()
-	p := csrfConsoleServer(t)
+	p := consoleServer(t)
 	agent := as(t, p, consoleAgentA)
 	ctx := ctxFor(t)
 	unknownPayment(t, agent, "csrf-unknown", nil)
@@ -332,7 +297,7 @@ func TestConsoleCSRFEveryDecisionRoute(t *testing.T) {
 // session and an agent's token reach no decision route.
 func TestConsoleBulkRejectTakesOnlyWhatIsYours(t *testing.T) {
 	t.Parallel()
-	p := csrfConsoleServer(t)
+	p := consoleServer(t)
 	agentA, agentB := as(t, p, consoleAgentA), as(t, p, csrfAgentB)
 	mine := awaitingPayment(t, agentA, "bulk-mine", 250000)
 	sharedA := awaitingPayment(t, agentA, "bulk-shared", 300000)

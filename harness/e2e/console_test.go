@@ -45,7 +45,8 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// consoleServer starts `opjournal serve` with two tenants' tokens.
+// consoleServer starts `opjournal serve` with two tenants' tokens (an
+// agent of each, so that both have operations a forged form could aim at).
 func consoleServer(t *testing.T) *proc {
 	t.Helper()
 	dir := t.TempDir()
@@ -53,7 +54,7 @@ func consoleServer(t *testing.T) *proc {
 	for _, tk := range []struct{ tok, name, tenant, role string }{
 		{consoleOperA, "alice", "team-a", "operator"}, {consoleOperB, "bob", "team-b", "operator"},
 		{consoleAgentA, "checkout-agent", "team-a", "agent"}, {consoleReconA, "reconciler-a", "team-a", "reconciler"},
-		{consoleDaveA, "dave", "team-a", "agent, operator"},
+		{consoleDaveA, "dave", "team-a", "agent, operator"}, {csrfAgentB, "checkout-agent-b", "team-b", "agent"},
 	} {
 		tokensYAML += fmt.Sprintf("  - name: %s\n    sha256: %s\n    tenant: %s\n    roles: [%s]\n", tk.name, auth.Digest(tk.tok), tk.tenant, tk.role)
 	}

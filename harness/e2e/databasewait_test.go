@@ -62,16 +62,7 @@ func TestServeWaitsForAWritableHost(t *testing.T) {
 			}
 		}
 	}}
-	started := make(chan *proc, 1)
-	failed := make(chan error, 1)
-	go func() {
-		p, err := spawn(t, o, "--database-url", u.String(), "--database-wait", "2m")
-		if err != nil {
-			failed <- err
-			return
-		}
-		started <- p
-	}()
+	started, failed := spawnInBackground(t, o, "--database-url", u.String(), "--database-wait", "2m")
 	select {
 	case line := <-waiting:
 		if want := px.Addr() + "," + other; !strings.Contains(line, want) {

@@ -168,16 +168,7 @@ func TestDatabaseWaitServesSoonAfterTheDatabaseIsUp(t *testing.T) {
 			}
 		}
 	}}
-	started := make(chan *proc, 1)
-	failed := make(chan error, 1)
-	go func() {
-		p, err := spawn(t, o, "--database-url", u.String(), "--database-wait", "60s")
-		if err != nil {
-			failed <- err
-			return
-		}
-		started <- p
-	}()
+	started, failed := spawnInBackground(t, o, "--database-url", u.String(), "--database-wait", "60s")
 	var first time.Time
 	select {
 	case first = <-waiting:

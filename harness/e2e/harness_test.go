@@ -131,6 +131,22 @@ func startServerOpts(t *testing.T, o serverOpts, args ...string) *proc {
 	return p
 }
 
+// spawnInBackground spawns the server while the test goes on: its process
+// once it serves, or why it did not start.
+func spawnInBackground(t *testing.T, o serverOpts, args ...string) (<-chan *proc, <-chan error) {
+	started := make(chan *proc, 1)
+	failed := make(chan error, 1)
+	go func() {
+		p, err := spawn(t, o, args...)
+		if err != nil {
+			failed <- err
+			return
+		}
+		started <- p
+	}()
+	return started, failed
+}
+
 // spawn is startServer without t.Fatal, so that several servers can be
 // started from goroutines.
 func spawn(t *testing.T, o serverOpts, args ...string) (*proc, error) {

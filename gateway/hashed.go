@@ -336,17 +336,13 @@ func stringsOf(v json.RawMessage) ([]string, error) {
 	return many, nil
 }
 
-// encodePairs writes pairs as application/x-www-form-urlencoded, in their
-// order, each name and value escaped one way (url.QueryEscape).
+// encodePairs writes pairs (in rawPairs' canonical order: names sorted,
+// a name's values in order) as application/x-www-form-urlencoded, which
+// is url.Values' own order.
 func encodePairs(pairs []formPair) string {
-	var b strings.Builder
-	for i, p := range pairs {
-		if i > 0 {
-			b.WriteByte('&')
-		}
-		b.WriteString(url.QueryEscape(p.name))
-		b.WriteByte('=')
-		b.WriteString(url.QueryEscape(p.value))
+	v := url.Values{}
+	for _, p := range pairs {
+		v.Add(p.name, p.value)
 	}
-	return b.String()
+	return v.Encode()
 }

@@ -441,7 +441,11 @@ func testConcurrentDecisions(t *testing.T, newDB NewDatabase) {
 	}
 
 	registerAwaiting(t, s, "self", askApproval(true, opjournal.ApprovalTimeoutReject), nil)
-	race(n, func(int) { _, _ = decide(t, s, protocol.CmdApprove, "self", "alice", hashA) })
+	// Each racer is alice with another of her tokens (another label, one
+	// principal id): still one person, so one approval.
+	race(n, func(i int) {
+		_, _ = decideWith(t, s, protocol.CmdApprove, "self", "alice", fmt.Sprintf("alice-token-%d", i), hashA)
+	})
 	if op := get(t, s, "self"); op.Status != awaiting || len(op.Approval.Approvals) != 1 {
 		t.Fatalf("one principal racing itself under two_person: %s, approvals %+v", op.Status, op.Approval.Approvals)
 	}

@@ -17,7 +17,9 @@
 # Kubernetes).
 #
 # deploy/deploy_test.go builds the binaries with this file's `go build`
-# line and checks that they are static; keep the line in one piece.
+# lines (the product's at the root; the test provider's in the harness
+# module, `go -C harness build`) and checks that they are static; keep each
+# line in one piece.
 
 ARG GO_VERSION=1.26
 
@@ -34,7 +36,7 @@ COPY . .
 # gives binaries that need no libc.
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/opjournal ./cmd/opjournal-reconciler ./cmd/opjournal-gateway ./cmd/opjournal-fakeprovider
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags='-s -w' -o /out/ ./cmd/opjournal ./cmd/opjournal-reconciler ./cmd/opjournal-gateway
 # The volume of the SQLite default, owned by the image's user (65532).
 RUN mkdir -p /out/data && chmod 0700 /out/data
 
@@ -70,8 +72,15 @@ CMD ["serve"]
 # ---- demo: the base plus the test provider ---------------------------------
 # For compose's demo profile and trying the reconciler: opjournal-fakeprovider
 # is a fake payment/email provider with fault injection, never for production.
+# The test provider is a harness (harness/go.mod), built in its own stage so
+# the runtime image's build never reads the harness module.
+FROM build AS build-demo
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go -C harness build -trimpath -ldflags='-s -w' -o /out/ ./cmd/opjournal-fakeprovider
+
 FROM base AS demo
-COPY --from=build /out/opjournal-fakeprovider /usr/local/bin/
+COPY --from=build-demo /out/opjournal-fakeprovider /usr/local/bin/
 
 # ---- runtime: the default target (last stage) -------------------------------
 FROM base AS runtime

@@ -15,13 +15,13 @@ build:
 ## HARNESS: run a go command in the harness module (harness/go.mod), from this folder
 HARNESS = cd harness && $(GO)
 
-BINARIES = opjournal opjournal-fakeprovider opjournal-reconciler opjournal-gateway
+BINARIES = opjournal opjournal-reconciler opjournal-gateway
 
-## binaries: build the commands into bin/: the product's, and the demo (a harness)
+## binaries: build the commands into bin/: the product's, and the demo and the test provider (harnesses)
 binaries:
 	@mkdir -p bin
 	$(GO) build -o bin/ $(addprefix ./cmd/,$(BINARIES))
-	$(HARNESS) build -o ../bin/ ./cmd/opjournal-demo
+	$(HARNESS) build -o ../bin/ ./cmd/opjournal-demo ./cmd/opjournal-fakeprovider
 
 ## demo: the reproducible check of docs/spec.md against the real processes
 demo: binaries
@@ -42,63 +42,63 @@ soak: binaries
 	$(HARNESS) build -o ../bin/ ./cmd/opjournal-soak
 	./bin/opjournal-soak --bin-dir bin --duration $(DURATION) --agents $(AGENTS) --seed $(SEED) $(SOAK_FLAGS)
 
-## bench: the benchmark suite (bench/RESULTS.md): opjournal through the real server vs the protocol's
-## three statements in raw SQL, DBOS Transact and River (bench/peers, its own module), on PostgreSQL
+## bench: the benchmark suite (harness/bench/RESULTS.md): opjournal through the real server vs the protocol's
+## three statements in raw SQL, DBOS Transact and River (harness/bench/peers, its own module), on PostgreSQL
 BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 BENCH_FLAGS ?=
 .PHONY: bench bench-quick bench-quick-twice bench-build
 bench-build:
 	@mkdir -p bin
-	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-fakeprovider ./cmd/opjournal-gateway
-	$(HARNESS) build -o ../bin/ ./cmd/opjournal-bench
-	cd bench/peers && $(GO) build -o ../../bin/opjournal-bench-peers .
+	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-gateway
+	$(HARNESS) build -o ../bin/ ./cmd/opjournal-bench ./cmd/opjournal-fakeprovider
+	cd harness/bench/peers && $(GO) build -o ../../../bin/opjournal-bench-peers .
 
 ## bench: the full run (7 alternating rounds of 1.5 s per point after 0.5 s of warm-up, growth at 1M
-## operations; about 15 min); writes bench/results/{latest,summary}.json, bench/results/chart.svg and
-## bench/RESULTS.md. Both runs end with the hot path's targets as MET/MISS/SKIP lines
-## (internal/bench/targets.go), each the median of its rounds with their spread; they exit 0
+## operations; about 15 min); writes harness/bench/results/{latest,summary}.json, harness/bench/results/chart.svg and
+## harness/bench/RESULTS.md. Both runs end with the hot path's targets as MET/MISS/SKIP lines
+## (internal/testkit/bench/targets.go), each the median of its rounds with their spread; they exit 0
 ## on a MISS unless BENCH_FLAGS=--require-targets (then status 3)
 bench: bench-build
 	./bin/opjournal-bench --database-url '$(BENCH_DATABASE_URL)' --rounds 7 --warmup 500ms --duration 1500ms $(BENCH_FLAGS)
 
 ## bench-quick: a ~6 min run of the targets' levels (c=1, 2, 4 and 32; 21 alternating rounds of
 ## 0.3 s per point after 0.1 s of warm-up, 0.5 s at 4 callers or fewer; growth at 50k, 9 purges of 20k) into
-## bench/results/quick/. Many short rounds rather than a few long ones: a stall of the shared disk or
+## harness/bench/results/quick/. Many short rounds rather than a few long ones: a stall of the shared disk or
 ## CPU then spoils one round in many, which the median drops, and a ratio's two sides run under a
-## second apart (bench/ANALYSIS.md, "Figures that hold still"). Both runs measure a point again
+## second apart (harness/bench/ANALYSIS.md, "Figures that hold still"). Both runs measure a point again
 ## while the hypervisor steals more than 10% of the CPU, waiting up to 4 min in all for it
 BENCH_QUICK_FLAGS = --database-url '$(BENCH_DATABASE_URL)' --concurrency 1,32 --gateway-concurrency 1 \
 	--rounds 21 --warmup 100ms --duration 300ms --few-callers-duration 500ms --growth-rows 50000 --purge-rows 20000 --purge-rounds 9 \
 	--results-md ""
 bench-quick: bench-build
-	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir bench/results/quick $(BENCH_FLAGS)
+	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir harness/bench/results/quick $(BENCH_FLAGS)
 
-## bench-quick-twice: bench-quick twice (~13 min on a quiet host), into bench/results/quick-1/ and quick-2/, then
+## bench-quick-twice: bench-quick twice (~13 min on a quiet host), into harness/bench/results/quick-1/ and quick-2/, then
 ## opjournal-bench compare of the two: every ratio must agree within 10% (exit status 4 if one does not)
 bench-quick-twice: bench-build
-	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir bench/results/quick-1 $(BENCH_FLAGS)
-	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir bench/results/quick-2 $(BENCH_FLAGS)
-	./bin/opjournal-bench compare bench/results/quick-1 bench/results/quick-2
+	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir harness/bench/results/quick-1 $(BENCH_FLAGS)
+	./bin/opjournal-bench $(BENCH_QUICK_FLAGS) --results-dir harness/bench/results/quick-2 $(BENCH_FLAGS)
+	./bin/opjournal-bench compare harness/bench/results/quick-1 harness/bench/results/quick-2
 
-## generate: regenerate gen/ from proto/ (offline; buf and plugins are Go tools pinned in go.mod),
-## the Python client's clients/python/opjournal/v1 (Debian's protoc and grpc_python_plugin) and
-## the TypeScript client's clients/typescript/src/gen (protoc-gen-es from the lock file); the OpenAPI 3.1
-## document gen/openapi/opjournal.openapi.json (protoc-gen-openapiv2, then internal/cmd/openapi3) and the
+## generate: regenerate the Go stubs in proto/ from its .proto files (offline; buf and plugins are Go tools pinned in go.mod),
+## the Python client's client/python/opjournal/v1 (Debian's protoc and grpc_python_plugin) and
+## the TypeScript client's client/typescript/src/gen (protoc-gen-es from the lock file); the OpenAPI 3.1
+## document proto/openapi/opjournal.openapi.json (protoc-gen-openapiv2, then internal/cmd/openapi3) and the
 ## REST client types generated from it, harness/e2e/openapi-ts/src/opjournal.d.ts (openapi-typescript from its lock file)
 generate:
 	$(GO) tool buf lint
-	rm -rf gen/opjournal gen/openapi/*.swagger.json
+	rm -f proto/opjournal/v1/*.go proto/openapi/*.swagger.json
 	$(GO) tool buf generate
-	$(GO) run ./internal/cmd/openapi3 -o gen/openapi/opjournal.openapi.json gen/openapi/opjournal.swagger.json
-	rm gen/openapi/opjournal.swagger.json
+	$(GO) run ./internal/cmd/openapi3 -o proto/openapi/opjournal.openapi.json proto/openapi/opjournal.swagger.json
+	rm proto/openapi/opjournal.swagger.json
 	cd harness/e2e/openapi-ts && { [ -x node_modules/.bin/openapi-typescript ] || npm ci --no-audit --no-fund; } && npm run --silent generate
-	bash clients/python/generate.sh
-	GO=$(GO) bash clients/typescript/generate.sh
+	bash client/python/generate.sh
+	GO=$(GO) bash client/typescript/generate.sh
 	$(GO) run ./internal/cmd/genlimits .
 	$(GO) run ./protocol/cmd/protocolgen
 
-## generate-check: fail if gen/ is not what `make generate` produces
-GENERATED = gen store/postgres/testdata/statements.sql store/sqlite/terms.go harness/e2e/openapi-ts/src/opjournal.d.ts clients/python/opjournal/v1 clients/typescript/src/gen clients/python/opjournal/_limits.py clients/typescript/src/limits.ts docs/protocol.md
+## generate-check: fail if what is generated is not what `make generate` produces
+GENERATED = proto store/postgres/testdata/statements.sql store/sqlite/terms.go harness/e2e/openapi-ts/src/opjournal.d.ts client/python/opjournal/v1 client/typescript/src/gen client/python/opjournal/_limits.py client/typescript/src/limits.ts docs/protocol.md
 generate-check: generate
 	git diff --exit-code -- $(GENERATED)
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code has untracked files: run make generate and commit"; exit 1)
@@ -111,18 +111,19 @@ serve:
 test-python:
 	@mkdir -p bin
 	$(GO) build -o bin/opjournal ./cmd/opjournal
-	OPJOURNAL_BIN=$(CURDIR)/bin/opjournal $(PYTHON) -m unittest discover -s clients/python/tests -v
+	OPJOURNAL_BIN=$(CURDIR)/bin/opjournal $(PYTHON) -m unittest discover -s client/python/tests -v
 
 ## test-ts: the TypeScript client's tests against the real opjournal and opjournal-fakeprovider binaries
 test-ts:
 	@mkdir -p bin
-	$(GO) build -o bin/ ./cmd/opjournal ./cmd/opjournal-fakeprovider
-	cd clients/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && \
+	$(GO) build -o bin/ ./cmd/opjournal
+	$(HARNESS) build -o ../bin/ ./cmd/opjournal-fakeprovider
+	cd client/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && \
 		OPJOURNAL_BIN=$(CURDIR)/bin/opjournal OPJOURNAL_FAKEPROVIDER_BIN=$(CURDIR)/bin/opjournal-fakeprovider npm test
 
 ## test-install: every client installs and runs from a fresh clone of HEAD with the commands its
 ## README gives (scripts/fresh-clone.sh; Go, Debian's Python packages, npm's registry or cache);
-## FRESH_CLONE_OVERLAY="clients docs" adds the checkout's uncommitted version of those paths
+## FRESH_CLONE_OVERLAY="client docs" adds the checkout's uncommitted version of those paths
 .PHONY: test-install
 test-install:
 	bash scripts/fresh-clone.sh
@@ -154,14 +155,14 @@ model-check:
 	TEST_DATABASE_URL='$(BENCH_DATABASE_URL)' $(GO) test -count=1 -timeout 60m -run 'TestModel' ./store/... -rapid.checks=$(CHECKS) -rapid.steps=60 -v 2>&1 | grep -E 'rapid|^(ok|FAIL|---)'
 
 fmt-check:
-	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); test -z "$$out" || (echo "gofmt needed:"; echo "$$out"; exit 1)
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^proto/')); test -z "$$out" || (echo "gofmt needed:"; echo "$$out"; exit 1)
 
 ## fuzz: run each fuzz target for FUZZTIME (seed corpora already run in `make test`)
 FUZZTIME ?= 60s
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzCanonicalize -fuzztime=$(FUZZTIME) ./canonjson/
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./policy/
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./auth/
+	$(GO) test -run='^$$' -fuzz=FuzzCanonicalize -fuzztime=$(FUZZTIME) ./protocol/canonjson/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./protocol/policy/
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./server/auth/
 	$(GO) test -run='^$$' -fuzz=FuzzRESTBody -fuzztime=$(FUZZTIME) ./server/
 	$(GO) test -run='^$$' -fuzz=FuzzSameHashSameUpstreamRequest -fuzztime=$(FUZZTIME) ./gateway/
 
@@ -184,7 +185,7 @@ ci: vet fmt-check lint generate-check test
 ## and a short soak (Debian's pgbouncer; scripts/deps.sh installs it)
 .PHONY: test-pgbouncer soak-pgbouncer
 test-pgbouncer:
-	$(GO) test -count=1 -run 'ThroughPgBouncer' ./internal/pgbouncer/ ./store/postgres/
+	$(GO) test -count=1 -run 'ThroughPgBouncer' ./internal/testkit/pgbouncer/ ./store/postgres/
 	$(HARNESS) test -count=1 -run 'ThroughPgBouncer' ./soak/
 
 ## soak-pgbouncer: `make soak` with every journal replica behind PgBouncer (transaction mode)

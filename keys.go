@@ -16,7 +16,7 @@ import (
 // a key derived from its parent's, so that a retry of the parent derives
 // the same child key and the child is not sent twice.
 //
-// Every SDK derives keys the same way; testdata/keys.json holds vectors
+// Every SDK derives keys the same way; protocol/testdata/keys.json holds vectors
 // that the Go, Python and TypeScript suites check.
 
 // KeyPrefix starts every key NewKey and ChildKey make.

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// keyVectors is testdata/keys.json, which every SDK checks.
+// keyVectors is protocol/testdata/keys.json, which every SDK checks.
 type keyVectors struct {
 	NewKeyPattern string `json:"new_key_pattern"`
 	ChildKeys     []struct {
@@ -19,7 +19,7 @@ type keyVectors struct {
 
 func loadKeyVectors(t *testing.T) keyVectors {
 	t.Helper()
-	b, err := os.ReadFile("testdata/keys.json")
+	b, err := os.ReadFile("protocol/testdata/keys.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,8 @@ import "time"
 
 // The limits of the protocol: every layer (the journal, the stores, the
 // SDKs in Go, Python and TypeScript, the reconciler) takes them from here.
-// `make generate` writes them into clients/python/opjournal/_limits.py and
-// clients/typescript/src/limits.ts (internal/cmd/genlimits), and CI checks
+// `make generate` writes them into client/python/opjournal/_limits.py and
+// client/typescript/src/limits.ts (internal/cmd/genlimits), and CI checks
 // that those are current.
 const (
 	// MaxKeyLen bounds operation_key: 1–200 visible ASCII characters (keys

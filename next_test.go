@@ -9,10 +9,10 @@ import (
 	"github.com/opjournal/opjournal"
 )
 
-// TestNextStepVectors checks testdata/next_steps.json against NextStepOf:
+// TestNextStepVectors checks protocol/testdata/next_steps.json against NextStepOf:
 // the vectors every SDK runs say what the server really answers.
 func TestNextStepVectors(t *testing.T) {
-	b, err := os.ReadFile("testdata/next_steps.json")
+	b, err := os.ReadFile("protocol/testdata/next_steps.json")
 	if err != nil {
 		t.Fatal(err)
 	}

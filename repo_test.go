@@ -130,8 +130,8 @@ func TestTestScriptInstallsBeforeItTests(t *testing.T) {
 	if err == nil || calls != "deps" {
 		t.Errorf("a full run whose install fails: calls %q (%v), want the deps script alone and a failure", calls, err)
 	}
-	calls, _ = run(0, "-run", "X", "./canonjson/")
-	if calls != "go test test -count=1 -timeout 12m -run X ./canonjson/" {
+	calls, _ = run(0, "-run", "X", "./protocol/canonjson/")
+	if calls != "go test test -count=1 -timeout 12m -run X ./protocol/canonjson/" {
 		t.Errorf("a targeted run: calls %q, want go test alone", calls)
 	}
 }

@@ -16,11 +16,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/client"
-	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/await"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/internal/testkit/await"
+	opjournalv1 "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/policy"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // approvalPolicyYAML asks a person to approve every payment above 1,000.00

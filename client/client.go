@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/opjournal/opjournal"
-	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/protocodec"
 	"github.com/opjournal/opjournal/internal/tracing"
+	opjournalv1 "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // recordTimeout bounds each Mark* call. It runs on a context detached from

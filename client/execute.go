@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opjournal/opjournal"
-	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/tracing"
+	opjournalv1 "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // Op is one business intent to execute.

@@ -19,8 +19,8 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
-	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/testkit/await"
+	opjournalv1 "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 func payment(key string, amount int) client.Op {

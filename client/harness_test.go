@@ -14,11 +14,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/journal"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/policy"
 	"github.com/opjournal/opjournal/server"
+	"github.com/opjournal/opjournal/server/auth"
 	"github.com/opjournal/opjournal/store/sqlite"
 )
 

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/testkit/await"
 	"os"
 	"reflect"
 	"strings"
@@ -22,8 +22,8 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
-	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/policy"
+	opjournalv1 "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // leasePolicy has short leases, so that calls can outlive them in a test.
@@ -162,7 +162,7 @@ func awaitStatus(t *testing.T, c *client.Client, key string, want opjournalv1.St
 	await.Until(t, fmt.Sprintf("%s to become %s", key, want), func() bool { return lookup(t, c, key).GetStatus() == want })
 }
 
-// vectors is testdata/next_steps.json, run by every SDK.
+// vectors is protocol/testdata/next_steps.json, run by every SDK.
 type vectors struct {
 	Vectors []struct {
 		Name   string          `json:"name"`
@@ -207,10 +207,10 @@ func (cannedConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.C
 	return nil, errors.New("no streams")
 }
 
-// TestNextStepVectors runs testdata/next_steps.json: the SDK acts on the
+// TestNextStepVectors runs protocol/testdata/next_steps.json: the SDK acts on the
 // journal's next step and nothing else.
 func TestNextStepVectors(t *testing.T) {
-	b, err := os.ReadFile("../testdata/next_steps.json")
+	b, err := os.ReadFile("../protocol/testdata/next_steps.json")
 	if err != nil {
 		t.Fatal(err)
 	}

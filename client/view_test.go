@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opjournal/opjournal/client"
-	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
+	opjournalv1 "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // recordingConn records the view of every request that has one and the

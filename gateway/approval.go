@@ -57,7 +57,7 @@ func rejectedByApproval(out client.Outcome) bool {
 const rejectedByApprovalDetail = "a person rejected this request before it was sent (%s); it was not sent and will not be with this key. " +
 	"Do not retry it with a new key, changed or split: tell the user it was rejected"
 
-// The texts the model reads (testdata/model_texts.json: awaiting_approval,
+// The texts the model reads (protocol/testdata/model_texts.json: awaiting_approval,
 // approval_rejected); the tool's name and its identifying arguments
 // (keyFieldNames), and the rejection's error code.
 const (

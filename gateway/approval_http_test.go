@@ -10,7 +10,7 @@ import (
 
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/gateway"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // TestHTTPApprovalHeldThenSentOnce: a payment a person must approve is

@@ -12,8 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/opjournal/opjournal/fakeprovider"
-	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/testkit/await"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
 )
 
 // A client that gives up on a call the gateway has sent upstream does not

@@ -28,7 +28,7 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/internal/tracing"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // Config configures a Gateway.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/opjournal/opjournal/canonjson"
+	"github.com/opjournal/opjournal/protocol/canonjson"
 )
 
 // What the provider receives is what was hashed. A protected request is

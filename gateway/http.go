@@ -17,11 +17,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/internal/httpheader"
 	"github.com/opjournal/opjournal/internal/tracing"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/canonjson"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // The HTTP front door. A protected route (an action's gateway.http) keeps

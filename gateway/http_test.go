@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opjournal/opjournal/fakeprovider"
-	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/testkit/await"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
 )
 
 var payment = map[string]any{"order_id": "817", "amount_minor": 490000, "currency": "RUB"}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/opjournal/opjournal/fakeprovider"
 	"github.com/opjournal/opjournal/gateway"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
 )
 
 // The gateway knows who calls: keys are scoped by the principal the

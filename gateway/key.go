@@ -8,7 +8,7 @@ import (
 	"fmt"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/canonjson"
+	"github.com/opjournal/opjournal/protocol/canonjson"
 )
 
 // Keys. An operation key made by the gateway is

@@ -15,7 +15,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // The MCP front door: an MCP server whose tools are those of one or more

@@ -10,7 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/opjournal/opjournal/fakeprovider"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
 )
 
 // The MCP front door, with a real MCP client, the gateway's MCP server and

@@ -9,8 +9,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/opjournal/opjournal/fakeprovider"
-	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/testkit/await"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
 )
 
 // resultPolicy protects the tool "report" of an upstream the test writes.

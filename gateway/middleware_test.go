@@ -11,8 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/opjournal/opjournal/fakeprovider"
 	"github.com/opjournal/opjournal/gateway"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
 )
 
 // TestMCPMiddlewareProtectsAnInProcessServer: an MCP server written with

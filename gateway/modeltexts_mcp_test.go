@@ -10,15 +10,15 @@ import (
 
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/gateway"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // TestModelTextMissingArgument: a call without its key field is told the
-// shared missing_argument text (testdata/model_texts.json), through the
+// shared missing_argument text (protocol/testdata/model_texts.json), through the
 // real MCP door.
 func TestModelTextMissingArgument(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../testdata/model_texts.json")
+	b, err := os.ReadFile("../protocol/testdata/model_texts.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func approvalPolicy(t *testing.T) string {
 // rejected, is told approval_rejected.
 func TestModelTextsOfApprovals(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../testdata/model_texts.json")
+	b, err := os.ReadFile("../protocol/testdata/model_texts.json")
 	if err != nil {
 		t.Fatal(err)
 	}

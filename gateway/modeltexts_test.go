@@ -15,16 +15,16 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // The texts a model reads from the MCP door are shared with the
-// TypeScript adapters through testdata/model_texts.json, and the keys of
-// journaled agent tools through testdata/tool_keys.json. These tests keep
+// TypeScript adapters through protocol/testdata/model_texts.json, and the keys of
+// journaled agent tools through protocol/testdata/tool_keys.json. These tests keep
 // both files true to the gateway: an adapter's model must read what the
 // gateway's would, and derive the same key from the same arguments.
 
-// modelTexts is testdata/model_texts.json.
+// modelTexts is protocol/testdata/model_texts.json.
 type modelTexts struct {
 	InProgressMaxSeconds int               `json:"in_progress_max_seconds"`
 	Texts                map[string]string `json:"texts"`
@@ -32,7 +32,7 @@ type modelTexts struct {
 
 func readModelTexts(t *testing.T) modelTexts {
 	t.Helper()
-	b, err := os.ReadFile("../testdata/model_texts.json")
+	b, err := os.ReadFile("../protocol/testdata/model_texts.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func readModelTexts(t *testing.T) modelTexts {
 		modelTexts
 	}
 	if err := dec.Decode(&doc); err != nil {
-		t.Fatalf("testdata/model_texts.json: %v", err)
+		t.Fatalf("protocol/testdata/model_texts.json: %v", err)
 	}
 	m = doc.modelTexts
 	return m
@@ -131,7 +131,7 @@ func TestModelTextsMatchTheMCPDoor(t *testing.T) {
 			for _, c := range cases {
 				tmpl, ok := m.Texts[c.name]
 				if !ok {
-					t.Fatalf("testdata/model_texts.json has no text %q", c.name)
+					t.Fatalf("protocol/testdata/model_texts.json has no text %q", c.name)
 				}
 				checked[c.name] = true
 				want := render(t, c.name, tmpl, c.vars)
@@ -145,15 +145,15 @@ func TestModelTextsMatchTheMCPDoor(t *testing.T) {
 	checked["missing_argument"] = true // TestModelTextMissingArgument, through the door
 	for name := range m.Texts {
 		if !checked[name] {
-			t.Errorf("testdata/model_texts.json: the text %q is checked against nothing", name)
+			t.Errorf("protocol/testdata/model_texts.json: the text %q is checked against nothing", name)
 		}
 	}
 }
 
-// TestToolKeyVectors derives each key of testdata/tool_keys.json as the
+// TestToolKeyVectors derives each key of protocol/testdata/tool_keys.json as the
 // MCP door derives its keys, under the door name "tool".
 func TestToolKeyVectors(t *testing.T) {
-	b, err := os.ReadFile("../testdata/tool_keys.json")
+	b, err := os.ReadFile("../protocol/testdata/tool_keys.json")
 	if err != nil {
 		t.Fatal(err)
 	}

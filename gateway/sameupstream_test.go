@@ -20,12 +20,12 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/gateway"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/testserver"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/internal/testkit/testserver"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/canonjson"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // The invariant of the HTTP door: what the provider receives is what was

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/policy"
 	"github.com/opjournal/opjournal/protocol"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // approvalOf evaluates the action's approval block on a registration: the

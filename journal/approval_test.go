@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/testclock"
+	"github.com/opjournal/opjournal/internal/testkit/testclock"
 	"github.com/opjournal/opjournal/journal"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/policy"
 	"github.com/opjournal/opjournal/store/sqlite"
 )
 

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/journal"
+	"github.com/opjournal/opjournal/protocol/canonjson"
 )
 
 // mustStruct builds a Struct from Go values.

@@ -14,10 +14,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/canonjson"
-	"github.com/opjournal/opjournal/hashkey"
-	"github.com/opjournal/opjournal/policy"
 	"github.com/opjournal/opjournal/protocol"
+	"github.com/opjournal/opjournal/protocol/canonjson"
+	"github.com/opjournal/opjournal/protocol/hashkey"
+	"github.com/opjournal/opjournal/protocol/policy"
 	"github.com/opjournal/opjournal/store"
 )
 

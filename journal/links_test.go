@@ -9,7 +9,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/journal"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/policy"
 	"github.com/opjournal/opjournal/store/sqlite"
 )
 

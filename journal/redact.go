@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/canonjson"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/canonjson"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // Redacted replaces the value of every redact_fields member in what the

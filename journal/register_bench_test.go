@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/opjournal/opjournal/journal"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/policy"
 	"github.com/opjournal/opjournal/store/sqlite"
 )
 

@@ -8,8 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/protocol"
+	"github.com/opjournal/opjournal/protocol/canonjson"
 )
 
 // How an operation whose outcome is unknown, or that is under review, is

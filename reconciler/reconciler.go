@@ -24,10 +24,10 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
-	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/tracing"
-	"github.com/opjournal/opjournal/policy"
+	opjournalv1 "github.com/opjournal/opjournal/proto/opjournal/v1"
 	"github.com/opjournal/opjournal/protocol"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // Defaults of Config.

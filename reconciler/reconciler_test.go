@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/opjournal/opjournal/internal/await"
-	"github.com/opjournal/opjournal/internal/testclock"
+	"github.com/opjournal/opjournal/internal/testkit/await"
+	"github.com/opjournal/opjournal/internal/testkit/testclock"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"log/slog"
 	"math/rand/v2"
@@ -23,9 +23,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/testserver"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/internal/testkit/testserver"
+	opjournalv1 "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // The token the test provider requires, read by the verifiers from the

@@ -15,9 +15,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/tracing"
-	"github.com/opjournal/opjournal/policy"
+	opjournalv1 "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // Observation is what a provider says about an operation's effect.

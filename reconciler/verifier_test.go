@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/policy"
+	opjournalv1 "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // provider is an httptest server whose answer a test sets, recording the

@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 # protoc needs for the Python stubs; it is only a recommendation of
 # protobuf-compiler, which --no-install-recommends skips.
 # pgbouncer: the conformance suite, the model test and a short soak run
-# through a real PgBouncer in transaction pooling mode (internal/pgbouncer).
+# through a real PgBouncer in transaction pooling mode (internal/testkit/pgbouncer).
 # patroni, etcd-server and etcd-client: the failover harness under a real
 # failover manager (make soak-failover MANAGER=patroni; a short run is part
 # of make test: harness/soak/failover). About 7 s to install, so always,
@@ -35,12 +35,12 @@ if ! dpkg -s $debs >/dev/null 2>&1; then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $debs >/dev/null
 fi
-# The generator refuses any protoc but 3.21.x (clients/python/generate.sh):
+# The generator refuses any protoc but 3.21.x (client/python/generate.sh):
 # Debian 12's version, which the committed stubs were made with.
 
-if [ ! -d clients/typescript/node_modules ] || [ clients/typescript/package-lock.json -nt clients/typescript/node_modules ]; then
-	echo "deps.sh: npm ci (clients/typescript, exact versions from package-lock.json)" >&2
-	(cd clients/typescript && npm ci --no-audit --no-fund >/dev/null)
+if [ ! -d client/typescript/node_modules ] || [ client/typescript/package-lock.json -nt client/typescript/node_modules ]; then
+	echo "deps.sh: npm ci (client/typescript, exact versions from package-lock.json)" >&2
+	(cd client/typescript && npm ci --no-audit --no-fund >/dev/null)
 fi
 # stripe-node (npm package stripe, MIT) for e2e's TestStripeNodeOneChargePerIntent:
 # a real client nobody here wrote, pointed at the gateway.

@@ -5,10 +5,11 @@
 # It clones this checkout's HEAD into a temporary folder and, with a clean
 # HOME (the Go and npm caches stay the real ones, so nothing is downloaded
 # that is not already there or reachable):
-#   1. installs the Go binaries (go install ./cmd/... into a GOBIN on PATH);
-#   2. installs the Python client into a new venv, as clients/python/README.md says;
+#   1. installs the Go binaries (go install ./cmd/..., and the test provider
+#      from the harness module, into a GOBIN on PATH);
+#   2. installs the Python client into a new venv, as client/python/README.md says;
 #   3. installs the TypeScript client into an empty npm project from the
-#      clone's folder, as clients/typescript/README.md says, then from the
+#      clone's folder, as client/typescript/README.md says, then from the
 #      tarball `npm pack` makes (imported, and its type declarations checked);
 #   4. starts `opjournal serve` and `opjournal-fakeprovider` on free ports;
 #   5. runs each quick start against them, as the clients' READMEs show it
@@ -21,7 +22,7 @@
 # keeping the folder (and the processes' logs) for a look.
 #
 #   scripts/fresh-clone.sh                     # HEAD, as a user's clone would be
-#   FRESH_CLONE_OVERLAY="clients docs" scripts/fresh-clone.sh
+#   FRESH_CLONE_OVERLAY="client docs" scripts/fresh-clone.sh
 #       # HEAD plus the checkout's current (uncommitted) version of these
 #       # paths: try a change before committing it
 #   KEEP=1 scripts/fresh-clone.sh              # keep the folder on success too
@@ -104,19 +105,20 @@ snippet() { # FILE LANG: the fenced block after <!-- test: quickstart -->
 		END { if (!found) exit 1 }' "$1" || fail "$1 has no quick start block (\`\`\`$2 after <!-- test: quickstart -->)"
 }
 
-phase "Go: go install ./cmd/..."
+phase "Go: go install ./cmd/... and the test provider"
 go install ./cmd/...
+go -C harness install ./cmd/opjournal-fakeprovider
 for b in opjournal opjournal-fakeprovider; do
 	command -v "$b" >/dev/null || fail "go install ./cmd/... made no $b"
 done
 log "   $(ls "$GOBIN" | tr '\n' ' ')"
 
 phase "Python: venv and pip install (offline)"
-py_readme=clients/python/README.md
+py_readme=client/python/README.md
 readme_has $py_readme "/usr/bin/python3 -m venv --system-site-packages .venv"
-readme_has $py_readme ".venv/bin/pip install --no-index --no-build-isolation ./clients/python"
+readme_has $py_readme ".venv/bin/pip install --no-index --no-build-isolation ./client/python"
 $PY -m venv --system-site-packages .venv
-.venv/bin/pip install -q --no-index --no-build-isolation ./clients/python
+.venv/bin/pip install -q --no-index --no-build-isolation ./client/python
 mkdir -p "$tmp/py-app"
 (cd "$tmp/py-app" && "$clone/.venv/bin/python" - <<'EOF') || fail "the installed Python package is incomplete"
 import importlib.metadata as md, pathlib, opjournal, opjournal.aio, opjournal.v1.journal_pb2
@@ -132,17 +134,17 @@ print("fresh-clone:    opjournal", opjournal.__version__, "from", pkg, "requires
 EOF
 untracked_left "installing the Python client"
 
-phase "TypeScript: npm install <clone>/clients/typescript"
-ts_readme=clients/typescript/README.md
-readme_has $ts_readme "npm install /path/to/opjournal/clients/typescript"
+phase "TypeScript: npm install <clone>/client/typescript"
+ts_readme=client/typescript/README.md
+readme_has $ts_readme "npm install /path/to/opjournal/client/typescript"
 mkdir -p "$tmp/ts-app"
-(cd "$tmp/ts-app" && npm init -y >/dev/null && npm install --no-audit --no-fund "$clone/clients/typescript" >"$tmp/npm-install.log" 2>&1) ||
+(cd "$tmp/ts-app" && npm init -y >/dev/null && npm install --no-audit --no-fund "$clone/client/typescript" >"$tmp/npm-install.log" 2>&1) ||
 	{ cat "$tmp/npm-install.log" >&2; fail "npm install of the client's folder"; }
-[ -f clients/typescript/dist/src/index.js ] || fail "npm install did not build dist/"
+[ -f client/typescript/dist/src/index.js ] || fail "npm install did not build dist/"
 untracked_left "installing the TypeScript client"
 
 phase "TypeScript: npm pack, install the tarball, import it, check its types"
-tgz=$(cd clients/typescript && npm pack --silent --pack-destination "$tmp")
+tgz=$(cd client/typescript && npm pack --silent --pack-destination "$tmp")
 mkdir -p "$tmp/ts-tarball"
 (cd "$tmp/ts-tarball" && npm init -y >/dev/null && npm pkg set type=module && npm install --no-audit --no-fund "$tmp/$tgz" >"$tmp/npm-tarball.log" 2>&1) ||
 	{ cat "$tmp/npm-tarball.log" >&2; fail "npm install of the packed tarball"; }
@@ -163,9 +165,9 @@ mkdir -p "$tmp/ts-tarball"
 	}') || fail "importing the tarball"
 snippet $ts_readme js | sed 's/const p = await res.json();/const p = (await res.json()) as { id: string };/' >"$tmp/ts-tarball/quickstart.ts"
 grep -q 'as { id: string }' "$tmp/ts-tarball/quickstart.ts" || fail "the TypeScript note's cast no longer fits the quick start"
-tsc=$clone/clients/typescript/node_modules/typescript/bin/tsc # the clone's compiler; the project has none
+tsc=$clone/client/typescript/node_modules/typescript/bin/tsc # the clone's compiler; the project has none
 (cd "$tmp/ts-tarball" && node "$tsc" --noEmit --strict --target es2022 --lib es2023 --module nodenext --moduleResolution nodenext \
-	--skipLibCheck --types node --typeRoots "$clone/clients/typescript/node_modules/@types" quickstart.ts) ||
+	--skipLibCheck --types node --typeRoots "$clone/client/typescript/node_modules/@types" quickstart.ts) ||
 	fail "the README quick start, as TypeScript, does not type-check against the tarball's declarations"
 
 phase "start opjournal serve and opjournal-fakeprovider (free ports)"
@@ -216,13 +218,13 @@ for lang in python js; do
 		fail "docs/sdks.md's $lang quick start (section \"Python and TypeScript\") differs from $readme's: $(diff <(snippet "$clone/docs/sdks.md" $lang) <(snippet "$clone/$readme" $lang) | head -5)"
 done
 
-phase "Python quick start (clients/python/README.md)"
+phase "Python quick start (client/python/README.md)"
 snippet $py_readme python >"$tmp/py-app/quickstart.py"
 cd "$tmp/py-app"
 OPJOURNAL_ADDR=$addr_a run_quickstart "^succeeded \{'payment_id': 'pay_[^']+'\}$" "$clone/.venv/bin/python" quickstart.py
 OPJOURNAL_ADDR=$addr_a run_quickstart "^succeeded \{'payment_id': 'pay_[^']+'\}$" "$clone/.venv/bin/python" quickstart.py # a replay
 
-phase "TypeScript quick start (clients/typescript/README.md)"
+phase "TypeScript quick start (client/typescript/README.md)"
 snippet "$clone/$ts_readme" js >"$tmp/ts-app/quickstart.mjs"
 cd "$tmp/ts-app"
 OPJOURNAL_ADDR=$addr_b run_quickstart "^succeeded \[ false, \{ payment_id: 'pay_[^']+' \} \]$" node quickstart.mjs

@@ -15,7 +15,7 @@ GO=${GO:-go}
 log() { printf 'test.sh: %s\n' "$*" >&2; }
 
 pg_ready() { # URL
-	"$GO" run ./internal/pgtest/cmd/pgping "$1" >/dev/null 2>&1
+	"$GO" run ./internal/testkit/pgtest/cmd/pgping "$1" >/dev/null 2>&1
 }
 
 cleanup_cluster=""
@@ -31,7 +31,7 @@ else
 	if pg_ready "$admin_url"; then
 		if ! pg_ready "$local_url"; then
 			log "creating database \"test\" on $local_addr"
-			"$GO" run ./internal/pgtest/cmd/pgping -create test "$admin_url"
+			"$GO" run ./internal/testkit/pgtest/cmd/pgping -create test "$admin_url"
 		fi
 		log "PostgreSQL: $local_addr"
 		export TEST_DATABASE_URL="$local_url"
@@ -51,7 +51,7 @@ else
 		"${run_as[@]}" "$pgbin/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
 			-o "-c listen_addresses=127.0.0.1 -p $port -k $dir" start >/dev/null
 		cleanup_cluster="${run_as[*]} $pgbin/pg_ctl -D $dir/data -m fast stop >/dev/null; rm -rf $dir"
-		"$GO" run ./internal/pgtest/cmd/pgping -create test "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+		"$GO" run ./internal/testkit/pgtest/cmd/pgping -create test "postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 		export TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/test?sslmode=disable"
 	fi
 fi
@@ -98,13 +98,13 @@ fi
 if [ "$full" = 1 ]; then
 	mkdir -p bin
 	"$GO" build -o bin/opjournal ./cmd/opjournal
-	"$GO" build -o bin/opjournal-fakeprovider ./cmd/opjournal-fakeprovider # the agent framework adapters' tests count effects there
+	"$GO" -C harness build -o ../bin/opjournal-fakeprovider ./cmd/opjournal-fakeprovider # the agent framework adapters' tests count effects there
 	PYTHON=${PYTHON:-/usr/bin/python3} # deps.sh installed Debian's grpcio and protobuf for it
-	log "Python client: clients/python/tests"
-	OPJOURNAL_BIN="$PWD/bin/opjournal" "$PYTHON" -m unittest discover -s clients/python/tests
+	log "Python client: client/python/tests"
+	OPJOURNAL_BIN="$PWD/bin/opjournal" "$PYTHON" -m unittest discover -s client/python/tests
 
-	log "TypeScript client: clients/typescript"
+	log "TypeScript client: client/typescript"
 	bin_path="$PWD/bin/opjournal" fake_path="$PWD/bin/opjournal-fakeprovider"
-	(cd clients/typescript && OPJOURNAL_BIN="$bin_path" OPJOURNAL_FAKEPROVIDER_BIN="$fake_path" npm test)
+	(cd client/typescript && OPJOURNAL_BIN="$bin_path" OPJOURNAL_FAKEPROVIDER_BIN="$fake_path" npm test)
 	log "REST client generated from the OpenAPI document: harness/e2e/openapi-ts"; (cd harness/e2e/openapi-ts && { [ -d node_modules ] || npm ci --no-audit --no-fund >/dev/null; } && OPJOURNAL_BIN="$bin_path" npm test)
 fi

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/benchpayload"
-	"github.com/opjournal/opjournal/internal/testserver"
+	"github.com/opjournal/opjournal/internal/testkit/benchpayload"
+	"github.com/opjournal/opjournal/internal/testkit/testserver"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // benchPayload is the benchmarks' 1 KiB order (package benchpayload).

@@ -7,8 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/opjournal/opjournal"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/journal"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // The approvals' timeout sweep and series. A sweep applies the timeout of

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/internal/hostcheck"
 	"github.com/opjournal/opjournal/journal"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // servicePrefix marks the RPCs that authentication guards. The health

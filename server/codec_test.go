@@ -17,9 +17,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/auth"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/testserver"
+	"github.com/opjournal/opjournal/internal/testkit/testserver"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // rawCodec puts bytes on the wire as they are: a client that can send

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opjournal/opjournal/internal/testserver"
+	"github.com/opjournal/opjournal/internal/testkit/testserver"
 )
 
 // FuzzRESTBody sends arbitrary bytes as the body of every REST route of a

@@ -13,10 +13,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/auth"
-	"github.com/opjournal/opjournal/canonjson"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/journal"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/canonjson"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // journalServer implements pb.JournalServiceServer over a journal.Service.

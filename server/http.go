@@ -23,11 +23,11 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/auth"
-	"github.com/opjournal/opjournal/canonjson"
-	"github.com/opjournal/opjournal/console"
-	"github.com/opjournal/opjournal/gen/openapi"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/proto/openapi"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/canonjson"
+	"github.com/opjournal/opjournal/server/auth"
+	"github.com/opjournal/opjournal/server/console"
 )
 
 // httpHandler serves the REST mirror (grpc-gateway, calling the service

@@ -12,11 +12,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"pgregory.net/rapid"
 
-	"github.com/opjournal/opjournal/auth"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/testjwt"
-	"github.com/opjournal/opjournal/internal/testserver"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/internal/testkit/testjwt"
+	"github.com/opjournal/opjournal/internal/testkit/testserver"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/policy"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // One person is one principal, whatever credential they present: every

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opjournal/opjournal"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // The one interceptor chain of every JournalService call, gRPC and REST

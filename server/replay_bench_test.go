@@ -6,9 +6,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/testserver"
+	"github.com/opjournal/opjournal/internal/testkit/testserver"
 	"github.com/opjournal/opjournal/journal"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // BenchmarkReplay measures the replay of a succeeded operation (a

@@ -1,7 +1,7 @@
 package server
 
 // REST answers are written by their messages' generated AppendProtoJSON
-// methods (gen/opjournal/v1/journal_restjson.pb.go, from
+// methods (proto/opjournal/v1/journal_restjson.pb.go, from
 // internal/cmd/protoc-gen-opjournal-json) rather than by protojson: the
 // gateway's protojson marshalling was the largest share of a REST call's
 // server CPU after the journal itself (it goes through protoreflect and

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/benchpayload"
+	"github.com/opjournal/opjournal/internal/testkit/benchpayload"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // kibPayload is the benchmarks' 1 KiB order (package benchpayload).

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/opjournal/opjournal/internal/testserver"
+	"github.com/opjournal/opjournal/internal/testkit/testserver"
 )
 
 // BenchmarkRESTFused runs the fused path over the REST mirror, register

@@ -24,12 +24,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/opjournal/opjournal/auth"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/adaptiveprocs"
 	"github.com/opjournal/opjournal/internal/hostcheck"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // Config configures the listeners.

@@ -8,9 +8,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/journal"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/canonjson"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // benchScenarioPayload is what harness/cmd/opjournal-bench's fused scenario
@@ -87,7 +87,7 @@ func TestPayloadJSONIsTheTwoStepPath(t *testing.T) {
 // (canonjson.StructRequest writes the envelope from the Struct), under
 // create_payment's options:
 //
-//	go test -run '^$' -bench StructCanonical -benchmem ./canonjson/ ./server/
+//	go test -run '^$' -bench StructCanonical -benchmem ./protocol/canonjson/ ./server/
 func BenchmarkStructCanonical(b *testing.B) {
 	opts := canonjson.Options{IntegerFields: []string{"amount_minor"}}
 	for _, size := range []struct{ name, payload string }{{"bench", benchScenarioPayload}, {"typical", typicalPayload}, {"10KiB", largePayload}} {

@@ -12,7 +12,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/opjournal/opjournal/canonjson"
+	"github.com/opjournal/opjournal/protocol/canonjson"
 )
 
 // This file converts between JSON text and google.protobuf.Struct without

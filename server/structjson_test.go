@@ -19,7 +19,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/canonjson"
+	"github.com/opjournal/opjournal/protocol/canonjson"
 )
 
 // The converters in structjson.go replace protojson; these tests hold them

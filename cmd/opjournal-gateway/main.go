@@ -39,7 +39,7 @@ import (
 	"github.com/opjournal/opjournal/gateway"
 	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/internal/hostcheck"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 func main() {

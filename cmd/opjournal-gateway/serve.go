@@ -21,7 +21,7 @@ import (
 	"github.com/opjournal/opjournal/internal/adaptiveprocs"
 	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/internal/tracing"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // serve runs the gateway until ctx is done or a listener fails: the
@@ -168,7 +168,7 @@ func (d *gatewayd) openDoors(ctx context.Context) error {
 	// One caller's request through a door is a chain of hand-offs (the
 	// door, the journal's gRPC client, the upstream), each waking an idle
 	// second P: governed, the HTTP door spent 13% less CPU per call at one
-	// caller (bench/ANALYSIS.md, "The gateway on one P"). The calls of --mcp-stdio are not
+	// caller (harness/bench/ANALYSIS.md, "The gateway on one P"). The calls of --mcp-stdio are not
 	// requests to count, so a gateway serving it keeps the default.
 	var procs *adaptiveprocs.Governor
 	if o.adaptiveProcs && !o.mcpStdio && runtime.GOMAXPROCS(0) > 1 {

@@ -35,10 +35,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/internal/tracing"
-	"github.com/opjournal/opjournal/policy"
+	opjournalv1 "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/policy"
 	"github.com/opjournal/opjournal/reconciler"
 )
 

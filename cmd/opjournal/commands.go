@@ -11,10 +11,10 @@ import (
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc/status"
 
-	"github.com/opjournal/opjournal/auth"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/internal/cli"
-	"github.com/opjournal/opjournal/ops"
+	"github.com/opjournal/opjournal/internal/ops"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // run executes the command line args (without the program name) with

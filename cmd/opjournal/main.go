@@ -36,17 +36,17 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/auth"
-	"github.com/opjournal/opjournal/hashkey"
 	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/internal/cli/purgeprint"
 	"github.com/opjournal/opjournal/internal/hostcheck"
 	"github.com/opjournal/opjournal/journal"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/journal/webhook"
+	"github.com/opjournal/opjournal/protocol/hashkey"
+	"github.com/opjournal/opjournal/protocol/policy"
+	"github.com/opjournal/opjournal/server/auth"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/postgres"
 	"github.com/opjournal/opjournal/store/sqlite"
-	"github.com/opjournal/opjournal/webhook"
 )
 
 func main() {

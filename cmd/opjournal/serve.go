@@ -15,14 +15,14 @@ import (
 	"syscall"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/internal/tracing"
 	"github.com/opjournal/opjournal/journal"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/journal/webhook"
+	"github.com/opjournal/opjournal/protocol/policy"
 	"github.com/opjournal/opjournal/server"
+	"github.com/opjournal/opjournal/server/auth"
 	"github.com/opjournal/opjournal/store"
-	"github.com/opjournal/opjournal/webhook"
 )
 
 // serve is `opjournal serve`: the flags checked, then the daemon opened,

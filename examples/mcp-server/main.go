@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/fakeprovider"
 	"github.com/opjournal/opjournal/gateway"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 func main() {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/opjournal/opjournal/fakeprovider"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // GatewayEnv is what the gateway scenarios talk to: an agent that never

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // InFlightWindow is the in_flight_window of the demo's policy for
@@ -18,7 +18,7 @@ import (
 // before it holds the answer, and a timeout_before_commit fault never
 // stores one. So a few seconds is its true window, and `make demo` shows a
 // proven absence released within seconds rather than waiting 2 min 3 s.
-// `opjournal-demo --policy policy/default.yaml` waits the real window.
+// `opjournal-demo --policy protocol/policy/default.yaml` waits the real window.
 const InFlightWindow = 5 * time.Second
 
 // shippedWindow is what PolicyYAML replaces in the shipped policy.
@@ -52,7 +52,7 @@ func PolicyYAML() ([]byte, error) {
 	if n := bytes.Count(src, []byte(paymentAction)); n != 1 {
 		return nil, fmt.Errorf("demo policy: the shipped policy has %d blocks starting %q, want 1", n, paymentAction)
 	}
-	header := fmt.Sprintf("# make demo's policy: the shipped policy (policy/default.yaml) with in_flight_window %s instead of 2m\n"+
+	header := fmt.Sprintf("# make demo's policy: the shipped policy (protocol/policy/default.yaml) with in_flight_window %s instead of 2m\n"+
 		"# for create_payment and send_email; the test provider carries out nothing after it answered or gave up.\n"+
 		"# create_payment also asks an operator to approve payments above %d minor units (an approval block).\n", InFlightWindow, ApprovalThreshold)
 	body := bytes.ReplaceAll(src, []byte(shippedWindow), fmt.Appendf(nil, "in_flight_window: %s\n", InFlightWindow))

@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/gateway"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // GatewayTenant is the tenant of the gateway scenarios' callers.

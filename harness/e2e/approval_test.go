@@ -17,12 +17,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/fakeprovider"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/await"
-	"github.com/opjournal/opjournal/internal/procs"
+	"github.com/opjournal/opjournal/internal/testkit/await"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
+	"github.com/opjournal/opjournal/internal/testkit/procs"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // approvalPolicy: payments over 1,000.00 need one operator's or admin's

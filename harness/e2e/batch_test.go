@@ -12,7 +12,7 @@ import (
 	"sync"
 	"testing"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // TestGroupCommitOverTheWire runs 48 fused operations at once through the

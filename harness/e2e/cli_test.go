@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/opjournal/opjournal/client"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // runSplit runs a binary of binDir to completion and returns its exit

@@ -10,7 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // awaitingPayment registers a big payment as an agent does (with a claim

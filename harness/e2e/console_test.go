@@ -14,8 +14,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/opjournal/opjournal/auth"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // The console's people: an operator in each tenant, plus team-a's agent

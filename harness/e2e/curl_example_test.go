@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opjournal/opjournal/canonjson"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/canonjson"
 )
 
 // TestCurlExample runs examples/curl.sh (the REST walk-through for users)

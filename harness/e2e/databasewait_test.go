@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opjournal/opjournal/internal/tcpproxy"
+	"github.com/opjournal/opjournal/internal/testkit/tcpproxy"
 )
 
 // dbPassword is put in the connection strings of these tests (the test

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opjournal/opjournal/internal/tcpproxy"
+	"github.com/opjournal/opjournal/internal/testkit/tcpproxy"
 )
 
 // `serve --database-wait D` measured from outside, as an operator's

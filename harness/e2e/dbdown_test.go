@@ -23,8 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opjournal/opjournal"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/tcpproxy"
+	"github.com/opjournal/opjournal/internal/testkit/tcpproxy"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // Bounds of the failure-behaviour tests. failFast is what a call may take

@@ -8,6 +8,6 @@
 //
 //	bash scripts/test.sh ./harness/e2e/         (from the repository root; or cd harness && go test ./e2e/)
 //
-// PostgreSQL is required (see internal/pgtest; `make test` finds or starts a
+// PostgreSQL is required (see internal/testkit/pgtest; `make test` finds or starts a
 // server); it is never skipped.
 package e2e

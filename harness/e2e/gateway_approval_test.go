@@ -16,8 +16,8 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/procs"
+	"github.com/opjournal/opjournal/internal/testkit/procs"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // Approvals behind the gateway, with the real binaries: the journal asks
@@ -376,10 +376,10 @@ func TestGatewayApprovalMCP(t *testing.T) {
 	}
 }
 
-// readModelTexts reads testdata/model_texts.json's texts.
+// readModelTexts reads protocol/testdata/model_texts.json's texts.
 func readModelTexts(t *testing.T) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile("../../testdata/model_texts.json")
+	b, err := os.ReadFile("../../protocol/testdata/model_texts.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/harness/demo"
-	"github.com/opjournal/opjournal/internal/procs"
+	"github.com/opjournal/opjournal/internal/testkit/procs"
 )
 
 // What the provider receives is what was hashed, with the real binaries:

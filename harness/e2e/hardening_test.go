@@ -26,10 +26,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/canonjson"
 	"github.com/opjournal/opjournal/client"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/procs"
+	"github.com/opjournal/opjournal/internal/testkit/procs"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/canonjson"
 )
 
 // Defect 2: 70 unknown operations with 60 KB payloads made ListOperations

@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/hashkey"
-	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/testkit/await"
+	"github.com/opjournal/opjournal/protocol/hashkey"
 	"google.golang.org/grpc/metadata"
 	"io"
 	"net/http"
@@ -31,8 +31,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opjournal/opjournal"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 	"github.com/opjournal/opjournal/server"
 )
 
@@ -54,7 +54,7 @@ func runMain(m *testing.M) int {
 	binary = filepath.Join(dir, "opjournal")
 	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
 		"github.com/opjournal/opjournal/cmd/opjournal",
-		"github.com/opjournal/opjournal/cmd/opjournal-fakeprovider",
+		"github.com/opjournal/opjournal/harness/cmd/opjournal-fakeprovider",
 		"github.com/opjournal/opjournal/cmd/opjournal-reconciler",
 		"github.com/opjournal/opjournal/cmd/opjournal-gateway",
 		"github.com/opjournal/opjournal/harness/cmd/opjournal-demo",
@@ -390,7 +390,7 @@ func ctxFor(t *testing.T) context.Context {
 }
 
 // eventually polls cond until it returns true, failing the test after
-// timeout with the last description cond gave (internal/await).
+// timeout with the last description cond gave (internal/testkit/await).
 func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
 	await.State(t, timeout, cond)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/opjournal/opjournal/fakeprovider"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
 )
 
 // TestGoMCPServerExample runs the program docs/integrations/go-mcp-server.md

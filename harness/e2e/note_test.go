@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opjournal/opjournal/client"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // TestOperatorNote: an operator sets a note on a terminal operation over

@@ -20,9 +20,9 @@ import (
 	"github.com/pb33f/libopenapi-validator/config"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/auth"
-	"github.com/opjournal/opjournal/gen/openapi"
+	"github.com/opjournal/opjournal/proto/openapi"
 	"github.com/opjournal/opjournal/server"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // openAPIValidator is libopenapi-validator on the generated OpenAPI 3.1

@@ -3,7 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/policy"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -20,11 +20,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/fakeprovider"
-	"github.com/opjournal/opjournal/fakeprovider/agenttool"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/harness/demo"
-	"github.com/opjournal/opjournal/internal/procs"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider/agenttool"
+	"github.com/opjournal/opjournal/internal/testkit/procs"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // The safety loop with real processes: the journal, the test provider and

@@ -19,7 +19,7 @@ import (
 	_ "modernc.org/sqlite" // to count rows in the server's SQLite file
 
 	"github.com/opjournal/opjournal"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // TestRESTWalkthrough drives one operation through its life over REST with

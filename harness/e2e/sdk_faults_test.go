@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/fakeprovider"
-	"github.com/opjournal/opjournal/fakeprovider/agenttool"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider/agenttool"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // TestSDKUnderEveryPaymentFault: the Go SDK's Execute, driven by 40

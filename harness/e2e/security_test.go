@@ -30,9 +30,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/opjournal/opjournal/auth"
 	"github.com/opjournal/opjournal/client"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // Tokens of the shared-service tests: two tenants, every role.

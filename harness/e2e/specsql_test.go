@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	opjournal "github.com/opjournal/opjournal"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // The SQL of docs/operating.md (the reference table of docs/spec.md), retention, business references and payload

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opjournal/opjournal/fakeprovider"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
 )
 
 // stripe-node, the Stripe API's own Node client (npm package stripe),

@@ -11,8 +11,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/policy"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // Two journal servers on one PostgreSQL, each with its own terminal

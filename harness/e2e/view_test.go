@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/opjournal/opjournal"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // TestAgentCallsAnswerBasicByDefault: the answers of Register, Claim,

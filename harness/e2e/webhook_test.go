@@ -17,8 +17,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/standardwebhooks"
+	"github.com/opjournal/opjournal/internal/testkit/standardwebhooks"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // hookReceiver is a real HTTP receiver of approval webhooks on a free

@@ -23,8 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/canonjson"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/canonjson"
 	"github.com/opjournal/opjournal/protocol/model"
 )
 

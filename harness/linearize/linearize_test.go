@@ -10,9 +10,9 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/opjournal/opjournal/internal/pgtest"
-	"github.com/opjournal/opjournal/internal/testclock"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/testclock"
+	"github.com/opjournal/opjournal/protocol/policy"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/postgres"
 	"github.com/opjournal/opjournal/store/sqlite"

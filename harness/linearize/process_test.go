@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opjournal/opjournal/internal/pgtest"
-	"github.com/opjournal/opjournal/internal/procs"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/procs"
 	"github.com/opjournal/opjournal/store/postgres"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/opjournal/opjournal/internal/testclock"
+	"github.com/opjournal/opjournal/internal/testkit/testclock"
 	"github.com/opjournal/opjournal/protocol/model"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/journal"
-	"github.com/opjournal/opjournal/policy"
 	"github.com/opjournal/opjournal/protocol/model"
+	"github.com/opjournal/opjournal/protocol/policy"
 	"github.com/opjournal/opjournal/server"
 	"github.com/opjournal/opjournal/store"
 )

@@ -14,7 +14,7 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/fakeprovider/agenttool"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider/agenttool"
 )
 
 // callSlack is what an agent's Execute may take beyond its provider

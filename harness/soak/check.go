@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/fakeprovider"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // The invariants, as Violation.Invariant names them.
@@ -156,7 +156,7 @@ func (s Summary) Write(w io.Writer) {
 	fmt.Fprintf(w, "\n== soak summary (seed %d, %s)\n", s.Seed, s.Elapsed.Round(time.Second))
 	pol := "the soak's own"
 	if s.ShippedPolicy {
-		pol = "shipped (policy/default.yaml)"
+		pol = "shipped (protocol/policy/default.yaml)"
 	}
 	row("policy (settle deadline)", fmt.Sprintf("%s (%s)", pol, s.Settle))
 	row("agents (without heartbeats)", fmt.Sprintf("%d (%d)", s.Agents, s.NoHeartbeatAgents))

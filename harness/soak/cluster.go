@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 
-	"github.com/opjournal/opjournal/internal/procs"
+	"github.com/opjournal/opjournal/internal/testkit/procs"
 )
 
 // Timeouts of the child processes. None is a synchronisation delay: each

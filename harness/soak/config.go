@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opjournal/opjournal/internal/pgbouncer"
-	"github.com/opjournal/opjournal/internal/pgenv"
+	"github.com/opjournal/opjournal/internal/testkit/pgbouncer"
+	"github.com/opjournal/opjournal/internal/testkit/pgenv"
 )
 
 // FaultRates are the probabilities with which the test provider spoils a
@@ -247,7 +247,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogDir, "log-dir", c.LogDir, "write each child process's log to DIR/<name>.log")
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "interval of the progress lines")
 	fs.BoolVar(&c.ShippedPolicy, "shipped-policy", c.ShippedPolicy,
-		"journals and reconcilers use the shipped policy as it is (policy/default.yaml): slow-lease holds and agents' waits follow its lease_seconds, the settle phase its release delays, no search outage; --lease-seconds, the reconcile flags, --in-flight-window, --unknown-after and --search-outage are then unused")
+		"journals and reconcilers use the shipped policy as it is (protocol/policy/default.yaml): slow-lease holds and agents' waits follow its lease_seconds, the settle phase its release delays, no search outage; --lease-seconds, the reconcile flags, --in-flight-window, --unknown-after and --search-outage are then unused")
 
 	f := &c.Faults
 	fs.Float64Var(&f.CommitThenTimeout, "rate-commit-then-timeout", f.CommitThenTimeout, "share of provider calls that commit, then time out")

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opjournal/opjournal/fakeprovider"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
 )
 
 // faultSet arms the provider's fault rules and counts what fired, across

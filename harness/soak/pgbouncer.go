@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opjournal/opjournal/internal/pgbouncer"
+	"github.com/opjournal/opjournal/internal/testkit/pgbouncer"
 )
 
 // With Config.PgBouncer the journal replicas reach PostgreSQL only

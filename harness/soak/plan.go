@@ -8,12 +8,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // shippedPolicy is the shipped policy (policy.DefaultYAML), parsed once.
 var shippedPolicy = sync.OnceValues(func() (*policy.Policy, error) {
-	return policy.Parse(policy.DefaultYAML(), "policy/default.yaml")
+	return policy.Parse(policy.DefaultYAML(), "protocol/policy/default.yaml")
 })
 
 // policyYAML is the policy file the journals and reconcilers of a run
@@ -165,7 +165,7 @@ func (c Config) checkPolicy() error {
 			case c.IndexLag >= rc.VisibilityLag:
 				return fmt.Errorf("index-lag: %s must stay below %s's visibility_lag %s in the shipped policy", c.IndexLag, p.name, rc.VisibilityLag)
 			case p.commitHold > 0 && rc.InFlightWindow < p.commitHold+c.IndexLag:
-				return fmt.Errorf("shipped-policy: %s's in_flight_window %s (policy/default.yaml) is shorter than the longest the provider may hold its request before carrying it out, %s (%s), plus --index-lag %s: the shipped policy would release the operation for a retry before its late effect is visible, a duplicate; raise its in_flight_window to at least %s, or run without those faults",
+				return fmt.Errorf("shipped-policy: %s's in_flight_window %s (protocol/policy/default.yaml) is shorter than the longest the provider may hold its request before carrying it out, %s (%s), plus --index-lag %s: the shipped policy would release the operation for a retry before its late effect is visible, a duplicate; raise its in_flight_window to at least %s, or run without those faults",
 					p.name, rc.InFlightWindow, p.commitHold, c.holdSource(p), c.IndexLag, p.commitHold+c.IndexLag)
 			}
 			continue

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/opjournal/opjournal/hashkey"
+	"github.com/opjournal/opjournal/protocol/hashkey"
 	"io"
 	"math"
 	mrand "math/rand/v2"
@@ -21,9 +21,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/opjournal/opjournal/fakeprovider"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/pgbouncer"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
+	"github.com/opjournal/opjournal/internal/testkit/pgbouncer"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // harness is one soak run.
@@ -107,7 +107,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	h.settle = max(cfg.Settle, need)
 	which := "the soak's own policy"
 	if cfg.ShippedPolicy {
-		which = "the shipped policy (policy/default.yaml) as it is"
+		which = "the shipped policy (protocol/policy/default.yaml) as it is"
 	}
 	h.say("policy: %s; the slowest request the provider carries out is held %s (in_flight_window covers it plus index lag %s)",
 		which, cfg.maxCommitHold(), cfg.IndexLag)

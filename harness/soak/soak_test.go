@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
 )
 
 // TestShortSoak is a short soak with the real binaries: two journal
@@ -28,7 +28,7 @@ func TestShortSoak(t *testing.T) {
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
 		"github.com/opjournal/opjournal/cmd/opjournal",
-		"github.com/opjournal/opjournal/cmd/opjournal-fakeprovider",
+		"github.com/opjournal/opjournal/harness/cmd/opjournal-fakeprovider",
 		"github.com/opjournal/opjournal/cmd/opjournal-reconciler")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the binaries: %v\n%s", err, out)
@@ -111,7 +111,7 @@ func runShort(t *testing.T, cfg Config) Summary {
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
 		"github.com/opjournal/opjournal/cmd/opjournal",
-		"github.com/opjournal/opjournal/cmd/opjournal-fakeprovider",
+		"github.com/opjournal/opjournal/harness/cmd/opjournal-fakeprovider",
 		"github.com/opjournal/opjournal/cmd/opjournal-reconciler")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the binaries: %v\n%s", err, out)

@@ -11,7 +11,7 @@
 // a sleeping thread with a futex and lets it go back to sleep: on these
 // 2-CPU machines perf counted 25.7 context switches and 699 µs of server
 // CPU per fused operation at one caller with the default, 18.4 and 531 µs
-// on one P (bench/ANALYSIS.md, "One caller"). With two or more calls in
+// on one P (harness/bench/ANALYSIS.md, "One caller"). With two or more calls in
 // flight the second P does useful work, so the governor never holds it
 // back then.
 package adaptiveprocs

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/testkit/await"
 )
 
 // TestQueueBatchesWhatWaitsAndHandsBackTheRest: calls added while the one

@@ -1,6 +1,6 @@
 // Package protocodec encodes and decodes the journal's protobuf messages
 // with the code vtprotobuf generates (MarshalVT, UnmarshalVT, SizeVT in
-// gen/opjournal/v1/journal_vtproto.pb.go) instead of protobuf-go's
+// proto/opjournal/v1/journal_vtproto.pb.go) instead of protobuf-go's
 // reflection, with the guarantees protobuf-go gives that the generated
 // code does not:
 //

@@ -1,5 +1,5 @@
 // Package protojsonrt holds what the generated AppendProtoJSON methods
-// (gen/opjournal/v1/*_restjson.pb.go, written by
+// (proto/opjournal/v1/*_restjson.pb.go, written by
 // internal/cmd/protoc-gen-opjournal-json) call to write a value as
 // protojson does with UseProtoNames and EmitUnpopulated: JSON strings with
 // protojson's escapes, 64-bit integers as strings, bytes in standard

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/await"
-	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/await"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/storetest"

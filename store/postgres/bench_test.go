@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/opjournal/opjournal/internal/bench"
-	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store/postgres"
 	"github.com/opjournal/opjournal/store/storetest"

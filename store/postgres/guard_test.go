@@ -9,7 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store/storetest"
 )

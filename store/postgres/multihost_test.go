@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opjournal/opjournal/internal/pgtest"
-	"github.com/opjournal/opjournal/internal/tcpproxy"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/tcpproxy"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store/postgres"
 )

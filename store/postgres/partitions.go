@@ -14,7 +14,7 @@ import (
 )
 
 // The history (operation_events) is partitioned by RANGE on its time, one
-// partition per week (migrations/postgres/000006 says why a week and why
+// partition per week (store/migrations/postgres/000006 says why a week and why
 // not a hash of the tenant), with a DEFAULT partition so that an insert
 // never fails. This file keeps the partitions: it creates the coming weeks
 // ahead of time and drops a partition once no operation that exists has

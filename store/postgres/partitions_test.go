@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/pgtest"
-	"github.com/opjournal/opjournal/internal/testclock"
-	"github.com/opjournal/opjournal/migrations"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/testclock"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
+	"github.com/opjournal/opjournal/store/migrations"
 	"github.com/opjournal/opjournal/store/postgres"
 	"github.com/opjournal/opjournal/store/storetest"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/migrations"
+	"github.com/opjournal/opjournal/store/migrations"
 )
 
 // Behind a transaction pooler (PgBouncer with pool_mode = transaction)

@@ -25,9 +25,9 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/tracing"
-	"github.com/opjournal/opjournal/migrations"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
+	"github.com/opjournal/opjournal/store/migrations"
 )
 
 // Store implements store.Store on PostgreSQL.
@@ -307,7 +307,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	return s, nil
 }
 
-// Migrate applies the embedded migrations (migrations/postgres) to the
+// Migrate applies the embedded migrations (store/migrations/postgres) to the
 // database at url. golang-migrate holds an advisory lock meanwhile, so
 // several servers starting at once are safe. That lock is a session's, so
 // Migrate returns ErrMigrateThroughPooler for a URL marked as going

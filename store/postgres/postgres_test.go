@@ -3,14 +3,14 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/testkit/await"
 	"net/url"
 	"testing"
 	"time"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/pgtest"
-	"github.com/opjournal/opjournal/internal/tcpproxy"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/tcpproxy"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/postgres"

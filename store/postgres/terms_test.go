@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store/storetest"
 )

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/opjournal/opjournal/internal/bench"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store/sqlite"
 	"github.com/opjournal/opjournal/store/storetest"

@@ -29,9 +29,9 @@ import (
 	zsqlite "zombiezen.com/go/sqlite"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/migrations"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
+	"github.com/opjournal/opjournal/store/migrations"
 )
 
 // Store implements store.Store on a SQLite file.
@@ -114,7 +114,7 @@ func createPrivate(path string) error {
 	return f.Close()
 }
 
-// Migrate applies the embedded migrations (migrations/sqlite) to the file
+// Migrate applies the embedded migrations (store/migrations/sqlite) to the file
 // at path, each in a transaction.
 func Migrate(path string) error {
 	db, err := sql.Open("sqlite", dsn(path))
@@ -174,7 +174,7 @@ const nowSQL = `coalesce(?1, CAST(unixepoch('subsec') * 1000 AS INTEGER))`
 // boolean (an integer), and a duration argument in milliseconds (?3 in
 // the purge). The terms are rendered into constants (terms.go, by the
 // protocol's generator, protocol/cmd/protocolgen), because the write path's statements must stay
-// constants: bench/sqlitedrivers evaluates them from this source.
+// constants: harness/bench/sqlitedrivers evaluates them from this source.
 var dialect = protocol.Dialect{
 	Now:     nowSQL,
 	IsFalse: func(col string) string { return col + " = 0" },
@@ -202,7 +202,7 @@ const (
 	refs, coalesce(parent_key, ''), first_attempt_at, approval, approval_deadline, ` + nowSQL
 )
 
-// The write path's statements, by name: bench/sqlitedrivers runs the same
+// The write path's statements, by name: harness/bench/sqlitedrivers runs the same
 // texts on other drivers and checks that they still match these.
 const (
 	// getSQL reads one operation and the clock (?1 the test clock, ?2

@@ -17,7 +17,7 @@ import (
 // store keeps one for them, opened through zombiezen.com/go/sqlite: the
 // same SQLite (modernc.org/sqlite's translation, pure Go) as the read
 // pool, called directly instead of through database/sql and modernc's
-// database/sql driver. bench/SQLITE.md measured why: on the fused cycle's
+// database/sql driver. harness/bench/SQLITE.md measured why: on the fused cycle's
 // statements that layer (per-call mutexes, C-heap copies of every
 // argument, column names read on every query, database/sql's per-call
 // bookkeeping) cost more CPU than SQLite's own work, and this path does

@@ -12,7 +12,7 @@ import (
 	zsqlite "zombiezen.com/go/sqlite"
 
 	"github.com/opjournal/opjournal"
-	"github.com/opjournal/opjournal/internal/await"
+	"github.com/opjournal/opjournal/internal/testkit/await"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/storetest"

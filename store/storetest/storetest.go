@@ -8,7 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/opjournal/opjournal/internal/testclock"
+	"github.com/opjournal/opjournal/internal/testkit/testclock"
 	"reflect"
 	"sync"
 	"sync/atomic"

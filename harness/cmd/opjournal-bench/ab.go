@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/bench"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // abVariant is one client-side setting of the fused path tried against

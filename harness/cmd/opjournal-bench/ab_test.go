@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/opjournal/opjournal/internal/bench"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
 )
 
 // TestABTablePairsRounds checks that each variant is compared with the

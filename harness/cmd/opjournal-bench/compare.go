@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/opjournal/opjournal/internal/bench"
 	"github.com/opjournal/opjournal/internal/cli"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
 )
 
 // newCompare is `opjournal-bench compare A B`: do two runs' summary.json
@@ -26,7 +26,7 @@ func newCompare() *cobra.Command {
 		Use:   "compare A B",
 		Short: "say whether two runs agree: every ratio of A's summary.json within --within of B's",
 		Long: `Compare two runs' summary.json (A and B: each the file or the results directory
-holding it, e.g. bench/results/quick-1 and bench/results/quick-2). For every
+holding it, e.g. harness/bench/results/quick-1 and harness/bench/results/quick-2). For every
 figure in both, matched by name (the hot path's targets and the other
 targets), it prints A's value, B's, their difference as max/min − 1 and a
 verdict: AGREE or DIFFER against --within for a ratio; "absolute" for a figure
@@ -39,9 +39,9 @@ the ratios that agree.
 Exit status: 0 when every judged figure agrees; 4 when one differs; 2 for a
 usage error (not two arguments, a bad --within, a file that is not a
 summary.json); 1 when a file cannot be read.`,
-		Example: `  opjournal-bench compare bench/results/quick-1 bench/results/quick-2
+		Example: `  opjournal-bench compare harness/bench/results/quick-1 harness/bench/results/quick-2
   opjournal-bench compare --within 0.05 a/summary.json b/summary.json
-  opjournal-bench compare --absolute bench/results/quick-1 bench/results/quick-2`,
+  opjournal-bench compare --absolute harness/bench/results/quick-1 harness/bench/results/quick-2`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if math.IsNaN(o.within) || o.within < 0 {

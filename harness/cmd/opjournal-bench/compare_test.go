@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/opjournal/opjournal/internal/bench"
 	"github.com/opjournal/opjournal/internal/cli"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
 )
 
 // runCompare runs `opjournal-bench args…` in-process, as main does, and

@@ -1,6 +1,6 @@
 // Command opjournal-bench measures opjournal against the floor (the protocol's
 // three statements issued directly with pgx) and against two peers (DBOS
-// Transact and River, run by the separate bench/peers module) in one run
+// Transact and River, run by the separate harness/bench/peers module) in one run
 // on one PostgreSQL, with the real server process.
 //
 //	opjournal-bench [--duration 10s] [--warmup 2s] [--concurrency 1,8,32,64] [--growth-rows 1000000] …
@@ -52,12 +52,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/hashkey"
-	"github.com/opjournal/opjournal/internal/bench"
 	"github.com/opjournal/opjournal/internal/cli"
-	"github.com/opjournal/opjournal/internal/procs"
 	"github.com/opjournal/opjournal/internal/protocodec"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
+	"github.com/opjournal/opjournal/internal/testkit/procs"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/hashkey"
 )
 
 type config struct {
@@ -137,7 +137,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Short: "measure opjournal against the floor (raw SQL) and its peers on one PostgreSQL",
 		Long: `Measure opjournal against the floor (the protocol's three statements issued directly
 with pgx) and against two peers (DBOS Transact and River, run by the separate
-bench/peers module) in one run on one PostgreSQL, with the real server
+harness/bench/peers module) in one run on one PostgreSQL, with the real server
 process. It creates a fresh schema per run (dropped at the end), starts
 "opjournal serve" on it, drives each scenario at each concurrency for a fixed
 duration after a warm-up, in alternating rounds (--rounds: every scenario of
@@ -152,14 +152,14 @@ run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
 (exit status 4 when they differ).`,
 		Example: `  opjournal-bench --database-url postgres://postgres@127.0.0.1:5432/test?sslmode=disable
   opjournal-bench --warmup 200ms --duration 700ms --growth-rows 100000 --purge-rows 100000 \
-      --results-dir bench/results/quick --results-md ""
+      --results-dir harness/bench/results/quick --results-md ""
   opjournal-bench --scenarios fused-grpc,gateway --concurrency 1,32
   opjournal-bench --report-only     # redraw the report from the last results`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&c.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "PostgreSQL server (a fresh schema is created in it); opjournal_* parameters reach only the opjournal server")
 	fs.StringVar(&c.bin, "bin", "bin/opjournal", "the opjournal server binary")
-	fs.StringVar(&c.peersBin, "peers-bin", "bin/opjournal-bench-peers", "the peers binary built from bench/peers (\"\" skips the peers)")
+	fs.StringVar(&c.peersBin, "peers-bin", "bin/opjournal-bench-peers", "the peers binary built from harness/bench/peers (\"\" skips the peers)")
 	fs.StringVar(&levels, "concurrency", "1,8,32,64", "concurrency levels")
 	oneCaller := fs.String("one-caller-concurrency", "1,2,4", "levels at which raw-sql and fused-grpc also run (the one-caller figures), besides --concurrency")
 	gatewayLevels := fs.String("gateway-concurrency", "1,32", "concurrency levels of the gateway rows")
@@ -174,8 +174,8 @@ run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
 	fs.IntVar(&c.purgeRounds, "purge-rounds", 1, "passes of the purge scenario (each loads --purge-rows, measures the fused path, then purges them while measuring it again); the p99 figure is the median over the passes")
 	fs.IntVar(&c.contenders, "contenders", 64, "callers on the same key in the contention scenario")
 	fs.IntVar(&c.replayKeys, "replay-keys", 1000, "succeeded keys the replay scenario cycles through")
-	fs.StringVar(&c.resultsDir, "results-dir", "bench/results", "where latest.json, summary.json and chart.svg go")
-	fs.StringVar(&c.resultsMD, "results-md", "bench/RESULTS.md", "the report with the machine description (\"\" skips it)")
+	fs.StringVar(&c.resultsDir, "results-dir", "harness/bench/results", "where latest.json, summary.json and chart.svg go")
+	fs.StringVar(&c.resultsMD, "results-md", "harness/bench/RESULTS.md", "the report with the machine description (\"\" skips it)")
 	fs.StringVar(&c.serverLog, "server-log", "", "copy the server's log to this file")
 	only := fs.String("scenarios", "", "run only these, comma-separated: raw-sql, full-cycle-grpc, fused-grpc, fused-rest, replay-grpc, grpc (a no-op health check), sqlite (full cycle and fused on the embedded store), contention, peers, growth, purge, gateway (HTTP and MCP through opjournal-gateway against direct calls) (default: all; the targets whose scenarios did not run print SKIP)")
 	serverArgs := fs.String("server-args", "", "extra space-separated arguments for \"opjournal serve\" (e.g. --pprof-addr 127.0.0.1:6060)")

@@ -15,12 +15,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/opjournal/opjournal/internal/bench"
-	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
 )
 
 // TestReportOnlyRedrawsTheCommittedRun redraws the report of the full run of
-// 2026-11-30 (the rows kept in internal/bench/testdata) from a summary written
+// 2026-11-30 (the rows kept in internal/testkit/bench/testdata) from a summary written
 // without the hot path's table: the table is computed again, the older names of
 // its figures leave the other targets, RESULTS.md and summary.json hold
 // it, and --require-targets turns its misses into errTargetsMissed.

@@ -15,10 +15,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opjournal/opjournal/internal/bench"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
 )
 
-// peersProc is the peers binary (bench/peers), started once per run with
+// peersProc is the peers binary (harness/bench/peers), started once per run with
 // both peers set up, measuring one point per request: DBOS's points go
 // into the same alternating rounds as the fused path's, so that the
 // "ahead of DBOS" ratio compares points seconds apart.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/opjournal/opjournal/internal/bench"
-	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
 )
 
 // TestPurgePassMadeAgainUnderSteal runs the purge scenario's passes for

@@ -20,8 +20,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/bench"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // The trivial request every scenario registers, and the result it stores.

@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/opjournal/opjournal/internal/bench"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
 )
 
 // stealGate measures each point of a schedule again while the hypervisor

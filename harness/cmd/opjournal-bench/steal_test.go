@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opjournal/opjournal/internal/bench"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
 )
 
 // fakeSteal is a machine whose hypervisor takes the given share of the

@@ -9,7 +9,7 @@
 // policy with a 5 s in_flight_window, the test provider's true one), so
 // that the release of a proven absence takes seconds, not the 2 min 3 s of
 // the shipped policy; --policy FILE runs with another one (--policy
-// policy/default.yaml waits the shipped window, printing its progress).
+// protocol/policy/default.yaml waits the shipped window, printing its progress).
 package main
 
 import (
@@ -28,12 +28,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/fakeprovider"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/harness/demo"
 	"github.com/opjournal/opjournal/internal/cli"
-	"github.com/opjournal/opjournal/internal/procs"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
+	"github.com/opjournal/opjournal/internal/testkit/procs"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 func main() {
@@ -74,7 +74,7 @@ doors. "make demo" and "make demo-gateway" build the binaries and run it.`,
 	fs.StringVar(&binDir, "bin-dir", "bin", "where opjournal, opjournal-fakeprovider and opjournal-reconciler are")
 	fs.BoolVarP(&verbose, "v", "v", false, "also print the processes' logs")
 	fs.BoolVar(&withGateway, "gateway", false, "run the gateway scenarios (make demo-gateway): the agent calls only opjournal-gateway's HTTP and MCP doors")
-	fs.StringVar(&policyPath, "policy", "", "policy YAML file for every process (default: the shipped policy with a 5 s in_flight_window; policy/default.yaml waits the shipped 2 minutes)")
+	fs.StringVar(&policyPath, "policy", "", "policy YAML file for every process (default: the shipped policy with a 5 s in_flight_window; protocol/policy/default.yaml waits the shipped 2 minutes)")
 	return cli.NewRoot(c, "", stdout, stderr)
 }
 
@@ -200,7 +200,7 @@ func demoPolicy(dir, path string) (*policy.Policy, []string, error) {
 		return nil, nil, err
 	}
 	fmt.Printf("policy: the shipped policy with in_flight_window %s instead of 2m (the test provider carries out nothing after it\n"+
-		"        answered or gave up; --policy policy/default.yaml waits the shipped window): %s\n"+
+		"        answered or gave up; --policy protocol/policy/default.yaml waits the shipped window): %s\n"+
 		"        create_payment also asks an operator to approve payments above %d minor units\n", demo.InFlightWindow, demo.PolicySummary(p), demo.ApprovalThreshold)
 	return p, []string{"--policy", path}, nil
 }

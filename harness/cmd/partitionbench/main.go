@@ -17,7 +17,7 @@
 // on a server nobody else writes to. It prints progress as it goes and
 // writes a Markdown report to --out.
 //
-//	cd harness && go run ./cmd/partitionbench --database-url postgres://postgres@127.0.0.1:55433/partbench --out ../bench/PARTITIONS.md
+//	cd harness && go run ./cmd/partitionbench --database-url postgres://postgres@127.0.0.1:55433/partbench --out bench/PARTITIONS.md
 package main
 
 import (
@@ -37,7 +37,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/opjournal/opjournal/internal/bench"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
 	"github.com/opjournal/opjournal/store/postgres"

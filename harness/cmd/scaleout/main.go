@@ -12,7 +12,7 @@
 // that made it to --out.
 //
 //	go build -o bin/ ./cmd/opjournal && (cd harness && go build -o ../bin/ ./cmd/scaleout)
-//	./bin/scaleout --bin bin/opjournal --replicas 1,2,4 --concurrency 32 --out bench/SCALEOUT.md
+//	./bin/scaleout --bin bin/opjournal --replicas 1,2,4 --concurrency 32 --out harness/bench/SCALEOUT.md
 package main
 
 import (
@@ -37,11 +37,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/hashkey"
-	"github.com/opjournal/opjournal/internal/bench"
-	"github.com/opjournal/opjournal/internal/pgbouncer"
-	"github.com/opjournal/opjournal/internal/procs"
+	"github.com/opjournal/opjournal/internal/testkit/bench"
+	"github.com/opjournal/opjournal/internal/testkit/pgbouncer"
+	"github.com/opjournal/opjournal/internal/testkit/procs"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/hashkey"
 	"github.com/opjournal/opjournal/store/postgres"
 )
 
@@ -75,7 +75,7 @@ func main() {
 	fs.IntVar(&c.poolMax, "pool-max-conns", 16, "pgx pool size of each replica")
 	fs.IntVar(&c.bouncerPool, "pgbouncer-pool", 16, "PgBouncer's server connections for the database (default_pool_size), shared by all replicas")
 	fs.IntVar(&c.rounds, "rounds", 1, "repeat the whole sweep this many times")
-	fs.StringVar(&c.out, "out", "", "write the markdown table, with this command, to this file (e.g. bench/SCALEOUT.md)")
+	fs.StringVar(&c.out, "out", "", "write the markdown table, with this command, to this file (e.g. harness/bench/SCALEOUT.md)")
 	_ = fs.Parse(os.Args[1:])
 	for _, f := range strings.Split(replicas, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))

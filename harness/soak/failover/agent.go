@@ -17,8 +17,8 @@ import (
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/fakeprovider/agenttool"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider/agenttool"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // intent is one business intent: a payment (the provider deduplicates by

@@ -5,7 +5,7 @@
 // For each replication mode, Run builds a throwaway pair from Debian's
 // PostgreSQL 15 binaries (run as the postgres user when we are root): a
 // primary (initdb) and a streaming standby (pg_basebackup -R) whose
-// walreceiver connects through a TCP proxy (internal/tcpproxy). The
+// walreceiver connects through a TCP proxy (internal/testkit/tcpproxy). The
 // harness is the failover manager: it kills every process of the primary
 // with SIGKILL, waits PromoteDelay (a real manager's detection), promotes
 // the standby with pg_ctl promote, and rebuilds the old primary as the

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // TestShortSyncFailover is one failover with synchronous replication
@@ -25,7 +25,7 @@ func TestShortSyncFailover(t *testing.T) {
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
 		"github.com/opjournal/opjournal/cmd/opjournal",
-		"github.com/opjournal/opjournal/cmd/opjournal-fakeprovider",
+		"github.com/opjournal/opjournal/harness/cmd/opjournal-fakeprovider",
 		"github.com/opjournal/opjournal/cmd/opjournal-reconciler")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the binaries: %v\n%s", err, out)
@@ -77,7 +77,7 @@ func TestShortPatroniFailover(t *testing.T) {
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
 		"github.com/opjournal/opjournal/cmd/opjournal",
-		"github.com/opjournal/opjournal/cmd/opjournal-fakeprovider",
+		"github.com/opjournal/opjournal/harness/cmd/opjournal-fakeprovider",
 		"github.com/opjournal/opjournal/cmd/opjournal-reconciler")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the binaries: %v\n%s", err, out)

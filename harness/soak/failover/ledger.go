@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // state is an operation's state as one journal answer showed it.

@@ -19,7 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/opjournal/opjournal/internal/tcpproxy"
+	"github.com/opjournal/opjournal/internal/testkit/tcpproxy"
 )
 
 // patroniNode is one PostgreSQL server run by its own Patroni daemon. The

@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"time"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // journalConnectTimeout is the journal's connect_timeout on the

@@ -17,7 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/opjournal/opjournal/internal/tcpproxy"
+	"github.com/opjournal/opjournal/internal/testkit/tcpproxy"
 )
 
 // pgNode is one PostgreSQL server of the pair: its data directory, its

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
 
 // Summary is what one run of one mode found.

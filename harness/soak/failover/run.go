@@ -18,11 +18,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/fakeprovider"
-	pb "github.com/opjournal/opjournal/gen/opjournal/v1"
 	"github.com/opjournal/opjournal/harness/soak"
-	"github.com/opjournal/opjournal/hashkey"
-	"github.com/opjournal/opjournal/internal/procs"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider"
+	"github.com/opjournal/opjournal/internal/testkit/procs"
+	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/hashkey"
 )
 
 // Timeouts of waits on events (none is a synchronisation delay).

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal/client"
-	"github.com/opjournal/opjournal/fakeprovider/agenttool"
+	"github.com/opjournal/opjournal/internal/testkit/fakeprovider/agenttool"
 )
 
 // straddlesPerFailover is how many intents (half payments, half emails)

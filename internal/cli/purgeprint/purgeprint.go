@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/opjournal/opjournal/journal"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 // Print writes what a purge pass removed (or, dry, would remove):

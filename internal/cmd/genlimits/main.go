@@ -75,8 +75,8 @@ func main() {
 	}
 	root := os.Args[1]
 	for path, text := range map[string]string{
-		"clients/python/opjournal/_limits.py": python(),
-		"clients/typescript/src/limits.ts":    typescript(),
+		"client/python/opjournal/_limits.py": python(),
+		"client/typescript/src/limits.ts":    typescript(),
 	} {
 		if err := os.WriteFile(filepath.Join(root, path), []byte(text), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "genlimits:", err)

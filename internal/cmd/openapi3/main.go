@@ -1,10 +1,10 @@
 // Command openapi3 writes the OpenAPI 3.1 document of JournalService's REST
-// mirror (gen/openapi/opjournal.openapi.json, served at /openapi.json) from
+// mirror (proto/openapi/opjournal.openapi.json, served at /openapi.json) from
 // the Swagger 2.0 document protoc-gen-openapiv2 makes of proto/ and the
 // HTTP mapping (proto/opjournal/v1/journal_http.yaml). `make generate` runs
 // it; CI checks that the output is current.
 //
-//	go run ./internal/cmd/openapi3 -o gen/openapi/opjournal.openapi.json gen/openapi/opjournal.swagger.json
+//	go run ./internal/cmd/openapi3 -o proto/openapi/opjournal.openapi.json proto/openapi/opjournal.swagger.json
 //
 // Besides moving Swagger 2.0's constructs to their 3.1 places (definitions →
 // components/schemas, body parameters → requestBody, query parameters →
@@ -36,7 +36,7 @@ import (
 
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	_ "github.com/opjournal/opjournal/gen/opjournal/v1" // registers the descriptors
+	_ "github.com/opjournal/opjournal/proto/opjournal/v1" // registers the descriptors
 	"github.com/opjournal/opjournal/server"
 )
 

@@ -1,5 +1,5 @@
 // Package e2etest checks tracing across the real parts: the Go SDK, a real
-// journal (internal/testserver: gRPC, the REST mirror, SQLite), the
+// journal (internal/testkit/testserver: gRPC, the REST mirror, SQLite), the
 // gateway, the reconciler's verifier and real HTTP providers, with
 // OpenTelemetry's in-memory exporter. It installs a TracerProvider
 // globally, so it is a package of its own (internal/tracing's tests check
@@ -27,9 +27,9 @@ import (
 
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/gateway"
-	opjournalv1 "github.com/opjournal/opjournal/gen/opjournal/v1"
-	"github.com/opjournal/opjournal/internal/testserver"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/internal/testkit/testserver"
+	opjournalv1 "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/policy"
 	"github.com/opjournal/opjournal/reconciler"
 )
 

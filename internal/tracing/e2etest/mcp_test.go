@@ -12,8 +12,8 @@ import (
 
 	"github.com/opjournal/opjournal/client"
 	"github.com/opjournal/opjournal/gateway"
-	"github.com/opjournal/opjournal/internal/testserver"
-	"github.com/opjournal/opjournal/policy"
+	"github.com/opjournal/opjournal/internal/testkit/testserver"
+	"github.com/opjournal/opjournal/protocol/policy"
 )
 
 const mcpPolicy = `actions:

@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/opjournal/opjournal/internal/pgtest"
+	"github.com/opjournal/opjournal/internal/testkit/pgtest"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store/postgres"
 )

@@ -1,5 +1,5 @@
 // The flow of docs/spec.md through a REST client generated from the OpenAPI 3.1
-// document (gen/openapi/opjournal.openapi.json → src/opjournal.d.ts by
+// document (proto/openapi/opjournal.openapi.json → src/opjournal.d.ts by
 // openapi-typescript; requests by openapi-fetch), against the real binary:
 // register with a claim, mark succeeded, replay, conflict. tsc checks the
 // calls and fields against the generated types before anything runs.

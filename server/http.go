@@ -18,8 +18,10 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/opjournal/opjournal"
@@ -31,7 +33,7 @@ import (
 )
 
 // httpHandler serves the REST mirror (grpc-gateway, calling the service
-// in process through the same interceptor as gRPC, see restServer),
+// in process through the same interceptor as gRPC, see inprocConn),
 // /openapi.json, /metrics (unless it has its own listener), /healthz and
 // the operators' console under /console/ (package console).
 func (s *Server) httpHandler(ctx context.Context) (http.Handler, error) {
@@ -59,7 +61,8 @@ func (s *Server) httpHandler(ctx context.Context) (http.Handler, error) {
 			writeError(w, httpStatus, code, "", msg)
 		}),
 	)
-	if err := pb.RegisterJournalServiceHandlerServer(ctx, gw, &restServer{s: s, inner: s.journal}); err != nil {
+	conn := newInprocConn(&pb.JournalService_ServiceDesc, s.journal, s.interceptor)
+	if err := pb.RegisterJournalServiceHandlerClient(ctx, gw, pb.NewJournalServiceClient(conn)); err != nil {
 		return nil, fmt.Errorf("register gateway: %w", err)
 	}
 	mux := http.NewServeMux()
@@ -255,100 +258,58 @@ var restRoutes = func() map[string]string {
 	return routes
 }()
 
-// restServer is the JournalService the REST gateway calls in process: each
-// call goes through the same interceptor as a gRPC call (errors, metrics,
-// audit log, panics), with the caller restGuard authenticated.
-type restServer struct {
-	pb.UnimplementedJournalServiceServer
-	s     *Server
-	inner pb.JournalServiceServer
+// inprocConn is the REST mirror's connection to the JournalService: a
+// grpc.ClientConnInterface that runs a call through the method's generated
+// gRPC handler with the server's own interceptor chain, in process. So a
+// REST call takes the path a gRPC call takes once its transport has read
+// it (authorization, decoding, metrics, audit log, errors), with no
+// per-method forwarding code, no second listener and no bytes in between:
+// the gateway's generated client (pb.NewJournalServiceClient) drives it
+// like any connection.
+type inprocConn struct {
+	srv         any
+	methods     map[string]grpc.MethodDesc // by full method name
+	interceptor grpc.UnaryServerInterceptor
 }
 
-// call runs one method through the interceptor.
-func call[Req, Resp any](r *restServer, ctx context.Context, method string, req Req, fn func(context.Context, Req) (Resp, error)) (Resp, error) {
-	resp, err := r.s.interceptor(ctx, req, &grpc.UnaryServerInfo{Server: r.inner, FullMethod: servicePrefix + method},
-		func(ctx context.Context, req any) (any, error) { return fn(ctx, req.(Req)) })
-	if err != nil {
-		var zero Resp
-		return zero, err
+// newInprocConn serves the unary methods of desc, implemented by srv,
+// through interceptor.
+func newInprocConn(desc *grpc.ServiceDesc, srv any, interceptor grpc.UnaryServerInterceptor) *inprocConn {
+	c := &inprocConn{srv: srv, methods: map[string]grpc.MethodDesc{}, interceptor: interceptor}
+	for _, m := range desc.Methods {
+		c.methods["/"+desc.ServiceName+"/"+m.MethodName] = m
 	}
-	return resp.(Resp), nil
+	return c
 }
 
-func (r *restServer) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.RegisterResponse, error) {
-	return call(r, ctx, "Register", req, r.inner.Register)
+// Invoke calls method with args and fills reply. The handler gets its own
+// copy of args and the caller its own of the answer, as over a real
+// connection: the gateway's messages and the service's never alias. The
+// gateway's outgoing metadata (the HTTP headers it forwards) becomes the
+// call's incoming metadata, as the transport would make it.
+func (c *inprocConn) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
+	m, ok := c.methods[method]
+	if !ok {
+		return status.Errorf(codes.Unimplemented, "method %s not implemented", method)
+	}
+	if md, ok := metadata.FromOutgoingContext(ctx); ok {
+		ctx = metadata.NewIncomingContext(ctx, md)
+	}
+	dec := func(in any) error {
+		proto.Merge(in.(proto.Message), args.(proto.Message))
+		return nil
+	}
+	resp, err := m.Handler(c.srv, ctx, dec, c.interceptor)
+	if err != nil {
+		return err
+	}
+	proto.Merge(reply.(proto.Message), resp.(proto.Message))
+	return nil
 }
 
-func (r *restServer) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
-	return call(r, ctx, "Claim", req, r.inner.Claim)
-}
-
-func (r *restServer) ExtendLease(ctx context.Context, req *pb.ExtendLeaseRequest) (*pb.ExtendLeaseResponse, error) {
-	return call(r, ctx, "ExtendLease", req, r.inner.ExtendLease)
-}
-
-func (r *restServer) MarkSucceeded(ctx context.Context, req *pb.MarkSucceededRequest) (*pb.MarkSucceededResponse, error) {
-	return call(r, ctx, "MarkSucceeded", req, r.inner.MarkSucceeded)
-}
-
-func (r *restServer) MarkUnknown(ctx context.Context, req *pb.MarkUnknownRequest) (*pb.MarkUnknownResponse, error) {
-	return call(r, ctx, "MarkUnknown", req, r.inner.MarkUnknown)
-}
-
-func (r *restServer) MarkFailedFinal(ctx context.Context, req *pb.MarkFailedFinalRequest) (*pb.MarkFailedFinalResponse, error) {
-	return call(r, ctx, "MarkFailedFinal", req, r.inner.MarkFailedFinal)
-}
-
-func (r *restServer) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.LookupResponse, error) {
-	return call(r, ctx, "Lookup", req, r.inner.Lookup)
-}
-
-func (r *restServer) ListOperations(ctx context.Context, req *pb.ListOperationsRequest) (*pb.ListOperationsResponse, error) {
-	return call(r, ctx, "ListOperations", req, r.inner.ListOperations)
-}
-
-func (r *restServer) ReleaseForRetry(ctx context.Context, req *pb.ReleaseForRetryRequest) (*pb.ReleaseForRetryResponse, error) {
-	return call(r, ctx, "ReleaseForRetry", req, r.inner.ReleaseForRetry)
-}
-
-func (r *restServer) RecordCheck(ctx context.Context, req *pb.RecordCheckRequest) (*pb.RecordCheckResponse, error) {
-	return call(r, ctx, "RecordCheck", req, r.inner.RecordCheck)
-}
-
-func (r *restServer) Escalate(ctx context.Context, req *pb.EscalateRequest) (*pb.EscalateResponse, error) {
-	return call(r, ctx, "Escalate", req, r.inner.Escalate)
-}
-
-func (r *restServer) Resolve(ctx context.Context, req *pb.ResolveRequest) (*pb.ResolveResponse, error) {
-	return call(r, ctx, "Resolve", req, r.inner.Resolve)
-}
-
-func (r *restServer) Acknowledge(ctx context.Context, req *pb.AcknowledgeRequest) (*pb.AcknowledgeResponse, error) {
-	return call(r, ctx, "Acknowledge", req, r.inner.Acknowledge)
-}
-
-func (r *restServer) SetNote(ctx context.Context, req *pb.SetNoteRequest) (*pb.SetNoteResponse, error) {
-	return call(r, ctx, "SetNote", req, r.inner.SetNote)
-}
-
-func (r *restServer) Approve(ctx context.Context, req *pb.ApproveRequest) (*pb.ApproveResponse, error) {
-	return call(r, ctx, "Approve", req, r.inner.Approve)
-}
-
-func (r *restServer) Reject(ctx context.Context, req *pb.RejectRequest) (*pb.RejectResponse, error) {
-	return call(r, ctx, "Reject", req, r.inner.Reject)
-}
-
-func (r *restServer) ListEvents(ctx context.Context, req *pb.ListEventsRequest) (*pb.ListEventsResponse, error) {
-	return call(r, ctx, "ListEvents", req, r.inner.ListEvents)
-}
-
-func (r *restServer) GetPolicy(ctx context.Context, req *pb.GetPolicyRequest) (*pb.GetPolicyResponse, error) {
-	return call(r, ctx, "GetPolicy", req, r.inner.GetPolicy)
-}
-
-func (r *restServer) WhoAmI(ctx context.Context, req *pb.WhoAmIRequest) (*pb.WhoAmIResponse, error) {
-	return call(r, ctx, "WhoAmI", req, r.inner.WhoAmI)
+// NewStream refuses: the JournalService has no streaming methods.
+func (c *inprocConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, status.Error(codes.Unimplemented, "the REST mirror has no streaming methods")
 }
 
 // checkPayloadText validates a register body's payload on its JSON TEXT,

@@ -226,6 +226,12 @@ type RegisterRequest struct {
 	// is how the gRPC transport, which holds the payload as a Struct, hands
 	// it over. An envelope that names another action is CodeInternal.
 	Envelope json.RawMessage
+	// PayloadRefused, if not nil, is the transport's refusal of the
+	// payload while making it canonical (canonjson's *Error, naming the
+	// value): Register reports it, with the field "payload" and the
+	// value's path, where it checks the payload, so that a request wrong
+	// in several ways is refused for the same thing through every door.
+	PayloadRefused error
 	// Refs are business references (order_id → 817): stored, searchable,
 	// immutable, and part of neither the key nor the request hash.
 	Refs map[string]string
@@ -317,7 +323,7 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 	if err != nil {
 		return RegisterResult{}, err
 	}
-	if req.Payload == nil && req.Envelope == nil {
+	if req.Payload == nil && req.Envelope == nil && req.PayloadRefused == nil {
 		return RegisterResult{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "payload", "is required (a JSON object; {} for none)")
 	}
 	c := &protocol.Command{Kind: protocol.CmdRegister, Key: req.Key, Action: act.Name, Refs: req.Refs, ParentKey: req.ParentKey}
@@ -332,9 +338,12 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 		return RegisterResult{}, err
 	}
 	var envelope, canonical json.RawMessage
-	if req.Envelope != nil {
+	switch {
+	case req.PayloadRefused != nil:
+		err = jsonError("payload", req.PayloadRefused)
+	case req.Envelope != nil:
 		envelope, canonical, err = s.checkEnvelope(act, req.Envelope)
-	} else {
+	default:
 		envelope, canonical, err = s.checkPayload(act, req.Payload)
 	}
 	if err != nil {
@@ -618,6 +627,9 @@ type MarkSucceededRequest struct {
 	// canonjson.CanonicalizeStruct): it is then checked only for its
 	// shape and size, not parsed again.
 	ResultCanonical bool
+	// ResultRefused, if not nil, is the transport's refusal of the result
+	// while making it canonical (as RegisterRequest.PayloadRefused).
+	ResultRefused error
 	// Actor is who the caller says reports the effect (optional); it is
 	// the history's actor only without authentication (default: the lease
 	// owner).
@@ -634,7 +646,7 @@ func (s *Service) MarkSucceeded(ctx context.Context, req MarkSucceededRequest) (
 			return nil, err
 		}
 	}
-	result, err := s.checkedResult(req.Result, req.ResultCanonical)
+	result, err := s.checkedResult(req.Result, req.ResultCanonical, req.ResultRefused)
 	if err != nil {
 		return nil, err
 	}
@@ -654,9 +666,9 @@ type MarkRequest struct {
 	// Result (MarkFailedFinal only) is the refusal as the provider gave it,
 	// a JSON object or nil; stored redacted, like a result.
 	Result json.RawMessage
-	// ResultCanonical says Result is already canonical JSON, as in
-	// MarkSucceededRequest.
+	// ResultCanonical and ResultRefused are as in MarkSucceededRequest.
 	ResultCanonical bool
+	ResultRefused   error
 }
 
 // MarkUnknown records an attempt without a definite answer. Only the
@@ -676,11 +688,11 @@ func (s *Service) mark(ctx context.Context, kind protocol.CommandKind, req MarkR
 		return nil, err
 	}
 	c := &protocol.Command{Kind: kind, Key: req.Key, Attempt: req.Attempt, ErrorCode: req.ErrorCode}
-	if req.Result != nil {
+	if req.Result != nil || req.ResultRefused != nil {
 		if kind != protocol.CmdMarkFailedFinal {
 			return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "result", "only a confirmed refusal (MarkFailedFinal) or effect (MarkSucceeded) stores a result")
 		}
-		result, err := s.checkedResult(req.Result, req.ResultCanonical)
+		result, err := s.checkedResult(req.Result, req.ResultCanonical, req.ResultRefused)
 		if err != nil {
 			return nil, err
 		}
@@ -786,8 +798,12 @@ func checkAttempt(a int) error {
 // checkedResult is canonicalResult for a result that a transport may
 // have canonicalised already (canonical true: from
 // canonjson.CanonicalizeStruct), which is only checked to be an object
-// within Limits.MaxResultBytes, with canonicalResult's errors.
-func (s *Service) checkedResult(raw json.RawMessage, canonical bool) (json.RawMessage, error) {
+// within Limits.MaxResultBytes, with canonicalResult's errors, or refused
+// (refused not nil: reported as canonicalResult reports a bad value).
+func (s *Service) checkedResult(raw json.RawMessage, canonical bool, refused error) (json.RawMessage, error) {
+	if refused != nil {
+		return nil, jsonError("result", refused)
+	}
 	if !canonical || raw == nil {
 		return s.canonicalResult(raw)
 	}

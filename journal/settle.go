@@ -107,9 +107,9 @@ type ResolveRequest struct {
 	ErrorCode  string           // optional, with StatusFailedFinal
 	Actor      string           // stated; required without authentication
 	Reason     string           // required
-	// ResultCanonical says Result is already canonical JSON, as in
-	// MarkSucceededRequest.
+	// ResultCanonical and ResultRefused are as in MarkSucceededRequest.
 	ResultCanonical bool
+	ResultRefused   error
 }
 
 // Resolve applies an operator's verdict to a non-terminal operation that
@@ -130,7 +130,7 @@ func (s *Service) Resolve(ctx context.Context, req ResolveRequest) (*opjournal.O
 			return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "error_code", "belongs to a failed_final resolution")
 		}
 	case opjournal.StatusFailedFinal:
-		if req.ExternalID != "" || req.Result != nil {
+		if req.ExternalID != "" || req.Result != nil || req.ResultRefused != nil {
 			return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "external_id", "a failed_final resolution has no external_id or result")
 		}
 	default:
@@ -139,7 +139,7 @@ func (s *Service) Resolve(ctx context.Context, req ResolveRequest) (*opjournal.O
 	if err := firstError(checkText("external_id", req.ExternalID, MaxExternalIDLen), checkText("error_code", req.ErrorCode, MaxErrorCodeLen)); err != nil {
 		return nil, err
 	}
-	result, err := s.checkedResult(req.Result, req.ResultCanonical)
+	result, err := s.checkedResult(req.Result, req.ResultCanonical, req.ResultRefused)
 	if err != nil {
 		return nil, err
 	}

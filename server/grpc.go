@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/journal"
 	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
-	"github.com/opjournal/opjournal/protocol/canonjson"
 	"github.com/opjournal/opjournal/server/auth"
 )
 
@@ -33,12 +30,9 @@ func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (
 	if err != nil {
 		return nil, err
 	}
-	payload, envelope, err := s.payloadJSON(ctx, req.GetActionType(), req.GetPayload())
-	if err != nil {
-		return nil, err
-	}
+	envelope, refused := s.canonicalPayload(ctx, req.GetActionType(), req.GetPayload())
 	jr := journal.RegisterRequest{
-		Caller: callerOf(ctx), Key: req.GetOperationKey(), Action: req.GetActionType(), Payload: payload, Envelope: envelope,
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), Action: req.GetActionType(), Envelope: envelope, PayloadRefused: refused,
 		Refs: req.GetRefs(), ParentKey: req.GetParentKey(),
 	}
 	if c := req.GetClaim(); c != nil {
@@ -162,13 +156,10 @@ func (s *journalServer) MarkSucceeded(ctx context.Context, req *pb.MarkSucceeded
 	if err != nil {
 		return nil, err
 	}
-	result, canonical, err := resultJSON(ctx, req.GetResult())
-	if err != nil {
-		return nil, err
-	}
+	result, refused := canonicalResult(ctx, req.GetResult())
 	op, err := s.svc.MarkSucceeded(ctx, journal.MarkSucceededRequest{
 		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ExternalID: req.GetExternalId(), Result: result,
-		ResultCanonical: canonical, Actor: req.GetActor(),
+		ResultCanonical: true, ResultRefused: refused, Actor: req.GetActor(),
 	})
 	if err != nil {
 		s.countStale(ctx, req.GetOperationKey(), err)
@@ -205,13 +196,10 @@ func (s *journalServer) MarkFailedFinal(ctx context.Context, req *pb.MarkFailedF
 	if err != nil {
 		return nil, err
 	}
-	result, canonical, err := resultJSON(ctx, req.GetResult())
-	if err != nil {
-		return nil, err
-	}
+	result, refused := canonicalResult(ctx, req.GetResult())
 	op, err := s.svc.MarkFailedFinal(ctx, journal.MarkRequest{
 		Caller: callerOf(ctx), Key: req.GetOperationKey(), Attempt: int(req.GetAttempt()), ErrorCode: req.GetErrorCode(), Result: result,
-		ResultCanonical: canonical,
+		ResultCanonical: true, ResultRefused: refused,
 	})
 	if err != nil {
 		s.countStale(ctx, req.GetOperationKey(), err)
@@ -246,99 +234,6 @@ func (s *journalServer) countStale(ctx context.Context, key string, err error) {
 		action = op.Action
 	}
 	s.metrics.outcome(action, "stale_attempt")
-}
-
-// payloadJSON is a Register's payload for the journal: on the gRPC path,
-// the canonical request envelope written straight from the Struct
-// (canonjson.StructRequest, with the action's options), which the journal
-// takes without parsing it again; else the JSON text requestJSON gives
-// (the REST body's own text, or the Struct rendered by structJSON), which
-// the journal canonicalises. A Struct the direct path refuses goes the
-// text way too: structJSON and the journal then refuse it exactly as they
-// always have, with the same field and words, and after the same checks
-// of the request's other fields, which a refusal here would overtake.
-// Refusals are rare, so the second walk costs nothing that matters.
-func (s *journalServer) payloadJSON(ctx context.Context, action string, st *structpb.Struct) (payload, envelope json.RawMessage, err error) {
-	if st != nil {
-		if env, _, err := canonjson.StructRequest(action, st, s.svc.PayloadOptions(action)); err == nil {
-			return nil, env, nil
-		}
-	}
-	payload, err = requestJSON(ctx, "payload", st)
-	return payload, nil, err
-}
-
-// resultJSON is payloadJSON for a result (MarkSucceeded, MarkFailedFinal,
-// Resolve): canonical JSON straight from the Struct (canonical true), or,
-// when there is no Struct or it is refused, requestJSON's text for the
-// journal to canonicalise or refuse as before.
-func resultJSON(ctx context.Context, st *structpb.Struct) (result json.RawMessage, canonical bool, err error) {
-	if st != nil {
-		if c, err := canonjson.CanonicalizeStruct(st, canonjson.Options{}); err == nil {
-			return c, true, nil
-		}
-	}
-	result, err = requestJSON(ctx, "result", st)
-	return result, false, err
-}
-
-// structJSON renders a Struct as JSON for canonicalisation. Struct numbers
-// are doubles, which is exactly RFC 8785's number model; canonjson then
-// rejects anything beyond ±(2^53−1), which also catches every integer a
-// client's JSON library rounded on the way in. NaN and infinities cannot be
-// JSON at all and are refused here with the field named, as is nesting
-// deeper than canonjson.MaxDepth (badValue's rules, checked by renderStruct
-// in the same walk that writes the text).
-func structJSON(field string, st *structpb.Struct) (json.RawMessage, error) {
-	if st == nil {
-		return nil, nil
-	}
-	b, err := renderStruct(st)
-	if err == nil {
-		return b, nil
-	}
-	var p *valueProblem
-	if errors.As(err, &p) {
-		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, p.path(field), "%s", p.msg)
-	}
-	// A value with no JSON form (no kind, invalid UTF-8) stopped the walk.
-	// badValue's problems are looked for first, over the whole
-	// message, so that a NaN or excess nesting elsewhere is still what the
-	// client hears about; this rare path pays for a second walk.
-	if path, problem := badValue(structpb.NewStructValue(st), field, 0); problem != "" {
-		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, path, "%s", problem)
-	}
-	return nil, &opjournal.Error{Code: opjournal.CodeInvalidArgument, Field: field, Message: "cannot be rendered as JSON", Err: errors.Unwrap(err)}
-}
-
-// badValue finds the first value that cannot be JSON the journal accepts:
-// a NaN or infinity, or nesting deeper than canonjson.MaxDepth. It stops
-// descending at that depth, so a hostile message cannot make it recurse
-// far. renderStruct makes the same checks while it writes; badValue is the
-// reference for them, and structJSON's fallback when rendering fails.
-func badValue(v *structpb.Value, path string, depth int) (string, string) {
-	switch k := v.GetKind().(type) {
-	case *structpb.Value_NumberValue:
-		if math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0) {
-			return path, "is not a finite number (NaN and infinities are not JSON)"
-		}
-	case *structpb.Value_StructValue, *structpb.Value_ListValue:
-		if depth >= canonjson.MaxDepth {
-			return path, fmt.Sprintf("nests deeper than %d levels", canonjson.MaxDepth)
-		}
-		// GetStructValue and GetListValue return nil for the other kind.
-		for name, f := range v.GetStructValue().GetFields() {
-			if p, problem := badValue(f, path+"/"+name, depth+1); problem != "" {
-				return p, problem
-			}
-		}
-		for i, e := range v.GetListValue().GetValues() {
-			if p, problem := badValue(e, fmt.Sprintf("%s/%d", path, i), depth+1); problem != "" {
-				return p, problem
-			}
-		}
-	}
-	return "", ""
 }
 
 var statusPB = map[opjournal.Status]pb.Status{

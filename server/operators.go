@@ -114,12 +114,9 @@ func (s *journalServer) Resolve(ctx context.Context, req *pb.ResolveRequest) (*p
 	case pb.Resolution_RESOLUTION_FAILED_FINAL:
 		to = opjournal.StatusFailedFinal
 	}
-	result, canonical, err := resultJSON(ctx, req.GetResult())
-	if err != nil {
-		return nil, err
-	}
+	result, refused := canonicalResult(ctx, req.GetResult())
 	op, err := s.svc.Resolve(ctx, journal.ResolveRequest{
-		Caller: callerOf(ctx), Key: req.GetOperationKey(), To: to, ExternalID: req.GetExternalId(), Result: result, ResultCanonical: canonical,
+		Caller: callerOf(ctx), Key: req.GetOperationKey(), To: to, ExternalID: req.GetExternalId(), Result: result, ResultCanonical: true, ResultRefused: refused,
 		ErrorCode: req.GetErrorCode(), Actor: req.GetActor(), Reason: req.GetReason(),
 	})
 	if err != nil {

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
@@ -65,16 +64,13 @@ func restBodyOf(ctx context.Context) *restBody {
 	return b
 }
 
-// requestJSON is the JSON text of a request's Struct field: the text the
-// REST body carried, on the fast path, else the Struct rendered
-// (structJSON).
-func requestJSON(ctx context.Context, field string, st *structpb.Struct) (json.RawMessage, error) {
-	if st == nil {
-		if b := restBodyOf(ctx); b != nil {
-			return b.structs[field], nil
-		}
+// restText is the JSON text a REST body on the fast path carried for
+// the Struct field named (payload, result), or nil.
+func restText(ctx context.Context, field string) json.RawMessage {
+	if b := restBodyOf(ctx); b != nil {
+		return b.structs[field]
 	}
-	return structJSON(field, st)
+	return nil
 }
 
 // decodeREST decodes the members of a body into a new request of method

@@ -3,10 +3,14 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"math"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
+	"pgregory.net/rapid"
 
 	"github.com/opjournal/opjournal/journal"
 	"github.com/opjournal/opjournal/protocol/canonjson"
@@ -23,88 +27,92 @@ func testJournalServer() *journalServer {
 	return &journalServer{svc: journal.New(nil, policy.Default(), journal.Limits{})}
 }
 
-// TestPayloadJSONIsTheTwoStepPath: what Register hands the journal from a
-// Struct is, when the Struct is accepted, the envelope the old path
-// (structJSON, then canonjson.Request) made, byte for byte; when it is
-// refused, no envelope but structJSON's text (or its error), so that the
-// journal refuses it as it always has.
-func TestPayloadJSONIsTheTwoStepPath(t *testing.T) {
+// restContext is the context of a REST call whose body, on the fast
+// path, carried text for the Struct field named.
+func restContext(field string, text []byte) context.Context {
+	return context.WithValue(context.Background(), restBodyKey{}, &restBody{structs: map[string]json.RawMessage{field: text}})
+}
+
+// sameRefusal says two refusals name the same value for the same reason.
+func sameRefusal(a, b error) bool {
+	var ea, eb *canonjson.Error
+	if !errors.As(a, &ea) || !errors.As(b, &eb) {
+		return a == nil && b == nil
+	}
+	return ea.Path == eb.Path && ea.Msg == eb.Msg
+}
+
+// TestOnePayloadPath: a payload becomes the same canonical request
+// envelope, or the same refusal, whether it arrives as a Struct (gRPC, or
+// a REST body protojson decoded) or as the JSON text of a REST body on the
+// fast path: the property the edge's one canonicalisation rests on, over
+// generated documents whose numbers a double holds exactly (the only ones
+// a Struct can carry as they were written).
+func TestOnePayloadPath(t *testing.T) {
 	t.Parallel()
 	s := testJournalServer()
-	ctx := context.Background()
+	rapid.Check(t, func(rt *rapid.T) {
+		st := genStruct(rt, 4)
+		text, err := protojson.Marshal(st)
+		if err != nil {
+			rt.Skip("protojson refuses the generated Struct")
+		}
+		action := rapid.SampledFrom([]string{"create_payment", "send_email", "wire_money"}).Draw(rt, "action")
+		fromStruct, refusedS := s.canonicalPayload(context.Background(), action, st)
+		fromText, refusedT := s.canonicalPayload(restContext("payload", text), action, nil)
+		if !bytes.Equal(fromStruct, fromText) || !sameRefusal(refusedS, refusedT) {
+			rt.Fatalf("%s: from the Struct %s, %v; from the text %s %s, %v", action, fromStruct, refusedS, text, fromText, refusedT)
+		}
+		resS, refS := canonicalResult(context.Background(), st)
+		resT, refT := canonicalResult(restContext("result", text), nil)
+		if !bytes.Equal(resS, resT) || !sameRefusal(refS, refT) {
+			rt.Fatalf("result: from the Struct %s, %v; from the text %s, %v", resS, refS, resT, refT)
+		}
+	})
+}
+
+// TestCanonicalPayloadRefusals: what the edge refuses, with the value's
+// path, and that a call without a payload has neither an envelope nor a
+// refusal (the journal then says the payload is required).
+func TestCanonicalPayloadRefusals(t *testing.T) {
+	t.Parallel()
+	s := testJournalServer()
 	nan := mustStruct(t, `{"a":1}`)
 	nan.Fields["a"] = structpb.NewNumberValue(math.NaN())
 	for _, tc := range []struct {
 		name, action string
 		st           *structpb.Struct
-		direct       bool // whether the direct path takes it
+		wantPath     string
 	}{
-		{"bench", "create_payment", mustStruct(t, benchScenarioPayload), true},
-		{"typical", "create_payment", mustStruct(t, typicalPayload), true},
-		{"10KiB", "send_email", mustStruct(t, largePayload), true},
-		{"unknown action", "wire_money", mustStruct(t, typicalPayload), true},
-		{"fraction of money", "create_payment", mustStruct(t, `{"amount_minor":4900.5}`), false},
-		{"money beyond 2^53", "create_payment", mustStruct(t, `{"amount_minor":9007199254740992}`), false},
-		{"NaN", "create_payment", nan, false},
-		{"nil", "create_payment", nil, false},
+		{"fraction of money", "create_payment", mustStruct(t, `{"amount_minor":4900.5}`), "/amount_minor"},
+		{"money beyond 2^53", "create_payment", mustStruct(t, `{"amount_minor":9007199254740992}`), "/amount_minor"},
+		{"NaN", "create_payment", nan, "/a"},
 	} {
-		payload, env, err := s.payloadJSON(ctx, tc.action, tc.st)
-		text, textErr := structJSON("payload", tc.st)
-		if !tc.direct {
-			if env != nil || !bytes.Equal(payload, text) || (err == nil) != (textErr == nil) || (err != nil && err.Error() != textErr.Error()) {
-				t.Errorf("%s: payloadJSON = %s, %s, %v; want structJSON's %s, %v and no envelope", tc.name, payload, env, err, text, textErr)
-			}
-			continue
-		}
-		want, _, werr := canonjson.Request(tc.action, text, s.svc.PayloadOptions(tc.action))
-		if err != nil || werr != nil || payload != nil || !bytes.Equal(env, want) {
-			t.Errorf("%s: payloadJSON = %s, %s, %v; want the envelope %s (%v)", tc.name, payload, env, err, want, werr)
+		env, refused := s.canonicalPayload(context.Background(), tc.action, tc.st)
+		var ce *canonjson.Error
+		if env != nil || !errors.As(refused, &ce) || ce.Path != tc.wantPath {
+			t.Errorf("%s: %s, %v; want a refusal at %s", tc.name, env, refused, tc.wantPath)
 		}
 	}
-
-	// Results: canonical JSON straight from the Struct, or structJSON's
-	// text when there is none or it is refused.
-	for _, st := range []*structpb.Struct{mustStruct(t, typicalResult), mustStruct(t, `{"n":1e16}`), nan, nil} {
-		got, canonical, err := resultJSON(ctx, st)
-		text, textErr := structJSON("result", st)
-		want, werr := canonjson.Canonicalize(text, canonjson.Options{})
-		switch {
-		case canonical:
-			if err != nil || werr != nil || !bytes.Equal(got, want) {
-				t.Errorf("resultJSON(%v) = %s, %v; want %s (%v)", st, got, err, want, werr)
-			}
-		case st != nil && textErr == nil && werr == nil:
-			t.Errorf("resultJSON(%v) took the text path for a result Canonicalize accepts", st)
-		case !bytes.Equal(got, text) || (err == nil) != (textErr == nil):
-			t.Errorf("resultJSON(%v) = %s, %v; want structJSON's %s, %v", st, got, err, text, textErr)
-		}
+	if env, refused := s.canonicalPayload(context.Background(), "create_payment", nil); env != nil || refused != nil {
+		t.Errorf("no payload: %s, %v; want neither", env, refused)
+	}
+	want, _, _ := canonjson.Request("create_payment", []byte(benchScenarioPayload), s.svc.PayloadOptions("create_payment"))
+	if env, refused := s.canonicalPayload(context.Background(), "create_payment", mustStruct(t, benchScenarioPayload)); refused != nil || !bytes.Equal(env, want) {
+		t.Errorf("the bench's payload: %s, %v; want %s", env, refused, want)
 	}
 }
 
-// BenchmarkStructCanonical compares, for a Register payload held as a
-// Struct, the old two steps (structJSON renders JSON text, then
-// canonjson.Request parses and canonicalises it) with the direct path
-// (canonjson.StructRequest writes the envelope from the Struct), under
-// create_payment's options:
+// BenchmarkStructCanonical measures the edge's canonicalisation of a
+// Register payload held as a Struct (canonjson.StructRequest), under
+// create_payment's options, and of a result:
 //
 //	go test -run '^$' -bench StructCanonical -benchmem ./protocol/canonjson/ ./server/
 func BenchmarkStructCanonical(b *testing.B) {
 	opts := canonjson.Options{IntegerFields: []string{"amount_minor"}}
 	for _, size := range []struct{ name, payload string }{{"bench", benchScenarioPayload}, {"typical", typicalPayload}, {"10KiB", largePayload}} {
 		st := mustStruct(b, size.payload)
-		b.Run(size.name+"/two-step", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				text, err := structJSON("payload", st)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, _, err := canonjson.Request("create_payment", text, opts); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.Run(size.name+"/direct", func(b *testing.B) {
+		b.Run(size.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, _, err := canonjson.StructRequest("create_payment", st, opts); err != nil {
@@ -114,19 +122,7 @@ func BenchmarkStructCanonical(b *testing.B) {
 		})
 	}
 	st := mustStruct(b, typicalResult)
-	b.Run("result/two-step", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			text, err := structJSON("result", st)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := canonjson.Canonicalize(text, canonjson.Options{}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("result/direct", func(b *testing.B) {
+	b.Run("result", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := canonjson.CanonicalizeStruct(st, canonjson.Options{}); err != nil {

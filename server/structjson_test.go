@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,22 +32,6 @@ func structFromJSONProtojson(raw []byte) (*structpb.Struct, error) {
 		return nil, err
 	}
 	return st, nil
-}
-
-// structJSONProtojson is structJSON as it was: badValue's walk, then
-// protojson.Marshal.
-func structJSONProtojson(field string, st *structpb.Struct) (json.RawMessage, error) {
-	if st == nil {
-		return nil, nil
-	}
-	if path, problem := badValue(structpb.NewStructValue(st), field, 0); problem != "" {
-		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, path, "%s", problem)
-	}
-	b, err := protojson.Marshal(st)
-	if err != nil {
-		return nil, &opjournal.Error{Code: opjournal.CodeInvalidArgument, Field: field, Message: "cannot be rendered as JSON", Err: err}
-	}
-	return b, nil
 }
 
 // sameStruct reports whether a and b are the same Struct. proto.Equal
@@ -85,74 +68,6 @@ func checkDecode(t tester, raw []byte) {
 		t.Fatalf("structFromJSON(%q) = %v; protojson refuses it: %v", raw, got, werr)
 	case !sameStruct(got, want):
 		t.Fatalf("structFromJSON(%q):\n got  %v\n want %v", raw, got, want)
-	}
-}
-
-// checkEncode renders st with structJSON and with the protojson path and
-// fails unless both refuse it with the same error (code, field, message)
-// or both produce text that decodes back to st and canonicalises to the
-// same bytes (or is refused by canonjson in both cases).
-func checkEncode(t tester, st *structpb.Struct) {
-	t.Helper()
-	got, err := structJSON("payload", st)
-	want, werr := structJSONProtojson("payload", st)
-	if err != nil || werr != nil {
-		if err == nil || werr == nil {
-			t.Fatalf("structJSON(%v) = %s, %v; protojson path: %s, %v", st, got, err, want, werr)
-		}
-		var e, we *opjournal.Error
-		if !errors.As(err, &e) || !errors.As(werr, &we) || e.Code != we.Code {
-			t.Fatalf("structJSON(%v): %v; protojson path: %v", st, err, werr)
-		}
-		if e.Field == we.Field && e.Message == we.Message {
-			return
-		}
-		// With several problems, which one a walk meets first depends on
-		// map order, for the old walk as for the new: ours must be one of
-		// them.
-		var all []string
-		allProblems(structpb.NewStructValue(st), "payload", 0, &all)
-		if !slices.Contains(all, e.Field+": "+e.Message) {
-			t.Fatalf("structJSON(%v): %v, which is none of %q; protojson path: %v", st, err, all, werr)
-		}
-		return
-	}
-	if st == nil {
-		if got != nil {
-			t.Fatalf("structJSON(nil) = %s, want nil", got)
-		}
-		return
-	}
-	back, berr := structFromJSONProtojson(got)
-	if berr != nil || !sameStruct(back, nullsAsZero(st)) {
-		t.Fatalf("structJSON(%v) = %s, which protojson reads back as %v, %v", st, got, back, berr)
-	}
-	cg, cerr := canonjson.Canonicalize(got, canonjson.Options{})
-	cw, cwerr := canonjson.Canonicalize(want, canonjson.Options{})
-	if (cerr != nil) != (cwerr != nil) || !bytes.Equal(cg, cw) {
-		t.Fatalf("canonical forms differ:\n ours     %s -> %s, %v\n protojson %s -> %s, %v", got, cg, cerr, want, cw, cwerr)
-	}
-}
-
-// allProblems appends every problem badValue could report for v, as
-// "path: message": it walks like badValue but does not stop at the first.
-func allProblems(v *structpb.Value, path string, depth int, out *[]string) {
-	switch k := v.GetKind().(type) {
-	case *structpb.Value_NumberValue:
-		if math.IsNaN(k.NumberValue) || math.IsInf(k.NumberValue, 0) {
-			*out = append(*out, path+": is not a finite number (NaN and infinities are not JSON)")
-		}
-	case *structpb.Value_StructValue, *structpb.Value_ListValue:
-		if depth >= canonjson.MaxDepth {
-			*out = append(*out, path+": nests deeper than 64 levels")
-			return
-		}
-		for name, f := range v.GetStructValue().GetFields() {
-			allProblems(f, path+"/"+name, depth+1, out)
-		}
-		for i, e := range v.GetListValue().GetValues() {
-			allProblems(e, path+"/"+strconv.Itoa(i), depth+1, out)
-		}
 	}
 }
 
@@ -269,8 +184,8 @@ func TestStructFromJSONConcurrent(t *testing.T) {
 					return
 				}
 				if err == nil {
-					if _, err := structJSON("payload", got); err != nil {
-						t.Errorf("structJSON(%v): %v", got, err)
+					if _, err := canonjson.CanonicalizeStruct(got, canonjson.Options{}); err != nil {
+						t.Errorf("CanonicalizeStruct(%v): %v", got, err)
 						return
 					}
 				}
@@ -312,113 +227,6 @@ func chain(n int, v *structpb.Value) *structpb.Value {
 		v = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{v}})
 	}
 	return v
-}
-
-func TestStructJSON(t *testing.T) {
-	num := structpb.NewNumberValue
-	str := structpb.NewStringValue
-	obj := func(kv ...any) *structpb.Value {
-		s := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-		for i := 0; i < len(kv); i += 2 {
-			v, _ := kv[i+1].(*structpb.Value) // an untyped nil is a nil *Value
-			s.Fields[kv[i].(string)] = v
-		}
-		return structpb.NewStructValue(s)
-	}
-	list := func(vs ...*structpb.Value) *structpb.Value {
-		return structpb.NewListValue(&structpb.ListValue{Values: vs})
-	}
-	root := func(v *structpb.Value) *structpb.Struct { return v.GetStructValue() }
-	negZero := math.Copysign(0, -1)
-
-	tests := []struct {
-		name    string
-		st      *structpb.Struct
-		wantErr string // "field: message" of the refusal; "" for success
-		want    string // canonical JSON, if wantErr is ""
-	}{
-		{name: "nil", st: nil},
-		{name: "empty", st: &structpb.Struct{}, want: `{}`},
-		{name: "typical", st: mustStruct(t, typicalPayload), want: `{"amount_minor":490000,"currency":"RUB","customer":{"email_hash":"9f86d081884c7d650f4c1ba2b1e6b1e8","id":"c-1"},"items":[{"qty":1,"sku":"a"},{"qty":2,"sku":"b"}],"order_id":"817"}`},
-		{name: "numbers", st: root(obj("l", list(num(0), num(negZero), num(5e-324), num(9007199254740991), num(-9007199254740991), num(0.1), num(1e-7), num(123.456)))),
-			want: `{"l":[0,0,5e-324,9007199254740991,-9007199254740991,0.1,1e-7,123.456]}`},
-		{name: "strings", st: root(obj("s", list(str(""), str("\"\\/"), str("\b\f\n\r\t\x00\x1f\x7f"), str("é€😀"), str("\u2028\u2029<>&")), "é", str("name"))),
-			want: `{"s":["","\"\\/","\b\f\n\r\t\u0000\u001f` + "\x7f" + `","é€😀","` + "\u2028\u2029" + `<>&"],"é":"name"}`},
-		{name: "null and bools", st: root(obj("n", structpb.NewNullValue(), "t", structpb.NewBoolValue(true), "f", structpb.NewBoolValue(false), "l", list(structpb.NewNullValue()))),
-			want: `{"f":false,"l":[null],"t":true}`},
-		{name: "null of another enum number", st: root(obj("l", list(&structpb.Value{Kind: &structpb.Value_NullValue{NullValue: 5}}))), want: `{"l":[null]}`},
-		{name: "nil struct and list", st: root(obj("s", &structpb.Value{Kind: &structpb.Value_StructValue{}}, "l", &structpb.Value{Kind: &structpb.Value_ListValue{}})),
-			want: `{"l":[],"s":{}}`},
-		{name: "nesting at the limit", st: root(obj("a", chain(canonjson.MaxDepth-2, list()))),
-			want: `{"a":` + nest(canonjson.MaxDepth-1, "[", "", "]") + `}`},
-		{name: "objects at the limit", st: root(obj("a", func() *structpb.Value {
-			v := obj()
-			for range canonjson.MaxDepth - 2 {
-				v = obj("a", v)
-			}
-			return v
-		}())), want: `{"a":` + nest(canonjson.MaxDepth-2, `{"a":`, "{}", "}") + `}`},
-
-		{name: "NaN", st: root(obj("amount_minor", num(math.NaN()))), wantErr: "payload/amount_minor: is not a finite number (NaN and infinities are not JSON)"},
-		{name: "infinity in a list", st: root(obj("items", list(num(math.Inf(-1))))), wantErr: "payload/items/0: is not a finite number (NaN and infinities are not JSON)"},
-		{name: "infinity deep", st: root(obj("outer", obj("x", list(num(1), obj("y", num(math.Inf(1))))))), wantErr: "payload/outer/x/1/y: is not a finite number (NaN and infinities are not JSON)"},
-		{name: "names are not escaped in paths", st: root(obj("a/b~c", num(math.NaN()))), wantErr: "payload/a/b~c: is not a finite number (NaN and infinities are not JSON)"},
-		{name: "nesting past the limit", st: root(obj("a", chain(canonjson.MaxDepth, list()))), wantErr: "payload/a" + strings.Repeat("/0", canonjson.MaxDepth-1) + ": nests deeper than 64 levels"},
-		{name: "nesting 5000 levels", st: root(obj("a", chain(5000, list()))), wantErr: "payload/a" + strings.Repeat("/0", canonjson.MaxDepth-1) + ": nests deeper than 64 levels"},
-		{name: "nil struct past the limit", st: root(obj("a", chain(canonjson.MaxDepth-1, &structpb.Value{Kind: &structpb.Value_StructValue{}}))), wantErr: "payload/a" + strings.Repeat("/0", canonjson.MaxDepth-1) + ": nests deeper than 64 levels"},
-		{name: "NaN past the limit is the nesting", st: root(obj("a", chain(canonjson.MaxDepth, num(math.NaN())))), wantErr: "payload/a" + strings.Repeat("/0", canonjson.MaxDepth-1) + ": nests deeper than 64 levels"},
-
-		{name: "nil value", st: root(obj("a", (*structpb.Value)(nil))), wantErr: "payload: cannot be rendered as JSON"},
-		{name: "nil value in a list", st: root(obj("a", list(num(1), nil))), wantErr: "payload: cannot be rendered as JSON"},
-		{name: "value without a kind", st: root(obj("a", &structpb.Value{})), wantErr: "payload: cannot be rendered as JSON"},
-		{name: "invalid UTF-8 string", st: root(obj("a", str("\xff"))), wantErr: "payload: cannot be rendered as JSON"},
-		{name: "invalid UTF-8 name", st: root(obj("\xff", num(1))), wantErr: "payload: cannot be rendered as JSON"},
-		// badValue's problems win over rendering ones, wherever they are.
-		{name: "NaN after a nil value", st: root(obj("a", list(nil, num(math.NaN())))), wantErr: "payload/a/1: is not a finite number (NaN and infinities are not JSON)"},
-		{name: "NaN beside a nil value", st: root(obj("a", nil, "b", nil, "c", &structpb.Value{}, "d", num(math.NaN()))), wantErr: "payload/d: is not a finite number (NaN and infinities are not JSON)"},
-		{name: "nesting after bad UTF-8", st: root(obj("a", list(str("\xff"), chain(canonjson.MaxDepth, list())))), wantErr: "payload/a/1" + strings.Repeat("/0", canonjson.MaxDepth-2) + ": nests deeper than 64 levels"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			// Map order varies between runs; repeat to meet several.
-			for range 10 {
-				checkEncode(t, tc.st)
-				got, err := structJSON("payload", tc.st)
-				if tc.wantErr != "" {
-					var e *opjournal.Error
-					if !errors.As(err, &e) || e.Code != opjournal.CodeInvalidArgument {
-						t.Fatalf("structJSON: %s, %v; want INVALID_ARGUMENT %s", got, err, tc.wantErr)
-					}
-					if msg := e.Field + ": " + e.Message; msg != tc.wantErr {
-						t.Fatalf("structJSON: %q, want %q", msg, tc.wantErr)
-					}
-					continue
-				}
-				if err != nil {
-					t.Fatalf("structJSON: %v", err)
-				}
-				if tc.st == nil {
-					if got != nil {
-						t.Fatalf("structJSON(nil) = %s", got)
-					}
-					continue
-				}
-				c, err := canonjson.Canonicalize(got, canonjson.Options{})
-				if err != nil || string(c) != tc.want {
-					t.Fatalf("structJSON = %s, canonical %s, %v; want %s", got, c, err, tc.want)
-				}
-			}
-		})
-	}
-}
-
-// TestStructJSONRenderErrorCause checks that the cause of a rendering
-// failure is kept for the logs.
-func TestStructJSONRenderErrorCause(t *testing.T) {
-	_, err := structJSON("result", &structpb.Struct{Fields: map[string]*structpb.Value{"a": nil}})
-	if !errors.Is(err, errNoKind) {
-		t.Errorf("structJSON with a nil value: %v, want errNoKind as the cause", err)
-	}
 }
 
 // Generators for the property tests.
@@ -589,15 +397,12 @@ func spellString(t *rapid.T, b *bytes.Buffer, s string) {
 }
 
 // TestStructFromJSONProperty decodes many generated documents, in
-// protojson's spelling, in renderStruct's and in arbitrary equivalent
-// ones, and compares with protojson.
+// protojson's spelling and in arbitrary equivalent ones, and compares
+// with protojson.
 func TestStructFromJSONProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		st := genStruct(t, 4)
 		if b, err := protojson.Marshal(st); err == nil {
-			checkDecode(t, b)
-		}
-		if b, err := renderStruct(st); err == nil {
 			checkDecode(t, b)
 		}
 		var b bytes.Buffer
@@ -609,47 +414,9 @@ func TestStructFromJSONProperty(t *testing.T) {
 	})
 }
 
-// TestStructJSONProperty renders many generated Structs, some with NaN,
-// infinities or excess nesting, and compares with the protojson path.
-func TestStructJSONProperty(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		st := genStruct(t, 4)
-		if rapid.IntRange(0, 4).Draw(t, "spoil") == 0 {
-			// Put a NaN or an infinity somewhere.
-			bad := rapid.SampledFrom([]float64{math.NaN(), math.Inf(1), math.Inf(-1)}).Draw(t, "bad")
-			v := structpb.NewStructValue(st)
-			for {
-				var next []*structpb.Value
-				for _, f := range v.GetStructValue().GetFields() {
-					next = append(next, f)
-				}
-				next = append(next, v.GetListValue().GetValues()...)
-				if len(next) == 0 || rapid.IntRange(0, 2).Draw(t, "stop") == 0 {
-					break
-				}
-				v = rapid.SampledFrom(next).Draw(t, "descend")
-			}
-			switch k := v.GetKind().(type) {
-			case *structpb.Value_StructValue:
-				if k.StructValue.Fields == nil {
-					k.StructValue.Fields = map[string]*structpb.Value{}
-				}
-				k.StructValue.Fields["bad"] = structpb.NewNumberValue(bad)
-			case *structpb.Value_ListValue:
-				k.ListValue.Values = append(k.ListValue.Values, structpb.NewNumberValue(bad))
-			default:
-				v.Kind = &structpb.Value_NumberValue{NumberValue: bad}
-			}
-		}
-		checkEncode(t, st)
-	})
-}
-
 // FuzzStructJSON decodes arbitrary bytes with structFromJSON: it must not
 // panic, must agree with protojson on whether the input is a JSON object
-// and on the Struct it holds, and what it decodes must render (structJSON)
-// to text that protojson reads back the same and that canonicalises as
-// protojson's rendering does.
+// and on the Struct it holds.
 func FuzzStructJSON(f *testing.F) {
 	for _, seed := range []string{
 		typicalPayload, typicalResult, `{}`, `{"a":[]}`,
@@ -675,7 +442,6 @@ func FuzzStructJSON(f *testing.F) {
 		if !sameStruct(got, want) {
 			t.Fatalf("structFromJSON(%q):\n got  %v\n want %v", raw, got, want)
 		}
-		checkEncode(t, got)
 	})
 }
 
@@ -756,30 +522,6 @@ func BenchmarkOperationPB(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := operationPB(op); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
-// BenchmarkStructJSON renders a typical incoming payload; "protojson" is
-// the former badValue walk plus protojson.Marshal.
-func BenchmarkStructJSON(b *testing.B) {
-	for _, size := range []struct{ name, payload string }{{"typical", typicalPayload}, {"10KiB", largePayload}} {
-		st := mustStruct(b, size.payload)
-		b.Run(size.name+"/protojson", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := structJSONProtojson("payload", st); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.Run(size.name+"/jsontext", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := structJSON("payload", st); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -116,7 +116,7 @@ func TestParseRoles(t *testing.T) {
 // file `opjournal token --help` shows.
 func TestSecurityPageShowsTheFile(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile(filepath.Join("..", "docs", "security.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "security.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 func Verify(t testing.TB, secret string, h http.Header, body []byte) (map[string]any, error) {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "harness", "e2e", "standardwebhooks-node")
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "harness", "e2e", "standardwebhooks-node")
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "standardwebhooks")); err != nil {
 		t.Fatalf("standardwebhooks is not installed: run scripts/deps.sh (npm ci in harness/e2e/standardwebhooks-node): %v", err)
 	}

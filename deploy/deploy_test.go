@@ -767,8 +767,10 @@ func checkProcess(t *testing.T, p process, imageBins []string) {
 		t.Errorf("%s runs %s, which the image does not hold (%v)", p.where, p.bin, imageBins)
 		return
 	}
-	if _, err := os.Stat(filepath.Join(root, "cmd", p.bin)); err != nil {
-		t.Errorf("%s runs %s, not a command in cmd/", p.where, p.bin)
+	_, errProduct := os.Stat(filepath.Join(root, "cmd", p.bin))
+	_, errHarness := os.Stat(filepath.Join(root, "harness", "cmd", p.bin))
+	if errProduct != nil && errHarness != nil {
+		t.Errorf("%s runs %s, not a command in cmd/ or harness/cmd/", p.where, p.bin)
 	}
 	if p.bin == "opjournal" && p.sub == "" {
 		t.Errorf("%s runs opjournal without a command", p.where)

@@ -388,20 +388,6 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 	return res, nil
 }
 
-// CheckPayload validates a payload's JSON text for action as Register
-// would (numbers, integer fields, nesting, size), without storing
-// anything. Transports that decode JSON into doubles call it on the text
-// first, so nothing is rounded before the journal sees it. An unknown action
-// is left to Register to report.
-func (s *Service) CheckPayload(action string, payload json.RawMessage) error {
-	act, ok := s.actionPolicy(action)
-	if !ok {
-		return nil
-	}
-	_, _, err := s.checkPayload(act, payload)
-	return err
-}
-
 // checkPayload validates a payload for act (numbers, integer fields,
 // nesting, size) and returns the envelope its request hash covers and
 // its canonical form.

@@ -11,9 +11,9 @@ import (
 
 // A request's payload and result become canonical JSON (RFC 8785) once,
 // here, at the edge of the service, whichever door they came through:
-// from the google.protobuf.Struct a call carries (gRPC, and REST bodies
-// protojson decoded), or from the JSON text of a REST body on its fast
-// path (restdecode.go), which a Struct of doubles could not hold exactly.
+// from the JSON text of a REST body (restdecode.go), which a Struct of
+// doubles could not hold exactly, or from the google.protobuf.Struct a
+// gRPC call carries.
 // The journal takes the canonical bytes without parsing them again. A
 // value that cannot be canonical JSON (a NaN, a rounded integer, nesting
 // past canonjson.MaxDepth) is refused by canonjson with the value's path,
@@ -27,10 +27,10 @@ import (
 func (s *journalServer) canonicalPayload(ctx context.Context, action string, st *structpb.Struct) (envelope json.RawMessage, refused error) {
 	opts := s.svc.PayloadOptions(action)
 	var err error
-	if st != nil {
-		envelope, _, err = canonjson.StructRequest(action, st, opts)
-	} else if text := restText(ctx, "payload"); text != nil {
+	if text := restText(ctx, "payload"); text != nil {
 		envelope, _, err = canonjson.Request(action, text, opts)
+	} else if st != nil {
+		envelope, _, err = canonjson.StructRequest(action, st, opts)
 	}
 	if err != nil {
 		return nil, err
@@ -42,10 +42,10 @@ func (s *journalServer) canonicalPayload(ctx context.Context, action string, st 
 // as canonical JSON, or the refusal; both nil when the call has none.
 func canonicalResult(ctx context.Context, st *structpb.Struct) (result json.RawMessage, refused error) {
 	var err error
-	if st != nil {
-		result, err = canonjson.CanonicalizeStruct(st, canonjson.Options{})
-	} else if text := restText(ctx, "result"); text != nil {
+	if text := restText(ctx, "result"); text != nil {
 		result, err = canonjson.Canonicalize(text, canonjson.Options{})
+	} else if st != nil {
+		result, err = canonjson.CanonicalizeStruct(st, canonjson.Options{})
 	}
 	if err != nil {
 		return nil, err

@@ -210,14 +210,12 @@ func (s *Server) restGuard(next http.Handler) http.Handler {
 			writeErr(w, err)
 			return
 		}
-		// The old path: protojson decodes the body, and a register's
-		// payload becomes a Struct of doubles, so its numbers are checked
-		// on their text first.
-		if method == "Register" {
-			if err := s.checkPayloadText(members); err != nil {
-				writeErr(w, err)
-				return
-			}
+		// The slow path: protojson decodes the body. A Struct field
+		// (payload, result) would become doubles, so its JSON text rides
+		// along for the edge to make canonical (canonical.go): the text is
+		// what the client wrote, exactly.
+		if texts := structTexts(method, members); texts != nil {
+			r = r.WithContext(context.WithValue(r.Context(), restBodyKey{}, &restBody{structs: texts}))
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
@@ -310,29 +308,6 @@ func (c *inprocConn) Invoke(ctx context.Context, method string, args, reply any,
 // NewStream refuses: the JournalService has no streaming methods.
 func (c *inprocConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
 	return nil, status.Error(codes.Unimplemented, "the REST mirror has no streaming methods")
-}
-
-// checkPayloadText validates a register body's payload on its JSON TEXT,
-// before the gateway decodes it into google.protobuf.Struct (doubles): only
-// the text still says that 4900.0000000000000001 is not the integer 4900
-// or that 9007199254740993 is not …992. The journal checks again after
-// decoding; this check only makes sure nothing was rounded on the way. The
-// gateway accepts each field under its proto name and its JSON name
-// (action_type, actionType), so both are looked at, exactly as it does.
-func (s *Server) checkPayloadText(members map[string]json.RawMessage) error {
-	fields, err := fieldsOf(registerFields, members)
-	if err != nil {
-		return err
-	}
-	var action string
-	if raw, ok := fields["action_type"]; ok && json.Unmarshal(raw, &action) != nil {
-		return nil // the gateway names a non-string action_type
-	}
-	payload, ok := fields["payload"]
-	if !ok || string(payload) == "null" {
-		return nil // the journal names a missing payload
-	}
-	return s.svc.CheckPayload(action, payload)
 }
 
 // registerFields describes RegisterRequest's fields.

@@ -64,13 +64,41 @@ func restBodyOf(ctx context.Context) *restBody {
 	return b
 }
 
-// restText is the JSON text a REST body on the fast path carried for
-// the Struct field named (payload, result), or nil.
+// restText is the JSON text a REST body carried for the Struct field
+// named (payload, result), or nil.
 func restText(ctx context.Context, field string) json.RawMessage {
 	if b := restBodyOf(ctx); b != nil {
 		return b.structs[field]
 	}
 	return nil
+}
+
+// structTexts are the JSON texts of the top-level google.protobuf.Struct
+// fields (payload, result) among a body's members, by proto name, under
+// either of a field's spellings; nil if there are none. A value that is
+// not an object is left to protojson, which refuses it.
+func structTexts(method string, members map[string]json.RawMessage) map[string]json.RawMessage {
+	mt, ok := requestTypes[method]
+	if !ok {
+		return nil
+	}
+	fds := mt.Descriptor().Fields()
+	var out map[string]json.RawMessage
+	for i := 0; i < fds.Len(); i++ {
+		fd := fds.Get(i)
+		if fd.Kind() != protoreflect.MessageKind || fd.IsList() || fd.IsMap() || fd.Message().FullName() != "google.protobuf.Struct" {
+			continue
+		}
+		for _, spelling := range []string{string(fd.Name()), fd.JSONName()} {
+			if raw, ok := members[spelling]; ok && len(raw) > 0 && raw[0] == '{' {
+				if out == nil {
+					out = map[string]json.RawMessage{}
+				}
+				out[string(fd.Name())] = raw
+			}
+		}
+	}
+	return out
 }
 
 // decodeREST decodes the members of a body into a new request of method

@@ -276,7 +276,7 @@ func sameJSON(t testing.TB, a, b []byte) bool {
 
 var oddStrings = []string{"", "k", "op_1", "é and 日本", "quote \" back \\ slash", "ctl \x00\x01\x1f\n\r\t", "bs \b ff \f del \x7f", "<html>&", "\u2028\u2029", "emoji 🙂"}
 
-var structTexts = []string{`{}`, `{"a":1}`, typicalPayload, `{"n":null,"l":[1,"x",[],{}],"f":0.1,"b":false,"big":9007199254740991,"neg":-1e-7}`}
+var structSamples = []string{`{}`, `{"a":1}`, typicalPayload, `{"n":null,"l":[1,"x",[],{}],"f":0.1,"b":false,"big":9007199254740991,"neg":-1e-7}`}
 
 // fillRandom sets m's fields at random, each with probability p.
 func fillRandom(rnd *rand.Rand, m protoreflect.Message, depth int, p float64) {
@@ -328,7 +328,7 @@ func fillMessage(rnd *rand.Rand, m protoreflect.Message, depth int, p float64) {
 		m.Set(fds.ByName("nanos"), protoreflect.ValueOfInt32(int32(nanos)))
 	case "google.protobuf.Struct":
 		var st structpb.Struct
-		if err := protojson.Unmarshal([]byte(structTexts[rnd.IntN(len(structTexts))]), &st); err != nil {
+		if err := protojson.Unmarshal([]byte(structSamples[rnd.IntN(len(structSamples))]), &st); err != nil {
 			panic(err)
 		}
 		proto.Merge(m.Interface(), &st)

@@ -92,9 +92,12 @@ type config struct {
 	requireTargets bool
 	serverArgs     []string
 	serverEnv      []string
-	// ab are the client-side variants of the fused path to try (abVariants).
-	ab   []string
-	abOp string // the operation of the A/B: fused, replay or noop
+	// ab are the client-side variants to try (abVariants).
+	ab []string
+	// abServers are the server-side variants to try (--ab-server), each
+	// a server of its own beside the run's.
+	abServers []abServer
+	abOp      string // the operation of the A/B: fused, replay, noop or rest (abOps)
 	// steal measures a point of a schedule again while the hypervisor
 	// takes more of the CPU than --steal-limit (nil: never).
 	steal *stealGate
@@ -147,6 +150,14 @@ results/chart.svg and RESULTS.md, ending with the targets, one MET/MISS/SKIP
 line each: the median of the figure's per-round values, with their spread
 ((max - min) / median; above 10% it is printed unstable).
 
+"--scenarios ab" measures one operation (--ab-op) and nothing else, on the
+run's server over the bench's connection (the base) against variants of it in
+alternating rounds at every --one-caller-concurrency and --concurrency level,
+and prints each variant's p50, p99 and CPU per operation over the base's in the
+same round: client settings (--ab) over a connection of their own, and server
+builds or settings (--ab-server NAME=BIN [ARG ...]), each a second "opjournal
+serve" on the same schema, whose CPU is the variant's server CPU.
+
 Exit status: 0, also on a MISS unless --require-targets (then 3); 1 when the
 run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
 (exit status 4 when they differ).`,
@@ -154,6 +165,9 @@ run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
   opjournal-bench --warmup 200ms --duration 700ms --growth-rows 100000 --purge-rows 100000 \
       --results-dir harness/bench/results/quick --results-md ""
   opjournal-bench --scenarios fused-grpc,gateway --concurrency 1,32
+  opjournal-bench --scenarios ab --ab-op fused --ab-server 'stock-codec=bin/opjournal-stock' \
+      --one-caller-concurrency 1,4 --concurrency 32 --rounds 9 --duration 1s --warmup 200ms \
+      --peers-bin "" --growth-rows 0 --purge-rows 0 --results-dir /tmp/ab --results-md ""
   opjournal-bench --report-only     # redraw the report from the last results`,
 	}
 	fs := cmd.Flags()
@@ -181,8 +195,10 @@ run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
 	serverArgs := fs.String("server-args", "", "extra space-separated arguments for \"opjournal serve\" (e.g. --pprof-addr 127.0.0.1:6060)")
 	reportOnly := fs.Bool("report-only", false, "measure nothing: redraw the chart and RESULTS.md from --results-dir's latest.json and summary.json (after a change to the report)")
 	serverEnv := fs.String("server-env", "", "extra space-separated NAME=VALUE environment for the server (e.g. GOMAXPROCS=1)")
-	fs.StringSliceVar(&c.ab, "ab", nil, "with --scenarios ab: client-side settings to try on the fused path against the default connection, in alternating rounds at the one-caller levels: no-buffers, static-window, client-gomaxprocs-1")
-	fs.StringVar(&c.abOp, "ab-op", "fused", "the operation --ab drives: fused (Register with claim, MarkSucceeded), replay (Register of a succeeded key) or noop (a health check)")
+	fs.StringSliceVar(&c.ab, "ab", nil, "with --scenarios ab: client-side settings to try against the default connection, in alternating rounds at the --one-caller-concurrency and --concurrency levels: no-buffers, static-window, client-gomaxprocs-1")
+	var abServers []string
+	fs.StringArrayVar(&abServers, "ab-server", nil, "with --scenarios ab, repeatable: a server-side variant 'NAME=BIN [ARG ...]': BIN (- or nothing: --bin) started as a second \"opjournal serve\" on the run's schema, with --server-env and --server-args plus the space-separated ARGs, measured as scenario OP+NAME in the rounds with the run's server, its CPU the row's server CPU (e.g. 'no-replay-cache=- --replay-cache-size 0', 'stock-codec=bin/opjournal-stock')")
+	fs.StringVar(&c.abOp, "ab-op", "fused", "the operation the A/B (--ab, --ab-server) drives: fused (Register with claim, MarkSucceeded), replay (Register of a succeeded key), noop (a health check) or rest (the fused path over the REST mirror; --ab-server only, the --ab settings being gRPC's)")
 	stealLimit := fs.Float64("steal-limit", 0.10, "measure a point of the rounds, or a whole purge pass, again (after a wait) when the hypervisor took more than this share of the machine's CPU during it (0: never)")
 	stealWait := fs.Duration("steal-wait", 4*time.Minute, "the longest the run waits in all for the hypervisor's steal to fall below --steal-limit; then points and passes are kept as measured, their steal in the rows")
 	fs.BoolVar(&c.requireTargets, "require-targets", false, "exit with status 3, after writing the report, if any of the hot path's targets is a MISS (a SKIP does not fail)")
@@ -201,6 +217,9 @@ run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
 			return cli.Usage(fmt.Errorf("--steal-limit %v, --steal-wait %s: want a share in [0, 1) and a duration of at least 0", *stealLimit, *stealWait))
 		}
 		c.steal = newStealGate(*stealLimit, *stealWait)
+		if c.abServers, err = parseABServers(abServers, c.bin); err != nil {
+			return cli.Usage(err)
+		}
 		return start(cmd.Context(), c, levels, *only, *serverArgs, *serverEnv, *reportOnly)
 	}
 	cmd.AddCommand(newCompare())
@@ -215,6 +234,9 @@ func start(ctx context.Context, c config, levels, only, serverArgs, serverEnv st
 		if s = strings.TrimSpace(s); s != "" {
 			c.only[s] = true
 		}
+	}
+	if err := checkAB(c); err != nil {
+		return cli.Usage(err)
 	}
 	c.serverArgs = strings.Fields(serverArgs)
 	// Every server the bench starts shares one request-hash key (the
@@ -433,13 +455,13 @@ func run(ctx context.Context, c config) error {
 	raw := step{system: "raw-sql", scenario: "full-cycle", op: func(k keyer, cc int) bench.Op { return rawSQL(pool, k, cc) }}
 	fusedStep := step{system: "opjournal", scenario: "fused-grpc", op: func(k keyer, cc int) bench.Op { return fused(cl, k, "fused", cc) }}
 	if c.only["ab"] {
-		ab, err := abRows(ctx, c, srv.Field("grpc_addr"), srv.Pid(), k, c.ab, replayKeys)
+		ab, err := abRows(ctx, c, srv, serverDBURL, serverLog, k, replayKeys)
 		rows = append(rows, ab...)
 		if err != nil {
 			return err
 		}
 		if t := abTable(ab); t != "" {
-			fmt.Print("\nA/B of client settings (median over the rounds of variant ÷ base in the same round; below 1 is better):\n" + t + "\n")
+			fmt.Print("\nA/B of client and server variants (median over the rounds of variant ÷ base in the same round; below 1 is better):\n" + t + "\n")
 		}
 	}
 	// Every level of this server in one schedule, round after round (round
@@ -571,9 +593,10 @@ func startServer(ctx context.Context, c config, name, dbURL string, log io.Write
 }
 
 // dial connects to a server the bench started, with the SDK's codec
-// (client.Dial's): the generated encoders, not reflection.
-func dial(srv *procs.Proc) (*grpc.ClientConn, error) {
-	return grpc.NewClient(srv.Field("grpc_addr"), grpc.WithTransportCredentials(insecure.NewCredentials()), protocodec.DialOption())
+// (client.Dial's): the generated encoders, not reflection; opts are
+// added (an A/B's client variant).
+func dial(srv *procs.Proc, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return grpc.NewClient(srv.Field("grpc_addr"), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), protocodec.DialOption()}, opts...)...)
 }
 
 // growthRows measures the fused path on a journal grown by c.growthRows

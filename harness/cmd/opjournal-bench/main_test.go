@@ -26,7 +26,7 @@ import (
 // it, and --require-targets turns its misses into errTargetsMissed.
 func TestReportOnlyRedrawsTheCommittedRun(t *testing.T) {
 	dir := t.TempDir()
-	rows, err := os.ReadFile("../../../internal/bench/testdata/rows-2026-11-30.json")
+	rows, err := os.ReadFile("../../../internal/testkit/bench/testdata/rows-2026-11-30.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestGrowthAndPeersInRounds(t *testing.T) {
 	}
 	bin, peers := buildServer(t), filepath.Join(t.TempDir(), "opjournal-bench-peers")
 	build := exec.Command("go", "build", "-o", peers, ".")
-	build.Dir = filepath.Join("..", "..", "..", "bench", "peers")
+	build.Dir = filepath.Join("..", "..", "bench", "peers")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build peers: %v\n%s", err, out)
 	}

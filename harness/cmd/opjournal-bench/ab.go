@@ -171,7 +171,7 @@ func clientVariants(names []string) ([]abVariant, error) {
 // be one scenario).
 func checkAB(c config) error {
 	if _, ok := abOps[c.abOp]; !ok {
-		return fmt.Errorf("--ab-op: %q, want fused, replay, noop or rest", c.abOp)
+		return fmt.Errorf("--ab-op: %q, want fused, full-cycle, replay, noop or rest", c.abOp)
 	}
 	if len(c.abServers) > 0 && !c.only["ab"] {
 		return errors.New("--ab-server: the server variants run in the A/B only; add --scenarios ab")
@@ -202,7 +202,8 @@ type abTarget struct {
 // abOps are the operations an A/B can drive (--ab-op): the fused path,
 // whose two commits' fsyncs dominate its latency on a busy disk; a replay
 // (a whole Register, one read, no commit); the no-op health check, the
-// transport alone; and the fused path over the REST mirror (the server's
+// transport alone; the full cycle (Register, then Claim, then
+// MarkSucceeded); and the fused path over the REST mirror (the server's
 // HTTP gateway and JSON codec besides). The replay and the no-op show a
 // transport setting's few µs.
 var abOps = map[string]func(t abTarget, name string, replayKeys []string) func(keyer, int) bench.Op{
@@ -213,6 +214,13 @@ var abOps = map[string]func(t abTarget, name string, replayKeys []string) func(k
 	"replay": func(t abTarget, _ string, keys []string) func(keyer, int) bench.Op {
 		cl := pb.NewJournalServiceClient(t.conn)
 		return func(keyer, int) bench.Op { return replay(cl, keys) }
+	},
+	"full-cycle": func(t abTarget, name string, _ []string) func(keyer, int) bench.Op {
+		// Register, Claim, MarkSucceeded: the Claim on its own is what
+		// reads an operation's action (the journal's action cache). Keys
+		// get the step's name, as for rest.
+		cl := pb.NewJournalServiceClient(t.conn)
+		return func(k keyer, cc int) bench.Op { return fullCycle(cl, keyer(fmt.Sprintf("%s.ab-%s", k, name)), cc) }
 	},
 	"noop": func(t abTarget, _ string, _ []string) func(keyer, int) bench.Op {
 		hc := healthpb.NewHealthClient(t.conn)

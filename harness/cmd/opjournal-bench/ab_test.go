@@ -128,7 +128,7 @@ func TestABFlagsRefused(t *testing.T) {
 		{[]string{"--scenarios", "fused-grpc", "--ab-server", "x=-"}, "add --scenarios ab"},
 		{[]string{"--scenarios", "ab", "--ab-server", "x"}, `--ab-server "x": no "="`},
 		{[]string{"--scenarios", "ab", "--ab-op", "rest", "--ab", "no-buffers"}, "--ab-op rest with --ab no-buffers: the client variants are gRPC dial options"},
-		{[]string{"--scenarios", "ab", "--ab-op", "grpc"}, `--ab-op: "grpc", want fused, replay, noop or rest`},
+		{[]string{"--scenarios", "ab", "--ab-op", "grpc"}, `--ab-op: "grpc", want fused, full-cycle, replay, noop or rest`},
 		{[]string{"--scenarios", "ab", "--ab", "no-such"}, `--ab: no variant "no-such"`},
 		{[]string{"--scenarios", "ab", "--ab", "no-buffers", "--ab-server", "no-buffers=-"}, "--ab-server no-buffers: --ab has a client variant of that name"},
 	} {

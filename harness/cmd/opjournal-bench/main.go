@@ -97,7 +97,7 @@ type config struct {
 	// abServers are the server-side variants to try (--ab-server), each
 	// a server of its own beside the run's.
 	abServers []abServer
-	abOp      string // the operation of the A/B: fused, replay, noop or rest (abOps)
+	abOp      string // the operation of the A/B: fused, full-cycle, replay, noop or rest (abOps)
 	// steal measures a point of a schedule again while the hypervisor
 	// takes more of the CPU than --steal-limit (nil: never).
 	steal *stealGate
@@ -198,7 +198,7 @@ run fails; 2 for bad flags. "opjournal-bench compare A B" compares two runs
 	fs.StringSliceVar(&c.ab, "ab", nil, "with --scenarios ab: client-side settings to try against the default connection, in alternating rounds at the --one-caller-concurrency and --concurrency levels: no-buffers, static-window, client-gomaxprocs-1")
 	var abServers []string
 	fs.StringArrayVar(&abServers, "ab-server", nil, "with --scenarios ab, repeatable: a server-side variant 'NAME=BIN [ARG ...]': BIN (- or nothing: --bin) started as a second \"opjournal serve\" on the run's schema, with --server-env and --server-args plus the space-separated ARGs, measured as scenario OP+NAME in the rounds with the run's server, its CPU the row's server CPU (e.g. 'no-replay-cache=- --replay-cache-size 0', 'stock-codec=bin/opjournal-stock')")
-	fs.StringVar(&c.abOp, "ab-op", "fused", "the operation the A/B (--ab, --ab-server) drives: fused (Register with claim, MarkSucceeded), replay (Register of a succeeded key), noop (a health check) or rest (the fused path over the REST mirror; --ab-server only, the --ab settings being gRPC's)")
+	fs.StringVar(&c.abOp, "ab-op", "fused", "the operation the A/B (--ab, --ab-server) drives: fused (Register with claim, MarkSucceeded), full-cycle (Register, Claim, MarkSucceeded), replay (Register of a succeeded key), noop (a health check) or rest (the fused path over the REST mirror; --ab-server only, the --ab settings being gRPC's)")
 	stealLimit := fs.Float64("steal-limit", 0.10, "measure a point of the rounds, or a whole purge pass, again (after a wait) when the hypervisor took more than this share of the machine's CPU during it (0: never)")
 	stealWait := fs.Duration("steal-wait", 4*time.Minute, "the longest the run waits in all for the hypervisor's steal to fall below --steal-limit; then points and passes are kept as measured, their steal in the rows")
 	fs.BoolVar(&c.requireTargets, "require-targets", false, "exit with status 3, after writing the report, if any of the hot path's targets is a MISS (a SKIP does not fail)")

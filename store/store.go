@@ -150,7 +150,9 @@ type ApprovalCount struct {
 
 // ListFilter is what a list of operations keeps, declared once: the
 // journal's ListRequest and the stores' ListParams both embed it. Zero
-// values do not filter.
+// values do not filter. Each field's condition is written once, in
+// listConditions (list.go); TestListConditions fails for a field without
+// one.
 type ListFilter struct {
 	Statuses    []opjournal.Status // effective statuses
 	NeedsReview *bool

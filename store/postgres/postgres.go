@@ -927,83 +927,79 @@ func (s *Store) markSucceeded(ctx context.Context, tenant string, c *protocol.Co
 	return store.Applied{Operation: ex.sc.op}, nil
 }
 
-// List returns one page of operations in key order.
+// List returns one page of operations in key order: the statement is
+// store.BuildList's, in PostgreSQL's terms (ListDialect).
 func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Operation, string, error) {
-	var statuses []string
-	for _, st := range p.Statuses {
-		statuses = append(statuses, string(st))
-	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = opjournal.DefaultPageSize
-	}
-	cols := fullColumns
-	if p.Basic {
-		cols = basicColumns
-	}
-	// The due-for-check filter repeats the partial index's predicate
-	// (status IN ('in_progress', 'unknown')) so the planner can use it.
-	// The refs and parent filters are added only when asked for, so that
-	// their partial indexes (rows with refs, rows with a parent) serve
-	// them: a generic plan of "$9 IS NULL OR refs @> $9" could use none.
-	args := []any{s.clockArg(), p.Tenant, p.After, statuses, p.NeedsReview, p.Action, p.DueForCheck, limit + 1}
-	var extra string
-	if refs := opjournal.RefsJSON(p.Refs); refs != nil {
-		args = append(args, string(refs))
-		extra += fmt.Sprintf("\n\t\t  AND refs @> $%d::jsonb", len(args))
-	}
-	if p.ParentKey != "" {
-		args = append(args, p.ParentKey)
-		extra += fmt.Sprintf("\n\t\t  AND parent_key = $%d", len(args))
-	}
-	// The prefix is matched by starts_with, not by LIKE (where % and _
-	// are wildcards) nor by a range of the key: under the database's
-	// collation (en_US, say) the keys that begin with some bytes are not
-	// one range of its order.
-	if p.KeyPrefix != "" {
-		args = append(args, p.KeyPrefix)
-		extra += fmt.Sprintf("\n\t\t  AND starts_with(operation_key, $%d)", len(args))
-	}
-	if !p.UpdatedAfter.IsZero() {
-		args = append(args, ceilMicro(p.UpdatedAfter))
-		extra += fmt.Sprintf("\n\t\t  AND updated_at >= $%d", len(args))
-	}
-	if !p.UpdatedBefore.IsZero() {
-		args = append(args, ceilMicro(p.UpdatedBefore))
-		extra += fmt.Sprintf("\n\t\t  AND updated_at < $%d", len(args))
-	}
-	if p.LeaseExpired {
-		// status = 'in_progress' implies operations_open_idx's predicate,
-		// so the planner may read the expired leases from that index.
-		extra += "\n\t\t  AND " + leaseExpired
-	}
+	st := store.BuildList(ListDialect{}, p, s.clockArg())
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT `+cols+` FROM operations
-		WHERE tenant = $2 AND operation_key > $3
-		  AND (coalesce(cardinality($4::text[]), 0) = 0 OR `+effectiveStatus+` = ANY($4))
-		  AND ($5::boolean IS NULL OR needs_review = $5)
-		  AND ($6 = '' OR action_type = $6)
-		  AND (NOT $7 OR (status IN ('in_progress', 'unknown') AND `+checkDue+`))`+extra+`
-		ORDER BY operation_key
-		LIMIT $8`, args...)
+	rows, err := s.pool.Query(ctx, st.SQL, st.Args...)
 	if err != nil {
 		return nil, "", classify("list", err)
 	}
 	defer rows.Close()
-	var ops []*opjournal.Operation
-	for rows.Next() {
+	ops, next, err := store.ScanPage(rows, st.Limit, func() (*opjournal.Operation, error) {
 		sc, err := scanOp(rows)
-		if err != nil {
-			return nil, "", classify("list", err)
-		}
-		ops = append(ops, sc.op)
-	}
-	if err := rows.Err(); err != nil {
+		return sc.op, err
+	})
+	if err != nil {
 		return nil, "", classify("list", err)
 	}
-	ops, next := store.Page(ops, limit)
 	return ops, next, nil
+}
+
+// ListDialect is how PostgreSQL spells List's statement
+// (store.ListDialect): $n placeholders, and the conditions below.
+type ListDialect struct{}
+
+var _ store.ListDialect = ListDialect{}
+
+// Placeholder is "$n".
+func (ListDialect) Placeholder(n int) string { return "$" + strconv.Itoa(n) }
+
+// Columns is the row scanOp reads.
+func (ListDialect) Columns(basic bool) string {
+	if basic {
+		return basicColumns
+	}
+	return fullColumns
+}
+
+// Bool is a boolean: PostgreSQL has them.
+func (ListDialect) Bool(b bool) any { return b }
+
+// Time is t rounded up to PostgreSQL's microseconds (ceilMicro).
+func (ListDialect) Time(t time.Time) any { return ceilMicro(t) }
+
+// CheckDue is protocol.CheckDueTerm in PostgreSQL's SQL.
+func (ListDialect) CheckDue() string { return checkDue }
+
+// LeaseExpired is protocol.LeaseExpiredTerm in PostgreSQL's SQL.
+func (ListDialect) LeaseExpired() string { return leaseExpired }
+
+// Statuses is one parameter, an array of the statuses.
+func (ListDialect) Statuses(a *store.Args, statuses []opjournal.Status) string {
+	texts := make([]string, len(statuses))
+	for i, st := range statuses {
+		texts[i] = string(st)
+	}
+	return effectiveStatus + ` = ANY(` + a.Add(texts) + `::text[])`
+}
+
+// Refs is one containment test of the row's refs (a jsonb object), which
+// the partial index operations_refs_idx (rows with refs) serves: it is
+// added only when refs are asked for (store.BuildList), since a generic
+// plan of "$9 IS NULL OR refs @> $9" could not use it.
+func (ListDialect) Refs(a *store.Args, _ string, refs map[string]string) string {
+	return `refs @> ` + a.Add(string(opjournal.RefsJSON(refs))) + `::jsonb`
+}
+
+// KeyPrefix is matched by starts_with, not by LIKE (where % and _ are
+// wildcards) nor by a range of the key: under the database's collation
+// (en_US, say) the keys that begin with some bytes are not one range of
+// its order.
+func (ListDialect) KeyPrefix(a *store.Args, prefix string) string {
+	return `starts_with(operation_key, ` + a.Add(prefix) + `)`
 }
 
 // ceilMicro rounds t up to PostgreSQL's microseconds: pgx sends a time

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/protocol"
 	"github.com/opjournal/opjournal/store"
 )
@@ -91,28 +90,39 @@ SELECT (SELECT count(*) FROM v),
 // which the purge's maintenance does when due. With DryRun it counts
 // every purgeable operation instead.
 func (s *Store) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeResult, error) {
-	if p.Retention <= 0 || (!p.DryRun && p.Limit <= 0) {
-		return store.PurgeResult{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "", "purge needs a retention and a batch size")
+	return store.RunPurge(ctx, p, store.PurgeSteps{Count: s.countPurgeable, Batch: s.purgeOneBatch})
+}
+
+// countPurgeable is a dry run: purgeCount, unbounded (a batch is a
+// bounded statement; a dry run counts everything).
+func (s *Store) countPurgeable(ctx context.Context, p store.PurgeParams) (store.PurgeResult, error) {
+	return s.purgeStatement(ctx, purgeCount, s.clockArg(), p.Action, p.Retention.Seconds())
+}
+
+// purgeOneBatch runs the maintenance when due, then deletes one batch in
+// one bounded statement: purgeBatch, or purgeBatchDraining when some
+// partitions drain.
+func (s *Store) purgeOneBatch(ctx context.Context, p store.PurgeParams) (store.PurgeResult, error) {
+	if err := s.maintainIfDue(ctx); err != nil {
+		return store.PurgeResult{}, fmt.Errorf("purge: %w", err)
 	}
-	q, args := purgeBatch, []any{s.clockArg(), p.Action, p.Retention.Seconds(), p.Limit}
-	if p.DryRun {
-		q, args = purgeCount, args[:3]
-	} else {
-		if err := s.maintainIfDue(ctx); err != nil {
-			return store.PurgeResult{}, fmt.Errorf("purge: %w", err)
-		}
-		// A batch is a bounded statement; a dry run counts everything.
-		var cancel context.CancelFunc
-		ctx, cancel = s.bound(ctx)
-		defer cancel()
-		var drain bool
-		if err := s.pool.QueryRow(ctx, anyDraining, args[0], args[2]).Scan(&drain); err != nil {
-			return store.PurgeResult{}, classify("purge", err)
-		}
-		if drain {
-			q = purgeBatchDraining
-		}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	args := []any{s.clockArg(), p.Action, p.Retention.Seconds(), p.Limit}
+	var drain bool
+	if err := s.pool.QueryRow(ctx, anyDraining, args[0], args[2]).Scan(&drain); err != nil {
+		return store.PurgeResult{}, classify("purge", err)
 	}
+	q := purgeBatch
+	if drain {
+		q = purgeBatchDraining
+	}
+	return s.purgeStatement(ctx, q, args...)
+}
+
+// purgeStatement runs one of the purge's statements, which all answer
+// with the operations, the events, and the oldest and newest updated_at.
+func (s *Store) purgeStatement(ctx context.Context, q string, args ...any) (store.PurgeResult, error) {
 	var res store.PurgeResult
 	var oldest, newest *time.Time
 	if err := s.pool.QueryRow(ctx, q, args...).Scan(&res.Operations, &res.Events, &oldest, &newest); err != nil {

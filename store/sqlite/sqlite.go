@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -521,85 +522,85 @@ func (s *Store) Apply(ctx context.Context, tenant string, c *protocol.Command) (
 	return res, err
 }
 
-// List returns one page of operations in key order.
+// List returns one page of operations in key order: the statement is
+// store.BuildList's, in SQLite's terms (ListDialect).
 func (s *Store) List(ctx context.Context, p store.ListParams) ([]*opjournal.Operation, string, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = opjournal.DefaultPageSize
-	}
-	cols := fullColumns
-	if p.Basic {
-		cols = basicColumns
-	}
-	q := `SELECT ` + cols + ` FROM operations WHERE tenant = ?2 AND operation_key > ?3`
-	args := []any{s.clockArg(), p.Tenant, p.After}
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("?%d", len(args))
-	}
-	if len(p.Statuses) > 0 {
-		var in []string
-		for _, st := range p.Statuses {
-			in = append(in, arg(string(st)))
-		}
-		q += ` AND ` + effectiveStatus + ` IN (` + strings.Join(in, ", ") + `)`
-	}
-	if p.NeedsReview != nil {
-		q += ` AND needs_review = ` + arg(boolInt(*p.NeedsReview))
-	}
-	if p.Action != "" {
-		q += ` AND action_type = ` + arg(p.Action)
-	}
-	if p.ParentKey != "" {
-		q += ` AND parent_key = ` + arg(p.ParentKey)
-	}
-	// Each ref narrows the keys through operation_refs' (tenant, name,
-	// value) index, which then drives the scan.
-	for _, name := range slices.Sorted(maps.Keys(p.Refs)) {
-		q += ` AND operation_key IN (SELECT operation_key FROM operation_refs WHERE tenant = ?2 AND name = ` + arg(name) +
-			` AND value = ` + arg(p.Refs[name]) + `)`
-	}
-	if p.DueForCheck {
-		q += ` AND status IN ('in_progress', 'unknown') AND ` + checkDue
-	}
-	if p.LeaseExpired {
-		q += ` AND ` + leaseExpired
-	}
-	// The prefix is a range of the key, not LIKE: SQLite compares text
-	// byte by byte (BINARY), so the range holds exactly the keys that
-	// begin with those bytes, whatever they are (% and _ included), and
-	// the primary key's index scans only that range.
-	if p.KeyPrefix != "" {
-		q += ` AND operation_key >= ` + arg(p.KeyPrefix)
-		if end, ok := prefixEnd(p.KeyPrefix); ok {
-			q += ` AND operation_key < ` + arg(end)
-		}
-	}
-	if !p.UpdatedAfter.IsZero() {
-		q += ` AND updated_at >= ` + arg(ceilMs(p.UpdatedAfter))
-	}
-	if !p.UpdatedBefore.IsZero() {
-		q += ` AND updated_at < ` + arg(ceilMs(p.UpdatedBefore))
-	}
-	q += ` ORDER BY operation_key LIMIT ` + arg(limit+1)
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	st := store.BuildList(ListDialect{}, p, s.clockArg())
+	rows, err := s.db.QueryContext(ctx, st.SQL, st.Args...)
 	if err != nil {
 		return nil, "", classify("list", err)
 	}
 	defer rows.Close()
-	var ops []*opjournal.Operation
-	for rows.Next() {
+	ops, next, err := store.ScanPage(rows, st.Limit, func() (*opjournal.Operation, error) {
 		sc, err := scanOp(rows)
-		if err != nil {
-			return nil, "", classify("list", err)
-		}
-		ops = append(ops, sc.op)
-	}
-	if err := rows.Err(); err != nil {
+		return sc.op, err
+	})
+	if err != nil {
 		return nil, "", classify("list", err)
 	}
-	ops, next := store.Page(ops, limit)
 	return ops, next, nil
+}
+
+// ListDialect is how SQLite spells List's statement (store.ListDialect):
+// ?n placeholders, and the conditions below.
+type ListDialect struct{}
+
+var _ store.ListDialect = ListDialect{}
+
+// Placeholder is "?n".
+func (ListDialect) Placeholder(n int) string { return "?" + strconv.Itoa(n) }
+
+// Columns is the row scanOp reads.
+func (ListDialect) Columns(basic bool) string {
+	if basic {
+		return basicColumns
+	}
+	return fullColumns
+}
+
+// Bool is 1 or 0: SQLite stores booleans as integers.
+func (ListDialect) Bool(b bool) any { return boolInt(b) }
+
+// Time is t in milliseconds, rounded up (ceilMs): SQLite stores times as
+// whole milliseconds.
+func (ListDialect) Time(t time.Time) any { return ceilMs(t) }
+
+// CheckDue is protocol.CheckDueTerm in SQLite's SQL.
+func (ListDialect) CheckDue() string { return checkDue }
+
+// LeaseExpired is protocol.LeaseExpiredTerm in SQLite's SQL.
+func (ListDialect) LeaseExpired() string { return leaseExpired }
+
+// Statuses is IN with one parameter per status: SQLite has no arrays.
+func (ListDialect) Statuses(a *store.Args, statuses []opjournal.Status) string {
+	in := make([]string, len(statuses))
+	for i, st := range statuses {
+		in[i] = a.Add(string(st))
+	}
+	return effectiveStatus + ` IN (` + strings.Join(in, ", ") + `)`
+}
+
+// Refs: each ref narrows the keys through operation_refs' (tenant, name,
+// value) index, which then drives the scan.
+func (ListDialect) Refs(a *store.Args, tenant string, refs map[string]string) string {
+	var conds []string
+	for _, name := range slices.Sorted(maps.Keys(refs)) {
+		conds = append(conds, `operation_key IN (SELECT operation_key FROM operation_refs WHERE tenant = `+tenant+
+			` AND name = `+a.Add(name)+` AND value = `+a.Add(refs[name])+`)`)
+	}
+	return strings.Join(conds, ` AND `)
+}
+
+// KeyPrefix is a range of the key, not LIKE: SQLite compares text byte
+// by byte (BINARY), so the range holds exactly the keys that begin with
+// those bytes, whatever they are (% and _ included), and the primary
+// key's index scans only that range.
+func (ListDialect) KeyPrefix(a *store.Args, prefix string) string {
+	cond := `operation_key >= ` + a.Add(prefix)
+	if end, ok := prefixEnd(prefix); ok {
+		cond += ` AND operation_key < ` + a.Add(end)
+	}
+	return cond
 }
 
 // prefixEnd is the least string above every string that begins with
@@ -818,13 +819,18 @@ const purgeable = `action_type = ?2 AND ` + purgeableTerm
 // is small, so the write lock is held briefly). With DryRun it counts
 // every purgeable operation instead.
 func (s *Store) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeResult, error) {
-	if p.Retention <= 0 || (!p.DryRun && p.Limit <= 0) {
-		return store.PurgeResult{}, opjournal.Errorf(opjournal.CodeInvalidArgument, "", "purge needs a retention and a batch size")
-	}
-	args := []any{s.clockArg(), p.Action, p.Retention.Milliseconds()}
-	if p.DryRun {
-		return s.purgeCount(ctx, args)
-	}
+	return store.RunPurge(ctx, p, store.PurgeSteps{Count: s.countPurgeable, Batch: s.purgeOneBatch})
+}
+
+// purgeArgs are ?1–?3 of the purge's statements (purgeable).
+func (s *Store) purgeArgs(p store.PurgeParams) []any {
+	return []any{s.clockArg(), p.Action, p.Retention.Milliseconds()}
+}
+
+// purgeOneBatch selects one batch (?4) and deletes it, row by row, in one
+// write transaction.
+func (s *Store) purgeOneBatch(ctx context.Context, p store.PurgeParams) (store.PurgeResult, error) {
+	args := s.purgeArgs(p)
 	var res store.PurgeResult
 	err := s.commit.do(ctx, "purge", func(ctx context.Context, tx *wtx) error {
 		res = store.PurgeResult{}
@@ -867,14 +873,14 @@ func (s *Store) Purge(ctx context.Context, p store.PurgeParams) (store.PurgeResu
 	return res, err
 }
 
-// purgeCount counts what Purge would delete.
-func (s *Store) purgeCount(ctx context.Context, args []any) (store.PurgeResult, error) {
+// countPurgeable counts what Purge would delete (a dry run).
+func (s *Store) countPurgeable(ctx context.Context, p store.PurgeParams) (store.PurgeResult, error) {
 	var res store.PurgeResult
 	var oldest, newest sql.NullInt64
 	err := s.db.QueryRowContext(ctx, `SELECT count(*), min(updated_at), max(updated_at),
 		(SELECT count(*) FROM operation_events e WHERE (e.tenant, e.operation_key) IN
 			(SELECT tenant, operation_key FROM operations WHERE `+purgeable+`))
-		FROM operations WHERE `+purgeable, args...).Scan(&res.Operations, &oldest, &newest, &res.Events)
+		FROM operations WHERE `+purgeable, s.purgeArgs(p)...).Scan(&res.Operations, &oldest, &newest, &res.Events)
 	if err != nil {
 		return store.PurgeResult{}, classify("purge", err)
 	}

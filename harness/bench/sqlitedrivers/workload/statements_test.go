@@ -17,7 +17,7 @@ import (
 // this package's copies: a benchmark of other statements would measure
 // nothing the store does.
 func TestStatementsMatchStore(t *testing.T) {
-	dir := filepath.Join("..", "..", "..", "store", "sqlite")
+	dir := filepath.Join("..", "..", "..", "..", "store", "sqlite")
 	fset := token.NewFileSet()
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -29,7 +29,7 @@ func TestABTablePairsRounds(t *testing.T) {
 		{System: "raw-sql", Scenario: "full-cycle", Concurrency: 1, Round: 1, P50ms: 1}, // not an A/B row
 	}
 	got := abTable(rows)
-	want := "| noop | client-gomaxprocs-1 | 1 | 0.800 (12%) | 1.000 | 0.800 | 0.800 | 3 |\n"
+	want := "| noop | client-gomaxprocs-1 | 1 | 0.800 (12%) | 1.000 | 0.800 | 0.800 (0/3) | 3 |\n"
 	if !strings.HasPrefix(got, "| operation | variant | c |") || !strings.HasSuffix(got, want) || strings.Count(got, "\n") != 3 {
 		t.Errorf("abTable =\n%s\nwant its last line %q", got, want)
 	}
@@ -153,8 +153,8 @@ func TestABTableServerVariant(t *testing.T) {
 	}
 	got := abTable(rows)
 	for _, want := range []string{
-		"| rest | no-replay-cache | 1 | 1.100 (0%) | 1.100 | 1.000 | 0.750 | 3 |\n",
-		"| rest | no-replay-cache | 32 | 0.500 (0%) | 0.500 | 1.000 | 0.500 | 3 |\n",
+		"| rest | no-replay-cache | 1 | 1.100 (0%) | 1.100 | 1.000 | 0.750 (0/3) | 3 |\n",
+		"| rest | no-replay-cache | 32 | 0.500 (0%) | 0.500 | 1.000 | 0.500 (0/3) | 3 |\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("abTable =\n%s\nlacks %q", got, want)

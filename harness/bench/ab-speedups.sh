@@ -8,6 +8,7 @@
 #   bash harness/bench/ab-speedups.sh            # ROUNDS=9 DURATION=1s by default
 #
 # Needs `make bench-build` (the bench itself) and PostgreSQL.
+# ONLY=replay runs one operation's A/B.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${ROUNDS:-9}
@@ -52,9 +53,15 @@ patch journal/schemacache.go '	k := schemaKey{act.Name, hashKeyID, hash}' '	if t
 	}
 	k := schemaKey{act.Name, hashKeyID, hash}'
 build opjournal-ab-no-schemacache
+patch server/structjson.go 'func structFromJSON(raw []byte) (*structpb.Struct, error) {' 'func structFromJSON(raw []byte) (*structpb.Struct, error) {
+	if st := new(structpb.Struct); true {
+		return st, st.UnmarshalJSON(raw)
+	}'
+build opjournal-ab-stock-structdec
 
 ab() { # OP VARIANT...
 	local op=$1; shift
+	[ -z "${ONLY:-}" ] || [ "$ONLY" = "$op" ] || return 0
 	local args=()
 	for v in "$@"; do args+=(--ab-server "$v"); done
 	echo "== $op: $*"
@@ -65,5 +72,6 @@ ab() { # OP VARIANT...
 }
 ab fused 'stock-codec=bin/opjournal-ab-stock-codec' 'no-governor=- --adaptive-gomaxprocs=false'
 ab rest 'stock-restenc=bin/opjournal-ab-stock-restenc' 'stock-restdec=bin/opjournal-ab-stock-restdec'
-ab replay 'no-replay-cache=- --replay-cache-size 0' 'no-schemacache=bin/opjournal-ab-no-schemacache' 'stock-codec=bin/opjournal-ab-stock-codec'
+ab replay 'no-replay-cache=- --replay-cache-size 0' 'no-schemacache=bin/opjournal-ab-no-schemacache' 'stock-codec=bin/opjournal-ab-stock-codec' \
+	'stock-structdec=bin/opjournal-ab-stock-structdec'
 ab full-cycle 'no-actioncache=bin/opjournal-ab-no-actioncache'

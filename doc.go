@@ -77,7 +77,9 @@
 //	deploy/              the Kubernetes manifests and compose's secrets script; its
 //	                     test checks them, the Dockerfile and compose.yaml
 //	docs/                the manual
-//	scripts/             what make test and CI run: test.sh, deps.sh, fresh-clone.sh
+//	scripts/             what make test and CI run (test.sh, deps.sh,
+//	                     fresh-clone.sh) and request-path.sh, which measures
+//	                     the code one command runs
 //
 // The test kit: the helpers of both modules' tests, in one place. No
 // product package links it.

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -28,10 +27,6 @@ import (
 // limit readable should MaxDepth ever be lowered, while still refusing
 // (instead of building) an absurd tree from a corrupt row.
 const storedJSONMaxDepth = 2 * canonjson.MaxDepth
-
-// errNoKind mirrors protojson's refusal of a Value whose kind is unset (a
-// nil *Value included): such a value has no JSON form.
-var errNoKind = errors.New("google.protobuf.Value: none of the oneof fields is set")
 
 // The value types below allocate a Value together with its oneof wrapper
 // (and, for containers, the Struct or ListValue it points to) in one

@@ -71,30 +71,6 @@ func checkDecode(t tester, raw []byte) {
 	}
 }
 
-// nullsAsZero returns st, or a copy of it whose null values all carry
-// enum number 0: JSON null has no number, so only these survive a round
-// trip through JSON.
-func nullsAsZero(st *structpb.Struct) *structpb.Struct {
-	st = proto.Clone(st).(*structpb.Struct)
-	var walk func(v *structpb.Value)
-	walk = func(v *structpb.Value) {
-		switch k := v.GetKind().(type) {
-		case *structpb.Value_NullValue:
-			k.NullValue = structpb.NullValue_NULL_VALUE
-		case *structpb.Value_StructValue:
-			for _, f := range k.StructValue.GetFields() {
-				walk(f)
-			}
-		case *structpb.Value_ListValue:
-			for _, e := range k.ListValue.GetValues() {
-				walk(e)
-			}
-		}
-	}
-	walk(structpb.NewStructValue(st))
-	return st
-}
-
 // nest wraps inner in n levels of open/close.
 func nest(n int, open, inner, close string) string {
 	return strings.Repeat(open, n) + inner + strings.Repeat(close, n)
@@ -219,14 +195,6 @@ func TestOperationPBUnreadableJSON(t *testing.T) {
 	if op, err := operationPB(&opjournal.Operation{Key: "k"}); err != nil || op.Payload != nil || op.Result != nil {
 		t.Errorf("operationPB without JSON: %v, %v", op, err)
 	}
-}
-
-// chain nests v in n lists.
-func chain(n int, v *structpb.Value) *structpb.Value {
-	for range n {
-		v = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{v}})
-	}
-	return v
 }
 
 // Generators for the property tests.

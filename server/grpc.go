@@ -299,7 +299,7 @@ func operationPBView(op *opjournal.Operation, payload, result bool) (*pb.Operati
 			continue
 		}
 		// structFromJSON rather than protojson.Unmarshal: the same Struct
-		// at a fraction of the CPU (see structjson.go).
+		// at a fraction of the CPU (see structdecode.go).
 		st, err := structFromJSON(j.raw)
 		if err != nil {
 			return nil, &opjournal.Error{Code: opjournal.CodeInternal, Message: "stored JSON is unreadable", Err: err}

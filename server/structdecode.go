@@ -13,13 +13,14 @@ import (
 	"github.com/opjournal/opjournal/protocol/canonjson"
 )
 
-// This file converts between JSON text and google.protobuf.Struct without
-// protojson. protojson goes through protoreflect for every value and
-// recurses once per nesting level (several Go frames each), which made
-// operationPB one of the largest CPU costs of a response and grew goroutine
-// stacks on every RPC. The converters here walk jsontext tokens and build
-// or read structpb messages directly. Tests hold them to protojson's
-// results (structjson_test.go).
+// This file decodes the JSON text the journal stores (payloads, results)
+// into google.protobuf.Struct for an answer, without protojson. protojson
+// goes through protoreflect for every value and recurses once per nesting
+// level (several Go frames each), which made operationPB one of the largest
+// CPU costs of a response and grew goroutine stacks on every RPC. The
+// decoder here walks jsontext tokens and builds structpb messages directly
+// (an A/B in harness/bench/ANALYSIS.md); tests hold it to protojson's
+// results (structdecode_test.go).
 
 // storedJSONMaxDepth bounds the nesting structFromJSON accepts. Everything
 // the journal stores passed canonjson, so it nests at most

@@ -21,7 +21,7 @@ import (
 	"github.com/opjournal/opjournal/protocol/canonjson"
 )
 
-// The converters in structjson.go replace protojson; these tests hold them
+// The decoder in structdecode.go replaces protojson; these tests hold it
 // to protojson's results. The protojson paths below are the code they
 // replaced, kept as the reference.
 

@@ -215,6 +215,12 @@ func (s *Server) restGuard(next http.Handler) http.Handler {
 		// along for the edge to make canonical (canonical.go): the text is
 		// what the client wrote, exactly.
 		if texts := structTexts(method, members); texts != nil {
+			// protojson would refuse a name given twice in a Struct with
+			// its own words and no path; canonjson names the value.
+			if err := checkStructTexts(texts); err != nil {
+				writeErr(w, err)
+				return
+			}
 			r = r.WithContext(context.WithValue(r.Context(), restBodyKey{}, &restBody{structs: texts}))
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -17,7 +18,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/opjournal/opjournal"
 	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/protocol/canonjson"
 )
 
 // The REST hot path parses a body once. The guard (restGuard) reads it
@@ -99,6 +102,27 @@ func structTexts(method string, members map[string]json.RawMessage) map[string]j
 		}
 	}
 	return out
+}
+
+// checkStructTexts refuses a Struct field's text that is not valid JSON
+// as canonjson reads it (a name given twice, at any depth), with the
+// value's path, before protojson would refuse it without one. Valid text
+// costs one pass of jsontext's validation and is made canonical at the
+// edge only.
+func checkStructTexts(texts map[string]json.RawMessage) error {
+	for name, text := range texts {
+		if jsontext.Value(text).IsValid() {
+			continue
+		}
+		if _, err := canonjson.Canonicalize(text, canonjson.Options{}); err != nil {
+			var ce *canonjson.Error
+			if errors.As(err, &ce) {
+				return &opjournal.Error{Code: opjournal.CodeInvalidArgument, Field: name + ce.Path, Message: ce.Msg, Err: err}
+			}
+			return &opjournal.Error{Code: opjournal.CodeInvalidArgument, Field: name, Message: err.Error(), Err: err}
+		}
+	}
+	return nil
 }
 
 // decodeREST decodes the members of a body into a new request of method

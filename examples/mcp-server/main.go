@@ -38,7 +38,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := fakeprovider.NewMCPServer(*providerURL, nil) // your server: its create_payment POSTs /payments
+	srv := fakeprovider.NewMCPServer(*providerURL, nil) // your server (the test kit's here): its create_payment POSTs /payments
 	srv.AddReceivingMiddleware(g.MCPMiddleware())       // every call of a protected tool through the journal
 	if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		log.Fatal(err)

@@ -129,7 +129,7 @@ func TestEnvironmentConfiguration(t *testing.T) {
 	t.Run("a flag wins over the variable", func(t *testing.T) {
 		t.Parallel()
 		srv := startServerOpts(t, serverOpts{Env: append(slices.Clone(env[1:]), "OPJOURNAL_DATABASE_URL=sqlite://"+filepath.Join(t.TempDir(), "env.db"))},
-			"--policy", filepath.Join(mustGetwd(t), "..", "..", "policy", "default.yaml"))
+			"--policy", filepath.Join(mustGetwd(t), "..", "..", "protocol", "policy", "default.yaml"))
 		_, err := srv.Client.Register(ctxFor(t), &pb.RegisterRequest{OperationKey: "pay-1", ActionType: "create_payment", Payload: mustStruct(t, `{"order_id": "1", "amount_minor": 1, "currency": "EUR"}`)})
 		if err != nil {
 			t.Fatalf("--policy did not override OPJOURNAL_POLICY: %v", err)

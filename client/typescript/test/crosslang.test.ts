@@ -36,7 +36,7 @@ print(json.dumps({"created": r.created, "hash": r.operation.request_hash}))
 test("a Python and a TypeScript caller get one operation and one hash", async () => {
   const key = "payment:order-817:crosslang-01";
   const out = execFileSync(python, ["-c", pyCaller, srv.grpcAddr, key], {
-    env: { ...process.env, PYTHONPATH: join(repoRoot(), "clients", "python") },
+    env: { ...process.env, PYTHONPATH: join(repoRoot(), "client", "python") },
     encoding: "utf8",
   });
   const py = JSON.parse(out.trim().split("\n").pop()!) as { created: boolean; hash: string };

@@ -88,7 +88,7 @@ test("newKey: op_ and 26 characters of base32, new every time", () => {
 });
 
 test("the README's numbers for refs and child names are the generated limits", () => {
-  const text = readFileSync(join(repoRoot(), "clients", "typescript", "README.md"), "utf8").split(/\s+/).join(" ");
+  const text = readFileSync(join(repoRoot(), "client", "typescript", "README.md"), "utf8").split(/\s+/).join(" ");
   assert.ok(text.includes(`at most ${limits.MAX_REFS} (\`limits.MAX_REFS\`)`), "MAX_REFS");
   assert.ok(text.includes(`is 1–${limits.MAX_CHILD_NAME_LEN} characters of \`[a-z0-9_.-]\` (\`limits.MAX_CHILD_NAME_LEN\`)`), "MAX_CHILD_NAME_LEN");
 });

@@ -340,7 +340,7 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 	var envelope, canonical json.RawMessage
 	switch {
 	case req.PayloadRefused != nil:
-		err = jsonError("payload", req.PayloadRefused)
+		err = JSONError("payload", req.PayloadRefused)
 	case req.Envelope != nil:
 		envelope, canonical, err = s.checkEnvelope(act, req.Envelope)
 	default:
@@ -394,7 +394,7 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 func (s *Service) checkPayload(act *policy.Action, payload json.RawMessage) (envelope, canonical json.RawMessage, err error) {
 	envelope, canonical, err = canonjson.Request(act.Name, payload, canonjson.Options{IntegerFields: act.IntegerFields})
 	if err != nil {
-		return nil, nil, jsonError("payload", err)
+		return nil, nil, JSONError("payload", err)
 	}
 	if err := s.checkPayloadSize(canonical); err != nil {
 		return nil, nil, err
@@ -788,7 +788,7 @@ func checkAttempt(a int) error {
 // (refused not nil: reported as canonicalResult reports a bad value).
 func (s *Service) checkedResult(raw json.RawMessage, canonical bool, refused error) (json.RawMessage, error) {
 	if refused != nil {
-		return nil, jsonError("result", refused)
+		return nil, JSONError("result", refused)
 	}
 	if !canonical || raw == nil {
 		return s.canonicalResult(raw)
@@ -803,7 +803,7 @@ func (s *Service) checkedResult(raw json.RawMessage, canonical bool, refused err
 }
 
 // jsonError names the offending JSON value in the field ("payload/amount_minor").
-func jsonError(field string, err error) error {
+func JSONError(field string, err error) error {
 	if ce, ok := err.(*canonjson.Error); ok {
 		return &opjournal.Error{Code: opjournal.CodeInvalidArgument, Field: field + ce.Path, Message: ce.Msg, Err: err}
 	}

@@ -217,7 +217,7 @@ func (s *Service) canonicalResult(raw json.RawMessage) (json.RawMessage, error) 
 	}
 	c, err := canonjson.Canonicalize(raw, canonjson.Options{})
 	if err != nil {
-		return nil, jsonError("result", err)
+		return nil, JSONError("result", err)
 	}
 	if len(c) == 0 || c[0] != '{' {
 		return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "result", "must be a JSON object")

@@ -5,9 +5,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -18,7 +19,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/opjournal/opjournal"
+	"github.com/opjournal/opjournal/journal"
 	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 	"github.com/opjournal/opjournal/protocol/canonjson"
 )
@@ -110,16 +111,13 @@ func structTexts(method string, members map[string]json.RawMessage) map[string]j
 // costs one pass of jsontext's validation and is made canonical at the
 // edge only.
 func checkStructTexts(texts map[string]json.RawMessage) error {
-	for name, text := range texts {
+	for _, name := range slices.Sorted(maps.Keys(texts)) {
+		text := texts[name]
 		if jsontext.Value(text).IsValid() {
 			continue
 		}
 		if _, err := canonjson.Canonicalize(text, canonjson.Options{}); err != nil {
-			var ce *canonjson.Error
-			if errors.As(err, &ce) {
-				return &opjournal.Error{Code: opjournal.CodeInvalidArgument, Field: name + ce.Path, Message: ce.Msg, Err: err}
-			}
-			return &opjournal.Error{Code: opjournal.CodeInvalidArgument, Field: name, Message: err.Error(), Err: err}
+			return journal.JSONError(name, err)
 		}
 	}
 	return nil

@@ -199,6 +199,11 @@ type abTarget struct {
 	rest string // "http://" and the server's http_addr ("" for a client variant: not over REST)
 }
 
+// step is k for the A/B step named: the servers of an A/B share one
+// schema, so each step's keys carry its name, or a variant would find the
+// base's keys of the same round registered.
+func (k keyer) step(name string) keyer { return keyer(fmt.Sprintf("%s.ab-%s", k, name)) }
+
 // abOps are the operations an A/B can drive (--ab-op): the fused path,
 // whose two commits' fsyncs dominate its latency on a busy disk; a replay
 // (a whole Register, one read, no commit); the no-op health check, the
@@ -217,22 +222,16 @@ var abOps = map[string]func(t abTarget, name string, replayKeys []string) func(k
 	},
 	"full-cycle": func(t abTarget, name string, _ []string) func(keyer, int) bench.Op {
 		// Register, Claim, MarkSucceeded: the Claim on its own is what
-		// reads an operation's action (the journal's action cache). Keys
-		// get the step's name, as for rest.
+		// reads an operation's action (the journal's action cache).
 		cl := pb.NewJournalServiceClient(t.conn)
-		return func(k keyer, cc int) bench.Op { return fullCycle(cl, keyer(fmt.Sprintf("%s.ab-%s", k, name)), cc) }
+		return func(k keyer, cc int) bench.Op { return fullCycle(cl, k.step(name), cc) }
 	},
 	"noop": func(t abTarget, _ string, _ []string) func(keyer, int) bench.Op {
 		hc := healthpb.NewHealthClient(t.conn)
 		return func(keyer, int) bench.Op { return noop(hc) }
 	},
 	"rest": func(t abTarget, name string, _ []string) func(keyer, int) bench.Op {
-		// restFused's keys are "rest" in every step; the servers share
-		// one schema, so each step's keys get its name, or the variant
-		// would find the base's keys of the same round registered.
-		return func(k keyer, cc int) bench.Op {
-			return restFused(t.hc, t.rest, keyer(fmt.Sprintf("%s.ab-%s", k, name)), cc)
-		}
+		return func(k keyer, cc int) bench.Op { return restFused(t.hc, t.rest, k.step(name), cc) }
 	},
 }
 

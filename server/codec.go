@@ -41,7 +41,7 @@ var pending sync.Map // proto.Message → []byte
 
 func (codec) Name() string { return "proto" }
 
-func (codec) Marshal(v any) (mem.BufferSlice, error) { return protocodec.Marshal(v) }
+func (codec) Marshal(v any) (mem.BufferSlice, error) { return protocodec.MarshalSorted(v) }
 
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(proto.Message)

@@ -54,13 +54,26 @@ type vtMessage interface {
 // grpc's own codec does. It returns an error for a v that is not a
 // proto.Message, or protobuf-go's error.
 func Marshal(v any) (mem.BufferSlice, error) {
+	return encode(v, false)
+}
+
+// MarshalSorted is Marshal, except that a message holding a Struct with
+// members goes through protobuf-go with sorted map keys. MarshalVT writes
+// a Struct's members in Go's random map order, so one stored result would
+// reach a client in a different member order on every replay (a
+// JavaScript or Python client keeps the order it reads), where the REST
+// mirror and the canonical form sort them. The server's answers use it;
+// a client's requests need not (the journal canonicalizes them).
+func MarshalSorted(v any) (mem.BufferSlice, error) { return encode(v, true) }
+
+func encode(v any, sorted bool) (mem.BufferSlice, error) {
 	vt, ok := v.(vtMessage)
-	if !ok {
+	if !ok || sorted && holdsMembers(v) {
 		m, ok := v.(proto.Message)
 		if !ok {
 			return nil, fmt.Errorf("protocodec: %T is not a proto.Message", v)
 		}
-		b, err := proto.Marshal(m)
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 		if err != nil {
 			return nil, err
 		}
@@ -262,4 +275,113 @@ func check(b []byte, p *plan, depth int) error {
 // option client.Dial and the project's harnesses pass to grpc.NewClient.
 func DialOption() grpc.DialOption {
 	return grpc.WithDefaultCallOptions(grpc.ForceCodecV2(Codec{}))
+}
+
+// toStructs caches, by message, the fields through which it can hold a
+// google.protobuf.Struct, Value or ListValue at any depth
+// ([]protoreflect.FieldDescriptor; empty for none).
+var toStructs sync.Map // protoreflect.MessageDescriptor → []protoreflect.FieldDescriptor
+
+// structFields returns md's fields that can lead to a Struct, Value or
+// ListValue.
+func structFields(md protoreflect.MessageDescriptor) []protoreflect.FieldDescriptor {
+	if fs, ok := toStructs.Load(md); ok {
+		return fs.([]protoreflect.FieldDescriptor)
+	}
+	var fs []protoreflect.FieldDescriptor
+	fds := md.Fields()
+	for i := range fds.Len() {
+		fd := fds.Get(i)
+		vd := fd
+		if fd.IsMap() {
+			vd = fd.MapValue()
+		}
+		if vd.Message() != nil && reachesStruct(vd.Message(), map[protoreflect.FullName]bool{}) {
+			fs = append(fs, fd)
+		}
+	}
+	toStructs.Store(md, fs)
+	return fs
+}
+
+// isStructValue reports whether md is one of the JSON-shaped well-known
+// types, whose wire order is a map's.
+func isStructValue(md protoreflect.MessageDescriptor) bool {
+	if md.ParentFile().Package() != "google.protobuf" {
+		return false
+	}
+	switch md.Name() {
+	case "Struct", "Value", "ListValue":
+		return true
+	}
+	return false
+}
+
+func reachesStruct(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if isStructValue(md) {
+		return true
+	}
+	if seen[md.FullName()] {
+		return false
+	}
+	seen[md.FullName()] = true
+	fds := md.Fields()
+	for i := range fds.Len() {
+		fd := fds.Get(i)
+		if fd.IsMap() {
+			fd = fd.MapValue()
+		}
+		if fd.Message() != nil && reachesStruct(fd.Message(), seen) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsMembers reports whether v, a proto.Message, holds a Struct with a
+// member, or a Value or ListValue (which may): the messages whose bytes
+// depend on map order. It reads only the fields that can lead there, so
+// an answer without a result costs a few field reads.
+func holdsMembers(v any) bool {
+	m, ok := v.(proto.Message)
+	return ok && messageHoldsMembers(m.ProtoReflect())
+}
+
+func messageHoldsMembers(m protoreflect.Message) bool {
+	md := m.Descriptor()
+	if isStructValue(md) {
+		if md.Name() == "Struct" {
+			return m.Get(md.Fields().ByNumber(1)).Map().Len() > 0
+		}
+		return true
+	}
+	for _, fd := range structFields(md) {
+		if !m.Has(fd) {
+			continue
+		}
+		v := m.Get(fd)
+		switch {
+		case fd.IsMap():
+			found := false
+			v.Map().Range(func(_ protoreflect.MapKey, e protoreflect.Value) bool {
+				found = messageHoldsMembers(e.Message())
+				return !found
+			})
+			if found {
+				return true
+			}
+		case fd.IsList():
+			l := v.List()
+			for i := range l.Len() {
+				if messageHoldsMembers(l.Get(i).Message()) {
+					return true
+				}
+			}
+		default:
+			if messageHoldsMembers(v.Message()) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package protocodec
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -24,13 +25,22 @@ func registerRequest(tb testing.TB) *pb.RegisterRequest {
 func registerResponse(tb testing.TB) *pb.RegisterResponse {
 	at := timestamppb.New(timestamppb.Now().AsTime())
 	return &pb.RegisterResponse{Claimed: true, Attempt: 1, Operation: &pb.Operation{OperationKey: "payment:817",
-		ActionType: "create_payment", Status: pb.Status_STATUS_IN_PROGRESS, AttemptCount: 1, Payload: payload(tb), LeaseOwner: "bench",
+		ActionType: "create_payment", Status: pb.Status_STATUS_IN_PROGRESS, AttemptCount: 1, LeaseOwner: "bench",
 		CreatedAt: at, UpdatedAt: at, LeaseUntil: at, AttemptStartedAt: at, Refs: map[string]string{"order": "817"}}, LeaseUntil: at, LeaseSeconds: 30}
+}
+
+// registerResponse's answer as a replay gives it: with the stored
+// result (here the 1 KiB order), whose members the codec sorts.
+func replayResponse(tb testing.TB) *pb.RegisterResponse {
+	r := registerResponse(tb)
+	r.Claimed, r.Attempt, r.LeaseUntil, r.LeaseSeconds = false, 0, nil, 0
+	r.Operation.Status, r.Operation.Result = pb.Status_STATUS_SUCCEEDED, payload(tb)
+	return r
 }
 
 func marshal(tb testing.TB, m proto.Message) []byte {
 	tb.Helper()
-	bs, err := Marshal(m)
+	bs, err := MarshalSorted(m)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -41,7 +51,7 @@ func marshal(tb testing.TB, m proto.Message) []byte {
 // with this codec talks to clients without it, and the other way round.
 func TestInteroperatesWithProtobufGo(t *testing.T) {
 	t.Parallel()
-	for _, m := range []proto.Message{registerRequest(t), registerResponse(t)} {
+	for _, m := range []proto.Message{registerRequest(t), registerResponse(t), replayResponse(t)} {
 		vt := marshal(t, m)
 		if len(vt) != proto.Size(m) {
 			t.Errorf("%T: %d bytes, protobuf-go writes %d", m, len(vt), proto.Size(m))
@@ -226,7 +236,7 @@ func BenchmarkCodec(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		msg  proto.Message
-	}{{"RegisterRequest", registerRequest(b)}, {"RegisterResponse", registerResponse(b)}} {
+	}{{"RegisterRequest", registerRequest(b)}, {"RegisterResponse", registerResponse(b)}, {"ReplayResponse", replayResponse(b)}} {
 		wire, err := proto.Marshal(tc.msg)
 		if err != nil {
 			b.Fatal(err)
@@ -247,6 +257,16 @@ func BenchmarkCodec(b *testing.B) {
 					b.Fatal(err)
 				}
 				bs.Free() // as grpc does once the bytes are written
+			}
+		})
+		b.Run(tc.name+"/marshal/sorted", func(b *testing.B) { // the server's answers
+			b.ReportAllocs()
+			for b.Loop() {
+				bs, err := MarshalSorted(tc.msg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bs.Free()
 			}
 		})
 		b.Run(tc.name+"/unmarshal/reflection", func(b *testing.B) {
@@ -273,5 +293,90 @@ func BenchmarkCodec(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A stored result reaches every client in one member order, sorted as the
+// REST mirror and the canonical form sort it, however often it is sent:
+// a client that keeps the order it reads (JavaScript, Python) sees a
+// replay exactly as it saw the first.
+func TestStructMembersInOneOrder(t *testing.T) {
+	t.Parallel()
+	result, err := structpb.NewStruct(map[string]any{
+		"status": "succeeded", "payment_id": "pay_1", "amount_minor": 1200, "currency": "EUR",
+		"meta": map[string]any{"z": 1, "a": 2, "m": []any{map[string]any{"y": 1, "b": 2}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := &pb.RegisterResponse{Operation: &pb.Operation{OperationKey: "payment:1", Result: result}}
+	first := marshal(t, answer)
+	for range 50 {
+		if got := marshal(t, answer); string(got) != string(first) {
+			t.Fatal("the same answer marshalled to different bytes")
+		}
+	}
+	var keys []string
+	st := answer.Operation.Result
+	b := first
+	// Walk the bytes: RegisterResponse.operation → Operation.result →
+	// Struct.fields entries, each with its key first.
+	b = fieldBytes(t, b, 1)
+	b = fieldBytes(t, b, 7)
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		b = b[n:]
+		if num != 1 || typ != protowire.BytesType {
+			t.Fatalf("unexpected field %d in Struct", num)
+		}
+		entry, n := protowire.ConsumeBytes(b)
+		b = b[n:]
+		_, _, n = protowire.ConsumeTag(entry)
+		key, _ := protowire.ConsumeBytes(entry[n:])
+		keys = append(keys, string(key))
+	}
+	want := []string{"amount_minor", "currency", "meta", "payment_id", "status"}
+	if len(keys) != len(st.Fields) || fmt.Sprint(keys) != fmt.Sprint(want) {
+		t.Fatalf("members in order %v, want %v", keys, want)
+	}
+}
+
+// fieldBytes returns the bytes of the first field num of message b.
+func fieldBytes(t *testing.T, b []byte, num protowire.Number) []byte {
+	t.Helper()
+	for len(b) > 0 {
+		n, typ, l := protowire.ConsumeTag(b)
+		b = b[l:]
+		if n == num && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(b)
+			return v
+		}
+		l = protowire.ConsumeFieldValue(n, typ, b)
+		b = b[l:]
+	}
+	t.Fatalf("no field %d", num)
+	return nil
+}
+
+// An answer without a Struct member keeps the generated encoder: only
+// the messages whose bytes depend on map order pay for sorting.
+func TestOnlyStructsWithMembersAreSorted(t *testing.T) {
+	t.Parallel()
+	empty, _ := structpb.NewStruct(nil)
+	full, _ := structpb.NewStruct(map[string]any{"a": 1})
+	for _, c := range []struct {
+		m    proto.Message
+		want bool
+	}{
+		{&pb.RegisterResponse{Operation: &pb.Operation{OperationKey: "k"}}, false},
+		{&pb.RegisterResponse{Operation: &pb.Operation{OperationKey: "k", Result: empty}}, false},
+		{&pb.RegisterResponse{Operation: &pb.Operation{OperationKey: "k", Result: full}}, true},
+		{&pb.ListOperationsResponse{Operations: []*pb.Operation{{}, {Payload: full}}}, true},
+		{&pb.ListOperationsResponse{Operations: []*pb.Operation{{}, {}}}, false},
+		{timestamppb.Now(), false},
+	} {
+		if got := holdsMembers(c.m); got != c.want {
+			t.Errorf("holdsMembers(%v) = %v, want %v", c.m, got, c.want)
+		}
 	}
 }

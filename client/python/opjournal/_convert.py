@@ -76,8 +76,12 @@ def _fill_value(path: str, v: Any, out: struct_pb2.Value) -> None:
 def from_struct(st: struct_pb2.Struct) -> Dict[str, Any]:
     """Decodes a Struct as a dict. Numbers that are whole (and within
     +-(2^53-1)) come back as int: JSON does not tell 490000 from 490000.0,
-    and neither does the journal's request hash."""
-    return {k: from_value(v) for k, v in st.fields.items()}
+    and neither does the journal's request hash. Members come as the
+    journal stores them (protocol/canonjson): sorted, and without the
+    null-valued ones (a null member means "not set"), so that a result
+    reads the same on its first answer and on every replay."""
+    return {k: from_value(st.fields[k]) for k in sorted(st.fields)
+            if st.fields[k].WhichOneof("kind") not in (None, "null_value")}
 
 
 def from_value(v: struct_pb2.Value) -> Any:

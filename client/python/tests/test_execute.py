@@ -57,6 +57,29 @@ class ExecuteTest(unittest.TestCase):
         self.assertEqual(self.p.calls, 1)
         self.assertIs(again.check(), again)
 
+    def test_replays_keep_the_first_answers_member_order(self):
+        # The journal stores a result as a map: the first answer and every
+        # replay must read in one member order (sorted), nested members too,
+        # or an application comparing answers sees two different results.
+        key = new_key()
+        result = {"status": "captured", "payment_id": "pay_9", "amount_minor": 490000, "currency": "RUB",
+                  "meta": {"z": 1, "a": 2, "m": [{"y": 1, "b": 2}]}, "b": True, "a": None}
+
+        def order(r):
+            return [list(r), list(r["meta"]), list(r["meta"]["m"][0])]
+
+        first = opjournal.execute(self.j, key, "create_payment", PAYLOAD,
+                                  lambda k, a: Effect(external_id="pay_9", result=result))
+        self.assertIs(first.kind, OutcomeKind.SUCCEEDED)
+        stored = sorted(k for k, v in result.items() if v is not None)  # null members are "not set"
+        self.assertEqual(order(first.result), [stored, ["a", "m", "z"], ["b", "y"]])
+        for _ in range(20):
+            again = opjournal.execute(self.j, key, "create_payment", PAYLOAD, self.pay)
+            self.assertTrue(again.replayed)
+            self.assertEqual(order(again.result), order(first.result))
+            self.assertEqual(order(self.j.lookup(key, view="full").result), order(first.result))
+        self.assertEqual(self.fn_calls, [])
+
     def test_timeout_is_unknown_and_a_retry_calls_nothing(self):
         key = new_key()
         self.p.mode = "hang"

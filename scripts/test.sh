@@ -103,8 +103,8 @@ if [ "$full" = 1 ]; then
 	log "Python client: client/python/tests"
 	OPJOURNAL_BIN="$PWD/bin/opjournal" "$PYTHON" -m unittest discover -s client/python/tests
 
-	log "TypeScript client: client/typescript"
+	log "TypeScript client: client/typescript, on each Node.js version of its engines (scripts/matrix.sh)"
 	bin_path="$PWD/bin/opjournal" fake_path="$PWD/bin/opjournal-fakeprovider"
-	(cd client/typescript && OPJOURNAL_BIN="$bin_path" OPJOURNAL_FAKEPROVIDER_BIN="$fake_path" npm test)
+	(cd client/typescript && OPJOURNAL_BIN="$bin_path" OPJOURNAL_FAKEPROVIDER_BIN="$fake_path" bash scripts/matrix.sh)
 	log "REST client generated from the OpenAPI document: harness/e2e/openapi-ts"; (cd harness/e2e/openapi-ts && { [ -d node_modules ] || npm ci --no-audit --no-fund >/dev/null; } && OPJOURNAL_BIN="$bin_path" npm test)
 fi

@@ -673,6 +673,37 @@ export class Journal {
     }
   }
 
+  /**
+   * A person's approval of an operation awaiting approval, bound to the
+   * request they saw (requestHash: Operation.requestHash; another one fails
+   * with PAYLOAD_MISMATCH, so a changed request is never approved by an
+   * answer to the old one). The approver is this Journal's credential, never
+   * a name the caller states; reason (required, no secrets) goes to the
+   * history. Returns the record after the decision.
+   */
+  async approve(key: string, requestHash: string, reason: string, options?: CallOptions): Promise<Operation> {
+    try {
+      const resp = await this.rpc.approve({ operationKey: key, requestHash, reason }, callOptions(options));
+      return operationOf(resp.operation);
+    } catch (e) {
+      throw journalError("approve", key, e, options?.signal);
+    }
+  }
+
+  /**
+   * A person's refusal of an operation awaiting approval, bound like
+   * approve to requestHash: the operation becomes failed_final with
+   * errorCode "approval_rejected" and every later call replays that refusal.
+   */
+  async reject(key: string, requestHash: string, reason: string, options?: CallOptions): Promise<Operation> {
+    try {
+      const resp = await this.rpc.reject({ operationKey: key, requestHash, reason }, callOptions(options));
+      return operationOf(resp.operation);
+    } catch (e) {
+      throw journalError("reject", key, e, options?.signal);
+    }
+  }
+
   /** The policy this journal enforces: its fingerprint and its source, to check that a reconciler works from the same one. */
   async getPolicy(options?: CallOptions): Promise<PolicyInfo> {
     try {

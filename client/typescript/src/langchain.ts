@@ -11,9 +11,12 @@ import { tool, type DynamicStructuredTool, type ToolRunnableConfig } from "@lang
 
 import type { AttemptContext } from "./execute.js";
 import type { Journal } from "./journal.js";
-import { checkToolPolicy, journalToolCall, resolveScope, type ToolPolicy } from "./tools.js";
+import { approvalStep, checkToolPolicy, journalToolCall, resolveScope, type ToolOutcome, type ToolPolicy } from "./tools.js";
 
-export { modelText, toolKey, type ToolAnswer, type ToolPolicy } from "./tools.js";
+export {
+  answerApproval, isToolApprovalRequest, modelText, toolKey,
+  type ApprovalAnswer, type ToolAnswer, type ToolApprovalRequest, type ToolOutcome, type ToolPolicy,
+} from "./tools.js";
 
 /** What a journaled tool's function gets besides its arguments: execute's AttemptContext and LangChain's config. */
 export interface JournaledCallContext extends AttemptContext {
@@ -24,6 +27,12 @@ export interface JournaledCallContext extends AttemptContext {
 /** tool()'s fields: name, description, schema (a zod object or JSON schema), and the rest passed on. */
 export interface JournaledToolFields {
   name: string;
+  /**
+   * Raise LangGraph's interrupt for a call awaiting a person's approval
+   * (default true, inside a graph with a checkpointer); false: tell the
+   * model instead.
+   */
+  interruptForApproval?: boolean | undefined;
   description?: string | undefined;
   schema: unknown;
   [other: string]: unknown;
@@ -35,11 +44,24 @@ export interface JournaledToolFields {
  * keyFields of the arguments and its scope (a function of scope gets the
  * call's RunnableConfig, e.g. (c) => c?.configurable?.user_id), or by its
  * key function; never by the tool-call id. The model gets the tool's
- * output, the stored output on a retry, or the gateway's text for an
- * unknown outcome, a call in progress, a conflicting call, a replayed
- * refusal, a call awaiting a person's approval or one a person rejected
- * (model_texts.ts; policy.approvalWaitMs waits for the approval first). Return a string (or JSON-encodable content)
- * from func, as for any LangChain tool.
+ * output, the stored output on a retry (both in one member order), or the
+ * gateway's text for an unknown outcome, a call in progress, a conflicting
+ * call, a replayed refusal, a call awaiting a person's approval or one a
+ * person rejected (model_texts.ts). Return a string (or JSON-encodable
+ * content) from func, as for any LangChain tool; a JSON text's "id" is the
+ * effect's external id unless policy.externalId says otherwise.
+ *
+ * The application gets the outcome as the ToolMessage's artifact (the tool
+ * is made with responseFormat "content_and_artifact"; outcomeOf reads it).
+ * When the journal holds a call in awaiting_approval and the tool runs in
+ * a LangGraph graph, it raises LangGraph's interrupt with the journal's
+ * question (a ToolApprovalRequest: key, exact request hash, the call):
+ * answer it with answerApproval under the person's credential and resume
+ * with new Command({ resume }). On resume, and in any later run, the tool
+ * asks the journal again: an approved call is called once, a rejected one
+ * replays the rejection and asks nobody. Outside a graph (or with
+ * fields.interruptForApproval false) the model is told the call awaits
+ * approval instead.
  */
 export function journaledTool<A, O>(
   journal: Journal,
@@ -48,17 +70,47 @@ export function journaledTool<A, O>(
   fields: JournaledToolFields,
 ): DynamicStructuredTool {
   checkToolPolicy(policy);
+  const { interruptForApproval, ...toolFields } = fields;
   const name = fields.name;
-  const wrapped = async (args: unknown, config?: ToolRunnableConfig): Promise<O | string> => {
+  const wrapped = async (args: unknown, config?: ToolRunnableConfig): Promise<[O | string, ToolOutcome]> => {
+    const scope = resolveScope(policy, config);
+    if (interruptForApproval !== false && inGraph(config)) {
+      const step = await approvalStep(journal, policy as ToolPolicy<A, never>, { toolName: name, args: args as A, scope, signal: config?.signal });
+      if (step.step === "ask") {
+        // Throws GraphInterrupt the first time; on resume it returns the
+        // resume value, and the journal (below) says what the answer was.
+        const { interrupt } = await import("@langchain/langgraph");
+        interrupt(step.request);
+      }
+    }
     const answer = await journalToolCall(journal, policy, {
       toolName: name,
       args: args as A,
-      scope: resolveScope(policy, config),
+      scope,
       signal: config?.signal,
       run: (a, ctx) => func(a, Object.assign(Object.create(ctx) as AttemptContext, { config }) as JournaledCallContext),
     });
-    return answer.kind === "output" ? answer.output : answer.text;
+    return [answer.kind === "output" ? answer.output : answer.text, answer.summary];
   };
   // tool()'s overloads are typed by the schema's kind; the fields are the caller's.
-  return (tool as unknown as (f: typeof wrapped, fl: JournaledToolFields) => DynamicStructuredTool)(wrapped, fields);
+  return (tool as unknown as (f: typeof wrapped, fl: JournaledToolFields) => DynamicStructuredTool)(wrapped,
+    { ...toolFields, responseFormat: "content_and_artifact" });
+}
+
+/** True when the tool runs as a node's task in a LangGraph graph (where interrupt works). */
+function inGraph(config: ToolRunnableConfig | undefined): boolean {
+  const c = config?.configurable as Record<string, unknown> | undefined;
+  return c !== undefined && (c["__pregel_scratchpad"] !== undefined || c["checkpoint_ns"] !== undefined) && c["__pregel_checkpointer"] !== undefined;
+}
+
+/**
+ * The journal's outcome of one call of a journaled tool, for the
+ * application: give it the ToolMessage (its artifact), or the artifact.
+ * Undefined for anything else.
+ */
+export function outcomeOf(message: unknown): ToolOutcome | undefined {
+  const a = (message as { artifact?: unknown } | null)?.artifact ?? message;
+  const o = a as Partial<ToolOutcome> | null;
+  return typeof o === "object" && o !== null && typeof o.kind === "string" && typeof o.key === "string" && typeof o.awaitingApproval === "boolean"
+    ? (o as ToolOutcome) : undefined;
 }

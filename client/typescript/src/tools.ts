@@ -10,7 +10,7 @@ import { createHash } from "node:crypto";
 import { canonicalJson } from "./canonical.js";
 import { NotRecordedError, OpjournalError, Rejected } from "./errors.js";
 import { execute, type AttemptContext, type Op, type Outcome } from "./execute.js";
-import type { Journal } from "./journal.js";
+import type { Journal, Operation } from "./journal.js";
 import { MAX_KEY_LEN, MAX_REF_NAME_LEN, MAX_REF_VALUE_LEN, MAX_REFS } from "./limits.js";
 import { IN_PROGRESS_MAX_SECONDS, MODEL_TEXTS } from "./model_texts.js";
 
@@ -60,7 +60,8 @@ export interface ToolPolicy<A, C = unknown> {
   payload?: ((args: A) => unknown) | undefined;
   /**
    * The provider's id of the effect, from the tool's output (default: the
-   * output's string member "id", if any). The reconciler and operators see it.
+   * output's string member "id", if any, also of an output that is a JSON
+   * text, as LangChain tools return). The reconciler and operators see it.
    */
   externalId?: ((output: unknown) => string | undefined) | undefined;
   /**
@@ -83,8 +84,70 @@ export interface ToolPolicy<A, C = unknown> {
  * stored one replayed), or a text for the model.
  */
 export type ToolAnswer<O> =
-  | { kind: "output"; output: O; replayed: boolean; key: string; outcome: Outcome | undefined }
-  | { kind: "text"; text: string; key: string | undefined; outcome: Outcome | undefined };
+  | { kind: "output"; output: O; replayed: boolean; key: string; outcome: Outcome | undefined; summary: ToolOutcome }
+  | { kind: "text"; text: string; key: string | undefined; outcome: Outcome | undefined; summary: ToolOutcome };
+
+/**
+ * What happened to one journaled tool call, for the application rather than
+ * the model (a UI shows "payment pending" from it without reading the
+ * model's text). Plain JSON, so it survives the framework's serialisation
+ * of tool results (UI message streams, saved run states, checkpoints).
+ * Each adapter puts it in its framework's place for tool metadata and
+ * exports outcomeOf to read it back.
+ */
+export interface ToolOutcome {
+  /**
+   * execute's outcome kind, or "not_sent" when the call never reached the
+   * journal's decision (a missing identifying argument, arguments the
+   * journal refused, a journal that could not be reached).
+   */
+  kind: Outcome["kind"] | "not_sent";
+  /** The operation key ("" when none was made: a missing identifying argument). */
+  key: string;
+  /** The provider's id of the effect ("" when none is known). */
+  externalId: string;
+  /** True when nothing was called now: the journal's stored answer (or refusal) was given again. */
+  replayed: boolean;
+  /** True while a person's approval is awaited (kind "awaiting_approval"). */
+  awaitingApproval: boolean;
+  /** The request hash a person approves (with awaitingApproval; "" otherwise). */
+  requestHash: string;
+  /** The recorded error code (failed_final, verification_required; "" otherwise). */
+  errorCode: string;
+}
+
+/** The ToolOutcome of an execute outcome (or of a call that was not sent). */
+export function summarize(key: string | undefined, out: Outcome | undefined, fresh = false): ToolOutcome {
+  const s: ToolOutcome = { kind: out?.kind ?? "not_sent", key: key ?? "", externalId: "", replayed: false, awaitingApproval: false, requestHash: "", errorCode: "" };
+  if (!out) {
+    if (fresh) s.kind = "succeeded"; // recorded nowhere (NotRecordedError) but the tool answered
+    return s;
+  }
+  switch (out.kind) {
+    case "succeeded": s.externalId = out.externalId; s.replayed = out.replayed; break;
+    case "failed_final": s.errorCode = out.errorCode; s.replayed = out.replayed; break;
+    case "verification_required": s.errorCode = out.errorCode; break;
+    case "awaiting_approval": s.awaitingApproval = true; s.requestHash = out.operation.requestHash; break;
+    default: break;
+  }
+  return s;
+}
+
+/**
+ * A JSON value in one member order: RFC 8785's (members sorted by UTF-16
+ * code units). A fresh output and every replay of it (the journal's stored
+ * copy, in whatever order the journal's encoding gives) are returned in
+ * this form, so the first answer and the replays are identical, member
+ * order included. Values JSON cannot hold are returned as they are.
+ */
+export function canonicalForm<T>(v: T): T {
+  if (typeof v !== "object" || v === null) return v;
+  try {
+    return JSON.parse(canonicalJson(JSON.parse(JSON.stringify(v)))) as T;
+  } catch {
+    return v;
+  }
+}
 
 /**
  * The operation key of a call, as the gateway's MCP door makes its mcp:
@@ -230,23 +293,13 @@ export interface ToolCall<A, O> {
  */
 export async function journalToolCall<A, O>(journal: Journal, policy: ToolPolicy<A, never>, call: ToolCall<A, O>): Promise<ToolAnswer<O>> {
   const tool = call.toolName;
-  const argsObj = (typeof call.args === "object" && call.args !== null ? call.args : {}) as Record<string, unknown>;
-  const fields = policy.keyFields ?? [];
-  const ids = (policy.key ? (policy.identifyingArguments ?? Object.keys(argsObj).sort()) : fields).join(", ");
-  let key: string;
-  if (policy.key) {
-    key = policy.key(call.args);
-  } else {
-    if (call.scope === undefined) throw new OpjournalError("INVALID_ARGUMENT", "is required with keyFields", { field: "scope" });
-    const k = toolKey(policy.action, call.scope, fields, argsObj);
-    if (k.missing !== undefined) {
-      return { kind: "text", text: modelText("missing_argument", { tool, argument_quoted: goQuote(k.missing), ids }), key: undefined, outcome: undefined };
-    }
-    key = k.key;
+  const made = operationOf(policy, call);
+  const ids = made.ids;
+  if (made.missing !== undefined) {
+    return { kind: "text", text: modelText("missing_argument", { tool, argument_quoted: goQuote(made.missing), ids }), key: undefined, outcome: undefined, summary: summarize(undefined, undefined) };
   }
-  const op: Op = { key, action: policy.action, payload: policy.payload ? policy.payload(call.args) : call.args };
-  const refs = policy.refs ? policy.refs(call.args) : policy.key ? undefined : defaultRefs(fields, argsObj);
-  if (refs) op.refs = refs;
+  const { op } = made;
+  const key = op.key;
 
   let fresh: { output: O } | undefined;
   let out: Outcome;
@@ -261,52 +314,272 @@ export async function journalToolCall<A, O>(journal: Journal, policy: ToolPolicy
     if (e instanceof NotRecordedError) {
       // The effect may be confirmed but not recorded: the model gets the
       // tool's answer if there was one, else "unknown".
-      if (fresh) return { kind: "output", output: fresh.output, replayed: false, key, outcome: undefined };
-      return { kind: "text", text: modelText("unknown", { tool, ids }), key, outcome: undefined };
+      if (fresh) return { kind: "output", output: canonicalForm(fresh.output), replayed: false, key, outcome: undefined, summary: summarize(key, undefined, true) };
+      return { kind: "text", text: modelText("unknown", { tool, ids }), key, outcome: undefined, summary: { ...summarize(key, undefined), kind: "verification_required" } };
     }
     if (e instanceof OpjournalError) {
       switch (e.code) {
         case "INVALID_ARGUMENT":
         case "TOO_LARGE":
-          return { kind: "text", text: modelText("refused_arguments", { tool, detail: `${e.field}: ${e.detail}`.trim() }), key, outcome: undefined };
+          return { kind: "text", text: modelText("refused_arguments", { tool, detail: `${e.field}: ${e.detail}`.trim() }), key, outcome: undefined, summary: summarize(key, undefined) };
         case "UNAVAILABLE":
         case "RATE_LIMITED":
-          return { kind: "text", text: modelText("journal_unavailable", { tool }), key, outcome: undefined };
+          return { kind: "text", text: modelText("journal_unavailable", { tool }), key, outcome: undefined, summary: summarize(key, undefined) };
       }
     }
     throw e;
   }
   switch (out.kind) {
     case "succeeded":
-      if (!out.replayed && fresh) return { kind: "output", output: fresh.output, replayed: false, key, outcome: out };
+      if (!out.replayed && fresh) return { kind: "output", output: canonicalForm(fresh.output), replayed: false, key, outcome: out, summary: summarize(key, out) };
       if (out.result && Object.hasOwn(out.result, "tool_result")) {
-        return { kind: "output", output: out.result["tool_result"] as O, replayed: true, key, outcome: out };
+        return { kind: "output", output: canonicalForm(out.result["tool_result"] as O), replayed: true, key, outcome: out, summary: summarize(key, out) };
       }
-      return { kind: "text", text: modelText("replayed_succeeded", { tool, external_id_quoted: goQuote(out.externalId) }), key, outcome: out };
+      return { kind: "text", text: modelText("replayed_succeeded", { tool, external_id_quoted: goQuote(out.externalId) }), key, outcome: out, summary: summarize(key, out) };
     case "failed_final":
       if (APPROVAL_REFUSALS.has(out.errorCode)) {
         // A person's no (or nobody's yes in time), not the tool's refusal.
-        return { kind: "text", text: modelText("approval_rejected", { tool, ids, error_code: out.errorCode }), key, outcome: out };
+        return { kind: "text", text: modelText("approval_rejected", { tool, ids, error_code: out.errorCode }), key, outcome: out, summary: summarize(key, out) };
       }
       if (!out.replayed && out.cause !== undefined && Rejected.is(out.cause)) throw out.cause;
-      return { kind: "text", text: modelText("replayed_refused", { tool, error_code: out.errorCode }), key, outcome: out };
+      return { kind: "text", text: modelText("replayed_refused", { tool, error_code: out.errorCode }), key, outcome: out, summary: summarize(key, out) };
     case "in_progress_elsewhere": {
       const seconds = Math.trunc(Math.min(Math.max(out.retryAfterMs, 1000), IN_PROGRESS_MAX_SECONDS * 1000) / 1000);
-      return { kind: "text", text: modelText("in_progress", { tool, ids, seconds: String(seconds) }), key, outcome: out };
+      return { kind: "text", text: modelText("in_progress", { tool, ids, seconds: String(seconds) }), key, outcome: out, summary: summarize(key, out) };
     }
     case "verification_required":
-      return { kind: "text", text: modelText("unknown", { tool, ids }), key, outcome: out };
+      return { kind: "text", text: modelText("unknown", { tool, ids }), key, outcome: out, summary: summarize(key, out) };
     case "conflict":
-      return { kind: "text", text: modelText("conflict", { tool, ids }), key, outcome: out };
+      return { kind: "text", text: modelText("conflict", { tool, ids }), key, outcome: out, summary: summarize(key, out) };
     case "awaiting_approval":
-      return { kind: "text", text: modelText("awaiting_approval", { tool, ids }), key, outcome: out };
+      return { kind: "text", text: modelText("awaiting_approval", { tool, ids }), key, outcome: out, summary: summarize(key, out) };
   }
+}
+
+/**
+ * The operation a tool call makes (key, action, payload, refs), or the
+ * first missing identifying argument; ids names the identifying arguments
+ * for the texts.
+ */
+export function operationOf<A>(policy: ToolPolicy<A, never>, call: { args: A; scope: string | undefined }):
+  { op: Op; ids: string; missing?: undefined } | { op?: undefined; ids: string; missing: string } {
+  const argsObj = (typeof call.args === "object" && call.args !== null ? call.args : {}) as Record<string, unknown>;
+  const fields = policy.keyFields ?? [];
+  const ids = (policy.key ? (policy.identifyingArguments ?? Object.keys(argsObj).sort()) : fields).join(", ");
+  let key: string;
+  if (policy.key) {
+    key = policy.key(call.args);
+  } else {
+    if (call.scope === undefined) throw new OpjournalError("INVALID_ARGUMENT", "is required with keyFields", { field: "scope" });
+    const k = toolKey(policy.action, call.scope, fields, argsObj);
+    if (k.missing !== undefined) return { ids, missing: k.missing };
+    key = k.key;
+  }
+  const op: Op = { key, action: policy.action, payload: policy.payload ? policy.payload(call.args) : call.args };
+  const refs = policy.refs ? policy.refs(call.args) : policy.key ? undefined : defaultRefs(fields, argsObj);
+  if (refs) op.refs = refs;
+  return { op, ids };
+}
+
+/**
+ * The question a person answers for one journaled tool call the journal
+ * holds in awaiting_approval: which operation (key), exactly which request
+ * (requestHash: an answer to it cannot approve another request under the
+ * same key), what the call was (tool, args) and what the journal's policy
+ * says about it. Plain JSON: it travels in the framework's approval request
+ * (a LangGraph interrupt's value, the application's UI) and through a
+ * restart.
+ */
+export interface ToolApprovalRequest {
+  /** Marks the object as this client's (an interrupt's value may be anything). */
+  type: "opjournal.approval";
+  key: string;
+  requestHash: string;
+  action: string;
+  tool: string;
+  args: unknown;
+  /** The roles that may decide ("operator", "admin"). */
+  approvers: string[];
+  /** Why the policy asked: its `when` expression, or "required". */
+  rule: string;
+  /** The principal who registered the call ("" without authentication). */
+  requestedBy: string;
+  /** When the question times out (RFC 3339), or null. */
+  deadline: string | null;
+  /** A person approved it already and it has not run yet (the AI SDK asks again for such a call). */
+  approved: boolean;
+}
+
+/** The ToolApprovalRequest of an operation awaiting approval. */
+export function approvalRequestOf(op: Operation, tool: string, args: unknown): ToolApprovalRequest {
+  return {
+    type: "opjournal.approval", key: op.operationKey, requestHash: op.requestHash, action: op.actionType, tool, args,
+    approvers: [...(op.approval?.approvers ?? [])], rule: op.approval?.rule ?? "", requestedBy: op.approval?.requestedBy ?? "",
+    deadline: op.approval?.deadline ? op.approval.deadline.toISOString() : null,
+    approved: approvedNotRun(op),
+  };
+}
+
+/** True for a ToolApprovalRequest (an interrupt's value, say). */
+export function isToolApprovalRequest(v: unknown): v is ToolApprovalRequest {
+  const r = v as Partial<ToolApprovalRequest> | null;
+  return typeof r === "object" && r !== null && r.type === "opjournal.approval" && typeof r.key === "string" && typeof r.requestHash === "string";
+}
+
+/**
+ * What the framework's approval step does with a call, asked of the journal
+ * before the tool runs: "ask" a person (the journal holds the call in
+ * awaiting_approval: the request carries its key and request hash), or
+ * "run" it (the tool's execute then acts on the journal's decision: it
+ * calls the provider once, replays a stored answer or a refusal, a
+ * rejection included, or tells the model why not). The journal is asked
+ * every time, so a resumed, replayed or restarted run never asks again
+ * about a call a person already decided: a rejected call is not asked
+ * about (it "runs", and its execute replays the rejection without calling
+ * anything), an approved one runs once.
+ */
+export type ApprovalStep =
+  | { step: "ask"; request: ToolApprovalRequest }
+  /**
+   * rejected: the error code of a person's refusal (the call's execute
+   * replays it); approved: a person approved the call and it has not run
+   * yet (frameworks that check the approval again before they run an
+   * approved call, the AI SDK, must still see it as needing one).
+   */
+  | { step: "run"; rejected: string | undefined; approved: boolean };
+
+/**
+ * Registers the call (without claiming it: nothing is called) and says
+ * whether a person must be asked first (ApprovalStep). Registering is what
+ * execute does first anyway, with the same key and payload, so the call's
+ * execute finds the same operation. Errors the journal gives (a conflict, a
+ * refused argument, an unreachable journal) are left to execute, which
+ * tells the model: the step is "run".
+ */
+export async function approvalStep<A>(journal: Journal, policy: ToolPolicy<A, never>,
+  call: { toolName: string; args: A; scope: string | undefined; signal?: AbortSignal | undefined }): Promise<ApprovalStep> {
+  const made = operationOf(policy, call);
+  if (made.missing !== undefined) return { step: "run", rejected: undefined, approved: false };
+  let op: Operation;
+  try {
+    const r = await journal.register({ key: made.op.key, action: made.op.action, payload: made.op.payload, refs: made.op.refs },
+      call.signal ? { signal: call.signal } : undefined);
+    op = r.operation;
+  } catch (e) {
+    if (e instanceof OpjournalError && e.code !== "UNKNOWN_ACTION" && e.code !== "UNAUTHENTICATED" && e.code !== "PERMISSION_DENIED") {
+      return { step: "run", rejected: undefined, approved: false };
+    }
+    throw e;
+  }
+  if (op.status === "awaiting_approval") return { step: "ask", request: approvalRequestOf(op, call.toolName, call.args) };
+  return {
+    step: "run",
+    rejected: op.status === "failed_final" && APPROVAL_REFUSALS.has(op.errorCode) ? op.errorCode : undefined,
+    approved: approvedNotRun(op),
+  };
+}
+
+/** A person approved the operation and no attempt has been made yet. */
+export function approvedNotRun(op: Operation): boolean {
+  return op.approval?.required === true && op.status === "pending" && op.attemptCount === 0 && op.approval.approvals.length > 0;
+}
+
+/**
+ * The pending question for a call the framework asked a person about, read
+ * from the journal: for frameworks whose approval request carries only the
+ * call (the Agents SDK's interruption, the AI SDK's tool-approval-request).
+ * The key is made from the call's arguments as the tool makes it; the
+ * operation must await approval and hold exactly this call's payload (else
+ * PAYLOAD_MISMATCH: an answer to one request never approves another). Any
+ * credential that may read operations will do.
+ */
+export async function pendingApprovalOf<A>(journal: Journal, policy: ToolPolicy<A, never>,
+  call: { toolName: string; args: A; scope: string | undefined }): Promise<ToolApprovalRequest> {
+  const made = operationOf(policy, call);
+  if (made.missing !== undefined) {
+    throw new OpjournalError("INVALID_ARGUMENT", `the call has no ${made.missing}, so it names no operation`, { field: made.missing });
+  }
+  const op = await journal.lookup(made.op.key);
+  if (op.status !== "awaiting_approval" && !approvedNotRun(op)) {
+    throw new OpjournalError("INVALID_STATE", `is ${op.status}, not awaiting_approval: nothing to decide`, { field: "operation_key" });
+  }
+  let same: boolean;
+  try {
+    same = canonicalJson(op.payload) === canonicalJson(asStored(op.payload, made.op.payload));
+  } catch {
+    same = false;
+  }
+  if (!same) throw new OpjournalError("PAYLOAD_MISMATCH", "the journal holds another request under this call's key: decide it from the journal's record", { field: "payload" });
+  return approvalRequestOf(op, call.toolName, call.args);
+}
+
+/** The journal's stand-in for a member the policy's redact_fields blank. */
+const REDACTED = "[redacted]";
+
+/**
+ * The call's payload as the journal stores it beside stored: each member
+ * the journal holds as "[redacted]" (the policy's redact_fields, at any
+ * depth) is blanked the same way, so that a call compares equal to its own
+ * record. The request hash still covers the whole payload: the answer goes
+ * to the hash of the record, and a redacted member is what nobody, the
+ * person deciding included, may read.
+ */
+export function asStored(stored: unknown, call: unknown): unknown {
+  if (Array.isArray(stored) && Array.isArray(call)) {
+    return call.map((v, i) => asStored(stored[i], v));
+  }
+  if (isPlainObject(stored) && isPlainObject(call)) {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(call)) out[k] = stored[k] === REDACTED && v !== undefined && v !== null ? REDACTED : asStored(stored[k], v);
+    return out;
+  }
+  return call;
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** A person's answer to a ToolApprovalRequest. */
+export interface ApprovalAnswer {
+  approved: boolean;
+  /** Why (required, at most 200 characters, nothing secret): kept in the operation's history. */
+  reason: string;
+}
+
+/**
+ * Sends a person's answer to the journal: Approve or Reject of exactly
+ * request.requestHash, under the credential of approver, a Journal made
+ * with that person's token (never the agent's: the journal records its
+ * principal as the one who decided, and refuses roles its policy does not
+ * name, and the requester where the policy says so). A rejected call then
+ * stays rejected: every later run replays the refusal and calls nothing.
+ */
+export async function answerApproval(approver: Journal, request: ToolApprovalRequest, answer: ApprovalAnswer): Promise<Operation> {
+  if (!isToolApprovalRequest(request)) throw new OpjournalError("INVALID_ARGUMENT", "is not an approval request of this client", { field: "request" });
+  if (typeof answer?.approved !== "boolean") throw new OpjournalError("INVALID_ARGUMENT", "must be true or false", { field: "approved" });
+  if (answer.approved && request.approved) {
+    // Approved already (the AI SDK asks again for an approved call that has
+    // not run): the journal's record stands, nothing to send.
+    return approver.lookup(request.key);
+  }
+  return answer.approved
+    ? approver.approve(request.key, request.requestHash, answer.reason)
+    : approver.reject(request.key, request.requestHash, answer.reason);
 }
 
 /** The error codes of an operation a person rejected, or nobody approved in time. */
 export const APPROVAL_REFUSALS: ReadonlySet<string> = new Set(["approval_rejected", "approval_timeout"]);
 
 function defaultExternalId(output: unknown): string | undefined {
+  if (typeof output === "string" && output.startsWith("{")) {
+    // LangChain tools return their output as a JSON text: its "id" is the effect's.
+    try {
+      output = JSON.parse(output);
+    } catch {
+      return undefined;
+    }
+  }
   if (typeof output === "object" && output !== null && typeof (output as { id?: unknown }).id === "string") {
     return (output as { id: string }).id;
   }

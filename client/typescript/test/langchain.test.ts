@@ -83,6 +83,8 @@ describe("langchain adapter", () => {
     const paid = JSON.parse(model.toolResults()[0]!) as { id: string };
     assert.match(paid.id, /^pay_/);
     assert.equal(await provider.effects(key), 1);
+    // The tool returns a JSON text: its "id" is the journal's external id (langchain.md says so).
+    assert.equal((await journal.lookup(key)).externalId, paid.id);
     const again = new ScriptedChatModel([{ id: "call_y", say: "Again.", args: { currency: "RUB", order_id: "817", amount_minor: 490000 } }], "Paid.");
     (globalThis as Record<string, unknown>)["opjournalTestModel"] = again;
     await import(url + "?again");

@@ -84,6 +84,7 @@ describe("journalToolCall", () => {
     let ran = 0;
     const a = await journalToolCall(journal, policy, { toolName: "create_payment", scope: "u", args: { amount_minor: 1, currency: "RUB" }, run: () => { ran++; return {}; } });
     assert.deepEqual(a, { kind: "text", key: undefined, outcome: undefined,
+      summary: { kind: "not_sent", key: "", externalId: "", replayed: false, awaitingApproval: false, requestHash: "", errorCode: "" },
       text: modelText("missing_argument", { tool: "create_payment", argument_quoted: '"order_id"', ids: "order_id" }) });
     assert.match(a.kind === "text" ? a.text : "", /needs the argument "order_id"/);
     assert.equal(ran, 0);

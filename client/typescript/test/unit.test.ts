@@ -144,3 +144,16 @@ test("encodeObject refuses what JSON or the journal cannot carry, naming the pat
   assert.deepEqual(encodeObject("payload", { n: Number.MAX_SAFE_INTEGER, m: -Number.MAX_SAFE_INTEGER, f: 1.5 }),
     { n: Number.MAX_SAFE_INTEGER, m: -Number.MAX_SAFE_INTEGER, f: 1.5 });
 });
+
+test("asStored blanks what the journal redacted, so a call compares equal to its own record", async () => {
+  const { asStored } = await import("../src/tools.js");
+  const { canonicalJson } = await import("../src/canonical.js");
+  const stored = { amount_minor: 120000, card: "[redacted]", meta: { token: "[redacted]", note: "x" }, items: [{ pan: "[redacted]" }] };
+  const call = { card: { number: "4242424242424242" }, amount_minor: 120000, meta: { note: "x", token: "t" }, items: [{ pan: "5555" }] };
+  assert.equal(canonicalJson(asStored(stored, call)), canonicalJson(stored));
+  // Any member the journal holds in clear still has to match.
+  assert.notEqual(canonicalJson(asStored(stored, { ...call, amount_minor: 1 })), canonicalJson(stored));
+  assert.notEqual(canonicalJson(asStored(stored, { ...call, meta: { note: "y", token: "t" } })), canonicalJson(stored));
+  // Nothing redacted: the call as it is.
+  assert.deepEqual(asStored({ a: 1 }, { a: 2, b: [1] }), { a: 2, b: [1] });
+});

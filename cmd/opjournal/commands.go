@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
 
 	"github.com/opjournal/opjournal/internal/cli"
 	"github.com/opjournal/opjournal/internal/ops"
 	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/server"
 	"github.com/opjournal/opjournal/server/auth"
 )
 
@@ -30,9 +33,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.Usage(err)
 	}
 	if st, ok := status.FromError(err); ok && cmd.Parent() != nil && cmd.Parent().Name() == "ops" {
-		return fmt.Errorf("ops %s: %s: %s", cmd.Name(), st.Code(), st.Message())
+		return fmt.Errorf("ops %s: %s", cmd.Name(), journalError(cmd, st))
 	}
 	return err
+}
+
+// journalError words the journal's refusal for the person at the command
+// line: the journal's own code (PAYLOAD_MISMATCH, INVALID_STATE, … from
+// the status's ErrorInfo, which says what happened, where the transport's
+// code may not: a wrong --hash travels as gRPC AlreadyExists) and, when a
+// request field is at fault, the flag that sets it (--hash for
+// request_hash), so the message says what to change on the line.
+func journalError(cmd *cobra.Command, st *status.Status) string {
+	code, field := st.Code().String(), ""
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == server.ErrorDomain {
+			code, field = info.GetReason(), info.GetMetadata()["field"]
+		}
+	}
+	msg := st.Message()
+	if field != "" {
+		if flag := flagOf(cmd, field); flag != "" {
+			msg = flag + ": " + strings.TrimPrefix(msg, field+": ")
+		}
+	}
+	return code + ": " + msg
+}
+
+// flagOf returns the flag of cmd that sets the request field, or "" when
+// no flag does (a field the command fills itself).
+func flagOf(cmd *cobra.Command, field string) string {
+	name := strings.ReplaceAll(field, "_", "-")
+	if field == "request_hash" {
+		name = "hash"
+	}
+	if cmd.Flags().Lookup(name) == nil {
+		return ""
+	}
+	return "--" + name
 }
 
 const rootLong = `opjournal — the operation journal for AI agents' irreversible actions.

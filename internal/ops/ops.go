@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -48,7 +50,9 @@ const Usage = `Usage:
 
 With --auth-file on the server, the history records the token's name as the
 actor; --actor is kept beside it as what you say you act for. Without
-authentication --actor is required.
+authentication --actor is the actor; without it the decision is recorded as
+local-admin, the journal's name for an unauthenticated caller (WhoAmI), as on
+the console.
 
 Common flags (anywhere on the line): --journal-addr (OPJOURNAL_JOURNAL_ADDR),
 --token-file, --tls-ca, --timeout. "opjournal ops SUBCOMMAND --help" for each.
@@ -85,7 +89,8 @@ its actor and reason.
 
 With --auth-file on the server, the history records the token's name as the
 actor; --actor is kept beside it as what you say you act for. Without
-authentication --actor is required. The token comes from $OPJOURNAL_TOKEN or
+authentication --actor is the actor; without it the decision is recorded as
+local-admin, as on the console. The token comes from $OPJOURNAL_TOKEN or
 --token-file, never from a flag value.`,
 		Example: `  opjournal ops list --journal-addr journal:9090 --status unknown --due
   opjournal ops --journal-addr journal:9090 show payment:order-817:intent-01
@@ -466,7 +471,7 @@ acknowledged instead. The decision is recorded in the history with its reason.`,
 	failed := fs.Bool("failed-final", false, "no effect happened; never retry")
 	extID := fs.String("external-id", "", "with --succeeded: the provider's id of the effect")
 	code := fs.String("error-code", "", "with --failed-final: why")
-	actor := fs.String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
+	actor := fs.String("actor", "", actorHelp)
 	reason := fs.String("reason", "", "why (required)")
 	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
 		return resolve(ctx, jc, args[0], *ok, *failed, &pb.ResolveRequest{ExternalId: *extID, ErrorCode: *code, Actor: *actor, Reason: *reason}, w)
@@ -485,6 +490,10 @@ func resolve(ctx context.Context, c pb.JournalServiceClient, key string, ok, fai
 	}
 	if req.GetReason() == "" {
 		return usageErr("--reason is required: the decision is audited")
+	}
+	var err error
+	if req.Actor, err = statedActor(ctx, c, req.GetActor()); err != nil {
+		return err
 	}
 	res, err := c.Resolve(ctx, req)
 	if err != nil {
@@ -506,7 +515,7 @@ history.`,
 		Args:              oneKey,
 		ValidArgsFunction: noFiles,
 	}
-	actor := c.Flags().String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
+	actor := c.Flags().String("actor", "", actorHelp)
 	reason := c.Flags().String("reason", "", "why (required): what was done about it")
 	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
 		return acknowledge(ctx, jc, args[0], *actor, *reason, w)
@@ -516,6 +525,10 @@ history.`,
 func acknowledge(ctx context.Context, c pb.JournalServiceClient, key, actor, reason string, w io.Writer) error {
 	if reason == "" {
 		return usageErr("--reason is required: the decision is audited")
+	}
+	actor, err := statedActor(ctx, c, actor)
+	if err != nil {
+		return err
 	}
 	res, err := c.Acknowledge(ctx, &pb.AcknowledgeRequest{OperationKey: key, Actor: actor, Reason: reason})
 	if err != nil {
@@ -539,13 +552,17 @@ set, by whom, but not its text. ` + "`opjournal ops show`" + ` prints it.`,
 		Args:              keyAndText,
 		ValidArgsFunction: noFiles,
 	}
-	actor := c.Flags().String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
+	actor := c.Flags().String("actor", "", actorHelp)
 	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
 		return setNote(ctx, jc, args[0], args[1], *actor, w)
 	})
 }
 
 func setNote(ctx context.Context, c pb.JournalServiceClient, key, note, actor string, w io.Writer) error {
+	actor, err := statedActor(ctx, c, actor)
+	if err != nil {
+		return err
+	}
 	if _, err := c.SetNote(ctx, &pb.SetNoteRequest{OperationKey: key, Note: note, Actor: actor}); err != nil {
 		return err
 	}
@@ -553,8 +570,35 @@ func setNote(ctx context.Context, c pb.JournalServiceClient, key, note, actor st
 	if note == "" {
 		what = "note cleared"
 	}
-	_, err := fmt.Fprintf(w, "%s %s\n", key, what)
+	_, err = fmt.Fprintf(w, "%s %s\n", key, what)
 	return err
+}
+
+// actorHelp is the help of every decision's --actor flag.
+const actorHelp = "who you act for: recorded beside the authenticated principal as stated actor, or without authentication as the actor (default: local-admin, as on the console)"
+
+// statedActor returns the actor a decision states: --actor when given.
+// Without it, a journal without authentication is told the name it gives
+// every unauthenticated caller (WhoAmI's local-admin, the name the console
+// records), because such a journal has no other name for the person and
+// requires one; with authentication nothing is stated, since the
+// principal is the actor. A journal that cannot answer WhoAmI gets the
+// flag as given, and its own error names what is missing.
+func statedActor(ctx context.Context, c pb.JournalServiceClient, actor string) (string, error) {
+	if actor != "" {
+		return actor, nil
+	}
+	me, err := c.WhoAmI(ctx, &pb.WhoAmIRequest{})
+	if err != nil {
+		if status.Code(err) == codes.Unimplemented {
+			return "", nil
+		}
+		return "", err
+	}
+	if me.GetAuthenticated() {
+		return "", nil
+	}
+	return me.GetName(), nil
 }
 
 // labelled names a principal for people: its label with the id beside
@@ -597,7 +641,7 @@ is recorded in the history with you as the actor.`,
 		ValidArgsFunction: noFiles,
 	}
 	hash := c.Flags().String("hash", "", "the request_hash you checked (required)")
-	actor := c.Flags().String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
+	actor := c.Flags().String("actor", "", actorHelp)
 	reason := c.Flags().String("reason", "", "why (required)")
 	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
 		return approve(ctx, jc, &pb.ApproveRequest{OperationKey: args[0], RequestHash: *hash, Actor: *actor, Reason: *reason}, w)
@@ -607,6 +651,10 @@ is recorded in the history with you as the actor.`,
 func approve(ctx context.Context, c pb.JournalServiceClient, req *pb.ApproveRequest, w io.Writer) error {
 	if req.GetRequestHash() == "" || req.GetReason() == "" {
 		return usageErr("--hash and --reason are required: you approve the exact request you checked, and the decision is audited")
+	}
+	var err error
+	if req.Actor, err = statedActor(ctx, c, req.GetActor()); err != nil {
+		return err
 	}
 	res, err := c.Approve(ctx, req)
 	if err != nil {
@@ -633,7 +681,7 @@ is told so. --hash is the request_hash you checked.`,
 	}
 	hash := c.Flags().String("hash", "", "the request_hash you checked (required)")
 	code := c.Flags().String("error-code", "", "the error code it ends with (default approval_rejected)")
-	actor := c.Flags().String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
+	actor := c.Flags().String("actor", "", actorHelp)
 	reason := c.Flags().String("reason", "", "why (required)")
 	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
 		return reject(ctx, jc, &pb.RejectRequest{OperationKey: args[0], RequestHash: *hash, ErrorCode: *code, Actor: *actor, Reason: *reason}, w)
@@ -643,6 +691,10 @@ is told so. --hash is the request_hash you checked.`,
 func reject(ctx context.Context, c pb.JournalServiceClient, req *pb.RejectRequest, w io.Writer) error {
 	if req.GetRequestHash() == "" || req.GetReason() == "" {
 		return usageErr("--hash and --reason are required: you reject the exact request you checked, and the decision is audited")
+	}
+	var err error
+	if req.Actor, err = statedActor(ctx, c, req.GetActor()); err != nil {
+		return err
 	}
 	res, err := c.Reject(ctx, req)
 	if err != nil {
@@ -663,7 +715,7 @@ provider's visibility lag has not passed or a person must review it.`,
 		Args:              oneKey,
 		ValidArgsFunction: noFiles,
 	}
-	actor := c.Flags().String("actor", "", "who you act for (recorded as stated actor; required without authentication)")
+	actor := c.Flags().String("actor", "", actorHelp)
 	reason := c.Flags().String("reason", "", "why: what the provider showed (required)")
 	attempt := c.Flags().Int("attempt", 0, "the latest attempt (default: looked up)")
 	return subcommand(connect, c, func(ctx context.Context, jc pb.JournalServiceClient, args []string, w io.Writer) error {
@@ -675,6 +727,10 @@ func release(ctx context.Context, c pb.JournalServiceClient, key, actor, reason 
 	if reason == "" {
 		return usageErr("--reason is required: the decision is audited")
 	}
+	actor, err := statedActor(ctx, c, actor)
+	if err != nil {
+		return err
+	}
 	if attempt == 0 {
 		op, err := c.Lookup(ctx, &pb.LookupRequest{OperationKey: key})
 		if err != nil {
@@ -685,7 +741,7 @@ func release(ctx context.Context, c pb.JournalServiceClient, key, actor, reason 
 	if _, err := c.ReleaseForRetry(ctx, &pb.ReleaseForRetryRequest{OperationKey: key, Attempt: int32(attempt), Actor: actor, Reason: reason}); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%s released for retry (attempt %d was absent at the provider)\n", key, attempt)
+	_, err = fmt.Fprintf(w, "%s released for retry (attempt %d was absent at the provider)\n", key, attempt)
 	return err
 }
 

@@ -68,6 +68,7 @@ type swaggerParameter struct {
 type document struct {
 	OpenAPI    string                           `json:"openapi"`
 	Info       map[string]any                   `json:"info"`
+	Servers    []map[string]any                 `json:"servers"`
 	Tags       []map[string]any                 `json:"tags,omitempty"`
 	Security   []map[string][]string            `json:"security"`
 	Paths      map[string]map[string]*operation `json:"paths"`
@@ -153,7 +154,12 @@ func convert(src []byte, statuses map[opjournal.Code]int, files interface {
 				"maps the code to.",
 			"license": map[string]any{"name": "Apache-2.0", "identifier": "Apache-2.0"},
 		},
-		Tags: sw.Tags,
+		// The document is served by the server it describes (GET
+		// /openapi.json on the REST listener): a relative URL resolves
+		// against wherever it was fetched from, so one document fits every
+		// address, port and proxy the server is reached through.
+		Servers: []map[string]any{{"url": "/", "description": "the server that serves this document (/openapi.json)"}},
+		Tags:    sw.Tags,
 		// A token only when the server has --auth-file.
 		Security: []map[string][]string{{"bearer": {}}, {}},
 		Paths:    map[string]map[string]*operation{},

@@ -5,6 +5,7 @@ go 1.26.7
 require (
 	cel.dev/cel-go v0.32.0
 	github.com/MicahParks/keyfunc/v3 v3.9.2
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/go-json-experiment/json v1.27.2
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/golang-migrate/migrate/v4 v4.20.1

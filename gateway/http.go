@@ -95,6 +95,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+	if r.URL.Path == IdempotencyPolicyPath {
+		g.servePolicy(w, r)
+		return
+	}
 	route := g.routes[r.Method+" "+r.URL.Path]
 	if route != nil && r.URL.EscapedPath() != route.escaped {
 		route = nil // the route's path spelled with other escapes (%2F for a slash, say)
@@ -178,18 +182,23 @@ func (g *Gateway) serveProtected(w http.ResponseWriter, r *http.Request, route *
 	scope := c.scope
 	var key string
 	var refs map[string]string
-	if ck := r.Header.Get(cfg.KeyHeader); ck != "" {
-		if key, err = clientKey("http", route.action, scope, ck); err != nil {
-			writeProblem(w, http.StatusBadRequest, probKeyInvalid, "Invalid "+cfg.KeyHeader, cfg.KeyHeader+": "+err.Error(), "", 0)
+	if lines := r.Header.Values(cfg.KeyHeader); len(lines) > 0 {
+		ck, err := readClientKey(lines)
+		if err != nil {
+			describedBy(w)
+			writeProblem(w, http.StatusBadRequest, probKeyInvalid, "Invalid "+cfg.KeyHeader, cfg.KeyHeader+" "+err.Error()+"; nothing was sent", "", 0)
 			return
 		}
+		key = clientKey("http", route.action, scope, ck)
 	} else if cfg.KeyRequired {
+		describedBy(w)
 		writeProblem(w, http.StatusBadRequest, probKeyMissing, "Missing "+cfg.KeyHeader,
 			fmt.Sprintf("%s %s needs an %s header: one stable key per intent, the same on every retry, never a new one for a retry", r.Method, r.URL.Path, cfg.KeyHeader), "", 0)
 		return
 	} else {
 		var missing string
 		if key, missing = fieldsKey("http", route.action, scope, cfg.KeyFields, obj); missing != "" {
+			describedBy(w)
 			writeProblem(w, http.StatusBadRequest, probKeyMissing, "Missing key",
 				fmt.Sprintf("without an %s header the key is derived from the body's %s, and %q is missing", cfg.KeyHeader, strings.Join(cfg.KeyFields, ", "), missing), "", 0)
 			return
@@ -309,10 +318,16 @@ func (g *Gateway) store(res *http.Response, body []byte, route *httpRoute, key s
 		omit("larger than max_response_bytes")
 		return s
 	case len(redacts) > 0:
-		// The journal redacts members of JSON only: a body kept as bytes
-		// would carry the redacted values past it.
+		// The journal redacts members of JSON only: a body that holds a
+		// redacted member is kept as JSON, so that the journal replaces
+		// its value (and the replay is that canonical JSON). Any other
+		// body is kept byte-exact: it carries nothing to redact.
 		if c, err := canonjson.Canonicalize(body, canonjson.Options{}); err == nil {
-			s.Body = c
+			if namesMember(c, redacts) {
+				s.Body = c
+			} else {
+				s.storeBytes(body)
+			}
 		} else if !mayHoldName(body, redacts) {
 			s.storeBytes(body)
 		} else {
@@ -336,6 +351,23 @@ func (s *storedResponse) storeBytes(body []byte) {
 		return
 	}
 	s.BodyBase64 = base64.StdEncoding.EncodeToString(body)
+}
+
+// namesMember reports whether canonical JSON has a string equal to one of
+// names (every member name is one): as the journal's own test for
+// whether a result needs redacting, it errs only towards keeping the
+// body as JSON.
+func namesMember(canonical []byte, names []string) bool {
+	dec := json.NewDecoder(bytes.NewReader(canonical))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return err != io.EOF // a body that does not read is kept as JSON
+		}
+		if str, ok := tok.(string); ok && slices.Contains(names, str) {
+			return true
+		}
+	}
 }
 
 // mayHoldName reports whether any of names occurs in body at all.
@@ -478,15 +510,20 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, route *httpRout
 			Detail: "this request already succeeded (the effect is confirmed, see external_id), but the provider's original answer was not stored, so it cannot be replayed. " +
 				"It was not sent again. Do NOT retry with a new key: that would do it twice. Read the resource from the provider by its external_id"})
 	case client.InProgressElsewhere:
+		// The draft's 409 for a request still outstanding, always with a
+		// Retry-After (at least a second: a 0 would invite a busy loop).
+		describedBy(w)
 		writeProblem(w, http.StatusConflict, probInProgress, "Request in progress",
-			"a request with this key is being processed; it was not sent again. Retry later with the same key, never a new one", key, min(out.RetryAfter, maxInProgressRetry))
+			"a request with this key is being processed; it was not sent again. Retry later with the same key, never a new one", key, max(time.Second, min(out.RetryAfter, maxInProgressRetry)))
 	case client.VerificationRequired:
 		log.Info("outcome unknown", "code", out.ErrorCode, "needs_review", out.NeedsReview)
+		describedBy(w)
 		writeProblem(w, http.StatusConflict, probOutcomeUnknown, "Outcome unknown", unknownDetail, key, defaultRetry)
 	case client.AwaitingApproval:
 		log.Info("held for approval", "retry_after", out.RetryAfter)
 		writeApprovalPending(w, key, out)
 	case client.Conflict:
+		describedBy(w)
 		writeProblem(w, http.StatusUnprocessableEntity, probKeyReused, "Key reused with another request",
 			"this key was used with a different request; nothing was sent. A new intent needs a new key", key, 0)
 	default:
@@ -620,4 +657,90 @@ func writeStored(w http.ResponseWriter, cfg *policy.GatewayHTTP, s *storedRespon
 	}
 	w.WriteHeader(s.Status)
 	_, _ = w.Write(body)
+}
+
+// IdempotencyPolicyPath is where the HTTP door publishes its idempotency
+// specification, as draft-ietf-httpapi-idempotency-key-header asks of a
+// resource: per protected route, the key's header, syntax and scope, the
+// fingerprint, and when a key expires (the action's retention). Its
+// refusals about keys link to it (Link: rel="describedby").
+const IdempotencyPolicyPath = "/.well-known/opjournal-idempotency"
+
+// idempotencyDraft is the revision of the draft the HTTP door was checked
+// against (docs/gateway.md has the table, point by point).
+const idempotencyDraft = "draft-ietf-httpapi-idempotency-key-header-09"
+
+// describedBy links a refusal about an idempotency key to the published
+// specification, the draft's alternative to a link in the body (whose
+// type is a URN, which no client dereferences).
+func describedBy(w http.ResponseWriter) {
+	w.Header().Set("Link", "<"+IdempotencyPolicyPath+`>; rel="describedby"; type="application/json"`)
+}
+
+// idempotencyPolicy is the document at IdempotencyPolicyPath.
+type idempotencyPolicy struct {
+	Specification string        `json:"specification"`
+	Routes        []routePolicy `json:"routes"`
+}
+
+// routePolicy is the idempotency specification of one protected route.
+type routePolicy struct {
+	Route       string   `json:"route"`
+	Action      string   `json:"action"`
+	KeyHeader   string   `json:"key_header"`
+	KeyRequired bool     `json:"key_required"`
+	KeyFields   []string `json:"key_fields,omitempty"`
+	// KeySyntax and KeyMaxLength say what readClientKey accepts.
+	KeySyntax    string `json:"key_syntax"`
+	KeyMaxLength int    `json:"key_max_length"`
+	KeyScope     string `json:"key_scope"`
+	// KeyExpiresAfterSeconds is the action's retention: how long after
+	// its operation last changed a key is remembered (KeyExpiry says the
+	// rest).
+	KeyExpiresAfterSeconds int64  `json:"key_expires_after_seconds"`
+	KeyExpiry              string `json:"key_expiry"`
+	Fingerprint            string `json:"fingerprint"`
+	Replays                string `json:"replays"`
+}
+
+// The texts of the published specification, the same for every route.
+const (
+	keySyntaxText = `an RFC 8941 structured-field string ("8e03978e-40d5-43e8-bc93-6894a57f9324"), or, for clients written for Stripe, ` +
+		`a bare value of visible ASCII characters; a value that starts with a quote must be one sf-string without parameters; ` +
+		`the two spellings are two keys; the header must be sent once`
+	keyScopeText  = "the caller's principal: two callers' equal keys are two intents"
+	keyExpiryText = "a key is remembered for key_expires_after_seconds after its operation last changed, then forgotten once the operation has ended " +
+		"(succeeded or refused) and no person must look at it; an operation that has not ended is never forgotten. " +
+		"A forgotten key is new again: the same key and request are then sent again"
+	fingerprintText = "SHA-256 of the RFC 8785 canonical JSON of the body's members (a form's pairs), with the query's pairs as $query and " +
+		"the forwarded headers as $headers: the same key with another fingerprint is 422"
+	replaysText = "a 2xx or 4xx answer is replayed with Idempotent-Replayed: true; a request still in flight, or whose outcome is unknown, is 409 with Retry-After"
+)
+
+// servePolicy answers GET IdempotencyPolicyPath.
+func (g *Gateway) servePolicy(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeProblem(w, http.StatusMethodNotAllowed, probMethod, "Method not allowed", "the idempotency specification is read with GET", "", 0)
+		return
+	}
+	doc := idempotencyPolicy{Specification: idempotencyDraft, Routes: []routePolicy{}}
+	for _, route := range g.routes {
+		cfg := route.cfg
+		rp := routePolicy{Route: cfg.Method + " " + cfg.Path, Action: route.action, KeyHeader: cfg.KeyHeader, KeyRequired: cfg.KeyRequired,
+			KeyFields: cfg.KeyFields, KeySyntax: keySyntaxText, KeyMaxLength: maxClientKeyLen, KeyScope: keyScopeText,
+			KeyExpiry: keyExpiryText, Fingerprint: fingerprintText, Replays: replaysText}
+		if act, ok := g.cfg.Policy.Action(route.action); ok {
+			rp.KeyExpiresAfterSeconds = int64(act.Retention / time.Second)
+		}
+		doc.Routes = append(doc.Routes, rp)
+	}
+	slices.SortFunc(doc.Routes, func(a, b routePolicy) int { return strings.Compare(a.Route, b.Route) })
+	b, _ := json.MarshalIndent(doc, "", "  ")
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(append(b, '\n'))
+	}
 }

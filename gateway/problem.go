@@ -25,6 +25,7 @@ const (
 	probRejected       = "rejected-earlier"
 	probUnavailable    = "journal-unavailable"
 	probNoRoute        = "no-route"
+	probMethod         = "method-not-allowed"
 	probInternal       = "internal"
 	// The refusals of a caller (identity.go).
 	probUnauthenticated = "unauthenticated"

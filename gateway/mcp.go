@@ -66,6 +66,7 @@ func (g *Gateway) MCPServer(ctx context.Context, upstreams ...*mcp.ClientSession
 					if _, err := hideArgument(t.InputSchema, arg); err != nil {
 						return nil, fmt.Errorf("gateway: the input schema of the tool %q: %w", t.Name, err)
 					}
+					t.Description = hideInDescription(t.Description, arg)
 				}
 				srv.AddTool(&t, upstreamTool(cs))
 			} else {
@@ -90,8 +91,11 @@ func (g *Gateway) MCPServer(ctx context.Context, upstreams ...*mcp.ClientSession
 // called at most once per key, its result recorded and replayed to every
 // retry, and the texts the model reads for an unknown outcome, a call in
 // progress or a conflicting one. tools/list hides the argument the
-// journal fills (forward_key_argument). Other methods and tools pass
-// through.
+// journal fills (forward_key_argument), and initialize and
+// server/discover announce the journal extension (JournalExtension).
+// Clients of the sessionful (2025-11-25) and the stateless (2026-07-28)
+// revisions get the same calls and keys, each result framed for its
+// client's revision. Other methods and tools pass through.
 //
 //	g, _ := gateway.New(gateway.Config{Journal: journal, Policy: pol, OwnToken: token})
 //	srv := mcp.NewServer(impl, nil)
@@ -101,6 +105,7 @@ func (g *Gateway) MCPServer(ctx context.Context, upstreams ...*mcp.ClientSession
 //	// over HTTP: http.Handle("/", g.MCPHandler(srv, opts)) (each caller's own credential)
 func (g *Gateway) MCPMiddleware() mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		next = g.announceMiddleware(next)
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			switch method {
 			case "tools/list":
@@ -131,7 +136,11 @@ func (g *Gateway) MCPMiddleware() mcp.Middleware {
 					}
 					return tr, nil
 				}
-				return g.protectedTool(g.tools[cr.Params.Name], call)(ctx, cr)
+				res, err := g.protectedTool(g.tools[cr.Params.Name], call)(ctx, cr)
+				if err != nil {
+					return nil, err
+				}
+				return framed(res, statelessSession(cr.Session)), nil
 			}
 			return next(ctx, method, req)
 		}
@@ -152,6 +161,7 @@ func (g *Gateway) hideFilledArguments(lr *mcp.ListToolsResult) {
 		}
 		c := *t
 		c.InputSchema = schema
+		c.Description = hideInDescription(c.Description, route.cfg.ForwardKeyArgument)
 		lr.Tools[i] = &c
 	}
 }
@@ -165,6 +175,58 @@ type upstreamCall func(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToo
 func upstreamTool(cs *mcp.ClientSession) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return callTool(ctx, cs, &mcp.CallToolParams{Name: req.Params.Name, Arguments: req.Params.Arguments})
+	}
+}
+
+// hideInDescription drops from a tool's description the sentences that
+// name the argument the gateway fills: the schema no longer shows it, and
+// a description that still invites the model to send one ("not idempotent
+// unless idempotency_key is given") would make it send a value the
+// gateway drops, or distrust a retry it must make with the same
+// arguments.
+func hideInDescription(desc, arg string) string {
+	if arg == "" || !namesWord(desc, arg) {
+		return desc
+	}
+	var kept []string
+	rest := desc
+	for rest != "" {
+		// A sentence ends at ". ", "! ", "? " or a new line, or with the text.
+		end := len(rest)
+		for i := 0; i < len(rest); i++ {
+			if rest[i] == '\n' || (strings.ContainsRune(".!?", rune(rest[i])) && (i+1 == len(rest) || rest[i+1] == ' ' || rest[i+1] == '\n')) {
+				end = i + 1
+				for end < len(rest) && rest[end] == ' ' {
+					end++ // the space after it goes with it
+				}
+				break
+			}
+		}
+		sentence := rest[:end]
+		rest = rest[end:]
+		if !namesWord(sentence, arg) {
+			kept = append(kept, sentence)
+		}
+	}
+	return strings.TrimSpace(strings.Join(kept, ""))
+}
+
+// namesWord reports whether s holds word as a whole name: "key" is not
+// named by "monkey" or "key_id".
+func namesWord(s, word string) bool {
+	isName := func(c byte) bool {
+		return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	}
+	for i := 0; ; {
+		j := strings.Index(s[i:], word)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(word)
+		if (start == 0 || !isName(s[start-1])) && (end == len(s) || !isName(s[end])) {
+			return true
+		}
+		i = start + 1
 	}
 }
 
@@ -200,8 +262,27 @@ func hideArgument(schema any, arg string) (any, error) {
 // passTool forwards a call unchanged.
 func passTool(cs *mcp.ClientSession) mcp.ToolHandler {
 	return traceTool("", func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return callTool(ctx, cs, &mcp.CallToolParams{Meta: req.Params.Meta, Name: req.Params.Name, Arguments: req.Params.Arguments})
+		return callTool(ctx, cs, &mcp.CallToolParams{Meta: forwardedMeta(req.Params.Meta), Name: req.Params.Name, Arguments: req.Params.Arguments})
 	})
+}
+
+// forwardedMeta is the client's _meta without the members the protocol
+// reserves (io.modelcontextprotocol/…): in the stateless revision they
+// describe the client's own connection to the gateway (its protocol
+// version, info and capabilities), not the gateway's session with the
+// upstream, which refuses a version it does not speak on that session.
+func forwardedMeta(m mcp.Meta) mcp.Meta {
+	var out mcp.Meta
+	for k, v := range m {
+		if strings.HasPrefix(k, "io.modelcontextprotocol/") {
+			continue
+		}
+		if out == nil {
+			out = mcp.Meta{}
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // protectedTool journals each call of a protected tool; call is the
@@ -260,13 +341,13 @@ func (g *Gateway) protectedTool(route *toolRoute, call upstreamCall) mcp.ToolHan
 
 						return client.Effect{}, &client.UnknownError{Code: "tool_error", Err: errors.New(text)}
 					}
-					early <- withMeta(res, key, false) // a definite refusal: the model may have it now
+					early <- withMeta(res, key, false, OutcomeFailedFinal) // a definite refusal: the model may have it now
 					if serr != nil {
 						return client.Effect{}, client.Rejected("tool_error", errors.New(text))
 					}
 					return client.Effect{}, client.RejectedWith("tool_error", stored, errors.New(text))
 				}
-				early <- withMeta(res, key, false) // the effect happened: the model may have it now
+				early <- withMeta(res, key, false, OutcomeSucceeded) // the effect happened: the model may have it now
 				eff := client.Effect{ExternalID: structuredID(res, cfg.ExternalID)}
 				if serr == nil {
 					eff.Result = stored
@@ -302,9 +383,9 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, ids, key string, out client
 	case errors.As(err, &nr):
 		log.Error("the outcome was not recorded", "err", err)
 		if fresh != nil && !fresh.IsError {
-			return withMeta(fresh, key, false)
+			return withMeta(fresh, key, false, OutcomeSucceeded)
 		}
-		return withMeta(toolError(unknownText, tool, ids), key, false)
+		return withMeta(toolError(unknownText, tool, ids), key, false, OutcomeUnknown)
 	case err != nil && out.Kind != client.Succeeded:
 		switch client.CodeOf(err) {
 		case opjournal.CodeInvalidArgument, opjournal.CodeTooLarge:
@@ -325,18 +406,18 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, ids, key string, out client
 	case client.Succeeded, client.FailedFinal:
 		if !out.Replayed && fresh != nil {
 			log.Info("called", "outcome", out.Kind.String())
-			return withMeta(fresh, key, false)
+			return withMeta(fresh, key, false, outcomeOf(out.Kind))
 		}
 		if res, ok := replayedResult(out.Result); ok {
 			log.Info("replayed", "outcome", out.Kind.String())
-			return withMeta(res, key, true)
+			return withMeta(res, key, true, outcomeOf(out.Kind))
 		}
 		if rejectedByApproval(out) {
 			log.Info("rejected by approval", "code", out.ErrorCode)
-			return withMeta(toolError(approvalRejectedText, tool, ids, out.ErrorCode), key, true)
+			return withMeta(toolError(approvalRejectedText, tool, ids, out.ErrorCode), key, true, OutcomeApprovalRejected)
 		}
 		if out.Kind == client.FailedFinal {
-			return withMeta(toolError("This call of %s was already made and the tool refused it (%s). It was not called again; the answer will not change.", tool, out.ErrorCode), key, true)
+			return withMeta(toolError("This call of %s was already made and the tool refused it (%s). It was not called again; the answer will not change.", tool, out.ErrorCode), key, true, OutcomeFailedFinal)
 		}
 		settled := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
 			Text: fmt.Sprintf("This call of %s was already made and it succeeded (external id %q). It was not called again.", tool, out.ExternalID)}}}
@@ -348,17 +429,17 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, ids, key string, out client
 				settled.StructuredContent = sc
 			}
 		}
-		return withMeta(settled, key, true)
+		return withMeta(settled, key, true, OutcomeSucceeded)
 	case client.InProgressElsewhere:
 		return withMeta(toolError("This call of %s (the same identifying arguments: %s) is already in progress (started by an earlier request) and was NOT sent again. "+
 			"Wait about %d seconds, then call again with exactly the same arguments to get its result. "+
-			"Do not change or rephrase the arguments to get around this: that would do it twice.", tool, ids, int(min(max(out.RetryAfter, time.Second), maxInProgressRetry)/time.Second)), key, false)
+			"Do not change or rephrase the arguments to get around this: that would do it twice.", tool, ids, int(min(max(out.RetryAfter, time.Second), maxInProgressRetry)/time.Second)), key, false, OutcomeInProgress)
 	case client.VerificationRequired:
 		log.Info("outcome unknown", "code", out.ErrorCode, "needs_review", out.NeedsReview)
-		return withMeta(toolError(unknownText, tool, ids), key, false)
+		return withMeta(toolError(unknownText, tool, ids), key, false, OutcomeUnknown)
 	case client.AwaitingApproval:
 		log.Info("held for approval", "retry_after", out.RetryAfter)
-		res := withMeta(toolError(awaitingApprovalText, tool, ids), key, false)
+		res := withMeta(toolError(awaitingApprovalText, tool, ids), key, false, OutcomeAwaitingApproval)
 		// What a client's UI shows beside the text: the request a person
 		// must approve, by its hash (never its arguments).
 		m := res.Meta[MetaKey].(map[string]any)
@@ -366,9 +447,17 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, ids, key string, out client
 		return res
 	case client.Conflict:
 		return withMeta(toolError("A call of %s with the same identifying arguments (%s) but different other arguments was already made, so this one is refused and nothing was sent. "+
-			"Do not retry it with rephrased arguments. If this really is a new, separate action, it needs its own %s; if not, the earlier call stands.", tool, ids, ids), key, false)
+			"Do not retry it with rephrased arguments. If this really is a new, separate action, it needs its own %s; if not, the earlier call stands.", tool, ids, ids), key, false, OutcomeConflict)
 	}
 	return toolError("The gateway got an unexpected answer for %s; nothing was sent.", tool)
+}
+
+// outcomeOf names a settled outcome for a result's _meta.
+func outcomeOf(k client.OutcomeKind) string {
+	if k == client.FailedFinal {
+		return OutcomeFailedFinal
+	}
+	return OutcomeSucceeded
 }
 
 // unknownText tells a model what an unknown outcome means.
@@ -381,14 +470,16 @@ func toolError(format string, args ...any) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
 }
 
-// withMeta marks a result with what the journal did.
-func withMeta(res *mcp.CallToolResult, key string, replayed bool) *mcp.CallToolResult {
+// withMeta marks a result with what the journal did: its key, whether
+// the result is replayed, and the outcome (Outcome*) a client can act on
+// without reading the text written for the model.
+func withMeta(res *mcp.CallToolResult, key string, replayed bool, outcome string) *mcp.CallToolResult {
 	c := *res
 	m := mcp.Meta{}
 	for k, v := range res.Meta {
 		m[k] = v
 	}
-	m[MetaKey] = map[string]any{"operation_key": key, "replayed": replayed}
+	m[MetaKey] = map[string]any{"operation_key": key, "replayed": replayed, "outcome": outcome}
 	c.Meta = m
 	return &c
 }
@@ -417,6 +508,11 @@ func storedResult(res *mcp.CallToolResult) (json.RawMessage, error) {
 	var tree any
 	if err := dec.Decode(&tree); err != nil {
 		return nil, err
+	}
+	if m, ok := tree.(map[string]any); ok {
+		// How the answer was framed for its client's revision, not the
+		// tool's answer: a replay is framed for the retry's client (framed).
+		delete(m, "resultType")
 	}
 	var texts []string
 	tree = numbersAsText(tree, "", &texts)

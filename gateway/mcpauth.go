@@ -32,12 +32,24 @@ type MCPHTTPOptions struct {
 const metadataPath = "/.well-known/oauth-protected-resource"
 
 // MCPHandler returns the MCP door's HTTP handler: srv at /mcp over
-// streamable HTTP, every request authenticated as the Identity says, and
+// streamable HTTP, for clients of the sessionful revisions (2025-11-25 and
+// before) and of the stateless one (2026-07-28) alike, every request
+// authenticated as the Identity says, and
 // the protected-resource metadata at /.well-known/oauth-protected-resource
 // (and under it, /mcp, as RFC 9728 section 3.1 places it for a path).
 func (g *Gateway) MCPHandler(srv *mcp.Server, opts MCPHTTPOptions) http.Handler {
 	mux := http.NewServeMux()
-	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	server := func(*http.Request) *mcp.Server { return srv }
+	// One URL for both revisions (mcprevision.go): sessions for clients of
+	// 2025-11-25 and before, none for 2026-07-28. Both serve the same
+	// server, so a tool call is the same call through either.
+	var h http.Handler = revisionRouter(
+		mcp.NewStreamableHTTPHandler(server, nil),
+		// A stateless request is answered with one JSON body (no event
+		// stream): nothing of it outlives the request, and a plain HTTP
+		// client (curl, docs/gateway.md) reads it as it is.
+		mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true}),
+	)
 	if g.ids.mode == IdentityJournal {
 		meta := auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 			Resource: opts.Resource, AuthorizationServers: opts.AuthorizationServers,

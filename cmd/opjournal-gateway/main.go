@@ -82,7 +82,9 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Long:  rootLong,
 		Example: `  opjournal-gateway --journal-addr 127.0.0.1:9090 --policy policy.yaml \
       --http-addr 127.0.0.1:8081 --upstream-header 'Authorization: Bearer ${PROVIDER_KEY}'
-  opjournal-gateway --mcp-addr 127.0.0.1:8082 --mcp-upstream http://127.0.0.1:8099/mcp
+  opjournal-gateway --anonymous --mcp-addr 127.0.0.1:8082 --mcp-upstream http://127.0.0.1:8099/mcp
+      # beside the quick start's opjournal serve and opjournal-fakeprovider --mcp
+      # (docs/gateway.md, "Try it locally"); MCP clients of 2025-11-25 and 2026-07-28
   opjournal-gateway --mcp-stdio --mcp-upstream 'cmd:my-mcp-server --flag' --anonymous`,
 	}
 	var o serveOpts

@@ -2,7 +2,12 @@
 // protects its own tool with opjournal's middleware (docs/integrations/go-mcp-server.md).
 // Its create_payment charges the test provider; over stdio, one local agent.
 //
-//	mcp-server --journal 127.0.0.1:9090 --provider http://127.0.0.1:8080 --policy policy.yaml
+// Its defaults are the local stack of docs/gateway.md ("Try it locally"):
+// the journal of `opjournal serve` (127.0.0.1:9090), the test provider of
+// `opjournal-fakeprovider` (127.0.0.1:8099) and the shipped policy, whose
+// create_payment protects the tool; with flags:
+//
+//	mcp-server --journal 127.0.0.1:9090 --provider http://127.0.0.1:8099 --policy policy.yaml
 package main
 
 import (
@@ -23,12 +28,15 @@ import (
 
 func main() {
 	journalAddr := flag.String("journal", "127.0.0.1:9090", "the journal's gRPC address")
-	providerURL := flag.String("provider", "http://127.0.0.1:8080", "the payment provider's base URL")
-	policyPath := flag.String("policy", "", "the policy: create_payment's gateway.mcp names the tool and its key_fields")
+	providerURL := flag.String("provider", "http://127.0.0.1:8099", "the payment provider's base URL (the test provider's)")
+	policyPath := flag.String("policy", "", "the policy: create_payment's gateway.mcp names the tool and its key_fields (default: the shipped policy)")
 	flag.Parse()
-	pol, err := policy.Load(*policyPath)
-	if err != nil {
-		log.Fatal(err)
+	pol := policy.Default()
+	if *policyPath != "" {
+		var err error
+		if pol, err = policy.Load(*policyPath); err != nil {
+			log.Fatal(err)
+		}
 	}
 	conn, err := grpc.NewClient(*journalAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

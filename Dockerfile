@@ -6,6 +6,10 @@
 #   docker build -t ghcr.io/opjournal/opjournal:dev .                # the journal, reconciler and gateway
 #   docker build --target demo -t ghcr.io/opjournal/opjournal:demo . # the same plus opjournal-fakeprovider
 #
+# CI builds this file as it is with podman and runs the image: `make
+# container-test` (scripts/container-test.sh; docs/deployment.md, "With
+# podman"), on base images built locally when no registry is reachable.
+#
 # The entrypoint is `opjournal`; the default command is `serve`, on every
 # interface, with the embedded SQLite store in the volume /var/lib/opjournal
 # and the tokens file /etc/opjournal/auth.yaml, which must be mounted: the

@@ -113,13 +113,16 @@ test-python:
 	$(GO) build -o bin/opjournal ./cmd/opjournal
 	OPJOURNAL_BIN=$(CURDIR)/bin/opjournal $(PYTHON) -m unittest discover -s client/python/tests -v
 
-## test-ts: the TypeScript client's tests against the real opjournal and opjournal-fakeprovider binaries
+## test-ts: the TypeScript client's tests against the real opjournal and opjournal-fakeprovider binaries,
+## on every Node.js version its engines names, with the frameworks' current and previous majors
+## (client/typescript/scripts/matrix.sh)
 test-ts:
 	@mkdir -p bin
 	$(GO) build -o bin/ ./cmd/opjournal
 	$(HARNESS) build -o ../bin/ ./cmd/opjournal-fakeprovider
-	cd client/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && \
-		OPJOURNAL_BIN=$(CURDIR)/bin/opjournal OPJOURNAL_FAKEPROVIDER_BIN=$(CURDIR)/bin/opjournal-fakeprovider npm test
+	cd client/typescript && bash scripts/node-versions.sh && \
+		{ [ -d node_modules ] || PATH="$$(bash scripts/node-versions.sh --path 22):$$PATH" npm ci --no-audit --no-fund; } && \
+		OPJOURNAL_BIN=$(CURDIR)/bin/opjournal OPJOURNAL_FAKEPROVIDER_BIN=$(CURDIR)/bin/opjournal-fakeprovider bash scripts/matrix.sh
 
 ## test-install: every client installs and runs from a fresh clone of HEAD with the commands its
 ## README gives (scripts/fresh-clone.sh; Go, Debian's Python packages, npm's registry or cache);
@@ -209,3 +212,15 @@ soak-failover: binaries
 	$(HARNESS) build -o ../bin/ ./cmd/opjournal-soak-failover
 	./bin/opjournal-soak-failover --bin-dir bin --mode $(MODE) --manager $(MANAGER) --duration $(FAILOVER_DURATION) --failovers $(FAILOVERS) \
 		$(if $(SCENARIOS),--scenarios $(SCENARIOS)) $(FAILOVER_FLAGS)
+
+## container-base-images: the base images the Dockerfile names (golang:$GO_VERSION, distroless static nonroot),
+## built locally from Debian's packages and this machine's Go where no registry is reachable; kept once built
+## (scripts/container-base-images.sh; root)
+## container-test: the Dockerfile built with podman as it is and the image run: serve on a fresh PostgreSQL
+## database, Register and replay, a reconciler pass against the demo image's test provider, non-root and
+## without a shell, SQLite in its volume (scripts/container-test.sh; root; docs/deployment.md, "With podman")
+.PHONY: container-base-images container-test
+container-base-images:
+	bash scripts/container-base-images.sh
+container-test:
+	bash scripts/container-test.sh

@@ -2048,3 +2048,70 @@ func TestKubernetesWorkloadsRun(t *testing.T) {
 		t.Errorf("the journal after SIGTERM: %v", err)
 	}
 }
+
+// ---- the image with podman (make container-test) ------------------------------
+
+// argDefault is the default of the Dockerfile's ARG name ("" without one).
+func (df dockerfile) argDefault(name string) string {
+	for _, in := range df.instructions {
+		if in.cmd == "ARG" {
+			if v, ok := strings.CutPrefix(in.args, name+"="); ok {
+				return v
+			}
+		}
+	}
+	return ""
+}
+
+// qualifiedImage is an image reference as Docker and podman complete a
+// short one: "golang:1.26" is docker.io/library/golang:1.26, "org/x" is
+// docker.io/org/x; a first part with a dot or a port, or localhost, is a
+// registry already.
+func qualifiedImage(ref string) string {
+	first, _, hasSlash := strings.Cut(ref, "/")
+	switch {
+	case !hasSlash:
+		return "docker.io/library/" + ref
+	case strings.ContainsAny(first, ".:") || first == "localhost":
+		return ref
+	default:
+		return "docker.io/" + ref
+	}
+}
+
+// TestContainerBaseImageNames checks that scripts/container-base-images.sh,
+// which builds the base images locally where no registry is reachable
+// (make container-test, in CI), builds the ones the Dockerfile's FROM lines
+// name, under the names podman looks them up by; otherwise podman build
+// would try to pull and fail only in CI's container step. And that
+// deploy/podman/containers.conf keeps the settings this machine's cgroups
+// need to run a container.
+func TestContainerBaseImageNames(t *testing.T) {
+	root := repoRoot(t)
+	df := parseDockerfile(t)
+	goVersion := df.argDefault("GO_VERSION")
+	want := []string{
+		qualifiedImage(strings.ReplaceAll(df.images["build"], "${GO_VERSION}", goVersion)),
+		qualifiedImage(df.images["base"]),
+	}
+	cmd := exec.Command("bash", filepath.Join(root, "scripts", "container-base-images.sh"), "--print-names")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("scripts/container-base-images.sh --print-names: %v\n%s", err, stderr.Bytes())
+	}
+	if got := strings.Fields(string(out)); !slices.Equal(got, want) {
+		t.Errorf("scripts/container-base-images.sh builds %q, the Dockerfile's build and base stages are FROM %q", got, want)
+	}
+
+	conf, err := os.ReadFile(filepath.Join(root, "deploy", "podman", "containers.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, setting := range []string{`default_ulimits = []`, `cgroup_manager = "cgroupfs"`, `runtime = "runc"`} {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(setting) + `\s*$`).Match(conf) {
+			t.Errorf("deploy/podman/containers.conf: no line %q (scripts/podman.sh runs containers with it)", setting)
+		}
+	}
+}

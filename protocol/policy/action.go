@@ -67,6 +67,7 @@ func (p *parser) actions(n *yaml.Node) []*Action {
 		}
 	})
 	p.checkGatewayRoutes(out, nodes)
+	p.checkSharedBudgets(out, nodes)
 	return out
 }
 
@@ -88,6 +89,7 @@ type actionConfig struct {
 	Gateway             yaml.Node `yaml:"gateway"`
 	ProviderLink        yaml.Node `yaml:"provider_link"`
 	Approval            yaml.Node `yaml:"approval"`
+	Budgets             yaml.Node `yaml:"budgets"`
 }
 
 // actionLimits is what the checks across an action's fields need to know
@@ -124,6 +126,7 @@ func (c *actionConfig) validate(p *parser, path, name string) *Action {
 	c.sections(p, path, a)
 	c.checkAttempt(p, path, a, lim.maxAttempt)
 	c.checkRetention(p, path, a, lim)
+	c.checkBudgetRetention(p, path, a, lim)
 	return a
 }
 
@@ -159,9 +162,9 @@ func (c *actionConfig) limits(p *parser, path string, a *Action) actionLimits {
 	return lim
 }
 
-// sections validates the action's blocks into a. approval comes after
-// payload_schema, wherever each is written: when is checked against the
-// schema.
+// sections validates the action's blocks into a. approval and budgets
+// come after payload_schema, wherever each is written: when and a summed
+// member are checked against the schema.
 func (c *actionConfig) sections(p *parser, path string, a *Action) {
 	p.retry(&c.Retry, join(path, "retry"), a)
 	p.reconcile(&c.Reconcile, join(path, "reconcile"), &a.Reconcile)
@@ -178,6 +181,7 @@ func (c *actionConfig) sections(p *parser, path string, a *Action) {
 	if set(&c.Approval) {
 		a.Approval = p.approval(&c.Approval, join(path, "approval"), a.PayloadSchema)
 	}
+	a.Budgets = p.budgets(&c.Budgets, join(path, "budgets"), a.PayloadSchema)
 }
 
 // checkAttempt sets a.MaxAttempt and checks what depends on how long an

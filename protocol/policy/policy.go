@@ -126,6 +126,12 @@ type Action struct {
 	// journal evaluates it once, at registration, and records the result
 	// on the operation.
 	Approval *ApprovalPolicy `json:",omitempty"`
+	// Budgets cap what the action's operations may add up to in a rolling
+	// window (budgets: name, sum or count, per, window, limit, on_exceed);
+	// empty for none. The journal reserves an operation's amount in each
+	// at registration and gives it back only when the operation fails
+	// finally.
+	Budgets []*BudgetPolicy `json:",omitempty"`
 }
 
 // Link returns the provider's page for an operation of this action, or

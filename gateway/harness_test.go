@@ -327,8 +327,15 @@ func (e *env) mcpClient(authorization string) *mcp.ClientSession {
 	return e.mcpClientOf(authorization, fakeprovider.NewMCPServer(e.provURL, nil))
 }
 
-// mcpClientOf is mcpClient with up as the upstream MCP server.
-func (e *env) mcpClientOf(authorization string, up *mcp.Server) *mcp.ClientSession {
+// mcpDoor serves the gateway's MCP door in front of the test provider's
+// MCP server and returns its URL (…/mcp).
+func (e *env) mcpDoor() string {
+	e.t.Helper()
+	return e.mcpDoorOf(fakeprovider.NewMCPServer(e.provURL, nil))
+}
+
+// mcpDoorOf is mcpDoor with up as the upstream MCP server.
+func (e *env) mcpDoorOf(up *mcp.Server) string {
 	e.t.Helper()
 	ctx := context.Background()
 	ups := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
@@ -342,14 +349,24 @@ func (e *env) mcpClientOf(authorization string, up *mcp.Server) *mcp.ClientSessi
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	gws := httptest.NewServer(e.gw.MCPHandler(srv, gateway.MCPHTTPOptions{}))
+	var door http.Handler // set once the address is known: it is the door's resource identifier
+	gws := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { door.ServeHTTP(w, r) }))
 	e.t.Cleanup(gws.Close)
+	door = e.gw.MCPHandler(srv, gateway.MCPHTTPOptions{Resource: gws.URL + "/mcp"})
+	return gws.URL + "/mcp"
+}
+
+// mcpClientOf is mcpClient with up as the upstream MCP server.
+func (e *env) mcpClientOf(authorization string, up *mcp.Server) *mcp.ClientSession {
+	e.t.Helper()
+	ctx := context.Background()
+	door := e.mcpDoorOf(up)
 	if authorization == "" {
 		authorization = "Bearer " + tokenA
 	}
 	hc := &http.Client{Transport: headerTransport{"Authorization", authorization}}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil).Connect(ctx,
-		&mcp.StreamableClientTransport{Endpoint: gws.URL + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+		&mcp.StreamableClientTransport{Endpoint: door, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}

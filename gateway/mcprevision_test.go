@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -24,30 +23,6 @@ import (
 // The MCP door serves the sessionful revision (2025-11-25) and the
 // stateless one (2026-07-28) at one URL, and nothing of the journal
 // depends on a session.
-
-// mcpDoor serves the gateway's MCP door in front of the test provider's
-// MCP server and returns its URL (…/mcp).
-func (e *env) mcpDoor() string {
-	e.t.Helper()
-	ctx := context.Background()
-	up := fakeprovider.NewMCPServer(e.provURL, nil)
-	ups := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
-	e.t.Cleanup(ups.Close)
-	upc, err := mcp.NewClient(gateway.Implementation, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ups.URL, DisableStandaloneSSE: true}, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { upc.Close() })
-	srv, err := e.gw.MCPServer(ctx, upc)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var door http.Handler // set once the address is known: it is the door's resource identifier
-	gws := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { door.ServeHTTP(w, r) }))
-	e.t.Cleanup(gws.Close)
-	door = e.gw.MCPHandler(srv, gateway.MCPHTTPOptions{Resource: gws.URL + "/mcp"})
-	return gws.URL + "/mcp"
-}
 
 // mcpSession connects the Go SDK's client to the door as the token's
 // caller, speaking the revision version ("" for the SDK's newest).

@@ -3,6 +3,7 @@ package opjournal
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code classifies an Error. Transports map each code to one gRPC and one HTTP
@@ -33,6 +34,11 @@ const (
 	CodePermissionDenied Code = "PERMISSION_DENIED"
 	// CodeRateLimited: the tenant's request rate is over its limit; retry later.
 	CodeRateLimited Code = "RATE_LIMITED"
+	// CodeBudgetExceeded: the registration would pass a budget of the
+	// action whose on_exceed is reject; nothing was registered. Details
+	// name the budget, its limit and what is used; RetryAfter is when
+	// enough frees up (0 when the amount alone is over the limit).
+	CodeBudgetExceeded Code = "BUDGET_EXCEEDED"
 	// CodeUnavailable: the store cannot be reached; safe to retry the call.
 	CodeUnavailable Code = "UNAVAILABLE"
 	// CodeInternal: a bug or an unexpected store failure.
@@ -47,6 +53,12 @@ type Error struct {
 	Field   string
 	Message string
 	Err     error // cause, for logs and errors.Is; not shown to clients
+	// Details are facts for programs about the refusal (a budget's name,
+	// limit and use), sent to clients beside Field: never a payload
+	// value or a secret.
+	Details map[string]string
+	// RetryAfter is when the same request may succeed (0: no hint).
+	RetryAfter time.Duration
 }
 
 // Error returns "CODE: field: message: cause". It is for logs and the
@@ -85,6 +97,7 @@ var (
 	ErrNotFound        = &Error{Code: CodeNotFound}
 	ErrUnavailable     = &Error{Code: CodeUnavailable}
 	ErrInternal        = &Error{Code: CodeInternal}
+	ErrBudgetExceeded  = &Error{Code: CodeBudgetExceeded}
 )
 
 // Errorf returns an *Error with the code, field and formatted message.

@@ -115,6 +115,9 @@ type Operation struct {
 	// recorded once, at registration: a later policy change never re-opens
 	// a decided question nor asks for approval of an older operation.
 	Approval *Approval
+	// Budgets are the holds the operation took of its action's budgets at
+	// registration, nil for none. Like Approval they are recorded once.
+	Budgets []BudgetHold
 }
 
 // Approval is the approval an operation's policy asked for when it was
@@ -145,8 +148,13 @@ type Approval struct {
 	// ApprovalTimeoutEscalate.
 	OnTimeout string `json:"on_timeout"`
 	// Rule is why the policy asked: the when expression that held, or
-	// "required".
+	// "required", or "budget" when only a budget's on_exceed asked.
 	Rule string `json:"rule"`
+	// Budgets names the budgets whose limit the registration would have
+	// passed and whose on_exceed asked a person; an approval admits it
+	// over them (the history records it). Empty when only the policy's
+	// approval block asked.
+	Budgets []string `json:"budgets,omitempty"`
 	// Approvals are the approvals given so far, oldest first (at most two).
 	Approvals []ApprovalDecision `json:"approvals,omitempty"`
 	// Deadline is when the question times out (database clock); zero for
@@ -211,6 +219,7 @@ func (a *Approval) Clone() *Approval {
 	c := *a
 	c.Approvers = append([]string(nil), a.Approvers...)
 	c.Approvals = append([]ApprovalDecision(nil), a.Approvals...)
+	c.Budgets = append([]string(nil), a.Budgets...)
 	return &c
 }
 
@@ -259,6 +268,7 @@ func (op *Operation) Clone() *Operation {
 	c.DuplicateExternalIDs = append([]string(nil), op.DuplicateExternalIDs...)
 	c.Refs = maps.Clone(op.Refs)
 	c.Approval = op.Approval.Clone()
+	c.Budgets = cloneHolds(op.Budgets)
 	return &c
 }
 

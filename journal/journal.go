@@ -368,6 +368,11 @@ func (s *Service) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 	// on a new row and ignores it for an existing one, so a policy change
 	// never re-opens a decided question.
 	c.Approval, c.ApprovalTimeout = approvalOf(act, canonical, req.Refs, req.Caller, stated)
+	// The budgets too are evaluated on the whole payload; the store
+	// decides on them only for a new key.
+	if err := budgetCharges(c, act, canonical, req.Caller, stated); err != nil {
+		return RegisterResult{}, err
+	}
 	a, err := s.apply(ctx, req.Caller, stated, c)
 	if err != nil {
 		return RegisterResult{}, err

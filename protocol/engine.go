@@ -114,6 +114,19 @@ type Command struct {
 	// bring the same.
 	Refs      map[string]string
 	ParentKey string
+	// Budgets are what a new operation would hold of its action's budgets
+	// (the journal evaluates them on the request; nil for none), and
+	// BudgetVerdict is the store's decision on them, made under the
+	// budgets' locks on the usage it read (DecideBudgets). A replay or a
+	// conflict never looks at either.
+	Budgets       []BudgetCharge
+	BudgetVerdict BudgetVerdict
+	// BudgetApproval is the approval to ask when a budget's on_exceed is
+	// approval and the action's approval block asked none (Approval is
+	// nil): who decides and what happens at the deadline, with its
+	// timeout. nil when no budget of the action asks a person.
+	BudgetApproval        *opjournal.Approval
+	BudgetApprovalTimeout time.Duration
 
 	// Claim, ExtendLease.
 	WorkerID     string
@@ -155,6 +168,9 @@ const (
 	// NotClaimed: a Claim that did not win; answered with the operation
 	// as it is, not as an error.
 	NotClaimed
+	// Refused: the rule's guard holds and the request is refused with the
+	// rule's Refusal; nothing changes.
+	Refused
 )
 
 // Rule is one row of the table: a command in one case.
@@ -180,6 +196,8 @@ type Rule struct {
 	// ReviewReason computes the review_reason the rule may set
 	// (ParamReviewReason); op is the row as read.
 	ReviewReason func(op *opjournal.Operation, c *Command) string
+	// Refusal is the answer of a Refused rule.
+	Refusal *RefusalSpec
 }
 
 // Name names the rule wherever it shows (traces, the statements' golden
@@ -202,11 +220,18 @@ type RefusalSpec struct {
 	Code  opjournal.Code
 	Field string // "" for none
 	Why   func(op *opjournal.Operation, c *Command, now time.Time) string
+	// Details, if set, adds facts for programs and a retry hint
+	// (opjournal.Error's Details and RetryAfter).
+	Details func(c *Command) (map[string]string, time.Duration)
 }
 
 // Error is the refusal of c on op at now.
 func (r *RefusalSpec) Error(op *opjournal.Operation, c *Command, now time.Time) *opjournal.Error {
-	return &opjournal.Error{Code: r.Code, Field: r.Field, Message: r.Why(op, c, now)}
+	e := &opjournal.Error{Code: r.Code, Field: r.Field, Message: r.Why(op, c, now)}
+	if r.Details != nil {
+		e.Details, e.RetryAfter = r.Details(c)
+	}
+	return e
 }
 
 // EventSpec says what a rule writes to the history. From and To are the
@@ -395,6 +420,7 @@ const (
 	FieldPayload
 	FieldRefs
 	FieldParentKey
+	FieldBudgets
 )
 
 // Param is a value a command brings to a rule.
@@ -437,6 +463,14 @@ const (
 	// ParamReason is the caller's reason (Command.Reason) as a value, for
 	// the rules that store it beside the event (an approval).
 	ParamReason
+	// ParamBudgetRefused: the store's budget verdict refuses a new
+	// operation (an on_exceed: reject budget it would pass).
+	ParamBudgetRefused
+	// ParamBudgetApproval: the verdict asks a person (an on_exceed:
+	// approval budget it would pass).
+	ParamBudgetApproval
+	// ParamBudgets is the holds a new operation takes (the verdict's).
+	ParamBudgets
 )
 
 // ParamType is the type of a Param's value.
@@ -492,6 +526,9 @@ func Apply(op *opjournal.Operation, c *Command, now time.Time) (Decision, error)
 	}
 	for _, r := range rules {
 		if r.Holds(op, c, now) {
+			if r.Outcome == Refused {
+				return Decision{}, r.Refusal.Error(op, c, now)
+			}
 			return r.apply(op, c, now), nil
 		}
 	}
@@ -564,6 +601,7 @@ func (r *Rule) apply(op *opjournal.Operation, c *Command, now time.Time) Decisio
 	if op == nil {
 		next.Action, next.RequestHash, next.HashKeyID = c.Action, c.RequestHash, c.HashKeyID
 		next.Payload, next.Refs, next.ParentKey = c.Payload, maps.Clone(c.Refs), c.ParentKey
+		next.Budgets = slices.Clone(c.BudgetVerdict.Holds)
 	}
 	next.Status = EffectiveStatus(next, now)
 	next.UnknownSince = EffectiveUnknownSince(next, now)

@@ -35,6 +35,8 @@ func ProtocolMarkdown() string {
 			sets = []string{"nothing (answered as it is)"}
 		case NotClaimed:
 			sets = []string{"nothing (claimed = false)"}
+		case Refused:
+			sets = []string{"nothing (refused ⟶ " + string(r.Refusal.Code) + ")"}
 		}
 		ev := "—"
 		if r.Event != nil {

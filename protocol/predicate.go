@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +50,7 @@ type termKind int
 const (
 	termColumn     termKind = iota + 1 // the column col
 	termText                           // the text literal text
+	termInt                            // the integer literal n
 	termNow                            // the clock
 	termNowMinus                       // the clock minus the duration argument arg
 	termEq                             // sub[0] = sub[1]
@@ -70,6 +72,7 @@ type Term struct {
 	get   func(op *opjournal.Operation) value
 	text  string
 	texts []string
+	n     int64
 	arg   string
 	sub   []Term
 	// hasElse: the last of a CASE's sub is its ELSE.
@@ -79,11 +82,14 @@ type Term struct {
 // value is a term's value: NULL, a text, a time or a boolean. It is not
 // boxed, so that evaluating a term on the hot path allocates nothing.
 type value struct {
-	kind byte // 0 NULL, 's' text, 't' time, 'b' bool
+	kind byte // 0 NULL, 's' text, 't' time, 'b' bool, 'i' integer
 	s    string
 	t    time.Time
 	b    bool
+	n    int64
 }
+
+func intValue(n int64) value { return value{kind: 'i', n: n} }
 
 func textValue(s string) value { return value{kind: 's', s: s} }
 
@@ -100,12 +106,13 @@ func boolValue(b bool) value { return value{kind: 'b', b: b} }
 // termColumns are the columns the shared terms read, and how Go reads
 // them from an operation (status is the stored one, Operation.Raw).
 var termColumns = map[string]func(op *opjournal.Operation) value{
-	"status":        func(op *opjournal.Operation) value { return textValue(string(op.Raw())) },
-	"lease_until":   func(op *opjournal.Operation) value { return timeValue(op.LeaseUntil) },
-	"unknown_since": func(op *opjournal.Operation) value { return timeValue(op.UnknownSince) },
-	"needs_review":  func(op *opjournal.Operation) value { return boolValue(op.NeedsReview) },
-	"next_check_at": func(op *opjournal.Operation) value { return timeValue(op.NextCheckAt) },
-	"updated_at":    func(op *opjournal.Operation) value { return timeValue(op.UpdatedAt) },
+	"status":            func(op *opjournal.Operation) value { return textValue(string(op.Raw())) },
+	"lease_until":       func(op *opjournal.Operation) value { return timeValue(op.LeaseUntil) },
+	"unknown_since":     func(op *opjournal.Operation) value { return timeValue(op.UnknownSince) },
+	"needs_review":      func(op *opjournal.Operation) value { return boolValue(op.NeedsReview) },
+	"next_check_at":     func(op *opjournal.Operation) value { return timeValue(op.NextCheckAt) },
+	"updated_at":        func(op *opjournal.Operation) value { return timeValue(op.UpdatedAt) },
+	"duplicate_reports": func(op *opjournal.Operation) value { return intValue(int64(op.DuplicateReports)) },
 	"approval_deadline": func(op *opjournal.Operation) value {
 		if op.Approval == nil {
 			return value{}
@@ -123,6 +130,7 @@ func tColumn(name string) Term {
 }
 
 func tText(s string) Term              { return Term{kind: termText, text: s} }
+func tInt(n int64) Term                { return Term{kind: termInt, n: n} }
 func tNow() Term                       { return Term{kind: termNow} }
 func tNowMinus(arg string) Term        { return Term{kind: termNowMinus, arg: arg} }
 func tEq(a, b Term) Term               { return Term{kind: termEq, sub: []Term{a, b}} }
@@ -244,6 +252,8 @@ func (t Term) Value(op *opjournal.Operation, now time.Time, args map[string]time
 		return v.t
 	case 'b':
 		return v.b
+	case 'i':
+		return v.n
 	}
 	return nil
 }
@@ -255,6 +265,8 @@ func (t Term) eval(op *opjournal.Operation, now time.Time, args map[string]time.
 		return t.get(op)
 	case termText:
 		return textValue(t.text)
+	case termInt:
+		return intValue(t.n)
 	case termNow:
 		return timeValue(now)
 	case termNowMinus:
@@ -271,7 +283,7 @@ func (t Term) eval(op *opjournal.Operation, now time.Time, args map[string]time.
 		if t.kind == termAtOrBefore {
 			return boolValue(!a.t.After(b.t))
 		}
-		return boolValue(a.kind == b.kind && a.s == b.s && a.b == b.b && a.t.Equal(b.t))
+		return boolValue(a.kind == b.kind && a.s == b.s && a.b == b.b && a.n == b.n && a.t.Equal(b.t))
 	case termIn:
 		a := t.sub[0].eval(op, now, args)
 		if a.kind == 0 {
@@ -332,6 +344,8 @@ func (t Term) SQL(d Dialect) string {
 		return d.column(t.col)
 	case termText:
 		return "'" + t.text + "'"
+	case termInt:
+		return strconv.FormatInt(t.n, 10)
 	case termNow:
 		return d.Now
 	case termNowMinus:

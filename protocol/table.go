@@ -18,11 +18,20 @@ import (
 // and an operation is deleted only by purging (Purgeable), after which its
 // key is unknown again: registering it makes a new operation.
 var table = []*Rule{
-	// Register: the unique key makes it atomic.
+	// Register: the unique key makes it atomic. A new key's budgets are
+	// decided by the store before the table (DecideBudgets, under the
+	// budgets' locks), and recorded with the row: its holds.
+	{
+		Command: CmdRegister, Case: "new, over budget",
+		Doc:      "a new key that would pass a budget whose on_exceed is reject (the store's verdict on the window's use): refused; nothing is registered or reserved",
+		Requires: reqs(absent(), flag(ParamBudgetRefused)),
+		Outcome:  Refused,
+		Refusal:  refuseBudgetExceeded,
+	},
 	{
 		Command: CmdRegister, Case: "new, awaiting approval",
-		Doc:      "a new key whose request the action's policy wants a person to approve (evaluated once, here): inserted awaiting_approval with the approval and its deadline; never claimed, with or without a claim asked",
-		Requires: reqs(absent(), approvalAsked()),
+		Doc:      "a new key whose request the action's policy wants a person to approve (evaluated once, here), or that would pass a budget whose on_exceed is approval: inserted awaiting_approval with the approval (naming those budgets) and its deadline, and its holds; never claimed, with or without a claim asked",
+		Requires: reqs(absent(), personAsked()),
 		Sets: []Set{
 			set(FieldStatus, lit(opjournal.StatusAwaitingApproval)), set(FieldAttemptCount, lit(0)),
 			set(FieldApproval, param(ParamApproval)), set(FieldApprovalDeadline, nowPlus(ParamApprovalTimeout)),
@@ -32,8 +41,8 @@ var table = []*Rule{
 	},
 	{
 		Command: CmdRegister, Case: "new, claimed",
-		Doc:      "a new key with a claim: inserted already in progress, attempt 1 (one statement, one commit)",
-		Requires: reqs(absent(), not(approvalAsked()), claimAsked()),
+		Doc:      "a new key with a claim: inserted already in progress, attempt 1, with its holds (one statement, one commit)",
+		Requires: reqs(absent(), not(personAsked()), claimAsked()),
 		Sets: []Set{
 			set(FieldStatus, lit(opjournal.StatusInProgress)), set(FieldAttemptCount, lit(1)),
 			set(FieldLeaseOwner, param(ParamWorkerID)), set(FieldLeaseUntil, nowPlus(ParamLeaseSeconds)),
@@ -44,8 +53,8 @@ var table = []*Rule{
 	},
 	{
 		Command: CmdRegister, Case: "new",
-		Doc:      "a new key: inserted as pending",
-		Requires: reqs(absent(), not(approvalAsked()), not(claimAsked())),
+		Doc:      "a new key: inserted as pending, with its holds",
+		Requires: reqs(absent(), not(personAsked()), not(claimAsked())),
 		Sets:     []Set{set(FieldStatus, lit(opjournal.StatusPending)), set(FieldAttemptCount, lit(0))},
 		Event:    event(fieldAttempt, opjournal.ReasonRegistered, Expr{}),
 		Outcome:  Changed,
@@ -367,6 +376,7 @@ func flag(p Param) Cond                  { return Cond{Kind: CondFlag, Param: p}
 func absent() Cond                       { return Cond{Kind: CondAbsent} }
 func claimAsked() Cond                   { return flag(ParamClaim) }
 func approvalAsked() Cond                { return flag(ParamApprovalRequired) }
+func personAsked() Cond                  { return or(approvalAsked(), flag(ParamBudgetApproval)) }
 func not(c Cond) Cond                    { return Cond{Kind: CondNot, Sub: []Cond{c}} }
 func or(cs ...Cond) Cond                 { return Cond{Kind: CondOr, Sub: cs} }
 func and(cs ...Cond) Cond                { return Cond{Kind: CondAnd, Sub: cs} }

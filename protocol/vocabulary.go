@@ -106,6 +106,7 @@ var fields = [...]fieldDef{
 	FieldPayload:     {column: "payload"},
 	FieldRefs:        {column: "refs"},
 	FieldParentKey:   {column: "parent_key"},
+	FieldBudgets:     {column: "budgets"},
 }
 
 func (f Field) def() *fieldDef {
@@ -192,9 +193,12 @@ var params = [...]paramDef{
 	ParamProviderWindow:   {name: "provider_dedup_window", duration: func(c *Command) time.Duration { return c.Policy.ProviderWindow }},
 	ParamNote:             {name: "note", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.Note }},
 	ParamApprovalRequired: {name: "approval_required", bool: func(c *Command) bool { return c.Approval != nil }},
-	ParamApproval:         {name: "approval", json: func(c *Command) json.RawMessage { return opjournal.ApprovalJSON(c.Approval) }},
-	ParamApprovalTimeout:  {name: "approval_timeout", duration: func(c *Command) time.Duration { return c.ApprovalTimeout }},
+	ParamApproval:         {name: "approval", json: func(c *Command) json.RawMessage { return opjournal.ApprovalJSON(c.approval()) }},
+	ParamApprovalTimeout:  {name: "approval_timeout", duration: func(c *Command) time.Duration { return c.approvalTimeout() }},
 	ParamReason:           {name: "reason", text: func(c *Command, _ *Rule, _ *opjournal.Operation) string { return c.Reason }},
+	ParamBudgetRefused:    {name: "budget_refused", bool: func(c *Command) bool { return c.BudgetVerdict.Refused != nil }},
+	ParamBudgetApproval:   {name: "budget_approval", bool: func(c *Command) bool { return len(c.BudgetVerdict.AskApproval) > 0 }},
+	ParamBudgets:          {name: "budgets", json: func(c *Command) json.RawMessage { return opjournal.BudgetsJSON(c.BudgetVerdict.Holds) }},
 }
 
 func (p Param) def() *paramDef {

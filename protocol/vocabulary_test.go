@@ -12,15 +12,15 @@ import (
 // vocabularies (a column; a name and exactly one accessor), so a new one
 // cannot be half added.
 func TestEveryFieldAndParamHasItsRow(t *testing.T) {
-	for f := FieldStatus; f <= FieldParentKey; f++ {
+	for f := FieldStatus; f <= FieldBudgets; f++ {
 		if d := f.def(); d == nil || (d.get == nil) != (d.set == nil) {
 			t.Errorf("field %d (%s): no row, or a getter without a setter", f, f.Column())
 		}
 	}
-	if len(fields) != int(FieldParentKey)+1 {
-		t.Errorf("%d field rows for %d fields", len(fields)-1, FieldParentKey)
+	if len(fields) != int(FieldBudgets)+1 {
+		t.Errorf("%d field rows for %d fields", len(fields)-1, FieldBudgets)
 	}
-	for p := ParamWorkerID; p <= ParamReason; p++ {
+	for p := ParamWorkerID; p <= ParamBudgets; p++ {
 		d := p.def()
 		n := 0
 		for _, set := range []bool{d.text != nil, d.int != nil, d.bool != nil, d.duration != nil, d.json != nil} {
@@ -32,8 +32,8 @@ func TestEveryFieldAndParamHasItsRow(t *testing.T) {
 			t.Errorf("parameter %d (%s): %d accessors, want 1", p, p.Name(), n)
 		}
 	}
-	if len(params) != int(ParamReason)+1 {
-		t.Errorf("%d parameter rows for %d parameters", len(params)-1, ParamReason)
+	if len(params) != int(ParamBudgets)+1 {
+		t.Errorf("%d parameter rows for %d parameters", len(params)-1, ParamBudgets)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opjournal/opjournal"
 )
@@ -31,6 +33,7 @@ var statusOf = map[opjournal.Code]struct {
 	opjournal.CodeUnauthenticated:  {codes.Unauthenticated, http.StatusUnauthorized},
 	opjournal.CodePermissionDenied: {codes.PermissionDenied, http.StatusForbidden},
 	opjournal.CodeRateLimited:      {codes.ResourceExhausted, http.StatusTooManyRequests},
+	opjournal.CodeBudgetExceeded:   {codes.ResourceExhausted, http.StatusTooManyRequests},
 	opjournal.CodeUnavailable:      {codes.Unavailable, http.StatusServiceUnavailable},
 	opjournal.CodeInternal:         {codes.Internal, http.StatusInternalServerError},
 }
@@ -70,14 +73,40 @@ func grpcError(err error) error {
 		msg = e.Field + ": " + msg
 	}
 	info := &errdetails.ErrorInfo{Reason: string(e.Code), Domain: ErrorDomain}
-	if e.Field != "" {
-		info.Metadata = map[string]string{"field": e.Field}
+	if e.Field != "" || len(e.Details) > 0 {
+		info.Metadata = make(map[string]string, len(e.Details)+1)
+		for k, v := range e.Details {
+			info.Metadata[k] = v
+		}
+		if e.Field != "" {
+			info.Metadata["field"] = e.Field
+		}
 	}
-	st, derr := status.New(m.grpc, msg).WithDetails(info)
+	details := []protoadapt.MessageV1{info}
+	if e.RetryAfter > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(e.RetryAfter)})
+	}
+	st, derr := status.New(m.grpc, msg).WithDetails(details...)
 	if derr != nil {
 		return status.Error(m.grpc, msg)
 	}
 	return st.Err()
+}
+
+// detailsOf is an ErrorInfo's metadata without the field: the details a
+// REST error body carries (nil for none).
+func detailsOf(md map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range md {
+		if k == "field" {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, len(md))
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // codeOf returns the opjournal code carried by a gRPC status error (from its

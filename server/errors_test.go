@@ -28,6 +28,7 @@ func TestEveryCodeHasOneMapping(t *testing.T) {
 		opjournal.CodeUnauthenticated:  {codes.Unauthenticated, 401},
 		opjournal.CodePermissionDenied: {codes.PermissionDenied, 403},
 		opjournal.CodeRateLimited:      {codes.ResourceExhausted, 429},
+		opjournal.CodeBudgetExceeded:   {codes.ResourceExhausted, 429},
 		opjournal.CodeUnavailable:      {codes.Unavailable, 503},
 		opjournal.CodeInternal:         {codes.Internal, 500},
 	}

@@ -40,8 +40,11 @@ func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (
 	}
 	res, err := s.svc.Register(ctx, jr)
 	if err != nil {
-		if opjournal.ErrorCode(err) == opjournal.CodePayloadMismatch {
+		switch opjournal.ErrorCode(err) {
+		case opjournal.CodePayloadMismatch:
 			s.metrics.outcome(req.GetActionType(), "conflict")
+		case opjournal.CodeBudgetExceeded:
+			s.metrics.budgetExceeded(req.GetActionType(), err, nil)
 		}
 		return nil, err
 	}
@@ -52,6 +55,7 @@ func (s *journalServer) Register(ctx context.Context, req *pb.RegisterRequest) (
 	out := &pb.RegisterResponse{Operation: op, Created: res.Created}
 	if res.Created {
 		s.metrics.outcome(res.Operation.Action, "registered")
+		s.metrics.budgetExceeded(res.Operation.Action, nil, res.Operation)
 	} else {
 		s.metrics.outcome(res.Operation.Action, "replayed")
 	}
@@ -220,7 +224,13 @@ func (s *journalServer) Lookup(ctx context.Context, req *pb.LookupRequest) (*pb.
 		return nil, err
 	}
 	pop, err := operationPBView(op, full, full)
-	return &pb.LookupResponse{Operation: pop}, err
+	if err != nil {
+		return nil, err
+	}
+	if err := s.heldBudgets(ctx, op, pop); err != nil {
+		return nil, err
+	}
+	return &pb.LookupResponse{Operation: pop}, nil
 }
 
 // countStale counts a stale attempt under the operation's action. The
@@ -278,6 +288,9 @@ func operationPBView(op *opjournal.Operation, payload, result bool) (*pb.Operati
 	}
 	out.CheckCount = int32(op.CheckCount)
 	out.Approval = approvalPB(op.Approval)
+	for _, h := range op.Budgets {
+		out.Budgets = append(out.Budgets, &pb.BudgetHold{Budget: h.Budget, Scope: h.Scope, Amount: h.Amount, OverLimit: h.OverLimit})
+	}
 	if payload {
 		out.Note = op.Note
 	}
@@ -317,7 +330,8 @@ func approvalPB(a *opjournal.Approval) *pb.Approval {
 		return nil
 	}
 	out := &pb.Approval{Required: a.Required, Approvers: a.Approvers, DistinctFromRequester: a.DistinctFromRequester,
-		TwoPerson: a.TwoPerson, RequestedBy: a.RequestedBy, RequestedByLabel: a.RequestedByLabel, OnTimeout: a.OnTimeout, Rule: a.Rule}
+		TwoPerson: a.TwoPerson, RequestedBy: a.RequestedBy, RequestedByLabel: a.RequestedByLabel, OnTimeout: a.OnTimeout, Rule: a.Rule,
+		Budgets: a.Budgets}
 	if !a.Deadline.IsZero() {
 		out.Deadline = timestamppb.New(a.Deadline)
 	}

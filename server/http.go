@@ -238,7 +238,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	if e.Code == opjournal.CodeRateLimited {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeError(w, HTTPStatus(e.Code), e.Code, e.Field, e.Message)
+	writeErrorDetails(w, HTTPStatus(e.Code), e.Code, e.Field, e.Message, e.Details)
 }
 
 // restRoutes maps "METHOD /path" to the JournalService method it serves,
@@ -421,12 +421,24 @@ type errorBody struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 		Field   string `json:"field,omitempty"`
+		// Details are facts for programs (a budget's name, limit and
+		// use), the gRPC ErrorInfo's metadata but the field.
+		Details map[string]string `json:"details,omitempty"`
 	} `json:"error"`
 }
 
 func writeError(w http.ResponseWriter, httpStatus int, code opjournal.Code, field, msg string) {
+	writeErrorDetails(w, httpStatus, code, field, msg, nil)
+}
+
+// writeErrorDetails is writeError with the refusal's details; a
+// retry_after_seconds among them is also the Retry-After header.
+func writeErrorDetails(w http.ResponseWriter, httpStatus int, code opjournal.Code, field, msg string, details map[string]string) {
 	var b errorBody
-	b.Error.Code, b.Error.Message, b.Error.Field = string(code), msg, field
+	b.Error.Code, b.Error.Message, b.Error.Field, b.Error.Details = string(code), msg, field, details
+	if ra := details["retry_after_seconds"]; ra != "" {
+		w.Header().Set("Retry-After", ra)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(httpStatus)
 	_ = json.NewEncoder(w).Encode(b)
@@ -446,9 +458,11 @@ var gatewayCodes = map[codes.Code]opjournal.Code{
 func writeGatewayError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	st := status.Convert(err)
 	code, field := opjournal.Code(""), ""
+	var details map[string]string
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
 			code, field = opjournal.Code(info.Reason), info.Metadata["field"]
+			details = detailsOf(info.Metadata)
 		}
 	}
 	httpStatus := runtime.HTTPStatusFromCode(st.Code())
@@ -484,7 +498,7 @@ func writeGatewayError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshal
 	} else if m := duplicateField.FindStringSubmatch(msg); m != nil {
 		field, msg = snakeCase(m[1]), "is given twice"
 	}
-	writeError(w, httpStatus, code, field, msg)
+	writeErrorDetails(w, httpStatus, code, field, msg, details)
 }
 
 var (

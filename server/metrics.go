@@ -15,6 +15,7 @@ type metrics struct {
 	rpcs       *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
 	approvals  *approvalMetrics // set by New (the series read the store)
+	budgets    *budgetMetrics   // set by New
 	outcomes   outcomes
 }
 

@@ -148,6 +148,7 @@ func New(svc *journal.Service, cfg Config) *Server {
 		Help: "Lookup long polls (wait_seconds) holding their answer now, each waiting for a decision on an operation awaiting approval.",
 	}, func() float64 { return float64(svc.LongPolls()) }))
 	m.approvals = newApprovalMetrics(m.registry, svc.ApprovalCounts)
+	m.budgets = newBudgetMetrics(m.registry, svc.BudgetTotals)
 	s := &Server{svc: svc, cfg: cfg, log: cfg.Logger, metrics: m, purgeMetrics: newPurgeMetrics(m.registry), purgeHistory: &purgeHistory{},
 		limits:  &limiters{rps: rate.Limit(cfg.RateLimit), burst: cfg.RateBurst, by: map[rateKey]*rate.Limiter{}},
 		journal: &journalServer{svc: svc, metrics: m}, methods: m.bindMethods()}

@@ -72,6 +72,11 @@ type Store interface {
 	// action, in every tenant, with the oldest one's registration time,
 	// and returns the database's clock.
 	AwaitingApprovals(ctx context.Context) ([]ApprovalCount, time.Time, error)
+	// Budgets returns the use of budget counters at the database clock:
+	// for each query, the holds of its budget registered within its
+	// window before the clock that count (protocol.HoldCounts), summed per
+	// scope. See BudgetParams.
+	Budgets(ctx context.Context, p BudgetParams) ([]opjournal.BudgetUsage, error)
 	// TryLock takes the named lock that keeps housekeeping (purge) to one
 	// process at a time among all that share the database; ok is false
 	// when another holds it. unlock releases it.
@@ -134,6 +139,35 @@ var verbs = map[protocol.CommandKind]string{
 	protocol.CmdRecordCheck: "record check", protocol.CmdEscalate: "escalate", protocol.CmdResolve: "resolve",
 	protocol.CmdAcknowledge: "acknowledge", protocol.CmdSetNote: "set note",
 	protocol.CmdApprove: "approve", protocol.CmdReject: "reject", protocol.CmdExpireApproval: "expire approval",
+}
+
+// BudgetParams selects budget counters (Store.Budgets).
+type BudgetParams struct {
+	// Tenant is whose counters; with AllTenants every tenant's are summed
+	// (one row per query, Scope ""), for the metrics.
+	Tenant     string
+	AllTenants bool
+	Queries    []BudgetQuery
+}
+
+// BudgetQuery is one budget's counters: one scope (Scope set: exactly one
+// row, zero when nothing counts), or every scope with a counted hold (one
+// row each, in scope order).
+type BudgetQuery struct {
+	Budget string
+	Scope  string
+	// AnyScope lists every scope instead of Scope's.
+	AnyScope bool
+	Window   time.Duration
+	// WithHolds fills BudgetUsage.Holds (to tell when enough frees up).
+	WithHolds bool
+}
+
+// BudgetUsage is the Budgets row of a query in this store: the usage
+// with Budget, Scope and Window set and Action and Limit left to the
+// caller.
+func BudgetUsage(q BudgetQuery, scope string) opjournal.BudgetUsage {
+	return opjournal.BudgetUsage{Budget: q.Budget, Scope: scope, Window: q.Window}
 }
 
 // DueApproval names one operation whose approval has timed out.

@@ -107,9 +107,6 @@ func (d *daemon) Open(ctx context.Context) error {
 	if d.pol, err = loadPolicy(o.policyPath); err != nil {
 		return err
 	}
-	if err := journal.CheckEnforced(d.pol); err != nil {
-		return err
-	}
 	d.cfg = server.Config{GRPCAddr: o.grpcAddr, HTTPAddr: o.httpAddr, Logger: d.log, LogLinesDropped: d.blog.Dropped,
 		AdaptiveProcs: o.adaptiveProcs, RateLimit: o.rateLimit, RateBurst: o.rateBurst,
 		MetricsAddr: o.metricsAddr, NoConsole: o.noConsole,

@@ -127,6 +127,7 @@ func (c *actionConfig) validate(p *parser, path, name string) *Action {
 	c.checkAttempt(p, path, a, lim.maxAttempt)
 	c.checkRetention(p, path, a, lim)
 	c.checkBudgetRetention(p, path, a, lim)
+	c.checkBudgetRedaction(p, path, a)
 	return a
 }
 

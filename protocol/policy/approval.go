@@ -442,3 +442,14 @@ func (p *parser) notifyURL(n *yaml.Node, path, s string) bool {
 	}
 	return true
 }
+
+// BudgetApproval is how a person is asked when one of the action's
+// budgets with on_exceed: approval would be passed: the action's approval
+// block (its approvers, two_person, timeout and on_timeout), or without
+// one the defaults (operator or admin, 24h, then rejected).
+func (a *Action) BudgetApproval() *ApprovalPolicy {
+	if a.Approval != nil {
+		return a.Approval
+	}
+	return &ApprovalPolicy{Approvers: slices.Clone(approverRoles), Timeout: defaultApprovalTimeout, OnTimeout: opjournal.ApprovalTimeoutReject}
+}

@@ -306,6 +306,28 @@ func (c *actionConfig) checkBudgetRetention(p *parser, path string, a *Action, l
 	}
 }
 
+// checkBudgetRedaction refuses a budget that would store a redacted
+// member: its scope's values and its amount are kept in clear with every
+// hold (and shown by opjournal budgets), which redact_fields promises no
+// redacted value ever is.
+func (c *actionConfig) checkBudgetRedaction(p *parser, path string, a *Action) {
+	for i, b := range a.Budgets {
+		members := []string{b.Sum}
+		for _, dim := range b.Per {
+			if m, ok := strings.CutPrefix(dim, "payload."); ok {
+				members = append(members, m)
+			}
+		}
+		for _, m := range members {
+			if m != "" && slices.Contains(a.RedactFields, m) {
+				p.add(&c.Budgets, fmt.Sprintf("%s[%d]", join(path, "budgets"), i),
+					"budget %s reads payload.%s, which is in redact_fields: a budget keeps its amount and its scope's values in clear with every hold, so a redacted member cannot be one", b.Name, m)
+				break
+			}
+		}
+	}
+}
+
 // checkSharedBudgets checks that the budgets of one name agree across
 // actions on what they share: the scope's dimensions, the window and the
 // limit (each action may add up its own member).

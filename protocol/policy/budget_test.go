@@ -151,6 +151,8 @@ func TestBudgetsRefused(t *testing.T) {
 		"unknown field":                 {"    budgets: [{name: x, count: true, " + ok + ", limits: 5}]\n", `budgets[0].limits: unknown field`},
 		"window past retention":         {"    retention: 7d\n    budgets: [{name: x, count: true, window: 30d, limit: 1, on_exceed: reject}]\n", `p.yaml:3: actions.a.retention: retention 168h is shorter than budget x's window (720h)`},
 		"window past default retention": {"    budgets: [{name: x, count: true, window: 31d, limit: 1, on_exceed: reject}]\n", `actions.a.budgets[0].window: retention 720h is shorter than budget x's window (744h)`},
+		"redacted sum":                  {"    redact_fields: [amount_minor]\n    budgets: [{name: x, sum: amount_minor, " + ok + "}]\n", `p.yaml:4: actions.a.budgets[0]: budget x reads payload.amount_minor, which is in redact_fields`},
+		"redacted scope":                {"    redact_fields: [email]\n    budgets: [{name: x, count: true, per: [principal, email], " + ok + "}]\n", `actions.a.budgets[0]: budget x reads payload.email, which is in redact_fields`},
 		"shared disagree":               {"    budgets: [{name: x, count: true, " + ok + "}]\n  b:\n    budgets: [{name: x, count: true, window: 1h, limit: 10, on_exceed: reject}]\n", `actions.b.budgets: budget "x" is also declared by action a with another per, window or limit`},
 	} {
 		_, err := Parse([]byte("actions:\n  a:\n"+tc.block), "p.yaml")

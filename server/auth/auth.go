@@ -66,6 +66,9 @@ var methodRoles = map[string][]Role{
 	"Reject":     {RoleOperator},
 	"ListEvents": {RoleOperator, RoleReconciler},
 	"GetPolicy":  {RoleReconciler, RoleOperator},
+	// The budgets' counters span principals (an agent learns its own
+	// from a refusal), so they are for people and the reconciler.
+	"ListBudgets": {RoleReconciler, RoleOperator},
 }
 
 // The console's rules, beside methodRoles: reading a page needs the

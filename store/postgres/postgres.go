@@ -421,7 +421,7 @@ type scanned struct {
 func scanOp(row pgx.Row, extra ...any) (scanned, error) {
 	var (
 		op                                                                     opjournal.Operation
-		payload, result, refs, approval                                        *string
+		payload, result, refs, approval, budgets                               *string
 		status                                                                 string
 		leaseUntil, unknownSince, lastCheck, nextCheck, attStart, firstAttempt *time.Time
 		deadline                                                               *time.Time
@@ -431,9 +431,14 @@ func scanOp(row pgx.Row, extra ...any) (scanned, error) {
 		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &op.DuplicateExternalIDs, &op.DuplicateReports,
 		&op.ErrorCode, &op.NeedsReview, &op.ReviewReason, &op.CreatedAt, &op.UpdatedAt,
 		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &attStart, &op.HashKeyID,
-		&refs, &op.ParentKey, &firstAttempt, &approval, &deadline, &dbNow)...)
+		&refs, &op.ParentKey, &firstAttempt, &approval, &deadline, &budgets, &dbNow)...)
 	if err != nil {
 		return scanned{}, err
+	}
+	if budgets != nil {
+		if op.Budgets, err = opjournal.ParseBudgets([]byte(*budgets)); err != nil {
+			return scanned{}, fmt.Errorf("budgets: %w", err)
+		}
 	}
 	if approval != nil {
 		var d time.Time
@@ -777,6 +782,11 @@ func (s *Store) Apply(ctx context.Context, tenant string, c *protocol.Command) (
 // directly as in_progress with attempt 1: one statement, one commit. The
 // statement is shared with concurrent calls (batch.go).
 func (s *Store) register(ctx context.Context, tenant string, c *protocol.Command) (store.Applied, error) {
+	// A Register with budgets decides them in a transaction of its own,
+	// under the counters' locks (budgets.go).
+	if len(c.Budgets) > 0 {
+		return s.registerBudgeted(ctx, tenant, c)
+	}
 	// A Register that needs approval is rare (a person decides it) and has
 	// a rule of its own, which the batched insert does not render.
 	if s.registers == nil || c.Approval != nil {

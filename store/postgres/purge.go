@@ -36,6 +36,9 @@ var purgeBatch = `WITH ` + purgeVictims + `, evs AS (
 	DELETE FROM operation_events e USING ops
 	WHERE e.tenant = ops.tenant AND e.operation_key = ops.operation_key
 	RETURNING 1
+), holds AS (
+	DELETE FROM budget_holds h USING ops
+	WHERE h.tenant = ops.tenant AND h.operation_key = ops.operation_key
 )
 SELECT (SELECT count(*) FROM ops), (SELECT count(*) FROM evs), (SELECT min(updated_at) FROM ops), (SELECT max(updated_at) FROM ops)`
 
@@ -61,6 +64,9 @@ var purgeBatchDraining = `WITH drain AS (` + drainingFor + `), ` + purgeVictims 
 	WHERE e.tenant = ops.tenant AND e.operation_key = ops.operation_key
 	  AND e.tableoid <> ALL (ARRAY(SELECT part FROM drain WHERE part IS NOT NULL))
 	RETURNING 1
+), holds AS (
+	DELETE FROM budget_holds h USING ops
+	WHERE h.tenant = ops.tenant AND h.operation_key = ops.operation_key
 ), kept AS (
 	SELECT count(*) AS n FROM ops JOIN operation_events e ON e.tenant = ops.tenant AND e.operation_key = ops.operation_key
 	WHERE e.at < (SELECT max(upto) FROM drain) AND e.tableoid = ANY (ARRAY(SELECT part FROM drain))

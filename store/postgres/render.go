@@ -69,7 +69,7 @@ var (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	` + effectiveUnknownSince + `,
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, ` + clock
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, ` + clock
 )
 
 // statement is a rule rendered as SQL, and the parameters it takes after
@@ -474,15 +474,26 @@ func unnest(params []protocol.Param) string {
 }
 
 // registerColumns are what Register writes besides the rule's sets.
-const registerColumns = `tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, created_at, updated_at`
+const registerColumns = `tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, budgets, created_at, updated_at`
 
 // registerValues renders the values of registerColumns after the tenant
 // and key.
 func (r *renderer) registerValues() string {
 	return r.param(protocol.ParamAction) + ", " + r.param(protocol.ParamRequestHash) + ", " +
 		r.param(protocol.ParamHashKeyID) + ", " + r.param(protocol.ParamPayload) + ", " +
-		r.param(protocol.ParamRefs) + "::jsonb, nullif(" + r.param(protocol.ParamParentKey) + ", ''), " + clock + ", " + clock
+		r.param(protocol.ParamRefs) + "::jsonb, nullif(" + r.param(protocol.ParamParentKey) + ", ''), " +
+		r.param(protocol.ParamBudgets) + "::jsonb, " + clock + ", " + clock
 }
+
+// holdsInsert writes the inserted rows' budget holds (their budgets
+// column) one per row into budget_holds, in the insert's statement: a
+// row and its holds are written together or not at all.
+const holdsInsert = `holds AS (
+		INSERT INTO budget_holds (tenant, budget, scope, created_at, operation_key, amount, over_limit)
+		SELECT ins.tenant, b.budget, b.scope, ins.created_at, ins.operation_key, b.amount, coalesce(b.over_limit, false)
+		FROM ins, jsonb_to_recordset(ins.budgets) AS b(budget text, scope text, amount bigint, over_limit boolean)
+		WHERE ins.budgets IS NOT NULL
+	)`
 
 // renderInsert renders a Register rule as an INSERT that does nothing when
 // the key exists (the primary key is the rule's "absent" guard).
@@ -500,7 +511,7 @@ func renderInsert(rule *protocol.Rule) *statement {
 		RETURNING *
 	), ev AS (
 		` + r.eventInsert(rule, "ins", "NULL") + `
-	)
+	), ` + holdsInsert + `
 	SELECT ` + fullColumns + ` FROM ins`
 	return &statement{rule: rule, name: rule.Name(), sql: sql, params: r.params}
 }
@@ -543,7 +554,7 @@ func renderBatchedInsert(claimed, plain *protocol.Rule) *statement {
 		RETURNING *
 	), ev AS (
 		` + r.eventInsert(claimed, "ins JOIN i ON in_tenant = tenant AND in_key = operation_key", "NULL") + `
-	)`
+	), ` + holdsInsert
 	sql := `WITH ` + unnest(r.params) + `, ` + body + `
 	SELECT false, ` + fullColumns + ` FROM ins
 	UNION ALL

@@ -200,7 +200,7 @@ const (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	` + effectiveUnknownSince + `,
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs, coalesce(parent_key, ''), first_attempt_at, approval, approval_deadline, ` + nowSQL
+	refs, coalesce(parent_key, ''), first_attempt_at, approval, approval_deadline, budgets, ` + nowSQL
 )
 
 // The write path's statements, by name: harness/bench/sqlitedrivers runs the same
@@ -224,10 +224,13 @@ const (
 	insertSQL = `INSERT INTO operations (tenant, operation_key, status, attempt_count, lease_owner,
 		lease_until, external_id, result, error_code, needs_review, review_reason, unknown_since, check_count,
 		last_checked_at, next_check_at, attempt_started_at, duplicate_external_ids, duplicate_reports, updated_at,
-		first_attempt_at, note, approval, approval_deadline, action_type, request_hash, hash_key_id, payload, created_at, refs, parent_key)
-		VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)`
+		first_attempt_at, note, approval, approval_deadline, action_type, request_hash, hash_key_id, payload, created_at, refs, parent_key, budgets)
+		VALUES (?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32)`
 	// insertRefSQL writes one business reference of a new row.
 	insertRefSQL = `INSERT INTO operation_refs (tenant, operation_key, name, value) VALUES (?1, ?2, ?3, ?4)`
+	// insertHoldSQL writes one budget hold of a new row.
+	insertHoldSQL = `INSERT INTO budget_holds (tenant, budget, scope, created_at, operation_key, amount, over_limit)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`
 	// insertEventSQL writes one history row.
 	insertEventSQL = `INSERT INTO operation_events
 		(tenant, operation_key, at, from_status, to_status, attempt, actor, stated_actor, reason, external_id, actor_label)
@@ -244,7 +247,7 @@ type rowScanner interface{ Scan(dest ...any) error }
 func scanOp(row rowScanner) (scanned, error) {
 	var (
 		op                                                                     opjournal.Operation
-		payload, result, refs, approval                                        sql.NullString
+		payload, result, refs, approval, budgets                               sql.NullString
 		status, dups                                                           string
 		leaseUntil, unknownSince, lastCheck, nextCheck, attStart, firstAttempt sql.NullInt64
 		deadline                                                               sql.NullInt64
@@ -255,9 +258,14 @@ func scanOp(row rowScanner) (scanned, error) {
 		&op.AttemptCount, &op.LeaseOwner, &leaseUntil, &op.ExternalID, &dups, &op.DuplicateReports,
 		&op.ErrorCode, &needsReview, &op.ReviewReason, &createdAt, &updatedAt,
 		&unknownSince, &op.CheckCount, &lastCheck, &nextCheck, &attStart, &op.HashKeyID,
-		&refs, &op.ParentKey, &firstAttempt, &approval, &deadline, &dbNow)
+		&refs, &op.ParentKey, &firstAttempt, &approval, &deadline, &budgets, &dbNow)
 	if err != nil {
 		return scanned{}, err
+	}
+	if budgets.Valid {
+		if op.Budgets, err = opjournal.ParseBudgets([]byte(budgets.String)); err != nil {
+			return scanned{}, fmt.Errorf("budgets: %w", err)
+		}
 	}
 	if approval.Valid {
 		var d time.Time
@@ -370,6 +378,8 @@ type applied struct {
 	existed  bool // the operation was there before (Register)
 	claimed  bool
 	retryFor time.Duration
+	// verdict is the budget verdict a Register of a new key was decided on.
+	verdict protocol.BudgetVerdict
 }
 
 // apply reads the operation inside tx, applies c with protocol.Apply on
@@ -387,11 +397,18 @@ func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *protocol.C
 	} else if dbNow, err = s.now(ctx, tx); err != nil {
 		return applied{}, err
 	}
+	if !found && len(c.Budgets) > 0 {
+		// One writer: nothing else registers between this read of the
+		// window's use and the insert below.
+		if c, err = s.decideBudgets(ctx, tx, tenant, c, dbNow); err != nil {
+			return applied{}, err
+		}
+	}
 	d, err := protocol.Apply(op, c, dbNow)
 	if err != nil {
 		return applied{}, err
 	}
-	res := applied{op: d.Op, rule: d.Rule, dbNow: dbNow, existed: found}
+	res := applied{op: d.Op, rule: d.Rule, dbNow: dbNow, existed: found, verdict: c.BudgetVerdict}
 	if d.Rule.Outcome == protocol.Changed {
 		d.Op.Tenant = tenant
 		if err := s.write(ctx, tx, d.Op, !found); err != nil {
@@ -458,9 +475,18 @@ func (s *Store) write(ctx context.Context, tx *wtx, op *opjournal.Operation, ins
 	if r := opjournal.RefsJSON(op.Refs); r != nil {
 		refs = string(r)
 	}
-	_, err = tx.ExecContext(ctx, insertSQL, append(args, op.Action, op.RequestHash, op.HashKeyID, string(op.Payload), op.CreatedAt.UnixMilli(), refs, nullText(op.ParentKey))...)
+	var budgets any
+	if b := opjournal.BudgetsJSON(op.Budgets); b != nil {
+		budgets = string(b)
+	}
+	_, err = tx.ExecContext(ctx, insertSQL, append(args, op.Action, op.RequestHash, op.HashKeyID, string(op.Payload), op.CreatedAt.UnixMilli(), refs, nullText(op.ParentKey), budgets)...)
 	if err != nil {
 		return classify("write", err)
+	}
+	for _, h := range op.Budgets {
+		if _, err := tx.ExecContext(ctx, insertHoldSQL, op.Tenant, h.Budget, h.Scope, op.CreatedAt.UnixMilli(), op.Key, h.Amount, boolInt(h.OverLimit)); err != nil {
+			return classify("write budget holds", err)
+		}
 	}
 	for name, value := range op.Refs {
 		if _, err := tx.ExecContext(ctx, insertRefSQL, op.Tenant, op.Key, name, value); err != nil {
@@ -861,6 +887,9 @@ func (s *Store) purgeOneBatch(ctx context.Context, p store.PurgeParams) (store.P
 			n, _ := ev.RowsAffected()
 			res.Events += n
 			if _, err := tx.ExecContext(ctx, `DELETE FROM operation_refs WHERE tenant = ?1 AND operation_key = ?2`, v.tenant, v.key); err != nil {
+				return classify("purge", err)
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM budget_holds WHERE tenant = ?1 AND operation_key = ?2`, v.tenant, v.key); err != nil {
 				return classify("purge", err)
 			}
 			if _, err := tx.ExecContext(ctx, `DELETE FROM operations WHERE tenant = ?1 AND operation_key = ?2`, v.tenant, v.key); err != nil {

@@ -21,4 +21,8 @@ const (
 	purgeableTerm = `(status IN ('succeeded', 'failed_final') AND needs_review = 0 AND updated_at <= coalesce(?1, CAST(unixepoch('subsec') * 1000 AS INTEGER)) - ?3)`
 	// approvalDue is protocol.ApprovalDueTerm.
 	approvalDue = `(status = 'awaiting_approval' AND needs_review = 0 AND approval_deadline <= coalesce(?1, CAST(unixepoch('subsec') * 1000 AS INTEGER)))`
+	// holdCounts is protocol.HoldCountsSQL.
+	holdCounts = `NOT (o.status = 'failed_final' AND o.duplicate_reports = 0) AND (h.over_limit = 0 OR NOT (o.status = 'awaiting_approval'))`
+	// unresolved is protocol.UnresolvedTerm.
+	unresolved = `o.status IN ('pending', 'in_progress', 'unknown', 'awaiting_approval')`
 )

@@ -44,4 +44,6 @@ var sqliteTerms = []struct {
 	{"terminal", "TerminalTerm", protocol.TerminalTerm.SQL(dialect)},
 	{"purgeableTerm", "PurgeableTerm", protocol.PurgeableTerm.SQL(dialect)},
 	{"approvalDue", "ApprovalDueTerm", protocol.ApprovalDueTerm.SQL(dialect)},
+	{"holdCounts", "HoldCountsSQL", protocol.HoldCountsSQL(dialect.On("o"), "h.over_limit")},
+	{"unresolved", "UnresolvedTerm", protocol.UnresolvedTerm.SQL(dialect.On("o"))},
 }

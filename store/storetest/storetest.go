@@ -94,6 +94,13 @@ func Run(t *testing.T, newDB NewDatabase) {
 		{"ListLeaseExpired", testListLeaseExpired},
 		{"Counts", testCounts},
 		{"Activity", testActivity},
+		{"BudgetReserve", testBudgetReserve},
+		{"BudgetRelease", testBudgetRelease},
+		{"BudgetWindow", testBudgetWindow},
+		{"BudgetApproval", testBudgetApproval},
+		{"BudgetPurge", testBudgetPurge},
+		{"BudgetListing", testBudgetListing},
+		{"ConcurrentBudget", testConcurrentBudget},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -377,7 +377,10 @@ type Operation struct {
 	// The approval the action's policy asked for at registration; unset
 	// when none was needed. Recorded once: a later policy change does not
 	// re-open a decided question.
-	Approval      *Approval `protobuf:"bytes,28,opt,name=approval,proto3" json:"approval,omitempty"`
+	Approval *Approval `protobuf:"bytes,28,opt,name=approval,proto3" json:"approval,omitempty"`
+	// What the operation holds of its action's budgets, recorded once at
+	// registration; empty for none.
+	Budgets       []*BudgetHold `protobuf:"bytes,29,rep,name=budgets,proto3" json:"budgets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -608,10 +611,236 @@ func (x *Operation) GetApproval() *Approval {
 	return nil
 }
 
+func (x *Operation) GetBudgets() []*BudgetHold {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+// BudgetHold is what one operation holds of one budget.
+type BudgetHold struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The budget's name in the action's policy.
+	Budget string `protobuf:"bytes,1,opt,name=budget,proto3" json:"budget,omitempty"`
+	// The scope's values beyond the tenant, as canonical JSON
+	// ({"currency":"EUR","principal":"agent-1"}; "{}" for the whole tenant).
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// What the operation adds: the summed member, or 1 for a count.
+	Amount int64 `protobuf:"varint,3,opt,name=amount,proto3" json:"amount,omitempty"`
+	// The registration did not fit and the budget asked a person: the hold
+	// counts only once approved.
+	OverLimit bool `protobuf:"varint,4,opt,name=over_limit,json=overLimit,proto3" json:"over_limit,omitempty"`
+	// The counter's state now (Lookup only; unset elsewhere).
+	Usage         *BudgetUsage `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BudgetHold) Reset() {
+	*x = BudgetHold{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BudgetHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BudgetHold) ProtoMessage() {}
+
+func (x *BudgetHold) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BudgetHold.ProtoReflect.Descriptor instead.
+func (*BudgetHold) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BudgetHold) GetBudget() string {
+	if x != nil {
+		return x.Budget
+	}
+	return ""
+}
+
+func (x *BudgetHold) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *BudgetHold) GetAmount() int64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+func (x *BudgetHold) GetOverLimit() bool {
+	if x != nil {
+		return x.OverLimit
+	}
+	return false
+}
+
+func (x *BudgetHold) GetUsage() *BudgetUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// BudgetUsage is one budget counter (a budget in one scope) as of the
+// database clock.
+type BudgetUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The action whose policy defines the budget (budgets of one name on
+	// several actions share their counters).
+	ActionType string `protobuf:"bytes,1,opt,name=action_type,json=actionType,proto3" json:"action_type,omitempty"`
+	// The budget's name.
+	Budget string `protobuf:"bytes,2,opt,name=budget,proto3" json:"budget,omitempty"`
+	// The scope's values beyond the tenant, as canonical JSON.
+	Scope string `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The limit, in the summed member's unit (or a count).
+	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The rolling window, in seconds.
+	WindowSeconds int64 `protobuf:"varint,5,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
+	// The sum of what counts within the window.
+	Used int64 `protobuf:"varint,6,opt,name=used,proto3" json:"used,omitempty"`
+	// The part of used held by operations whose outcome is not yet known
+	// (pending, in progress, unknown, awaiting approval): given back if they
+	// fail finally.
+	ReservedUnknown int64 `protobuf:"varint,7,opt,name=reserved_unknown,json=reservedUnknown,proto3" json:"reserved_unknown,omitempty"`
+	// How many operations hold used.
+	Operations int64 `protobuf:"varint,8,opt,name=operations,proto3" json:"operations,omitempty"`
+	// "reject" or "approval": what a registration that does not fit gets.
+	OnExceed string `protobuf:"bytes,9,opt,name=on_exceed,json=onExceed,proto3" json:"on_exceed,omitempty"`
+	// The summed payload member; empty for a count.
+	Sum           string `protobuf:"bytes,10,opt,name=sum,proto3" json:"sum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BudgetUsage) Reset() {
+	*x = BudgetUsage{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BudgetUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BudgetUsage) ProtoMessage() {}
+
+func (x *BudgetUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BudgetUsage.ProtoReflect.Descriptor instead.
+func (*BudgetUsage) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BudgetUsage) GetActionType() string {
+	if x != nil {
+		return x.ActionType
+	}
+	return ""
+}
+
+func (x *BudgetUsage) GetBudget() string {
+	if x != nil {
+		return x.Budget
+	}
+	return ""
+}
+
+func (x *BudgetUsage) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *BudgetUsage) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *BudgetUsage) GetWindowSeconds() int64 {
+	if x != nil {
+		return x.WindowSeconds
+	}
+	return 0
+}
+
+func (x *BudgetUsage) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *BudgetUsage) GetReservedUnknown() int64 {
+	if x != nil {
+		return x.ReservedUnknown
+	}
+	return 0
+}
+
+func (x *BudgetUsage) GetOperations() int64 {
+	if x != nil {
+		return x.Operations
+	}
+	return 0
+}
+
+func (x *BudgetUsage) GetOnExceed() string {
+	if x != nil {
+		return x.OnExceed
+	}
+	return ""
+}
+
+func (x *BudgetUsage) GetSum() string {
+	if x != nil {
+		return x.Sum
+	}
+	return ""
+}
+
 // Approval is what the policy required of an operation at its
 // registration and the decisions made on it so far.
 type Approval struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// The budgets whose limit the registration would have passed and whose
+	// on_exceed asked a person (rule "budget" when only they asked): an
+	// approval admits the operation over them.
+	Budgets []string `protobuf:"bytes,11,rep,name=budgets,proto3" json:"budgets,omitempty"`
 	// True: a person had to approve before any attempt.
 	Required bool `protobuf:"varint,1,opt,name=required,proto3" json:"required,omitempty"`
 	// The roles that may decide.
@@ -642,7 +871,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[1]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +883,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[1]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +896,14 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{1}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Approval) GetBudgets() []string {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
 }
 
 func (x *Approval) GetRequired() bool {
@@ -757,7 +993,7 @@ type ApprovalDecision struct {
 
 func (x *ApprovalDecision) Reset() {
 	*x = ApprovalDecision{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[2]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +1005,7 @@ func (x *ApprovalDecision) String() string {
 func (*ApprovalDecision) ProtoMessage() {}
 
 func (x *ApprovalDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[2]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +1018,7 @@ func (x *ApprovalDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalDecision.ProtoReflect.Descriptor instead.
 func (*ApprovalDecision) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{2}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ApprovalDecision) GetPrincipal() string {
@@ -848,7 +1084,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[3]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1096,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[3]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1109,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{3}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Event) GetId() int64 {
@@ -960,7 +1196,7 @@ type ClaimOptions struct {
 
 func (x *ClaimOptions) Reset() {
 	*x = ClaimOptions{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[4]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1208,7 @@ func (x *ClaimOptions) String() string {
 func (*ClaimOptions) ProtoMessage() {}
 
 func (x *ClaimOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[4]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1221,7 @@ func (x *ClaimOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimOptions.ProtoReflect.Descriptor instead.
 func (*ClaimOptions) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{4}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClaimOptions) GetWorkerId() string {
@@ -1034,7 +1270,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[5]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1282,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[5]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1295,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{5}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RegisterRequest) GetOperationKey() string {
@@ -1139,7 +1375,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[6]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1387,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[6]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1400,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{6}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RegisterResponse) GetOperation() *Operation {
@@ -1242,7 +1478,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1490,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[7]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1503,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{7}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClaimRequest) GetOperationKey() string {
@@ -1321,7 +1557,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1569,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[8]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1582,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{8}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClaimResponse) GetOperation() *Operation {
@@ -1417,7 +1653,7 @@ type ExtendLeaseRequest struct {
 
 func (x *ExtendLeaseRequest) Reset() {
 	*x = ExtendLeaseRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1665,7 @@ func (x *ExtendLeaseRequest) String() string {
 func (*ExtendLeaseRequest) ProtoMessage() {}
 
 func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[9]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1678,7 @@ func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{9}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExtendLeaseRequest) GetOperationKey() string {
@@ -1489,7 +1725,7 @@ type ExtendLeaseResponse struct {
 
 func (x *ExtendLeaseResponse) Reset() {
 	*x = ExtendLeaseResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1737,7 @@ func (x *ExtendLeaseResponse) String() string {
 func (*ExtendLeaseResponse) ProtoMessage() {}
 
 func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[10]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1750,7 @@ func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{10}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExtendLeaseResponse) GetOperation() *Operation {
@@ -1564,7 +1800,7 @@ type MarkSucceededRequest struct {
 
 func (x *MarkSucceededRequest) Reset() {
 	*x = MarkSucceededRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1812,7 @@ func (x *MarkSucceededRequest) String() string {
 func (*MarkSucceededRequest) ProtoMessage() {}
 
 func (x *MarkSucceededRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[11]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1825,7 @@ func (x *MarkSucceededRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkSucceededRequest.ProtoReflect.Descriptor instead.
 func (*MarkSucceededRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{11}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MarkSucceededRequest) GetOperationKey() string {
@@ -1645,7 +1881,7 @@ type MarkSucceededResponse struct {
 
 func (x *MarkSucceededResponse) Reset() {
 	*x = MarkSucceededResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1893,7 @@ func (x *MarkSucceededResponse) String() string {
 func (*MarkSucceededResponse) ProtoMessage() {}
 
 func (x *MarkSucceededResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[12]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1906,7 @@ func (x *MarkSucceededResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkSucceededResponse.ProtoReflect.Descriptor instead.
 func (*MarkSucceededResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{12}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MarkSucceededResponse) GetOperation() *Operation {
@@ -1698,7 +1934,7 @@ type MarkUnknownRequest struct {
 
 func (x *MarkUnknownRequest) Reset() {
 	*x = MarkUnknownRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1946,7 @@ func (x *MarkUnknownRequest) String() string {
 func (*MarkUnknownRequest) ProtoMessage() {}
 
 func (x *MarkUnknownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[13]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1959,7 @@ func (x *MarkUnknownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUnknownRequest.ProtoReflect.Descriptor instead.
 func (*MarkUnknownRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{13}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MarkUnknownRequest) GetOperationKey() string {
@@ -1765,7 +2001,7 @@ type MarkUnknownResponse struct {
 
 func (x *MarkUnknownResponse) Reset() {
 	*x = MarkUnknownResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +2013,7 @@ func (x *MarkUnknownResponse) String() string {
 func (*MarkUnknownResponse) ProtoMessage() {}
 
 func (x *MarkUnknownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[14]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +2026,7 @@ func (x *MarkUnknownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUnknownResponse.ProtoReflect.Descriptor instead.
 func (*MarkUnknownResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{14}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MarkUnknownResponse) GetOperation() *Operation {
@@ -1823,7 +2059,7 @@ type MarkFailedFinalRequest struct {
 
 func (x *MarkFailedFinalRequest) Reset() {
 	*x = MarkFailedFinalRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +2071,7 @@ func (x *MarkFailedFinalRequest) String() string {
 func (*MarkFailedFinalRequest) ProtoMessage() {}
 
 func (x *MarkFailedFinalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[15]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +2084,7 @@ func (x *MarkFailedFinalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkFailedFinalRequest.ProtoReflect.Descriptor instead.
 func (*MarkFailedFinalRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{15}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MarkFailedFinalRequest) GetOperationKey() string {
@@ -1897,7 +2133,7 @@ type MarkFailedFinalResponse struct {
 
 func (x *MarkFailedFinalResponse) Reset() {
 	*x = MarkFailedFinalResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2145,7 @@ func (x *MarkFailedFinalResponse) String() string {
 func (*MarkFailedFinalResponse) ProtoMessage() {}
 
 func (x *MarkFailedFinalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[16]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2158,7 @@ func (x *MarkFailedFinalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkFailedFinalResponse.ProtoReflect.Descriptor instead.
 func (*MarkFailedFinalResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{16}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MarkFailedFinalResponse) GetOperation() *Operation {
@@ -1950,7 +2186,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2198,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[17]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2211,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{17}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LookupRequest) GetOperationKey() string {
@@ -2010,7 +2246,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2258,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[18]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2271,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{18}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LookupResponse) GetOperation() *Operation {
@@ -2075,7 +2311,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2323,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[19]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2336,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{19}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListOperationsRequest) GetStatuses() []Status {
@@ -2179,7 +2415,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2427,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[20]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2440,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{20}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -2239,7 +2475,7 @@ type ReleaseForRetryRequest struct {
 
 func (x *ReleaseForRetryRequest) Reset() {
 	*x = ReleaseForRetryRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2251,7 +2487,7 @@ func (x *ReleaseForRetryRequest) String() string {
 func (*ReleaseForRetryRequest) ProtoMessage() {}
 
 func (x *ReleaseForRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[21]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2264,7 +2500,7 @@ func (x *ReleaseForRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseForRetryRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseForRetryRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{21}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReleaseForRetryRequest) GetOperationKey() string {
@@ -2306,7 +2542,7 @@ type ReleaseForRetryResponse struct {
 
 func (x *ReleaseForRetryResponse) Reset() {
 	*x = ReleaseForRetryResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2554,7 @@ func (x *ReleaseForRetryResponse) String() string {
 func (*ReleaseForRetryResponse) ProtoMessage() {}
 
 func (x *ReleaseForRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[22]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2567,7 @@ func (x *ReleaseForRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseForRetryResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseForRetryResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{22}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseForRetryResponse) GetOperation() *Operation {
@@ -2361,7 +2597,7 @@ type RecordCheckRequest struct {
 
 func (x *RecordCheckRequest) Reset() {
 	*x = RecordCheckRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2609,7 @@ func (x *RecordCheckRequest) String() string {
 func (*RecordCheckRequest) ProtoMessage() {}
 
 func (x *RecordCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[23]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2622,7 @@ func (x *RecordCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordCheckRequest.ProtoReflect.Descriptor instead.
 func (*RecordCheckRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{23}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RecordCheckRequest) GetOperationKey() string {
@@ -2435,7 +2671,7 @@ type RecordCheckResponse struct {
 
 func (x *RecordCheckResponse) Reset() {
 	*x = RecordCheckResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2683,7 @@ func (x *RecordCheckResponse) String() string {
 func (*RecordCheckResponse) ProtoMessage() {}
 
 func (x *RecordCheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[24]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2696,7 @@ func (x *RecordCheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordCheckResponse.ProtoReflect.Descriptor instead.
 func (*RecordCheckResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{24}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RecordCheckResponse) GetOperation() *Operation {
@@ -2486,7 +2722,7 @@ type EscalateRequest struct {
 
 func (x *EscalateRequest) Reset() {
 	*x = EscalateRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2734,7 @@ func (x *EscalateRequest) String() string {
 func (*EscalateRequest) ProtoMessage() {}
 
 func (x *EscalateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[25]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2747,7 @@ func (x *EscalateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscalateRequest.ProtoReflect.Descriptor instead.
 func (*EscalateRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{25}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EscalateRequest) GetOperationKey() string {
@@ -2546,7 +2782,7 @@ type EscalateResponse struct {
 
 func (x *EscalateResponse) Reset() {
 	*x = EscalateResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2794,7 @@ func (x *EscalateResponse) String() string {
 func (*EscalateResponse) ProtoMessage() {}
 
 func (x *EscalateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[26]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2807,7 @@ func (x *EscalateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EscalateResponse.ProtoReflect.Descriptor instead.
 func (*EscalateResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{26}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EscalateResponse) GetOperation() *Operation {
@@ -2606,7 +2842,7 @@ type ResolveRequest struct {
 
 func (x *ResolveRequest) Reset() {
 	*x = ResolveRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[27]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2618,7 +2854,7 @@ func (x *ResolveRequest) String() string {
 func (*ResolveRequest) ProtoMessage() {}
 
 func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[27]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2631,7 +2867,7 @@ func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
 func (*ResolveRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{27}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResolveRequest) GetOperationKey() string {
@@ -2694,7 +2930,7 @@ type ResolveResponse struct {
 
 func (x *ResolveResponse) Reset() {
 	*x = ResolveResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[28]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +2942,7 @@ func (x *ResolveResponse) String() string {
 func (*ResolveResponse) ProtoMessage() {}
 
 func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[28]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +2955,7 @@ func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveResponse.ProtoReflect.Descriptor instead.
 func (*ResolveResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{28}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResolveResponse) GetOperation() *Operation {
@@ -2746,7 +2982,7 @@ type AcknowledgeRequest struct {
 
 func (x *AcknowledgeRequest) Reset() {
 	*x = AcknowledgeRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2758,7 +2994,7 @@ func (x *AcknowledgeRequest) String() string {
 func (*AcknowledgeRequest) ProtoMessage() {}
 
 func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[29]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2771,7 +3007,7 @@ func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeRequest.ProtoReflect.Descriptor instead.
 func (*AcknowledgeRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{29}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AcknowledgeRequest) GetOperationKey() string {
@@ -2806,7 +3042,7 @@ type AcknowledgeResponse struct {
 
 func (x *AcknowledgeResponse) Reset() {
 	*x = AcknowledgeResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +3054,7 @@ func (x *AcknowledgeResponse) String() string {
 func (*AcknowledgeResponse) ProtoMessage() {}
 
 func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[30]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +3067,7 @@ func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{30}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AcknowledgeResponse) GetOperation() *Operation {
@@ -2861,7 +3097,7 @@ type ApproveRequest struct {
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +3109,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[31]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3122,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{31}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ApproveRequest) GetOperationKey() string {
@@ -2931,7 +3167,7 @@ type ApproveResponse struct {
 
 func (x *ApproveResponse) Reset() {
 	*x = ApproveResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3179,7 @@ func (x *ApproveResponse) String() string {
 func (*ApproveResponse) ProtoMessage() {}
 
 func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[32]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3192,7 @@ func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveResponse.ProtoReflect.Descriptor instead.
 func (*ApproveResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{32}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ApproveResponse) GetOperation() *Operation {
@@ -2993,7 +3229,7 @@ type RejectRequest struct {
 
 func (x *RejectRequest) Reset() {
 	*x = RejectRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3005,7 +3241,7 @@ func (x *RejectRequest) String() string {
 func (*RejectRequest) ProtoMessage() {}
 
 func (x *RejectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[33]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3018,7 +3254,7 @@ func (x *RejectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{33}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RejectRequest) GetOperationKey() string {
@@ -3067,7 +3303,7 @@ type RejectResponse struct {
 
 func (x *RejectResponse) Reset() {
 	*x = RejectResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3315,7 @@ func (x *RejectResponse) String() string {
 func (*RejectResponse) ProtoMessage() {}
 
 func (x *RejectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[34]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3328,7 @@ func (x *RejectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectResponse.ProtoReflect.Descriptor instead.
 func (*RejectResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{34}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RejectResponse) GetOperation() *Operation {
@@ -3120,7 +3356,7 @@ type SetNoteRequest struct {
 
 func (x *SetNoteRequest) Reset() {
 	*x = SetNoteRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[35]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3132,7 +3368,7 @@ func (x *SetNoteRequest) String() string {
 func (*SetNoteRequest) ProtoMessage() {}
 
 func (x *SetNoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[35]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3145,7 +3381,7 @@ func (x *SetNoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNoteRequest.ProtoReflect.Descriptor instead.
 func (*SetNoteRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{35}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetNoteRequest) GetOperationKey() string {
@@ -3180,7 +3416,7 @@ type SetNoteResponse struct {
 
 func (x *SetNoteResponse) Reset() {
 	*x = SetNoteResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[36]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3192,7 +3428,7 @@ func (x *SetNoteResponse) String() string {
 func (*SetNoteResponse) ProtoMessage() {}
 
 func (x *SetNoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[36]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3205,7 +3441,7 @@ func (x *SetNoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNoteResponse.ProtoReflect.Descriptor instead.
 func (*SetNoteResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{36}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetNoteResponse) GetOperation() *Operation {
@@ -3230,7 +3466,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[37]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3242,7 +3478,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[37]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3255,7 +3491,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{37}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListEventsRequest) GetOperationKey() string {
@@ -3292,7 +3528,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[38]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +3540,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[38]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3317,7 +3553,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{38}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -3343,7 +3579,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[39]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3591,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[39]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3604,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{39}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{41}
 }
 
 // WhoAmIRequest asks who the caller is.
@@ -3380,7 +3616,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[40]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3392,7 +3628,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[40]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3405,7 +3641,110 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{40}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{42}
+}
+
+// ListBudgetsRequest selects budget counters.
+type ListBudgetsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this action's budgets; empty for every action.
+	ActionType string `protobuf:"bytes,1,opt,name=action_type,json=actionType,proto3" json:"action_type,omitempty"`
+	// Only this budget; empty for every budget.
+	Budget        string `protobuf:"bytes,2,opt,name=budget,proto3" json:"budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBudgetsRequest) Reset() {
+	*x = ListBudgetsRequest{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBudgetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBudgetsRequest) ProtoMessage() {}
+
+func (x *ListBudgetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBudgetsRequest.ProtoReflect.Descriptor instead.
+func (*ListBudgetsRequest) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListBudgetsRequest) GetActionType() string {
+	if x != nil {
+		return x.ActionType
+	}
+	return ""
+}
+
+func (x *ListBudgetsRequest) GetBudget() string {
+	if x != nil {
+		return x.Budget
+	}
+	return ""
+}
+
+// ListBudgetsResponse answers ListBudgets.
+type ListBudgetsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Per action and budget, the policy's budget with no scope (limit, window
+	// and on_exceed; used 0) when nothing counts in any scope, else one
+	// entry per scope in which something counts, in scope order.
+	Budgets       []*BudgetUsage `protobuf:"bytes,1,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBudgetsResponse) Reset() {
+	*x = ListBudgetsResponse{}
+	mi := &file_opjournal_v1_journal_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBudgetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBudgetsResponse) ProtoMessage() {}
+
+func (x *ListBudgetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_opjournal_v1_journal_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBudgetsResponse.ProtoReflect.Descriptor instead.
+func (*ListBudgetsResponse) Descriptor() ([]byte, []int) {
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListBudgetsResponse) GetBudgets() []*BudgetUsage {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
 }
 
 // WhoAmIResponse is the caller's principal.
@@ -3436,7 +3775,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[41]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3448,7 +3787,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[41]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3461,7 +3800,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{41}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WhoAmIResponse) GetAuthenticated() bool {
@@ -3522,7 +3861,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_opjournal_v1_journal_proto_msgTypes[42]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3534,7 +3873,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_opjournal_v1_journal_proto_msgTypes[42]
+	mi := &file_opjournal_v1_journal_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3547,7 +3886,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{42}
+	return file_opjournal_v1_journal_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetPolicyResponse) GetFingerprint() string {
@@ -3568,8 +3907,7 @@ var File_opjournal_v1_journal_proto protoreflect.FileDescriptor
 
 const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\n" +
-	"\x1aopjournal/v1/journal.proto\x12\fopjournal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xeb\n" +
-	"\n" +
+	"\x1aopjournal/v1/journal.proto\x12\fopjournal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9f\v\n" +
 	"\tOperation\x12#\n" +
 	"\roperation_key\x18\x01 \x01(\tR\foperationKey\x12\x1f\n" +
 	"\vaction_type\x18\x02 \x01(\tR\n" +
@@ -3608,11 +3946,36 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"parent_key\x18\x19 \x01(\tR\tparentKey\x12D\n" +
 	"\x10first_attempt_at\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\x0efirstAttemptAt\x12\x12\n" +
 	"\x04note\x18\x1b \x01(\tR\x04note\x122\n" +
-	"\bapproval\x18\x1c \x01(\v2\x16.opjournal.v1.ApprovalR\bapproval\x1a7\n" +
+	"\bapproval\x18\x1c \x01(\v2\x16.opjournal.v1.ApprovalR\bapproval\x122\n" +
+	"\abudgets\x18\x1d \x03(\v2\x18.opjournal.v1.BudgetHoldR\abudgets\x1a7\n" +
 	"\tRefsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x03\n" +
-	"\bApproval\x12\x1a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x01\n" +
+	"\n" +
+	"BudgetHold\x12\x16\n" +
+	"\x06budget\x18\x01 \x01(\tR\x06budget\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x16\n" +
+	"\x06amount\x18\x03 \x01(\x03R\x06amount\x12\x1d\n" +
+	"\n" +
+	"over_limit\x18\x04 \x01(\bR\toverLimit\x12/\n" +
+	"\x05usage\x18\x05 \x01(\v2\x19.opjournal.v1.BudgetUsageR\x05usage\"\xa7\x02\n" +
+	"\vBudgetUsage\x12\x1f\n" +
+	"\vaction_type\x18\x01 \x01(\tR\n" +
+	"actionType\x12\x16\n" +
+	"\x06budget\x18\x02 \x01(\tR\x06budget\x12\x14\n" +
+	"\x05scope\x18\x03 \x01(\tR\x05scope\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12%\n" +
+	"\x0ewindow_seconds\x18\x05 \x01(\x03R\rwindowSeconds\x12\x12\n" +
+	"\x04used\x18\x06 \x01(\x03R\x04used\x12)\n" +
+	"\x10reserved_unknown\x18\a \x01(\x03R\x0freservedUnknown\x12\x1e\n" +
+	"\n" +
+	"operations\x18\b \x01(\x03R\n" +
+	"operations\x12\x1b\n" +
+	"\ton_exceed\x18\t \x01(\tR\bonExceed\x12\x10\n" +
+	"\x03sum\x18\n" +
+	" \x01(\tR\x03sum\"\xaf\x03\n" +
+	"\bApproval\x12\x18\n" +
+	"\abudgets\x18\v \x03(\tR\abudgets\x12\x1a\n" +
 	"\brequired\x18\x01 \x01(\bR\brequired\x12\x1c\n" +
 	"\tapprovers\x18\x02 \x03(\tR\tapprovers\x126\n" +
 	"\x17distinct_from_requester\x18\x03 \x01(\bR\x15distinctFromRequester\x12\x1d\n" +
@@ -3824,7 +4187,13 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\x06events\x18\x01 \x03(\v2\x13.opjournal.v1.EventR\x06events\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x12\n" +
 	"\x10GetPolicyRequest\"\x0f\n" +
-	"\rWhoAmIRequest\"\xd6\x01\n" +
+	"\rWhoAmIRequest\"M\n" +
+	"\x12ListBudgetsRequest\x12\x1f\n" +
+	"\vaction_type\x18\x01 \x01(\tR\n" +
+	"actionType\x12\x16\n" +
+	"\x06budget\x18\x02 \x01(\tR\x06budget\"J\n" +
+	"\x13ListBudgetsResponse\x123\n" +
+	"\abudgets\x18\x01 \x03(\v2\x19.opjournal.v1.BudgetUsageR\abudgets\"\xd6\x01\n" +
 	"\x0eWhoAmIResponse\x12$\n" +
 	"\rauthenticated\x18\x01 \x01(\bR\rauthenticated\x12!\n" +
 	"\fprincipal_id\x18\x02 \x01(\tR\vprincipalId\x12\x12\n" +
@@ -3861,7 +4230,7 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"Resolution\x12\x1a\n" +
 	"\x16RESOLUTION_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14RESOLUTION_SUCCEEDED\x10\x01\x12\x1b\n" +
-	"\x17RESOLUTION_FAILED_FINAL\x10\x022\xf5\v\n" +
+	"\x17RESOLUTION_FAILED_FINAL\x10\x022\xc9\f\n" +
 	"\x0eJournalService\x12I\n" +
 	"\bRegister\x12\x1d.opjournal.v1.RegisterRequest\x1a\x1e.opjournal.v1.RegisterResponse\x12@\n" +
 	"\x05Claim\x12\x1a.opjournal.v1.ClaimRequest\x1a\x1b.opjournal.v1.ClaimResponse\x12R\n" +
@@ -3882,7 +4251,8 @@ const file_opjournal_v1_journal_proto_rawDesc = "" +
 	"\n" +
 	"ListEvents\x12\x1f.opjournal.v1.ListEventsRequest\x1a .opjournal.v1.ListEventsResponse\x12L\n" +
 	"\tGetPolicy\x12\x1e.opjournal.v1.GetPolicyRequest\x1a\x1f.opjournal.v1.GetPolicyResponse\x12C\n" +
-	"\x06WhoAmI\x12\x1b.opjournal.v1.WhoAmIRequest\x1a\x1c.opjournal.v1.WhoAmIResponseB?Z=github.com/opjournal/opjournal/proto/opjournal/v1;opjournalv1b\x06proto3"
+	"\x06WhoAmI\x12\x1b.opjournal.v1.WhoAmIRequest\x1a\x1c.opjournal.v1.WhoAmIResponse\x12R\n" +
+	"\vListBudgets\x12 .opjournal.v1.ListBudgetsRequest\x1a!.opjournal.v1.ListBudgetsResponseB?Z=github.com/opjournal/opjournal/proto/opjournal/v1;opjournalv1b\x06proto3"
 
 var (
 	file_opjournal_v1_journal_proto_rawDescOnce sync.Once
@@ -3897,164 +4267,173 @@ func file_opjournal_v1_journal_proto_rawDescGZIP() []byte {
 }
 
 var file_opjournal_v1_journal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_opjournal_v1_journal_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_opjournal_v1_journal_proto_goTypes = []any{
 	(Status)(0),                     // 0: opjournal.v1.Status
 	(OperationView)(0),              // 1: opjournal.v1.OperationView
 	(NextStep)(0),                   // 2: opjournal.v1.NextStep
 	(Resolution)(0),                 // 3: opjournal.v1.Resolution
 	(*Operation)(nil),               // 4: opjournal.v1.Operation
-	(*Approval)(nil),                // 5: opjournal.v1.Approval
-	(*ApprovalDecision)(nil),        // 6: opjournal.v1.ApprovalDecision
-	(*Event)(nil),                   // 7: opjournal.v1.Event
-	(*ClaimOptions)(nil),            // 8: opjournal.v1.ClaimOptions
-	(*RegisterRequest)(nil),         // 9: opjournal.v1.RegisterRequest
-	(*RegisterResponse)(nil),        // 10: opjournal.v1.RegisterResponse
-	(*ClaimRequest)(nil),            // 11: opjournal.v1.ClaimRequest
-	(*ClaimResponse)(nil),           // 12: opjournal.v1.ClaimResponse
-	(*ExtendLeaseRequest)(nil),      // 13: opjournal.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),     // 14: opjournal.v1.ExtendLeaseResponse
-	(*MarkSucceededRequest)(nil),    // 15: opjournal.v1.MarkSucceededRequest
-	(*MarkSucceededResponse)(nil),   // 16: opjournal.v1.MarkSucceededResponse
-	(*MarkUnknownRequest)(nil),      // 17: opjournal.v1.MarkUnknownRequest
-	(*MarkUnknownResponse)(nil),     // 18: opjournal.v1.MarkUnknownResponse
-	(*MarkFailedFinalRequest)(nil),  // 19: opjournal.v1.MarkFailedFinalRequest
-	(*MarkFailedFinalResponse)(nil), // 20: opjournal.v1.MarkFailedFinalResponse
-	(*LookupRequest)(nil),           // 21: opjournal.v1.LookupRequest
-	(*LookupResponse)(nil),          // 22: opjournal.v1.LookupResponse
-	(*ListOperationsRequest)(nil),   // 23: opjournal.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),  // 24: opjournal.v1.ListOperationsResponse
-	(*ReleaseForRetryRequest)(nil),  // 25: opjournal.v1.ReleaseForRetryRequest
-	(*ReleaseForRetryResponse)(nil), // 26: opjournal.v1.ReleaseForRetryResponse
-	(*RecordCheckRequest)(nil),      // 27: opjournal.v1.RecordCheckRequest
-	(*RecordCheckResponse)(nil),     // 28: opjournal.v1.RecordCheckResponse
-	(*EscalateRequest)(nil),         // 29: opjournal.v1.EscalateRequest
-	(*EscalateResponse)(nil),        // 30: opjournal.v1.EscalateResponse
-	(*ResolveRequest)(nil),          // 31: opjournal.v1.ResolveRequest
-	(*ResolveResponse)(nil),         // 32: opjournal.v1.ResolveResponse
-	(*AcknowledgeRequest)(nil),      // 33: opjournal.v1.AcknowledgeRequest
-	(*AcknowledgeResponse)(nil),     // 34: opjournal.v1.AcknowledgeResponse
-	(*ApproveRequest)(nil),          // 35: opjournal.v1.ApproveRequest
-	(*ApproveResponse)(nil),         // 36: opjournal.v1.ApproveResponse
-	(*RejectRequest)(nil),           // 37: opjournal.v1.RejectRequest
-	(*RejectResponse)(nil),          // 38: opjournal.v1.RejectResponse
-	(*SetNoteRequest)(nil),          // 39: opjournal.v1.SetNoteRequest
-	(*SetNoteResponse)(nil),         // 40: opjournal.v1.SetNoteResponse
-	(*ListEventsRequest)(nil),       // 41: opjournal.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),      // 42: opjournal.v1.ListEventsResponse
-	(*GetPolicyRequest)(nil),        // 43: opjournal.v1.GetPolicyRequest
-	(*WhoAmIRequest)(nil),           // 44: opjournal.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),          // 45: opjournal.v1.WhoAmIResponse
-	(*GetPolicyResponse)(nil),       // 46: opjournal.v1.GetPolicyResponse
-	nil,                             // 47: opjournal.v1.Operation.RefsEntry
-	nil,                             // 48: opjournal.v1.RegisterRequest.RefsEntry
-	nil,                             // 49: opjournal.v1.ListOperationsRequest.RefsEntry
-	(*structpb.Struct)(nil),         // 50: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),   // 51: google.protobuf.Timestamp
+	(*BudgetHold)(nil),              // 5: opjournal.v1.BudgetHold
+	(*BudgetUsage)(nil),             // 6: opjournal.v1.BudgetUsage
+	(*Approval)(nil),                // 7: opjournal.v1.Approval
+	(*ApprovalDecision)(nil),        // 8: opjournal.v1.ApprovalDecision
+	(*Event)(nil),                   // 9: opjournal.v1.Event
+	(*ClaimOptions)(nil),            // 10: opjournal.v1.ClaimOptions
+	(*RegisterRequest)(nil),         // 11: opjournal.v1.RegisterRequest
+	(*RegisterResponse)(nil),        // 12: opjournal.v1.RegisterResponse
+	(*ClaimRequest)(nil),            // 13: opjournal.v1.ClaimRequest
+	(*ClaimResponse)(nil),           // 14: opjournal.v1.ClaimResponse
+	(*ExtendLeaseRequest)(nil),      // 15: opjournal.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),     // 16: opjournal.v1.ExtendLeaseResponse
+	(*MarkSucceededRequest)(nil),    // 17: opjournal.v1.MarkSucceededRequest
+	(*MarkSucceededResponse)(nil),   // 18: opjournal.v1.MarkSucceededResponse
+	(*MarkUnknownRequest)(nil),      // 19: opjournal.v1.MarkUnknownRequest
+	(*MarkUnknownResponse)(nil),     // 20: opjournal.v1.MarkUnknownResponse
+	(*MarkFailedFinalRequest)(nil),  // 21: opjournal.v1.MarkFailedFinalRequest
+	(*MarkFailedFinalResponse)(nil), // 22: opjournal.v1.MarkFailedFinalResponse
+	(*LookupRequest)(nil),           // 23: opjournal.v1.LookupRequest
+	(*LookupResponse)(nil),          // 24: opjournal.v1.LookupResponse
+	(*ListOperationsRequest)(nil),   // 25: opjournal.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),  // 26: opjournal.v1.ListOperationsResponse
+	(*ReleaseForRetryRequest)(nil),  // 27: opjournal.v1.ReleaseForRetryRequest
+	(*ReleaseForRetryResponse)(nil), // 28: opjournal.v1.ReleaseForRetryResponse
+	(*RecordCheckRequest)(nil),      // 29: opjournal.v1.RecordCheckRequest
+	(*RecordCheckResponse)(nil),     // 30: opjournal.v1.RecordCheckResponse
+	(*EscalateRequest)(nil),         // 31: opjournal.v1.EscalateRequest
+	(*EscalateResponse)(nil),        // 32: opjournal.v1.EscalateResponse
+	(*ResolveRequest)(nil),          // 33: opjournal.v1.ResolveRequest
+	(*ResolveResponse)(nil),         // 34: opjournal.v1.ResolveResponse
+	(*AcknowledgeRequest)(nil),      // 35: opjournal.v1.AcknowledgeRequest
+	(*AcknowledgeResponse)(nil),     // 36: opjournal.v1.AcknowledgeResponse
+	(*ApproveRequest)(nil),          // 37: opjournal.v1.ApproveRequest
+	(*ApproveResponse)(nil),         // 38: opjournal.v1.ApproveResponse
+	(*RejectRequest)(nil),           // 39: opjournal.v1.RejectRequest
+	(*RejectResponse)(nil),          // 40: opjournal.v1.RejectResponse
+	(*SetNoteRequest)(nil),          // 41: opjournal.v1.SetNoteRequest
+	(*SetNoteResponse)(nil),         // 42: opjournal.v1.SetNoteResponse
+	(*ListEventsRequest)(nil),       // 43: opjournal.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),      // 44: opjournal.v1.ListEventsResponse
+	(*GetPolicyRequest)(nil),        // 45: opjournal.v1.GetPolicyRequest
+	(*WhoAmIRequest)(nil),           // 46: opjournal.v1.WhoAmIRequest
+	(*ListBudgetsRequest)(nil),      // 47: opjournal.v1.ListBudgetsRequest
+	(*ListBudgetsResponse)(nil),     // 48: opjournal.v1.ListBudgetsResponse
+	(*WhoAmIResponse)(nil),          // 49: opjournal.v1.WhoAmIResponse
+	(*GetPolicyResponse)(nil),       // 50: opjournal.v1.GetPolicyResponse
+	nil,                             // 51: opjournal.v1.Operation.RefsEntry
+	nil,                             // 52: opjournal.v1.RegisterRequest.RefsEntry
+	nil,                             // 53: opjournal.v1.ListOperationsRequest.RefsEntry
+	(*structpb.Struct)(nil),         // 54: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),   // 55: google.protobuf.Timestamp
 }
 var file_opjournal_v1_journal_proto_depIdxs = []int32{
 	0,  // 0: opjournal.v1.Operation.status:type_name -> opjournal.v1.Status
-	50, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
-	51, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
-	51, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
-	51, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
-	50, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
-	51, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
-	51, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
-	51, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
-	51, // 9: opjournal.v1.Operation.attempt_started_at:type_name -> google.protobuf.Timestamp
-	47, // 10: opjournal.v1.Operation.refs:type_name -> opjournal.v1.Operation.RefsEntry
-	51, // 11: opjournal.v1.Operation.first_attempt_at:type_name -> google.protobuf.Timestamp
-	5,  // 12: opjournal.v1.Operation.approval:type_name -> opjournal.v1.Approval
-	51, // 13: opjournal.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
-	6,  // 14: opjournal.v1.Approval.approvals:type_name -> opjournal.v1.ApprovalDecision
-	51, // 15: opjournal.v1.ApprovalDecision.at:type_name -> google.protobuf.Timestamp
-	51, // 16: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
-	0,  // 17: opjournal.v1.Event.from_status:type_name -> opjournal.v1.Status
-	0,  // 18: opjournal.v1.Event.to_status:type_name -> opjournal.v1.Status
-	50, // 19: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
-	8,  // 20: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
-	48, // 21: opjournal.v1.RegisterRequest.refs:type_name -> opjournal.v1.RegisterRequest.RefsEntry
-	1,  // 22: opjournal.v1.RegisterRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 23: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
-	51, // 24: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
-	2,  // 25: opjournal.v1.RegisterResponse.next:type_name -> opjournal.v1.NextStep
-	1,  // 26: opjournal.v1.ClaimRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 27: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
-	51, // 28: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
-	2,  // 29: opjournal.v1.ClaimResponse.next:type_name -> opjournal.v1.NextStep
-	1,  // 30: opjournal.v1.ExtendLeaseRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 31: opjournal.v1.ExtendLeaseResponse.operation:type_name -> opjournal.v1.Operation
-	51, // 32: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
-	50, // 33: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
-	1,  // 34: opjournal.v1.MarkSucceededRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 35: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
-	1,  // 36: opjournal.v1.MarkUnknownRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 37: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
-	50, // 38: opjournal.v1.MarkFailedFinalRequest.result:type_name -> google.protobuf.Struct
-	1,  // 39: opjournal.v1.MarkFailedFinalRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 40: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
-	1,  // 41: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
-	4,  // 42: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
-	0,  // 43: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
-	1,  // 44: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
-	49, // 45: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
-	4,  // 46: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
-	4,  // 47: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 48: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 49: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
-	3,  // 50: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
-	50, // 51: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
-	4,  // 52: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 53: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 54: opjournal.v1.ApproveResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 55: opjournal.v1.RejectResponse.operation:type_name -> opjournal.v1.Operation
-	4,  // 56: opjournal.v1.SetNoteResponse.operation:type_name -> opjournal.v1.Operation
-	7,  // 57: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
-	51, // 58: opjournal.v1.WhoAmIResponse.expires_at:type_name -> google.protobuf.Timestamp
-	9,  // 59: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
-	11, // 60: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
-	13, // 61: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
-	15, // 62: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
-	17, // 63: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
-	19, // 64: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
-	21, // 65: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
-	23, // 66: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
-	25, // 67: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
-	27, // 68: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
-	29, // 69: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
-	31, // 70: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
-	33, // 71: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
-	39, // 72: opjournal.v1.JournalService.SetNote:input_type -> opjournal.v1.SetNoteRequest
-	35, // 73: opjournal.v1.JournalService.Approve:input_type -> opjournal.v1.ApproveRequest
-	37, // 74: opjournal.v1.JournalService.Reject:input_type -> opjournal.v1.RejectRequest
-	41, // 75: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
-	43, // 76: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
-	44, // 77: opjournal.v1.JournalService.WhoAmI:input_type -> opjournal.v1.WhoAmIRequest
-	10, // 78: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
-	12, // 79: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
-	14, // 80: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
-	16, // 81: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
-	18, // 82: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
-	20, // 83: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
-	22, // 84: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
-	24, // 85: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
-	26, // 86: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
-	28, // 87: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
-	30, // 88: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
-	32, // 89: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
-	34, // 90: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
-	40, // 91: opjournal.v1.JournalService.SetNote:output_type -> opjournal.v1.SetNoteResponse
-	36, // 92: opjournal.v1.JournalService.Approve:output_type -> opjournal.v1.ApproveResponse
-	38, // 93: opjournal.v1.JournalService.Reject:output_type -> opjournal.v1.RejectResponse
-	42, // 94: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
-	46, // 95: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
-	45, // 96: opjournal.v1.JournalService.WhoAmI:output_type -> opjournal.v1.WhoAmIResponse
-	78, // [78:97] is the sub-list for method output_type
-	59, // [59:78] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	54, // 1: opjournal.v1.Operation.result:type_name -> google.protobuf.Struct
+	55, // 2: opjournal.v1.Operation.lease_until:type_name -> google.protobuf.Timestamp
+	55, // 3: opjournal.v1.Operation.created_at:type_name -> google.protobuf.Timestamp
+	55, // 4: opjournal.v1.Operation.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 5: opjournal.v1.Operation.payload:type_name -> google.protobuf.Struct
+	55, // 6: opjournal.v1.Operation.unknown_since:type_name -> google.protobuf.Timestamp
+	55, // 7: opjournal.v1.Operation.last_checked_at:type_name -> google.protobuf.Timestamp
+	55, // 8: opjournal.v1.Operation.next_check_at:type_name -> google.protobuf.Timestamp
+	55, // 9: opjournal.v1.Operation.attempt_started_at:type_name -> google.protobuf.Timestamp
+	51, // 10: opjournal.v1.Operation.refs:type_name -> opjournal.v1.Operation.RefsEntry
+	55, // 11: opjournal.v1.Operation.first_attempt_at:type_name -> google.protobuf.Timestamp
+	7,  // 12: opjournal.v1.Operation.approval:type_name -> opjournal.v1.Approval
+	5,  // 13: opjournal.v1.Operation.budgets:type_name -> opjournal.v1.BudgetHold
+	6,  // 14: opjournal.v1.BudgetHold.usage:type_name -> opjournal.v1.BudgetUsage
+	55, // 15: opjournal.v1.Approval.deadline:type_name -> google.protobuf.Timestamp
+	8,  // 16: opjournal.v1.Approval.approvals:type_name -> opjournal.v1.ApprovalDecision
+	55, // 17: opjournal.v1.ApprovalDecision.at:type_name -> google.protobuf.Timestamp
+	55, // 18: opjournal.v1.Event.at:type_name -> google.protobuf.Timestamp
+	0,  // 19: opjournal.v1.Event.from_status:type_name -> opjournal.v1.Status
+	0,  // 20: opjournal.v1.Event.to_status:type_name -> opjournal.v1.Status
+	54, // 21: opjournal.v1.RegisterRequest.payload:type_name -> google.protobuf.Struct
+	10, // 22: opjournal.v1.RegisterRequest.claim:type_name -> opjournal.v1.ClaimOptions
+	52, // 23: opjournal.v1.RegisterRequest.refs:type_name -> opjournal.v1.RegisterRequest.RefsEntry
+	1,  // 24: opjournal.v1.RegisterRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 25: opjournal.v1.RegisterResponse.operation:type_name -> opjournal.v1.Operation
+	55, // 26: opjournal.v1.RegisterResponse.lease_until:type_name -> google.protobuf.Timestamp
+	2,  // 27: opjournal.v1.RegisterResponse.next:type_name -> opjournal.v1.NextStep
+	1,  // 28: opjournal.v1.ClaimRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 29: opjournal.v1.ClaimResponse.operation:type_name -> opjournal.v1.Operation
+	55, // 30: opjournal.v1.ClaimResponse.lease_until:type_name -> google.protobuf.Timestamp
+	2,  // 31: opjournal.v1.ClaimResponse.next:type_name -> opjournal.v1.NextStep
+	1,  // 32: opjournal.v1.ExtendLeaseRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 33: opjournal.v1.ExtendLeaseResponse.operation:type_name -> opjournal.v1.Operation
+	55, // 34: opjournal.v1.ExtendLeaseResponse.lease_until:type_name -> google.protobuf.Timestamp
+	54, // 35: opjournal.v1.MarkSucceededRequest.result:type_name -> google.protobuf.Struct
+	1,  // 36: opjournal.v1.MarkSucceededRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 37: opjournal.v1.MarkSucceededResponse.operation:type_name -> opjournal.v1.Operation
+	1,  // 38: opjournal.v1.MarkUnknownRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 39: opjournal.v1.MarkUnknownResponse.operation:type_name -> opjournal.v1.Operation
+	54, // 40: opjournal.v1.MarkFailedFinalRequest.result:type_name -> google.protobuf.Struct
+	1,  // 41: opjournal.v1.MarkFailedFinalRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 42: opjournal.v1.MarkFailedFinalResponse.operation:type_name -> opjournal.v1.Operation
+	1,  // 43: opjournal.v1.LookupRequest.view:type_name -> opjournal.v1.OperationView
+	4,  // 44: opjournal.v1.LookupResponse.operation:type_name -> opjournal.v1.Operation
+	0,  // 45: opjournal.v1.ListOperationsRequest.statuses:type_name -> opjournal.v1.Status
+	1,  // 46: opjournal.v1.ListOperationsRequest.view:type_name -> opjournal.v1.OperationView
+	53, // 47: opjournal.v1.ListOperationsRequest.refs:type_name -> opjournal.v1.ListOperationsRequest.RefsEntry
+	4,  // 48: opjournal.v1.ListOperationsResponse.operations:type_name -> opjournal.v1.Operation
+	4,  // 49: opjournal.v1.ReleaseForRetryResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 50: opjournal.v1.RecordCheckResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 51: opjournal.v1.EscalateResponse.operation:type_name -> opjournal.v1.Operation
+	3,  // 52: opjournal.v1.ResolveRequest.resolution:type_name -> opjournal.v1.Resolution
+	54, // 53: opjournal.v1.ResolveRequest.result:type_name -> google.protobuf.Struct
+	4,  // 54: opjournal.v1.ResolveResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 55: opjournal.v1.AcknowledgeResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 56: opjournal.v1.ApproveResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 57: opjournal.v1.RejectResponse.operation:type_name -> opjournal.v1.Operation
+	4,  // 58: opjournal.v1.SetNoteResponse.operation:type_name -> opjournal.v1.Operation
+	9,  // 59: opjournal.v1.ListEventsResponse.events:type_name -> opjournal.v1.Event
+	6,  // 60: opjournal.v1.ListBudgetsResponse.budgets:type_name -> opjournal.v1.BudgetUsage
+	55, // 61: opjournal.v1.WhoAmIResponse.expires_at:type_name -> google.protobuf.Timestamp
+	11, // 62: opjournal.v1.JournalService.Register:input_type -> opjournal.v1.RegisterRequest
+	13, // 63: opjournal.v1.JournalService.Claim:input_type -> opjournal.v1.ClaimRequest
+	15, // 64: opjournal.v1.JournalService.ExtendLease:input_type -> opjournal.v1.ExtendLeaseRequest
+	17, // 65: opjournal.v1.JournalService.MarkSucceeded:input_type -> opjournal.v1.MarkSucceededRequest
+	19, // 66: opjournal.v1.JournalService.MarkUnknown:input_type -> opjournal.v1.MarkUnknownRequest
+	21, // 67: opjournal.v1.JournalService.MarkFailedFinal:input_type -> opjournal.v1.MarkFailedFinalRequest
+	23, // 68: opjournal.v1.JournalService.Lookup:input_type -> opjournal.v1.LookupRequest
+	25, // 69: opjournal.v1.JournalService.ListOperations:input_type -> opjournal.v1.ListOperationsRequest
+	27, // 70: opjournal.v1.JournalService.ReleaseForRetry:input_type -> opjournal.v1.ReleaseForRetryRequest
+	29, // 71: opjournal.v1.JournalService.RecordCheck:input_type -> opjournal.v1.RecordCheckRequest
+	31, // 72: opjournal.v1.JournalService.Escalate:input_type -> opjournal.v1.EscalateRequest
+	33, // 73: opjournal.v1.JournalService.Resolve:input_type -> opjournal.v1.ResolveRequest
+	35, // 74: opjournal.v1.JournalService.Acknowledge:input_type -> opjournal.v1.AcknowledgeRequest
+	41, // 75: opjournal.v1.JournalService.SetNote:input_type -> opjournal.v1.SetNoteRequest
+	37, // 76: opjournal.v1.JournalService.Approve:input_type -> opjournal.v1.ApproveRequest
+	39, // 77: opjournal.v1.JournalService.Reject:input_type -> opjournal.v1.RejectRequest
+	43, // 78: opjournal.v1.JournalService.ListEvents:input_type -> opjournal.v1.ListEventsRequest
+	45, // 79: opjournal.v1.JournalService.GetPolicy:input_type -> opjournal.v1.GetPolicyRequest
+	46, // 80: opjournal.v1.JournalService.WhoAmI:input_type -> opjournal.v1.WhoAmIRequest
+	47, // 81: opjournal.v1.JournalService.ListBudgets:input_type -> opjournal.v1.ListBudgetsRequest
+	12, // 82: opjournal.v1.JournalService.Register:output_type -> opjournal.v1.RegisterResponse
+	14, // 83: opjournal.v1.JournalService.Claim:output_type -> opjournal.v1.ClaimResponse
+	16, // 84: opjournal.v1.JournalService.ExtendLease:output_type -> opjournal.v1.ExtendLeaseResponse
+	18, // 85: opjournal.v1.JournalService.MarkSucceeded:output_type -> opjournal.v1.MarkSucceededResponse
+	20, // 86: opjournal.v1.JournalService.MarkUnknown:output_type -> opjournal.v1.MarkUnknownResponse
+	22, // 87: opjournal.v1.JournalService.MarkFailedFinal:output_type -> opjournal.v1.MarkFailedFinalResponse
+	24, // 88: opjournal.v1.JournalService.Lookup:output_type -> opjournal.v1.LookupResponse
+	26, // 89: opjournal.v1.JournalService.ListOperations:output_type -> opjournal.v1.ListOperationsResponse
+	28, // 90: opjournal.v1.JournalService.ReleaseForRetry:output_type -> opjournal.v1.ReleaseForRetryResponse
+	30, // 91: opjournal.v1.JournalService.RecordCheck:output_type -> opjournal.v1.RecordCheckResponse
+	32, // 92: opjournal.v1.JournalService.Escalate:output_type -> opjournal.v1.EscalateResponse
+	34, // 93: opjournal.v1.JournalService.Resolve:output_type -> opjournal.v1.ResolveResponse
+	36, // 94: opjournal.v1.JournalService.Acknowledge:output_type -> opjournal.v1.AcknowledgeResponse
+	42, // 95: opjournal.v1.JournalService.SetNote:output_type -> opjournal.v1.SetNoteResponse
+	38, // 96: opjournal.v1.JournalService.Approve:output_type -> opjournal.v1.ApproveResponse
+	40, // 97: opjournal.v1.JournalService.Reject:output_type -> opjournal.v1.RejectResponse
+	44, // 98: opjournal.v1.JournalService.ListEvents:output_type -> opjournal.v1.ListEventsResponse
+	50, // 99: opjournal.v1.JournalService.GetPolicy:output_type -> opjournal.v1.GetPolicyResponse
+	49, // 100: opjournal.v1.JournalService.WhoAmI:output_type -> opjournal.v1.WhoAmIResponse
+	48, // 101: opjournal.v1.JournalService.ListBudgets:output_type -> opjournal.v1.ListBudgetsResponse
+	82, // [82:102] is the sub-list for method output_type
+	62, // [62:82] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_opjournal_v1_journal_proto_init() }
@@ -4062,14 +4441,14 @@ func file_opjournal_v1_journal_proto_init() {
 	if File_opjournal_v1_journal_proto != nil {
 		return
 	}
-	file_opjournal_v1_journal_proto_msgTypes[19].OneofWrappers = []any{}
+	file_opjournal_v1_journal_proto_msgTypes[21].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_opjournal_v1_journal_proto_rawDesc), len(file_opjournal_v1_journal_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   46,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

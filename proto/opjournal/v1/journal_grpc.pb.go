@@ -46,6 +46,7 @@ const (
 	JournalService_ListEvents_FullMethodName      = "/opjournal.v1.JournalService/ListEvents"
 	JournalService_GetPolicy_FullMethodName       = "/opjournal.v1.JournalService/GetPolicy"
 	JournalService_WhoAmI_FullMethodName          = "/opjournal.v1.JournalService/WhoAmI"
+	JournalService_ListBudgets_FullMethodName     = "/opjournal.v1.JournalService/ListBudgets"
 )
 
 // JournalServiceClient is the client API for JournalService service.
@@ -159,6 +160,12 @@ type JournalServiceClient interface {
 	// door such as opjournal-gateway uses it to scope keys by the stable
 	// principal id instead of the bytes of a credential.
 	WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error)
+	// ListBudgets shows the caller's tenant's budget counters (the policy's
+	// budgets, docs/policy.md "Budgets"): per budget and scope, the limit,
+	// the amount used within the window and the part of it reserved by
+	// operations whose outcome is not yet known. Every budget of the policy
+	// is listed, a scope only while something counts in it.
+	ListBudgets(ctx context.Context, in *ListBudgetsRequest, opts ...grpc.CallOption) (*ListBudgetsResponse, error)
 }
 
 type journalServiceClient struct {
@@ -359,6 +366,16 @@ func (c *journalServiceClient) WhoAmI(ctx context.Context, in *WhoAmIRequest, op
 	return out, nil
 }
 
+func (c *journalServiceClient) ListBudgets(ctx context.Context, in *ListBudgetsRequest, opts ...grpc.CallOption) (*ListBudgetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListBudgetsResponse)
+	err := c.cc.Invoke(ctx, JournalService_ListBudgets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JournalServiceServer is the server API for JournalService service.
 // All implementations must embed UnimplementedJournalServiceServer
 // for forward compatibility.
@@ -470,6 +487,12 @@ type JournalServiceServer interface {
 	// door such as opjournal-gateway uses it to scope keys by the stable
 	// principal id instead of the bytes of a credential.
 	WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error)
+	// ListBudgets shows the caller's tenant's budget counters (the policy's
+	// budgets, docs/policy.md "Budgets"): per budget and scope, the limit,
+	// the amount used within the window and the part of it reserved by
+	// operations whose outcome is not yet known. Every budget of the policy
+	// is listed, a scope only while something counts in it.
+	ListBudgets(context.Context, *ListBudgetsRequest) (*ListBudgetsResponse, error)
 	mustEmbedUnimplementedJournalServiceServer()
 }
 
@@ -536,6 +559,9 @@ func (UnimplementedJournalServiceServer) GetPolicy(context.Context, *GetPolicyRe
 }
 func (UnimplementedJournalServiceServer) WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WhoAmI not implemented")
+}
+func (UnimplementedJournalServiceServer) ListBudgets(context.Context, *ListBudgetsRequest) (*ListBudgetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListBudgets not implemented")
 }
 func (UnimplementedJournalServiceServer) mustEmbedUnimplementedJournalServiceServer() {}
 func (UnimplementedJournalServiceServer) testEmbeddedByValue()                        {}
@@ -900,6 +926,24 @@ func _JournalService_WhoAmI_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JournalService_ListBudgets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListBudgetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JournalServiceServer).ListBudgets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JournalService_ListBudgets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JournalServiceServer).ListBudgets(ctx, req.(*ListBudgetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JournalService_ServiceDesc is the grpc.ServiceDesc for JournalService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -982,6 +1026,10 @@ var JournalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WhoAmI",
 			Handler:    _JournalService_WhoAmI_Handler,
+		},
+		{
+			MethodName: "ListBudgets",
+			Handler:    _JournalService_ListBudgets_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

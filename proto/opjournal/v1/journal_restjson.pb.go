@@ -257,6 +257,92 @@ func (x *Operation) AppendProtoJSON(b []byte) ([]byte, bool) {
 			return b, false
 		}
 	}
+	b = append(b, `,"budgets":[`...)
+	for i, e := range x.Budgets {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if b, ok = e.AppendProtoJSON(b); !ok {
+			return b, false
+		}
+	}
+	b = append(b, ']')
+	return append(b, '}'), true
+}
+
+// AppendProtoJSON appends x as protojson writes it with UseProtoNames and
+// EmitUnpopulated. It returns false, with b in an unspecified state, for a
+// nil x and for anything it leaves to protojson: invalid UTF-8, a time out
+// of range, a Struct value protojson refuses or nested too deep, a nil
+// element of a list.
+func (x *BudgetHold) AppendProtoJSON(b []byte) ([]byte, bool) {
+	if x == nil {
+		return b, false
+	}
+	var ok bool
+	b = append(b, `{"budget":`...)
+	if b, ok = protojsonrt.AppendString(b, x.Budget); !ok {
+		return b, false
+	}
+	b = append(b, `,"scope":`...)
+	if b, ok = protojsonrt.AppendString(b, x.Scope); !ok {
+		return b, false
+	}
+	b = append(b, `,"amount":`...)
+	b = protojsonrt.AppendInt64(b, x.Amount)
+	b = append(b, `,"over_limit":`...)
+	b = strconv.AppendBool(b, x.OverLimit)
+	b = append(b, `,"usage":`...)
+	if x.Usage == nil {
+		b = append(b, "null"...)
+	} else {
+		if b, ok = x.Usage.AppendProtoJSON(b); !ok {
+			return b, false
+		}
+	}
+	return append(b, '}'), true
+}
+
+// AppendProtoJSON appends x as protojson writes it with UseProtoNames and
+// EmitUnpopulated. It returns false, with b in an unspecified state, for a
+// nil x and for anything it leaves to protojson: invalid UTF-8, a time out
+// of range, a Struct value protojson refuses or nested too deep, a nil
+// element of a list.
+func (x *BudgetUsage) AppendProtoJSON(b []byte) ([]byte, bool) {
+	if x == nil {
+		return b, false
+	}
+	var ok bool
+	b = append(b, `{"action_type":`...)
+	if b, ok = protojsonrt.AppendString(b, x.ActionType); !ok {
+		return b, false
+	}
+	b = append(b, `,"budget":`...)
+	if b, ok = protojsonrt.AppendString(b, x.Budget); !ok {
+		return b, false
+	}
+	b = append(b, `,"scope":`...)
+	if b, ok = protojsonrt.AppendString(b, x.Scope); !ok {
+		return b, false
+	}
+	b = append(b, `,"limit":`...)
+	b = protojsonrt.AppendInt64(b, x.Limit)
+	b = append(b, `,"window_seconds":`...)
+	b = protojsonrt.AppendInt64(b, x.WindowSeconds)
+	b = append(b, `,"used":`...)
+	b = protojsonrt.AppendInt64(b, x.Used)
+	b = append(b, `,"reserved_unknown":`...)
+	b = protojsonrt.AppendInt64(b, x.ReservedUnknown)
+	b = append(b, `,"operations":`...)
+	b = protojsonrt.AppendInt64(b, x.Operations)
+	b = append(b, `,"on_exceed":`...)
+	if b, ok = protojsonrt.AppendString(b, x.OnExceed); !ok {
+		return b, false
+	}
+	b = append(b, `,"sum":`...)
+	if b, ok = protojsonrt.AppendString(b, x.Sum); !ok {
+		return b, false
+	}
 	return append(b, '}'), true
 }
 
@@ -270,7 +356,17 @@ func (x *Approval) AppendProtoJSON(b []byte) ([]byte, bool) {
 		return b, false
 	}
 	var ok bool
-	b = append(b, `{"required":`...)
+	b = append(b, `{"budgets":[`...)
+	for i, e := range x.Budgets {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if b, ok = protojsonrt.AppendString(b, e); !ok {
+			return b, false
+		}
+	}
+	b = append(b, ']')
+	b = append(b, `,"required":`...)
 	b = strconv.AppendBool(b, x.Required)
 	b = append(b, `,"approvers":[`...)
 	for i, e := range x.Approvers {
@@ -1408,6 +1504,50 @@ func (x *WhoAmIRequest) AppendProtoJSON(b []byte) ([]byte, bool) {
 		return b, false
 	}
 	return append(b, "{}"...), true
+}
+
+// AppendProtoJSON appends x as protojson writes it with UseProtoNames and
+// EmitUnpopulated. It returns false, with b in an unspecified state, for a
+// nil x and for anything it leaves to protojson: invalid UTF-8, a time out
+// of range, a Struct value protojson refuses or nested too deep, a nil
+// element of a list.
+func (x *ListBudgetsRequest) AppendProtoJSON(b []byte) ([]byte, bool) {
+	if x == nil {
+		return b, false
+	}
+	var ok bool
+	b = append(b, `{"action_type":`...)
+	if b, ok = protojsonrt.AppendString(b, x.ActionType); !ok {
+		return b, false
+	}
+	b = append(b, `,"budget":`...)
+	if b, ok = protojsonrt.AppendString(b, x.Budget); !ok {
+		return b, false
+	}
+	return append(b, '}'), true
+}
+
+// AppendProtoJSON appends x as protojson writes it with UseProtoNames and
+// EmitUnpopulated. It returns false, with b in an unspecified state, for a
+// nil x and for anything it leaves to protojson: invalid UTF-8, a time out
+// of range, a Struct value protojson refuses or nested too deep, a nil
+// element of a list.
+func (x *ListBudgetsResponse) AppendProtoJSON(b []byte) ([]byte, bool) {
+	if x == nil {
+		return b, false
+	}
+	var ok bool
+	b = append(b, `{"budgets":[`...)
+	for i, e := range x.Budgets {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if b, ok = e.AppendProtoJSON(b); !ok {
+			return b, false
+		}
+	}
+	b = append(b, ']')
+	return append(b, '}'), true
 }
 
 // AppendProtoJSON appends x as protojson writes it with UseProtoNames and

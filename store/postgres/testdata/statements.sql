@@ -20,16 +20,21 @@ SELECT ((status = 'unknown' OR (status = 'in_progress' AND lease_until <= coales
 SELECT action_type = $2 AND (status IN ('succeeded', 'failed_final') AND NOT needs_review AND updated_at <= coalesce($1::timestamptz, now()) - make_interval(secs => $3::float8));
 
 -- name: Register: new, awaiting approval
--- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, approval, approval_timeout, actor, actor_label, stated_actor, event_reason
+-- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, budgets, approval, approval_timeout, actor, actor_label, stated_actor, event_reason
 WITH ins AS (
-		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, created_at, updated_at, status, attempt_count, approval, approval_deadline)
-		VALUES ($2, $3, $4::text, $5::text, $6::text, $7::json, $8::json::jsonb, nullif($9::text, ''), coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), 'awaiting_approval', 0, $10::json, (coalesce($1::timestamptz, now()) + make_interval(secs => $11::float8)))
+		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, budgets, created_at, updated_at, status, attempt_count, approval, approval_deadline)
+		VALUES ($2, $3, $4::text, $5::text, $6::text, $7::json, $8::json::jsonb, nullif($9::text, ''), $10::json::jsonb, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), 'awaiting_approval', 0, $11::json, (coalesce($1::timestamptz, now()) + make_interval(secs => $12::float8)))
 		ON CONFLICT (tenant, operation_key) DO NOTHING
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($12::text, ''), lease_owner, ''), $13::text, $14::text, $15::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($13::text, ''), lease_owner, ''), $14::text, $15::text, $16::text, NULL
 		FROM ins
+	), holds AS (
+		INSERT INTO budget_holds (tenant, budget, scope, created_at, operation_key, amount, over_limit)
+		SELECT ins.tenant, b.budget, b.scope, ins.created_at, ins.operation_key, b.amount, coalesce(b.over_limit, false)
+		FROM ins, jsonb_to_recordset(ins.budgets) AS b(budget text, scope text, amount bigint, over_limit boolean)
+		WHERE ins.budgets IS NOT NULL
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
@@ -37,19 +42,24 @@ WITH ins AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM ins;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM ins;
 
 -- name: Register: new, claimed
--- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, worker_id, lease_seconds, actor, actor_label, stated_actor, event_reason
+-- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, budgets, worker_id, lease_seconds, actor, actor_label, stated_actor, event_reason
 WITH ins AS (
-		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, created_at, updated_at, status, attempt_count, lease_owner, lease_until, attempt_started_at, first_attempt_at)
-		VALUES ($2, $3, $4::text, $5::text, $6::text, $7::json, $8::json::jsonb, nullif($9::text, ''), coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), 'in_progress', 1, $10::text, (coalesce($1::timestamptz, now()) + make_interval(secs => $11::int)), coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()))
+		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, budgets, created_at, updated_at, status, attempt_count, lease_owner, lease_until, attempt_started_at, first_attempt_at)
+		VALUES ($2, $3, $4::text, $5::text, $6::text, $7::json, $8::json::jsonb, nullif($9::text, ''), $10::json::jsonb, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), 'in_progress', 1, $11::text, (coalesce($1::timestamptz, now()) + make_interval(secs => $12::int)), coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()))
 		ON CONFLICT (tenant, operation_key) DO NOTHING
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($12::text, ''), lease_owner, ''), $13::text, $14::text, $15::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($13::text, ''), lease_owner, ''), $14::text, $15::text, $16::text, NULL
 		FROM ins
+	), holds AS (
+		INSERT INTO budget_holds (tenant, budget, scope, created_at, operation_key, amount, over_limit)
+		SELECT ins.tenant, b.budget, b.scope, ins.created_at, ins.operation_key, b.amount, coalesce(b.over_limit, false)
+		FROM ins, jsonb_to_recordset(ins.budgets) AS b(budget text, scope text, amount bigint, over_limit boolean)
+		WHERE ins.budgets IS NOT NULL
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
@@ -57,19 +67,24 @@ WITH ins AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM ins;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM ins;
 
 -- name: Register: new
--- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, actor, actor_label, stated_actor, event_reason
+-- params: action_type, request_hash, hash_key_id, payload, refs, parent_key, budgets, actor, actor_label, stated_actor, event_reason
 WITH ins AS (
-		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, created_at, updated_at, status, attempt_count)
-		VALUES ($2, $3, $4::text, $5::text, $6::text, $7::json, $8::json::jsonb, nullif($9::text, ''), coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), 'pending', 0)
+		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, budgets, created_at, updated_at, status, attempt_count)
+		VALUES ($2, $3, $4::text, $5::text, $6::text, $7::json, $8::json::jsonb, nullif($9::text, ''), $10::json::jsonb, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), 'pending', 0)
 		ON CONFLICT (tenant, operation_key) DO NOTHING
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
-		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($10::text, ''), lease_owner, ''), $11::text, $12::text, $13::text, NULL
+		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif($11::text, ''), lease_owner, ''), $12::text, $13::text, $14::text, NULL
 		FROM ins
+	), holds AS (
+		INSERT INTO budget_holds (tenant, budget, scope, created_at, operation_key, amount, over_limit)
+		SELECT ins.tenant, b.budget, b.scope, ins.created_at, ins.operation_key, b.amount, coalesce(b.over_limit, false)
+		FROM ins, jsonb_to_recordset(ins.budgets) AS b(budget text, scope text, amount bigint, over_limit boolean)
+		WHERE ins.budgets IS NOT NULL
 	)
 	SELECT payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
@@ -77,7 +92,7 @@ WITH ins AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM ins;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM ins;
 
 -- name: Claim: win
 -- params: worker_id, lease_seconds, retry_after_unknown, provider_dedup_window, actor, actor_label, stated_actor, event_reason
@@ -107,7 +122,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: ExtendLease: extend
 -- params: lease_seconds, max_attempt, attempt, actor, actor_label, stated_actor, event_reason
@@ -129,7 +144,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: confirm
 -- params: external_id, result, attempt, actor, actor_label, stated_actor, event_reason
@@ -156,7 +171,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: effect after failed_final
 -- params: review_reason, external_id, attempt, actor, actor_label, stated_actor, event_reason
@@ -183,7 +198,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: duplicate effect
 -- params: review_reason, external_id, attempt, actor, actor_label, stated_actor, event_reason
@@ -211,7 +226,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: another duplicate
 -- params: external_id, attempt, actor, actor_label, stated_actor, event_reason
@@ -238,7 +253,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkSucceeded: repeated report
 -- params: attempt, external_id
@@ -261,7 +276,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkUnknown: mark
 -- params: error_code, attempt, actor, actor_label, stated_actor, event_reason
@@ -286,7 +301,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: MarkFailedFinal: mark
 -- params: error_code, result, attempt, actor, actor_label, stated_actor, event_reason
@@ -312,7 +327,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: ReleaseForRetry: release
 -- params: attempt, definitive_absence, release_after, actor, actor_label, stated_actor, event_reason
@@ -337,7 +352,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: RecordCheck: check
 -- params: next_check_after, attempt, actor, actor_label, stated_actor, event_reason
@@ -364,7 +379,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Escalate: escalate
 -- params: review_reason, actor, actor_label, stated_actor, event_reason
@@ -387,7 +402,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Resolve: as succeeded
 -- params: external_id, result, resolution, actor, actor_label, stated_actor, event_reason
@@ -415,7 +430,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Resolve: as failed_final
 -- params: error_code, resolution, actor, actor_label, stated_actor, event_reason
@@ -443,7 +458,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Acknowledge: acknowledge
 -- params: actor, actor_label, stated_actor, event_reason
@@ -465,7 +480,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: SetNote: note
 -- params: note, actor, actor_label, stated_actor, event_reason
@@ -487,7 +502,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Approve: first of two
 -- params: actor_label, actor, reason, request_hash, stated_actor, event_reason
@@ -509,7 +524,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Approve: release
 -- params: actor_label, actor, reason, request_hash, stated_actor, event_reason
@@ -534,7 +549,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: Reject: reject
 -- params: error_code, request_hash, actor, actor_label, stated_actor, event_reason
@@ -558,7 +573,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: ExpireApproval: reject
 -- params: actor, actor_label, stated_actor, event_reason
@@ -581,7 +596,7 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: ExpireApproval: escalate
 -- params: review_reason, actor, actor_label, stated_actor, event_reason
@@ -605,22 +620,27 @@ WITH upd AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: batched Register: new, claimed | new
--- params: claim, action_type, request_hash, hash_key_id, payload, refs, parent_key, worker_id, lease_seconds, actor, actor_label, stated_actor, event_reason
+-- params: claim, action_type, request_hash, hash_key_id, payload, refs, parent_key, budgets, worker_id, lease_seconds, actor, actor_label, stated_actor, event_reason
 WITH i AS (
-		SELECT * FROM unnest($2::text[], $3::text[], $4::bool[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::int[], $13::text[], $14::text[], $15::text[], $16::text[])
-		    AS i(in_tenant, in_key, in_claim, in_action_type, in_request_hash, in_hash_key_id, in_payload, in_refs, in_parent_key, in_worker_id, in_lease_seconds, in_actor, in_actor_label, in_stated_actor, in_event_reason)
+		SELECT * FROM unnest($2::text[], $3::text[], $4::bool[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::int[], $14::text[], $15::text[], $16::text[], $17::text[])
+		    AS i(in_tenant, in_key, in_claim, in_action_type, in_request_hash, in_hash_key_id, in_payload, in_refs, in_parent_key, in_budgets, in_worker_id, in_lease_seconds, in_actor, in_actor_label, in_stated_actor, in_event_reason)
 	), ins AS (
-		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, created_at, updated_at, status, attempt_count, lease_owner, lease_until, attempt_started_at, first_attempt_at)
-		SELECT in_tenant, in_key, in_action_type, in_request_hash, in_hash_key_id, in_payload::json, in_refs::json::jsonb, nullif(in_parent_key, ''), coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), CASE WHEN in_claim THEN 'in_progress' ELSE 'pending' END, CASE WHEN in_claim THEN 1 ELSE 0 END, CASE WHEN in_claim THEN in_worker_id ELSE NULL END, CASE WHEN in_claim THEN (coalesce($1::timestamptz, now()) + make_interval(secs => in_lease_seconds)) ELSE NULL END, CASE WHEN in_claim THEN coalesce($1::timestamptz, now()) ELSE NULL END, CASE WHEN in_claim THEN coalesce($1::timestamptz, now()) ELSE NULL END FROM i
+		INSERT INTO operations (tenant, operation_key, action_type, request_hash, hash_key_id, payload, refs, parent_key, budgets, created_at, updated_at, status, attempt_count, lease_owner, lease_until, attempt_started_at, first_attempt_at)
+		SELECT in_tenant, in_key, in_action_type, in_request_hash, in_hash_key_id, in_payload::json, in_refs::json::jsonb, nullif(in_parent_key, ''), in_budgets::json::jsonb, coalesce($1::timestamptz, now()), coalesce($1::timestamptz, now()), CASE WHEN in_claim THEN 'in_progress' ELSE 'pending' END, CASE WHEN in_claim THEN 1 ELSE 0 END, CASE WHEN in_claim THEN in_worker_id ELSE NULL END, CASE WHEN in_claim THEN (coalesce($1::timestamptz, now()) + make_interval(secs => in_lease_seconds)) ELSE NULL END, CASE WHEN in_claim THEN coalesce($1::timestamptz, now()) ELSE NULL END, CASE WHEN in_claim THEN coalesce($1::timestamptz, now()) ELSE NULL END FROM i
 		ON CONFLICT (tenant, operation_key) DO NOTHING
 		RETURNING *
 	), ev AS (
 		INSERT INTO operation_events (tenant, operation_key, at, from_status, to_status, attempt, actor, actor_label, stated_actor, reason, external_id)
 		SELECT tenant, operation_key, coalesce($1::timestamptz, now()), NULL, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END), attempt_count, coalesce(nullif(in_actor, ''), lease_owner, ''), in_actor_label, in_stated_actor, in_event_reason, NULL
 		FROM ins JOIN i ON in_tenant = tenant AND in_key = operation_key
+	), holds AS (
+		INSERT INTO budget_holds (tenant, budget, scope, created_at, operation_key, amount, over_limit)
+		SELECT ins.tenant, b.budget, b.scope, ins.created_at, ins.operation_key, b.amount, coalesce(b.over_limit, false)
+		FROM ins, jsonb_to_recordset(ins.budgets) AS b(budget text, scope text, amount bigint, over_limit boolean)
+		WHERE ins.budgets IS NOT NULL
 	)
 	SELECT false, payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
@@ -628,7 +648,7 @@ WITH i AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM ins
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM ins
 	UNION ALL
 	SELECT true, payload::text, result::text, coalesce(note, ''), tenant, operation_key, action_type, request_hash, (CASE WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN 'unknown' ELSE status END),
 	attempt_count, coalesce(lease_owner, ''), lease_until, coalesce(external_id, ''),
@@ -636,7 +656,7 @@ WITH i AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM operations
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM operations
 	WHERE (tenant, operation_key) IN (SELECT in_tenant, in_key FROM i);
 
 -- name: batched Claim: win
@@ -671,7 +691,7 @@ WITH i AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;
 
 -- name: batched MarkSucceeded: confirm
 -- params: external_id, result, attempt, actor, actor_label, stated_actor, event_reason
@@ -702,4 +722,4 @@ WITH i AS (
 	needs_review, coalesce(review_reason, ''), created_at, updated_at,
 	(CASE WHEN status = 'unknown' THEN unknown_since WHEN (status = 'in_progress' AND lease_until <= coalesce($1::timestamptz, now())) THEN lease_until END),
 	check_count, last_checked_at, next_check_at, attempt_started_at, hash_key_id,
-	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, coalesce($1::timestamptz, now()) FROM upd;
+	refs::text, coalesce(parent_key, ''), first_attempt_at, approval::text, approval_deadline, budgets::text, coalesce($1::timestamptz, now()) FROM upd;

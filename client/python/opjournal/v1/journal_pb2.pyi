@@ -46,9 +46,10 @@ class AcknowledgeResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ["approvals", "approvers", "deadline", "distinct_from_requester", "on_timeout", "requested_by", "requested_by_label", "required", "rule", "two_person"]
+    __slots__ = ["approvals", "approvers", "budgets", "deadline", "distinct_from_requester", "on_timeout", "requested_by", "requested_by_label", "required", "rule", "two_person"]
     APPROVALS_FIELD_NUMBER: _ClassVar[int]
     APPROVERS_FIELD_NUMBER: _ClassVar[int]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     DISTINCT_FROM_REQUESTER_FIELD_NUMBER: _ClassVar[int]
     ON_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +60,7 @@ class Approval(_message.Message):
     TWO_PERSON_FIELD_NUMBER: _ClassVar[int]
     approvals: _containers.RepeatedCompositeFieldContainer[ApprovalDecision]
     approvers: _containers.RepeatedScalarFieldContainer[str]
+    budgets: _containers.RepeatedScalarFieldContainer[str]
     deadline: _timestamp_pb2.Timestamp
     distinct_from_requester: bool
     on_timeout: str
@@ -67,7 +69,7 @@ class Approval(_message.Message):
     required: bool
     rule: str
     two_person: bool
-    def __init__(self, required: bool = ..., approvers: _Optional[_Iterable[str]] = ..., distinct_from_requester: bool = ..., two_person: bool = ..., requested_by: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., on_timeout: _Optional[str] = ..., approvals: _Optional[_Iterable[_Union[ApprovalDecision, _Mapping]]] = ..., rule: _Optional[str] = ..., requested_by_label: _Optional[str] = ...) -> None: ...
+    def __init__(self, budgets: _Optional[_Iterable[str]] = ..., required: bool = ..., approvers: _Optional[_Iterable[str]] = ..., distinct_from_requester: bool = ..., two_person: bool = ..., requested_by: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., on_timeout: _Optional[str] = ..., approvals: _Optional[_Iterable[_Union[ApprovalDecision, _Mapping]]] = ..., rule: _Optional[str] = ..., requested_by_label: _Optional[str] = ...) -> None: ...
 
 class ApprovalDecision(_message.Message):
     __slots__ = ["at", "label", "principal", "reason"]
@@ -100,6 +102,44 @@ class ApproveResponse(_message.Message):
     operation: Operation
     released: bool
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ..., released: bool = ...) -> None: ...
+
+class BudgetHold(_message.Message):
+    __slots__ = ["amount", "budget", "over_limit", "scope", "usage"]
+    AMOUNT_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    OVER_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    amount: int
+    budget: str
+    over_limit: bool
+    scope: str
+    usage: BudgetUsage
+    def __init__(self, budget: _Optional[str] = ..., scope: _Optional[str] = ..., amount: _Optional[int] = ..., over_limit: bool = ..., usage: _Optional[_Union[BudgetUsage, _Mapping]] = ...) -> None: ...
+
+class BudgetUsage(_message.Message):
+    __slots__ = ["action_type", "budget", "limit", "on_exceed", "operations", "reserved_unknown", "scope", "sum", "used", "window_seconds"]
+    ACTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    ON_EXCEED_FIELD_NUMBER: _ClassVar[int]
+    OPERATIONS_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    SUM_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    action_type: str
+    budget: str
+    limit: int
+    on_exceed: str
+    operations: int
+    reserved_unknown: int
+    scope: str
+    sum: str
+    used: int
+    window_seconds: int
+    def __init__(self, action_type: _Optional[str] = ..., budget: _Optional[str] = ..., scope: _Optional[str] = ..., limit: _Optional[int] = ..., window_seconds: _Optional[int] = ..., used: _Optional[int] = ..., reserved_unknown: _Optional[int] = ..., operations: _Optional[int] = ..., on_exceed: _Optional[str] = ..., sum: _Optional[str] = ...) -> None: ...
 
 class ClaimOptions(_message.Message):
     __slots__ = ["lease_seconds", "worker_id"]
@@ -212,6 +252,20 @@ class GetPolicyResponse(_message.Message):
     fingerprint: str
     source: str
     def __init__(self, fingerprint: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class ListBudgetsRequest(_message.Message):
+    __slots__ = ["action_type", "budget"]
+    ACTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    action_type: str
+    budget: str
+    def __init__(self, action_type: _Optional[str] = ..., budget: _Optional[str] = ...) -> None: ...
+
+class ListBudgetsResponse(_message.Message):
+    __slots__ = ["budgets"]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    budgets: _containers.RepeatedCompositeFieldContainer[BudgetUsage]
+    def __init__(self, budgets: _Optional[_Iterable[_Union[BudgetUsage, _Mapping]]] = ...) -> None: ...
 
 class ListEventsRequest(_message.Message):
     __slots__ = ["operation_key", "page_size", "page_token"]
@@ -345,7 +399,7 @@ class MarkUnknownResponse(_message.Message):
     def __init__(self, operation: _Optional[_Union[Operation, _Mapping]] = ...) -> None: ...
 
 class Operation(_message.Message):
-    __slots__ = ["action_type", "approval", "attempt_count", "attempt_started_at", "check_count", "created_at", "duplicate_external_id", "duplicate_external_ids", "duplicate_reports", "error_code", "external_id", "first_attempt_at", "last_checked_at", "lease_owner", "lease_until", "needs_review", "next_check_at", "note", "operation_key", "parent_key", "payload", "refs", "request_hash", "result", "review_reason", "status", "unknown_since", "updated_at"]
+    __slots__ = ["action_type", "approval", "attempt_count", "attempt_started_at", "budgets", "check_count", "created_at", "duplicate_external_id", "duplicate_external_ids", "duplicate_reports", "error_code", "external_id", "first_attempt_at", "last_checked_at", "lease_owner", "lease_until", "needs_review", "next_check_at", "note", "operation_key", "parent_key", "payload", "refs", "request_hash", "result", "review_reason", "status", "unknown_since", "updated_at"]
     class RefsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -357,6 +411,7 @@ class Operation(_message.Message):
     APPROVAL_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_COUNT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
     CHECK_COUNT_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_EXTERNAL_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -385,6 +440,7 @@ class Operation(_message.Message):
     approval: Approval
     attempt_count: int
     attempt_started_at: _timestamp_pb2.Timestamp
+    budgets: _containers.RepeatedCompositeFieldContainer[BudgetHold]
     check_count: int
     created_at: _timestamp_pb2.Timestamp
     duplicate_external_id: str
@@ -409,7 +465,7 @@ class Operation(_message.Message):
     status: Status
     unknown_since: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., request_hash: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., attempt_count: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., needs_review: bool = ..., review_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., duplicate_external_id: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., unknown_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., check_count: _Optional[int] = ..., last_checked_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_check_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duplicate_external_ids: _Optional[_Iterable[str]] = ..., duplicate_reports: _Optional[int] = ..., attempt_started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., refs: _Optional[_Mapping[str, str]] = ..., parent_key: _Optional[str] = ..., first_attempt_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., note: _Optional[str] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
+    def __init__(self, operation_key: _Optional[str] = ..., action_type: _Optional[str] = ..., request_hash: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., attempt_count: _Optional[int] = ..., external_id: _Optional[str] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., error_code: _Optional[str] = ..., lease_until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., needs_review: bool = ..., review_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease_owner: _Optional[str] = ..., duplicate_external_id: _Optional[str] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., unknown_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., check_count: _Optional[int] = ..., last_checked_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., next_check_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duplicate_external_ids: _Optional[_Iterable[str]] = ..., duplicate_reports: _Optional[int] = ..., attempt_started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., refs: _Optional[_Mapping[str, str]] = ..., parent_key: _Optional[str] = ..., first_attempt_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., note: _Optional[str] = ..., approval: _Optional[_Union[Approval, _Mapping]] = ..., budgets: _Optional[_Iterable[_Union[BudgetHold, _Mapping]]] = ...) -> None: ...
 
 class RecordCheckRequest(_message.Message):
     __slots__ = ["actor", "attempt", "next_check_after_seconds", "note", "operation_key"]

@@ -116,6 +116,11 @@ class JournalServiceStub(object):
                 request_serializer=opjournal_dot_v1_dot_journal__pb2.WhoAmIRequest.SerializeToString,
                 response_deserializer=opjournal_dot_v1_dot_journal__pb2.WhoAmIResponse.FromString,
                 )
+        self.ListBudgets = channel.unary_unary(
+                '/opjournal.v1.JournalService/ListBudgets',
+                request_serializer=opjournal_dot_v1_dot_journal__pb2.ListBudgetsRequest.SerializeToString,
+                response_deserializer=opjournal_dot_v1_dot_journal__pb2.ListBudgetsResponse.FromString,
+                )
 
 
 class JournalServiceServicer(object):
@@ -322,6 +327,17 @@ class JournalServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListBudgets(self, request, context):
+        """ListBudgets shows the caller's tenant's budget counters (the policy's
+        budgets, docs/policy.md "Budgets"): per budget and scope, the limit,
+        the amount used within the window and the part of it reserved by
+        operations whose outcome is not yet known. Every budget of the policy
+        is listed, a scope only while something counts in it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JournalServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -419,6 +435,11 @@ def add_JournalServiceServicer_to_server(servicer, server):
                     servicer.WhoAmI,
                     request_deserializer=opjournal_dot_v1_dot_journal__pb2.WhoAmIRequest.FromString,
                     response_serializer=opjournal_dot_v1_dot_journal__pb2.WhoAmIResponse.SerializeToString,
+            ),
+            'ListBudgets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBudgets,
+                    request_deserializer=opjournal_dot_v1_dot_journal__pb2.ListBudgetsRequest.FromString,
+                    response_serializer=opjournal_dot_v1_dot_journal__pb2.ListBudgetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -757,5 +778,22 @@ class JournalService(object):
         return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/WhoAmI',
             opjournal_dot_v1_dot_journal__pb2.WhoAmIRequest.SerializeToString,
             opjournal_dot_v1_dot_journal__pb2.WhoAmIResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListBudgets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/opjournal.v1.JournalService/ListBudgets',
+            opjournal_dot_v1_dot_journal__pb2.ListBudgetsRequest.SerializeToString,
+            opjournal_dot_v1_dot_journal__pb2.ListBudgetsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

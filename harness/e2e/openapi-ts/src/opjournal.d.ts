@@ -4,6 +4,29 @@
  */
 
 export interface paths {
+    "/v1/budgets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * ListBudgets shows the caller's tenant's budget counters (the policy's
+         *     budgets, docs/policy.md "Budgets"): per budget and scope, the limit,
+         *     the amount used within the window and the part of it reserved by
+         *     operations whose outcome is not yet known. Every budget of the policy
+         *     is listed, a scope only while something counts in it.
+         */
+        get: operations["JournalService_ListBudgets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/operations": {
         parameters: {
             query?: never;
@@ -458,6 +481,12 @@ export interface components {
             /** @description The roles that may decide. */
             approvers: string[];
             /**
+             * @description The budgets whose limit the registration would have passed and whose
+             *     on_exceed asked a person (rule "budget" when only they asked): an
+             *     approval admits the operation over them.
+             */
+            budgets: string[];
+            /**
              * Format: date-time
              * @description When the question times out (database clock); unset for never.
              */
@@ -528,6 +557,74 @@ export interface components {
             operation: components["schemas"]["Operation"] | null;
             /** @description True when this decision released the operation (PENDING). */
             released: boolean;
+        };
+        /** @description BudgetHold is what one operation holds of one budget. */
+        BudgetHold: {
+            /**
+             * Format: int64
+             * @description What the operation adds: the summed member, or 1 for a count.
+             */
+            amount: string;
+            /** @description The budget's name in the action's policy. */
+            budget: string;
+            /**
+             * @description The registration did not fit and the budget asked a person: the hold
+             *     counts only once approved.
+             */
+            over_limit: boolean;
+            /**
+             * @description The scope's values beyond the tenant, as canonical JSON
+             *     ({"currency":"EUR","principal":"agent-1"}; "{}" for the whole tenant).
+             */
+            scope: string;
+            /** @description The counter's state now (Lookup only; unset elsewhere). */
+            usage: components["schemas"]["BudgetUsage"] | null;
+        };
+        /**
+         * @description BudgetUsage is one budget counter (a budget in one scope) as of the
+         *     database clock.
+         */
+        BudgetUsage: {
+            /**
+             * @description The action whose policy defines the budget (budgets of one name on
+             *     several actions share their counters).
+             */
+            action_type: string;
+            /** @description The budget's name. */
+            budget: string;
+            /**
+             * Format: int64
+             * @description The limit, in the summed member's unit (or a count).
+             */
+            limit: string;
+            /** @description "reject" or "approval": what a registration that does not fit gets. */
+            on_exceed: string;
+            /**
+             * Format: int64
+             * @description How many operations hold used.
+             */
+            operations: string;
+            /**
+             * Format: int64
+             * @description The part of used held by operations whose outcome is not yet known
+             *     (pending, in progress, unknown, awaiting approval): given back if they
+             *     fail finally.
+             */
+            reserved_unknown: string;
+            /** @description The scope's values beyond the tenant, as canonical JSON. */
+            scope: string;
+            /** @description The summed payload member; empty for a count. */
+            sum: string;
+            /**
+             * Format: int64
+             * @description The sum of what counts within the window.
+             */
+            used: string;
+            /**
+             * Format: int64
+             * @description The rolling window, in seconds.
+             */
+            window_seconds: string;
         };
         /** @description ClaimOptions asks Register to claim the operation in the same call. */
         ClaimOptions: {
@@ -730,6 +827,15 @@ export interface components {
              */
             source: string;
         };
+        /** @description ListBudgetsResponse answers ListBudgets. */
+        ListBudgetsResponse: {
+            /**
+             * @description Per action and budget, the policy's budget with no scope (limit, window
+             *     and on_exceed; used 0) when nothing counts in any scope, else one
+             *     entry per scope in which something counts, in scope order.
+             */
+            budgets: components["schemas"]["BudgetUsage"][];
+        };
         /** @description ListEventsResponse is one page of the history, oldest first. */
         ListEventsResponse: {
             /** @description The events. */
@@ -882,6 +988,11 @@ export interface components {
              *     policy's max_attempt_seconds counts from here.
              */
             attempt_started_at: string | null;
+            /**
+             * @description What the operation holds of its action's budgets, recorded once at
+             *     registration; empty for none.
+             */
+            budgets: components["schemas"]["BudgetHold"][];
             /**
              * Format: int32
              * @description How many reconciliation checks found nothing definite.
@@ -1368,6 +1479,42 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    JournalService_ListBudgets: {
+        parameters: {
+            query?: {
+                /** @description Only this action's budgets; empty for every action. */
+                action_type?: string;
+                /** @description Only this budget; empty for every budget. */
+                budget?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListBudgetsResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["RequestEntityTooLarge"];
+            422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+            default: components["responses"]["UnexpectedError"];
+        };
+    };
     JournalService_ListOperations: {
         parameters: {
             query?: {

@@ -20,7 +20,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file opjournal/v1/journal.proto.
  */
 export const file_opjournal_v1_journal: GenFile = /*@__PURE__*/
-  fileDesc("ChpvcGpvdXJuYWwvdjEvam91cm5hbC5wcm90bxIMb3Bqb3VybmFsLnYxIvsHCglPcGVyYXRpb24SFQoNb3BlcmF0aW9uX2tleRgBIAEoCRITCgthY3Rpb25fdHlwZRgCIAEoCRIUCgxyZXF1ZXN0X2hhc2gYAyABKAkSJAoGc3RhdHVzGAQgASgOMhQub3Bqb3VybmFsLnYxLlN0YXR1cxIVCg1hdHRlbXB0X2NvdW50GAUgASgFEhMKC2V4dGVybmFsX2lkGAYgASgJEicKBnJlc3VsdBgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZXJyb3JfY29kZRgIIAEoCRIvCgtsZWFzZV91bnRpbBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMbmVlZHNfcmV2aWV3GAogASgIEhUKDXJldmlld19yZWFzb24YCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2Vfb3duZXIYDiABKAkSHQoVZHVwbGljYXRlX2V4dGVybmFsX2lkGA8gASgJEigKB3BheWxvYWQYECABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjEKDXVua25vd25fc2luY2UYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2NoZWNrX2NvdW50GBIgASgFEjMKD2xhc3RfY2hlY2tlZF9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNbmV4dF9jaGVja19hdBgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHgoWZHVwbGljYXRlX2V4dGVybmFsX2lkcxgVIAMoCRIZChFkdXBsaWNhdGVfcmVwb3J0cxgWIAEoBRI2ChJhdHRlbXB0X3N0YXJ0ZWRfYXQYFyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KBHJlZnMYGCADKAsyIS5vcGpvdXJuYWwudjEuT3BlcmF0aW9uLlJlZnNFbnRyeRISCgpwYXJlbnRfa2V5GBkgASgJEjQKEGZpcnN0X2F0dGVtcHRfYXQYGiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBG5vdGUYGyABKAkSKAoIYXBwcm92YWwYHCABKAsyFi5vcGpvdXJuYWwudjEuQXBwcm92YWwaKwoJUmVmc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEimQIKCEFwcHJvdmFsEhAKCHJlcXVpcmVkGAEgASgIEhEKCWFwcHJvdmVycxgCIAMoCRIfChdkaXN0aW5jdF9mcm9tX3JlcXVlc3RlchgDIAEoCBISCgp0d29fcGVyc29uGAQgASgIEhQKDHJlcXVlc3RlZF9ieRgFIAEoCRIsCghkZWFkbGluZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKb25fdGltZW91dBgHIAEoCRIxCglhcHByb3ZhbHMYCCADKAsyHi5vcGpvdXJuYWwudjEuQXBwcm92YWxEZWNpc2lvbhIMCgRydWxlGAkgASgJEhoKEnJlcXVlc3RlZF9ieV9sYWJlbBgKIAEoCSJsChBBcHByb3ZhbERlY2lzaW9uEhEKCXByaW5jaXBhbBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAMgASgJEg0KBWxhYmVsGAQgASgJIv8BCgVFdmVudBIKCgJpZBgBIAEoAxImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKQoLZnJvbV9zdGF0dXMYAyABKA4yFC5vcGpvdXJuYWwudjEuU3RhdHVzEicKCXRvX3N0YXR1cxgEIAEoDjIULm9wam91cm5hbC52MS5TdGF0dXMSDwoHYXR0ZW1wdBgFIAEoBRINCgVhY3RvchgGIAEoCRIOCgZyZWFzb24YByABKAkSEwoLZXh0ZXJuYWxfaWQYCCABKAkSFAoMc3RhdGVkX2FjdG9yGAkgASgJEhMKC2FjdG9yX2xhYmVsGAogASgJIjgKDENsYWltT3B0aW9ucxIRCgl3b3JrZXJfaWQYASABKAkSFQoNbGVhc2Vfc2Vjb25kcxgCIAEoBSK1AgoPUmVnaXN0ZXJSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSEwoLYWN0aW9uX3R5cGUYAiABKAkSKAoHcGF5bG9hZBgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKQoFY2xhaW0YBCABKAsyGi5vcGpvdXJuYWwudjEuQ2xhaW1PcHRpb25zEjUKBHJlZnMYBSADKAsyJy5vcGpvdXJuYWwudjEuUmVnaXN0ZXJSZXF1ZXN0LlJlZnNFbnRyeRISCgpwYXJlbnRfa2V5GAYgASgJEikKBHZpZXcYByABKA4yGy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uVmlldxorCglSZWZzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASL8AQoQUmVnaXN0ZXJSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uEg8KB2NyZWF0ZWQYAiABKAgSDwoHY2xhaW1lZBgDIAEoCBIPCgdhdHRlbXB0GAQgASgFEi8KC2xlYXNlX3VudGlsGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNyZXRyeV9hZnRlcl9zZWNvbmRzGAYgASgFEiQKBG5leHQYByABKA4yFi5vcGpvdXJuYWwudjEuTmV4dFN0ZXASFQoNbGVhc2Vfc2Vjb25kcxgIIAEoBSJ6CgxDbGFpbVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIRCgl3b3JrZXJfaWQYAiABKAkSFQoNbGVhc2Vfc2Vjb25kcxgDIAEoBRIpCgR2aWV3GAQgASgOMhsub3Bqb3VybmFsLnYxLk9wZXJhdGlvblZpZXci6AEKDUNsYWltUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbhIPCgdjbGFpbWVkGAIgASgIEg8KB2F0dGVtcHQYAyABKAUSLwoLbGVhc2VfdW50aWwYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JldHJ5X2FmdGVyX3NlY29uZHMYBSABKAUSJAoEbmV4dBgGIAEoDjIWLm9wam91cm5hbC52MS5OZXh0U3RlcBIVCg1sZWFzZV9zZWNvbmRzGAcgASgFIn4KEkV4dGVuZExlYXNlUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg8KB2F0dGVtcHQYAiABKAUSFQoNbGVhc2Vfc2Vjb25kcxgDIAEoBRIpCgR2aWV3GAQgASgOMhsub3Bqb3VybmFsLnYxLk9wZXJhdGlvblZpZXciiQEKE0V4dGVuZExlYXNlUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbhIvCgtsZWFzZV91bnRpbBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNbGVhc2Vfc2Vjb25kcxgDIAEoBSK2AQoUTWFya1N1Y2NlZWRlZFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEhMKC2V4dGVybmFsX2lkGAMgASgJEicKBnJlc3VsdBgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSDQoFYWN0b3IYBSABKAkSKQoEdmlldxgGIAEoDjIbLm9wam91cm5hbC52MS5PcGVyYXRpb25WaWV3IkMKFU1hcmtTdWNjZWVkZWRSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uInsKEk1hcmtVbmtub3duUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg8KB2F0dGVtcHQYAiABKAUSEgoKZXJyb3JfY29kZRgDIAEoCRIpCgR2aWV3GAQgASgOMhsub3Bqb3VybmFsLnYxLk9wZXJhdGlvblZpZXciQQoTTWFya1Vua25vd25SZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIqgBChZNYXJrRmFpbGVkRmluYWxSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRISCgplcnJvcl9jb2RlGAMgASgJEicKBnJlc3VsdBgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKQoEdmlldxgFIAEoDjIbLm9wam91cm5hbC52MS5PcGVyYXRpb25WaWV3IkUKF01hcmtGYWlsZWRGaW5hbFJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iZwoNTG9va3VwUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEikKBHZpZXcYAiABKA4yGy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uVmlldxIUCgx3YWl0X3NlY29uZHMYAyABKAUiPAoOTG9va3VwUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiLnAgoVTGlzdE9wZXJhdGlvbnNSZXF1ZXN0EiYKCHN0YXR1c2VzGAEgAygOMhQub3Bqb3VybmFsLnYxLlN0YXR1cxIZCgxuZWVkc19yZXZpZXcYAiABKAhIAIgBARITCgthY3Rpb25fdHlwZRgDIAEoCRIVCg1kdWVfZm9yX2NoZWNrGAQgASgIEhEKCXBhZ2Vfc2l6ZRgFIAEoBRISCgpwYWdlX3Rva2VuGAYgASgJEikKBHZpZXcYByABKA4yGy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uVmlldxI7CgRyZWZzGAggAygLMi0ub3Bqb3VybmFsLnYxLkxpc3RPcGVyYXRpb25zUmVxdWVzdC5SZWZzRW50cnkSEgoKcGFyZW50X2tleRgJIAEoCRorCglSZWZzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIPCg1fbmVlZHNfcmV2aWV3Il4KFkxpc3RPcGVyYXRpb25zUmVzcG9uc2USKwoKb3BlcmF0aW9ucxgBIAMoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIl8KFlJlbGVhc2VGb3JSZXRyeVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEg0KBWFjdG9yGAMgASgJEg4KBnJlYXNvbhgEIAEoCSJFChdSZWxlYXNlRm9yUmV0cnlSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uInsKElJlY29yZENoZWNrUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg8KB2F0dGVtcHQYAiABKAUSDQoFYWN0b3IYAyABKAkSDAoEbm90ZRgEIAEoCRIgChhuZXh0X2NoZWNrX2FmdGVyX3NlY29uZHMYBSABKAUiQQoTUmVjb3JkQ2hlY2tSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIkcKD0VzY2FsYXRlUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg0KBWFjdG9yGAIgASgJEg4KBnJlYXNvbhgDIAEoCSI+ChBFc2NhbGF0ZVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24ixgEKDlJlc29sdmVSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSLAoKcmVzb2x1dGlvbhgCIAEoDjIYLm9wam91cm5hbC52MS5SZXNvbHV0aW9uEhMKC2V4dGVybmFsX2lkGAMgASgJEicKBnJlc3VsdBgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZXJyb3JfY29kZRgFIAEoCRINCgVhY3RvchgGIAEoCRIOCgZyZWFzb24YByABKAkiPQoPUmVzb2x2ZVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iSgoSQWNrbm93bGVkZ2VSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDQoFYWN0b3IYAiABKAkSDgoGcmVhc29uGAMgASgJIkEKE0Fja25vd2xlZGdlUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJcCg5BcHByb3ZlUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEhQKDHJlcXVlc3RfaGFzaBgCIAEoCRIOCgZyZWFzb24YAyABKAkSDQoFYWN0b3IYBCABKAkiTwoPQXBwcm92ZVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24SEAoIcmVsZWFzZWQYAiABKAgibwoNUmVqZWN0UmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEhQKDHJlcXVlc3RfaGFzaBgCIAEoCRIOCgZyZWFzb24YAyABKAkSEgoKZXJyb3JfY29kZRgEIAEoCRINCgVhY3RvchgFIAEoCSI8Cg5SZWplY3RSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIkQKDlNldE5vdGVSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDAoEbm90ZRgCIAEoCRINCgVhY3RvchgDIAEoCSI9Cg9TZXROb3RlUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJRChFMaXN0RXZlbnRzUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIlIKEkxpc3RFdmVudHNSZXNwb25zZRIjCgZldmVudHMYASADKAsyEy5vcGpvdXJuYWwudjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIhIKEEdldFBvbGljeVJlcXVlc3QiDwoNV2hvQW1JUmVxdWVzdCKaAQoOV2hvQW1JUmVzcG9uc2USFQoNYXV0aGVudGljYXRlZBgBIAEoCBIUCgxwcmluY2lwYWxfaWQYAiABKAkSDAoEbmFtZRgDIAEoCRIOCgZ0ZW5hbnQYBCABKAkSDQoFcm9sZXMYBSADKAkSLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiOAoRR2V0UG9saWN5UmVzcG9uc2USEwoLZmluZ2VycHJpbnQYASABKAkSDgoGc291cmNlGAIgASgJKq0BCgZTdGF0dXMSFgoSU1RBVFVTX1VOU1BFQ0lGSUVEEAASEgoOU1RBVFVTX1BFTkRJTkcQARIWChJTVEFUVVNfSU5fUFJPR1JFU1MQAhISCg5TVEFUVVNfVU5LTk9XThADEhQKEFNUQVRVU19TVUNDRUVERUQQBBIXChNTVEFUVVNfRkFJTEVEX0ZJTkFMEAUSHAoYU1RBVFVTX0FXQUlUSU5HX0FQUFJPVkFMEAYqYgoNT3BlcmF0aW9uVmlldxIeChpPUEVSQVRJT05fVklFV19VTlNQRUNJRklFRBAAEhgKFE9QRVJBVElPTl9WSUVXX0JBU0lDEAESFwoTT1BFUkFUSU9OX1ZJRVdfRlVMTBACKuABCghOZXh0U3RlcBIZChVORVhUX1NURVBfVU5TUEVDSUZJRUQQABIbChdORVhUX1NURVBfQ0FMTF9QUk9WSURFUhABEhQKEE5FWFRfU1RFUF9SRVBMQVkQAhISCg5ORVhUX1NURVBfV0FJVBADEiMKH05FWFRfU1RFUF9WRVJJRklDQVRJT05fUkVRVUlSRUQQBBIaChZORVhUX1NURVBfRkFJTEVEX0ZJTkFMEAUSEwoPTkVYVF9TVEVQX0NMQUlNEAYSHAoYTkVYVF9TVEVQX0FXQUlUX0FQUFJPVkFMEAcqXwoKUmVzb2x1dGlvbhIaChZSRVNPTFVUSU9OX1VOU1BFQ0lGSUVEEAASGAoUUkVTT0xVVElPTl9TVUNDRUVERUQQARIbChdSRVNPTFVUSU9OX0ZBSUxFRF9GSU5BTBACMvULCg5Kb3VybmFsU2VydmljZRJJCghSZWdpc3RlchIdLm9wam91cm5hbC52MS5SZWdpc3RlclJlcXVlc3QaHi5vcGpvdXJuYWwudjEuUmVnaXN0ZXJSZXNwb25zZRJACgVDbGFpbRIaLm9wam91cm5hbC52MS5DbGFpbVJlcXVlc3QaGy5vcGpvdXJuYWwudjEuQ2xhaW1SZXNwb25zZRJSCgtFeHRlbmRMZWFzZRIgLm9wam91cm5hbC52MS5FeHRlbmRMZWFzZVJlcXVlc3QaIS5vcGpvdXJuYWwudjEuRXh0ZW5kTGVhc2VSZXNwb25zZRJYCg1NYXJrU3VjY2VlZGVkEiIub3Bqb3VybmFsLnYxLk1hcmtTdWNjZWVkZWRSZXF1ZXN0GiMub3Bqb3VybmFsLnYxLk1hcmtTdWNjZWVkZWRSZXNwb25zZRJSCgtNYXJrVW5rbm93bhIgLm9wam91cm5hbC52MS5NYXJrVW5rbm93blJlcXVlc3QaIS5vcGpvdXJuYWwudjEuTWFya1Vua25vd25SZXNwb25zZRJeCg9NYXJrRmFpbGVkRmluYWwSJC5vcGpvdXJuYWwudjEuTWFya0ZhaWxlZEZpbmFsUmVxdWVzdBolLm9wam91cm5hbC52MS5NYXJrRmFpbGVkRmluYWxSZXNwb25zZRJDCgZMb29rdXASGy5vcGpvdXJuYWwudjEuTG9va3VwUmVxdWVzdBocLm9wam91cm5hbC52MS5Mb29rdXBSZXNwb25zZRJbCg5MaXN0T3BlcmF0aW9ucxIjLm9wam91cm5hbC52MS5MaXN0T3BlcmF0aW9uc1JlcXVlc3QaJC5vcGpvdXJuYWwudjEuTGlzdE9wZXJhdGlvbnNSZXNwb25zZRJeCg9SZWxlYXNlRm9yUmV0cnkSJC5vcGpvdXJuYWwudjEuUmVsZWFzZUZvclJldHJ5UmVxdWVzdBolLm9wam91cm5hbC52MS5SZWxlYXNlRm9yUmV0cnlSZXNwb25zZRJSCgtSZWNvcmRDaGVjaxIgLm9wam91cm5hbC52MS5SZWNvcmRDaGVja1JlcXVlc3QaIS5vcGpvdXJuYWwudjEuUmVjb3JkQ2hlY2tSZXNwb25zZRJJCghFc2NhbGF0ZRIdLm9wam91cm5hbC52MS5Fc2NhbGF0ZVJlcXVlc3QaHi5vcGpvdXJuYWwudjEuRXNjYWxhdGVSZXNwb25zZRJGCgdSZXNvbHZlEhwub3Bqb3VybmFsLnYxLlJlc29sdmVSZXF1ZXN0Gh0ub3Bqb3VybmFsLnYxLlJlc29sdmVSZXNwb25zZRJSCgtBY2tub3dsZWRnZRIgLm9wam91cm5hbC52MS5BY2tub3dsZWRnZVJlcXVlc3QaIS5vcGpvdXJuYWwudjEuQWNrbm93bGVkZ2VSZXNwb25zZRJGCgdTZXROb3RlEhwub3Bqb3VybmFsLnYxLlNldE5vdGVSZXF1ZXN0Gh0ub3Bqb3VybmFsLnYxLlNldE5vdGVSZXNwb25zZRJGCgdBcHByb3ZlEhwub3Bqb3VybmFsLnYxLkFwcHJvdmVSZXF1ZXN0Gh0ub3Bqb3VybmFsLnYxLkFwcHJvdmVSZXNwb25zZRJDCgZSZWplY3QSGy5vcGpvdXJuYWwudjEuUmVqZWN0UmVxdWVzdBocLm9wam91cm5hbC52MS5SZWplY3RSZXNwb25zZRJPCgpMaXN0RXZlbnRzEh8ub3Bqb3VybmFsLnYxLkxpc3RFdmVudHNSZXF1ZXN0GiAub3Bqb3VybmFsLnYxLkxpc3RFdmVudHNSZXNwb25zZRJMCglHZXRQb2xpY3kSHi5vcGpvdXJuYWwudjEuR2V0UG9saWN5UmVxdWVzdBofLm9wam91cm5hbC52MS5HZXRQb2xpY3lSZXNwb25zZRJDCgZXaG9BbUkSGy5vcGpvdXJuYWwudjEuV2hvQW1JUmVxdWVzdBocLm9wam91cm5hbC52MS5XaG9BbUlSZXNwb25zZUI/Wj1naXRodWIuY29tL29wam91cm5hbC9vcGpvdXJuYWwvcHJvdG8vb3Bqb3VybmFsL3YxO29wam91cm5hbHYxYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChpvcGpvdXJuYWwvdjEvam91cm5hbC5wcm90bxIMb3Bqb3VybmFsLnYxIqYICglPcGVyYXRpb24SFQoNb3BlcmF0aW9uX2tleRgBIAEoCRITCgthY3Rpb25fdHlwZRgCIAEoCRIUCgxyZXF1ZXN0X2hhc2gYAyABKAkSJAoGc3RhdHVzGAQgASgOMhQub3Bqb3VybmFsLnYxLlN0YXR1cxIVCg1hdHRlbXB0X2NvdW50GAUgASgFEhMKC2V4dGVybmFsX2lkGAYgASgJEicKBnJlc3VsdBgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSEgoKZXJyb3JfY29kZRgIIAEoCRIvCgtsZWFzZV91bnRpbBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMbmVlZHNfcmV2aWV3GAogASgIEhUKDXJldmlld19yZWFzb24YCyABKAkSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLbGVhc2Vfb3duZXIYDiABKAkSHQoVZHVwbGljYXRlX2V4dGVybmFsX2lkGA8gASgJEigKB3BheWxvYWQYECABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EjEKDXVua25vd25fc2luY2UYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhMKC2NoZWNrX2NvdW50GBIgASgFEjMKD2xhc3RfY2hlY2tlZF9hdBgTIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNbmV4dF9jaGVja19hdBgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHgoWZHVwbGljYXRlX2V4dGVybmFsX2lkcxgVIAMoCRIZChFkdXBsaWNhdGVfcmVwb3J0cxgWIAEoBRI2ChJhdHRlbXB0X3N0YXJ0ZWRfYXQYFyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KBHJlZnMYGCADKAsyIS5vcGpvdXJuYWwudjEuT3BlcmF0aW9uLlJlZnNFbnRyeRISCgpwYXJlbnRfa2V5GBkgASgJEjQKEGZpcnN0X2F0dGVtcHRfYXQYGiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBG5vdGUYGyABKAkSKAoIYXBwcm92YWwYHCABKAsyFi5vcGpvdXJuYWwudjEuQXBwcm92YWwSKQoHYnVkZ2V0cxgdIAMoCzIYLm9wam91cm5hbC52MS5CdWRnZXRIb2xkGisKCVJlZnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBInkKCkJ1ZGdldEhvbGQSDgoGYnVkZ2V0GAEgASgJEg0KBXNjb3BlGAIgASgJEg4KBmFtb3VudBgDIAEoAxISCgpvdmVyX2xpbWl0GAQgASgIEigKBXVzYWdlGAUgASgLMhkub3Bqb3VybmFsLnYxLkJ1ZGdldFVzYWdlIsQBCgtCdWRnZXRVc2FnZRITCgthY3Rpb25fdHlwZRgBIAEoCRIOCgZidWRnZXQYAiABKAkSDQoFc2NvcGUYAyABKAkSDQoFbGltaXQYBCABKAMSFgoOd2luZG93X3NlY29uZHMYBSABKAMSDAoEdXNlZBgGIAEoAxIYChByZXNlcnZlZF91bmtub3duGAcgASgDEhIKCm9wZXJhdGlvbnMYCCABKAMSEQoJb25fZXhjZWVkGAkgASgJEgsKA3N1bRgKIAEoCSKqAgoIQXBwcm92YWwSDwoHYnVkZ2V0cxgLIAMoCRIQCghyZXF1aXJlZBgBIAEoCBIRCglhcHByb3ZlcnMYAiADKAkSHwoXZGlzdGluY3RfZnJvbV9yZXF1ZXN0ZXIYAyABKAgSEgoKdHdvX3BlcnNvbhgEIAEoCBIUCgxyZXF1ZXN0ZWRfYnkYBSABKAkSLAoIZGVhZGxpbmUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCm9uX3RpbWVvdXQYByABKAkSMQoJYXBwcm92YWxzGAggAygLMh4ub3Bqb3VybmFsLnYxLkFwcHJvdmFsRGVjaXNpb24SDAoEcnVsZRgJIAEoCRIaChJyZXF1ZXN0ZWRfYnlfbGFiZWwYCiABKAkibAoQQXBwcm92YWxEZWNpc2lvbhIRCglwcmluY2lwYWwYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgDIAEoCRINCgVsYWJlbBgEIAEoCSL/AQoFRXZlbnQSCgoCaWQYASABKAMSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKC2Zyb21fc3RhdHVzGAMgASgOMhQub3Bqb3VybmFsLnYxLlN0YXR1cxInCgl0b19zdGF0dXMYBCABKA4yFC5vcGpvdXJuYWwudjEuU3RhdHVzEg8KB2F0dGVtcHQYBSABKAUSDQoFYWN0b3IYBiABKAkSDgoGcmVhc29uGAcgASgJEhMKC2V4dGVybmFsX2lkGAggASgJEhQKDHN0YXRlZF9hY3RvchgJIAEoCRITCgthY3Rvcl9sYWJlbBgKIAEoCSI4CgxDbGFpbU9wdGlvbnMSEQoJd29ya2VyX2lkGAEgASgJEhUKDWxlYXNlX3NlY29uZHMYAiABKAUitQIKD1JlZ2lzdGVyUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEhMKC2FjdGlvbl90eXBlGAIgASgJEigKB3BheWxvYWQYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EikKBWNsYWltGAQgASgLMhoub3Bqb3VybmFsLnYxLkNsYWltT3B0aW9ucxI1CgRyZWZzGAUgAygLMicub3Bqb3VybmFsLnYxLlJlZ2lzdGVyUmVxdWVzdC5SZWZzRW50cnkSEgoKcGFyZW50X2tleRgGIAEoCRIpCgR2aWV3GAcgASgOMhsub3Bqb3VybmFsLnYxLk9wZXJhdGlvblZpZXcaKwoJUmVmc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi/AEKEFJlZ2lzdGVyUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbhIPCgdjcmVhdGVkGAIgASgIEg8KB2NsYWltZWQYAyABKAgSDwoHYXR0ZW1wdBgEIAEoBRIvCgtsZWFzZV91bnRpbBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGwoTcmV0cnlfYWZ0ZXJfc2Vjb25kcxgGIAEoBRIkCgRuZXh0GAcgASgOMhYub3Bqb3VybmFsLnYxLk5leHRTdGVwEhUKDWxlYXNlX3NlY29uZHMYCCABKAUiegoMQ2xhaW1SZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSEQoJd29ya2VyX2lkGAIgASgJEhUKDWxlYXNlX3NlY29uZHMYAyABKAUSKQoEdmlldxgEIAEoDjIbLm9wam91cm5hbC52MS5PcGVyYXRpb25WaWV3IugBCg1DbGFpbVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24SDwoHY2xhaW1lZBgCIAEoCBIPCgdhdHRlbXB0GAMgASgFEi8KC2xlYXNlX3VudGlsGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNyZXRyeV9hZnRlcl9zZWNvbmRzGAUgASgFEiQKBG5leHQYBiABKA4yFi5vcGpvdXJuYWwudjEuTmV4dFN0ZXASFQoNbGVhc2Vfc2Vjb25kcxgHIAEoBSJ+ChJFeHRlbmRMZWFzZVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEhUKDWxlYXNlX3NlY29uZHMYAyABKAUSKQoEdmlldxgEIAEoDjIbLm9wam91cm5hbC52MS5PcGVyYXRpb25WaWV3IokBChNFeHRlbmRMZWFzZVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24SLwoLbGVhc2VfdW50aWwYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWxlYXNlX3NlY29uZHMYAyABKAUitgEKFE1hcmtTdWNjZWVkZWRSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRITCgtleHRlcm5hbF9pZBgDIAEoCRInCgZyZXN1bHQYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg0KBWFjdG9yGAUgASgJEikKBHZpZXcYBiABKA4yGy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uVmlldyJDChVNYXJrU3VjY2VlZGVkUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJ7ChJNYXJrVW5rbm93blJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEhIKCmVycm9yX2NvZGUYAyABKAkSKQoEdmlldxgEIAEoDjIbLm9wam91cm5hbC52MS5PcGVyYXRpb25WaWV3IkEKE01hcmtVbmtub3duUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiKoAQoWTWFya0ZhaWxlZEZpbmFsUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg8KB2F0dGVtcHQYAiABKAUSEgoKZXJyb3JfY29kZRgDIAEoCRInCgZyZXN1bHQYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EikKBHZpZXcYBSABKA4yGy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uVmlldyJFChdNYXJrRmFpbGVkRmluYWxSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uImcKDUxvb2t1cFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIpCgR2aWV3GAIgASgOMhsub3Bqb3VybmFsLnYxLk9wZXJhdGlvblZpZXcSFAoMd2FpdF9zZWNvbmRzGAMgASgFIjwKDkxvb2t1cFJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24i5wIKFUxpc3RPcGVyYXRpb25zUmVxdWVzdBImCghzdGF0dXNlcxgBIAMoDjIULm9wam91cm5hbC52MS5TdGF0dXMSGQoMbmVlZHNfcmV2aWV3GAIgASgISACIAQESEwoLYWN0aW9uX3R5cGUYAyABKAkSFQoNZHVlX2Zvcl9jaGVjaxgEIAEoCBIRCglwYWdlX3NpemUYBSABKAUSEgoKcGFnZV90b2tlbhgGIAEoCRIpCgR2aWV3GAcgASgOMhsub3Bqb3VybmFsLnYxLk9wZXJhdGlvblZpZXcSOwoEcmVmcxgIIAMoCzItLm9wam91cm5hbC52MS5MaXN0T3BlcmF0aW9uc1JlcXVlc3QuUmVmc0VudHJ5EhIKCnBhcmVudF9rZXkYCSABKAkaKwoJUmVmc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDwoNX25lZWRzX3JldmlldyJeChZMaXN0T3BlcmF0aW9uc1Jlc3BvbnNlEisKCm9wZXJhdGlvbnMYASADKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJfChZSZWxlYXNlRm9yUmV0cnlSZXF1ZXN0EhUKDW9wZXJhdGlvbl9rZXkYASABKAkSDwoHYXR0ZW1wdBgCIAEoBRINCgVhY3RvchgDIAEoCRIOCgZyZWFzb24YBCABKAkiRQoXUmVsZWFzZUZvclJldHJ5UmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJ7ChJSZWNvcmRDaGVja1JlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIPCgdhdHRlbXB0GAIgASgFEg0KBWFjdG9yGAMgASgJEgwKBG5vdGUYBCABKAkSIAoYbmV4dF9jaGVja19hZnRlcl9zZWNvbmRzGAUgASgFIkEKE1JlY29yZENoZWNrUmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJHCg9Fc2NhbGF0ZVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRINCgVhY3RvchgCIAEoCRIOCgZyZWFzb24YAyABKAkiPgoQRXNjYWxhdGVSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIsYBCg5SZXNvbHZlUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEiwKCnJlc29sdXRpb24YAiABKA4yGC5vcGpvdXJuYWwudjEuUmVzb2x1dGlvbhITCgtleHRlcm5hbF9pZBgDIAEoCRInCgZyZXN1bHQYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhIKCmVycm9yX2NvZGUYBSABKAkSDQoFYWN0b3IYBiABKAkSDgoGcmVhc29uGAcgASgJIj0KD1Jlc29sdmVSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uIkoKEkFja25vd2xlZGdlUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEg0KBWFjdG9yGAIgASgJEg4KBnJlYXNvbhgDIAEoCSJBChNBY2tub3dsZWRnZVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iXAoOQXBwcm92ZVJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIUCgxyZXF1ZXN0X2hhc2gYAiABKAkSDgoGcmVhc29uGAMgASgJEg0KBWFjdG9yGAQgASgJIk8KD0FwcHJvdmVSZXNwb25zZRIqCglvcGVyYXRpb24YASABKAsyFy5vcGpvdXJuYWwudjEuT3BlcmF0aW9uEhAKCHJlbGVhc2VkGAIgASgIIm8KDVJlamVjdFJlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIUCgxyZXF1ZXN0X2hhc2gYAiABKAkSDgoGcmVhc29uGAMgASgJEhIKCmVycm9yX2NvZGUYBCABKAkSDQoFYWN0b3IYBSABKAkiPAoOUmVqZWN0UmVzcG9uc2USKgoJb3BlcmF0aW9uGAEgASgLMhcub3Bqb3VybmFsLnYxLk9wZXJhdGlvbiJECg5TZXROb3RlUmVxdWVzdBIVCg1vcGVyYXRpb25fa2V5GAEgASgJEgwKBG5vdGUYAiABKAkSDQoFYWN0b3IYAyABKAkiPQoPU2V0Tm90ZVJlc3BvbnNlEioKCW9wZXJhdGlvbhgBIAEoCzIXLm9wam91cm5hbC52MS5PcGVyYXRpb24iUQoRTGlzdEV2ZW50c1JlcXVlc3QSFQoNb3BlcmF0aW9uX2tleRgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJSChJMaXN0RXZlbnRzUmVzcG9uc2USIwoGZXZlbnRzGAEgAygLMhMub3Bqb3VybmFsLnYxLkV2ZW50EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSISChBHZXRQb2xpY3lSZXF1ZXN0Ig8KDVdob0FtSVJlcXVlc3QiOQoSTGlzdEJ1ZGdldHNSZXF1ZXN0EhMKC2FjdGlvbl90eXBlGAEgASgJEg4KBmJ1ZGdldBgCIAEoCSJBChNMaXN0QnVkZ2V0c1Jlc3BvbnNlEioKB2J1ZGdldHMYASADKAsyGS5vcGpvdXJuYWwudjEuQnVkZ2V0VXNhZ2UimgEKDldob0FtSVJlc3BvbnNlEhUKDWF1dGhlbnRpY2F0ZWQYASABKAgSFAoMcHJpbmNpcGFsX2lkGAIgASgJEgwKBG5hbWUYAyABKAkSDgoGdGVuYW50GAQgASgJEg0KBXJvbGVzGAUgAygJEi4KCmV4cGlyZXNfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjgKEUdldFBvbGljeVJlc3BvbnNlEhMKC2ZpbmdlcnByaW50GAEgASgJEg4KBnNvdXJjZRgCIAEoCSqtAQoGU3RhdHVzEhYKElNUQVRVU19VTlNQRUNJRklFRBAAEhIKDlNUQVRVU19QRU5ESU5HEAESFgoSU1RBVFVTX0lOX1BST0dSRVNTEAISEgoOU1RBVFVTX1VOS05PV04QAxIUChBTVEFUVVNfU1VDQ0VFREVEEAQSFwoTU1RBVFVTX0ZBSUxFRF9GSU5BTBAFEhwKGFNUQVRVU19BV0FJVElOR19BUFBST1ZBTBAGKmIKDU9wZXJhdGlvblZpZXcSHgoaT1BFUkFUSU9OX1ZJRVdfVU5TUEVDSUZJRUQQABIYChRPUEVSQVRJT05fVklFV19CQVNJQxABEhcKE09QRVJBVElPTl9WSUVXX0ZVTEwQAirgAQoITmV4dFN0ZXASGQoVTkVYVF9TVEVQX1VOU1BFQ0lGSUVEEAASGwoXTkVYVF9TVEVQX0NBTExfUFJPVklERVIQARIUChBORVhUX1NURVBfUkVQTEFZEAISEgoOTkVYVF9TVEVQX1dBSVQQAxIjCh9ORVhUX1NURVBfVkVSSUZJQ0FUSU9OX1JFUVVJUkVEEAQSGgoWTkVYVF9TVEVQX0ZBSUxFRF9GSU5BTBAFEhMKD05FWFRfU1RFUF9DTEFJTRAGEhwKGE5FWFRfU1RFUF9BV0FJVF9BUFBST1ZBTBAHKl8KClJlc29sdXRpb24SGgoWUkVTT0xVVElPTl9VTlNQRUNJRklFRBAAEhgKFFJFU09MVVRJT05fU1VDQ0VFREVEEAESGwoXUkVTT0xVVElPTl9GQUlMRURfRklOQUwQAjLJDAoOSm91cm5hbFNlcnZpY2USSQoIUmVnaXN0ZXISHS5vcGpvdXJuYWwudjEuUmVnaXN0ZXJSZXF1ZXN0Gh4ub3Bqb3VybmFsLnYxLlJlZ2lzdGVyUmVzcG9uc2USQAoFQ2xhaW0SGi5vcGpvdXJuYWwudjEuQ2xhaW1SZXF1ZXN0Ghsub3Bqb3VybmFsLnYxLkNsYWltUmVzcG9uc2USUgoLRXh0ZW5kTGVhc2USIC5vcGpvdXJuYWwudjEuRXh0ZW5kTGVhc2VSZXF1ZXN0GiEub3Bqb3VybmFsLnYxLkV4dGVuZExlYXNlUmVzcG9uc2USWAoNTWFya1N1Y2NlZWRlZBIiLm9wam91cm5hbC52MS5NYXJrU3VjY2VlZGVkUmVxdWVzdBojLm9wam91cm5hbC52MS5NYXJrU3VjY2VlZGVkUmVzcG9uc2USUgoLTWFya1Vua25vd24SIC5vcGpvdXJuYWwudjEuTWFya1Vua25vd25SZXF1ZXN0GiEub3Bqb3VybmFsLnYxLk1hcmtVbmtub3duUmVzcG9uc2USXgoPTWFya0ZhaWxlZEZpbmFsEiQub3Bqb3VybmFsLnYxLk1hcmtGYWlsZWRGaW5hbFJlcXVlc3QaJS5vcGpvdXJuYWwudjEuTWFya0ZhaWxlZEZpbmFsUmVzcG9uc2USQwoGTG9va3VwEhsub3Bqb3VybmFsLnYxLkxvb2t1cFJlcXVlc3QaHC5vcGpvdXJuYWwudjEuTG9va3VwUmVzcG9uc2USWwoOTGlzdE9wZXJhdGlvbnMSIy5vcGpvdXJuYWwudjEuTGlzdE9wZXJhdGlvbnNSZXF1ZXN0GiQub3Bqb3VybmFsLnYxLkxpc3RPcGVyYXRpb25zUmVzcG9uc2USXgoPUmVsZWFzZUZvclJldHJ5EiQub3Bqb3VybmFsLnYxLlJlbGVhc2VGb3JSZXRyeVJlcXVlc3QaJS5vcGpvdXJuYWwudjEuUmVsZWFzZUZvclJldHJ5UmVzcG9uc2USUgoLUmVjb3JkQ2hlY2sSIC5vcGpvdXJuYWwudjEuUmVjb3JkQ2hlY2tSZXF1ZXN0GiEub3Bqb3VybmFsLnYxLlJlY29yZENoZWNrUmVzcG9uc2USSQoIRXNjYWxhdGUSHS5vcGpvdXJuYWwudjEuRXNjYWxhdGVSZXF1ZXN0Gh4ub3Bqb3VybmFsLnYxLkVzY2FsYXRlUmVzcG9uc2USRgoHUmVzb2x2ZRIcLm9wam91cm5hbC52MS5SZXNvbHZlUmVxdWVzdBodLm9wam91cm5hbC52MS5SZXNvbHZlUmVzcG9uc2USUgoLQWNrbm93bGVkZ2USIC5vcGpvdXJuYWwudjEuQWNrbm93bGVkZ2VSZXF1ZXN0GiEub3Bqb3VybmFsLnYxLkFja25vd2xlZGdlUmVzcG9uc2USRgoHU2V0Tm90ZRIcLm9wam91cm5hbC52MS5TZXROb3RlUmVxdWVzdBodLm9wam91cm5hbC52MS5TZXROb3RlUmVzcG9uc2USRgoHQXBwcm92ZRIcLm9wam91cm5hbC52MS5BcHByb3ZlUmVxdWVzdBodLm9wam91cm5hbC52MS5BcHByb3ZlUmVzcG9uc2USQwoGUmVqZWN0Ehsub3Bqb3VybmFsLnYxLlJlamVjdFJlcXVlc3QaHC5vcGpvdXJuYWwudjEuUmVqZWN0UmVzcG9uc2USTwoKTGlzdEV2ZW50cxIfLm9wam91cm5hbC52MS5MaXN0RXZlbnRzUmVxdWVzdBogLm9wam91cm5hbC52MS5MaXN0RXZlbnRzUmVzcG9uc2USTAoJR2V0UG9saWN5Eh4ub3Bqb3VybmFsLnYxLkdldFBvbGljeVJlcXVlc3QaHy5vcGpvdXJuYWwudjEuR2V0UG9saWN5UmVzcG9uc2USQwoGV2hvQW1JEhsub3Bqb3VybmFsLnYxLldob0FtSVJlcXVlc3QaHC5vcGpvdXJuYWwudjEuV2hvQW1JUmVzcG9uc2USUgoLTGlzdEJ1ZGdldHMSIC5vcGpvdXJuYWwudjEuTGlzdEJ1ZGdldHNSZXF1ZXN0GiEub3Bqb3VybmFsLnYxLkxpc3RCdWRnZXRzUmVzcG9uc2VCP1o9Z2l0aHViLmNvbS9vcGpvdXJuYWwvb3Bqb3VybmFsL3Byb3RvL29wam91cm5hbC92MTtvcGpvdXJuYWx2MWIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Operation is the journal's record of one business intent.
@@ -235,6 +235,14 @@ export type Operation = Message<"opjournal.v1.Operation"> & {
    * @generated from field: opjournal.v1.Approval approval = 28;
    */
   approval?: Approval | undefined;
+
+  /**
+   * What the operation holds of its action's budgets, recorded once at
+   * registration; empty for none.
+   *
+   * @generated from field: repeated opjournal.v1.BudgetHold budgets = 29;
+   */
+  budgets: BudgetHold[];
 };
 
 /**
@@ -245,12 +253,160 @@ export const OperationSchema: GenMessage<Operation> = /*@__PURE__*/
   messageDesc(file_opjournal_v1_journal, 0);
 
 /**
+ * BudgetHold is what one operation holds of one budget.
+ *
+ * @generated from message opjournal.v1.BudgetHold
+ */
+export type BudgetHold = Message<"opjournal.v1.BudgetHold"> & {
+  /**
+   * The budget's name in the action's policy.
+   *
+   * @generated from field: string budget = 1;
+   */
+  budget: string;
+
+  /**
+   * The scope's values beyond the tenant, as canonical JSON
+   * ({"currency":"EUR","principal":"agent-1"}; "{}" for the whole tenant).
+   *
+   * @generated from field: string scope = 2;
+   */
+  scope: string;
+
+  /**
+   * What the operation adds: the summed member, or 1 for a count.
+   *
+   * @generated from field: int64 amount = 3;
+   */
+  amount: bigint;
+
+  /**
+   * The registration did not fit and the budget asked a person: the hold
+   * counts only once approved.
+   *
+   * @generated from field: bool over_limit = 4;
+   */
+  overLimit: boolean;
+
+  /**
+   * The counter's state now (Lookup only; unset elsewhere).
+   *
+   * @generated from field: opjournal.v1.BudgetUsage usage = 5;
+   */
+  usage?: BudgetUsage | undefined;
+};
+
+/**
+ * Describes the message opjournal.v1.BudgetHold.
+ * Use `create(BudgetHoldSchema)` to create a new message.
+ */
+export const BudgetHoldSchema: GenMessage<BudgetHold> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 1);
+
+/**
+ * BudgetUsage is one budget counter (a budget in one scope) as of the
+ * database clock.
+ *
+ * @generated from message opjournal.v1.BudgetUsage
+ */
+export type BudgetUsage = Message<"opjournal.v1.BudgetUsage"> & {
+  /**
+   * The action whose policy defines the budget (budgets of one name on
+   * several actions share their counters).
+   *
+   * @generated from field: string action_type = 1;
+   */
+  actionType: string;
+
+  /**
+   * The budget's name.
+   *
+   * @generated from field: string budget = 2;
+   */
+  budget: string;
+
+  /**
+   * The scope's values beyond the tenant, as canonical JSON.
+   *
+   * @generated from field: string scope = 3;
+   */
+  scope: string;
+
+  /**
+   * The limit, in the summed member's unit (or a count).
+   *
+   * @generated from field: int64 limit = 4;
+   */
+  limit: bigint;
+
+  /**
+   * The rolling window, in seconds.
+   *
+   * @generated from field: int64 window_seconds = 5;
+   */
+  windowSeconds: bigint;
+
+  /**
+   * The sum of what counts within the window.
+   *
+   * @generated from field: int64 used = 6;
+   */
+  used: bigint;
+
+  /**
+   * The part of used held by operations whose outcome is not yet known
+   * (pending, in progress, unknown, awaiting approval): given back if they
+   * fail finally.
+   *
+   * @generated from field: int64 reserved_unknown = 7;
+   */
+  reservedUnknown: bigint;
+
+  /**
+   * How many operations hold used.
+   *
+   * @generated from field: int64 operations = 8;
+   */
+  operations: bigint;
+
+  /**
+   * "reject" or "approval": what a registration that does not fit gets.
+   *
+   * @generated from field: string on_exceed = 9;
+   */
+  onExceed: string;
+
+  /**
+   * The summed payload member; empty for a count.
+   *
+   * @generated from field: string sum = 10;
+   */
+  sum: string;
+};
+
+/**
+ * Describes the message opjournal.v1.BudgetUsage.
+ * Use `create(BudgetUsageSchema)` to create a new message.
+ */
+export const BudgetUsageSchema: GenMessage<BudgetUsage> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 2);
+
+/**
  * Approval is what the policy required of an operation at its
  * registration and the decisions made on it so far.
  *
  * @generated from message opjournal.v1.Approval
  */
 export type Approval = Message<"opjournal.v1.Approval"> & {
+  /**
+   * The budgets whose limit the registration would have passed and whose
+   * on_exceed asked a person (rule "budget" when only they asked): an
+   * approval admits the operation over them.
+   *
+   * @generated from field: repeated string budgets = 11;
+   */
+  budgets: string[];
+
   /**
    * True: a person had to approve before any attempt.
    *
@@ -331,7 +487,7 @@ export type Approval = Message<"opjournal.v1.Approval"> & {
  * Use `create(ApprovalSchema)` to create a new message.
  */
 export const ApprovalSchema: GenMessage<Approval> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 1);
+  messageDesc(file_opjournal_v1_journal, 3);
 
 /**
  * ApprovalDecision is one person's approval.
@@ -373,7 +529,7 @@ export type ApprovalDecision = Message<"opjournal.v1.ApprovalDecision"> & {
  * Use `create(ApprovalDecisionSchema)` to create a new message.
  */
 export const ApprovalDecisionSchema: GenMessage<ApprovalDecision> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 2);
+  messageDesc(file_opjournal_v1_journal, 4);
 
 /**
  * Event is one entry of an operation's history, written in the same
@@ -463,7 +619,7 @@ export type Event = Message<"opjournal.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 3);
+  messageDesc(file_opjournal_v1_journal, 5);
 
 /**
  * ClaimOptions asks Register to claim the operation in the same call.
@@ -492,7 +648,7 @@ export type ClaimOptions = Message<"opjournal.v1.ClaimOptions"> & {
  * Use `create(ClaimOptionsSchema)` to create a new message.
  */
 export const ClaimOptionsSchema: GenMessage<ClaimOptions> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 4);
+  messageDesc(file_opjournal_v1_journal, 6);
 
 /**
  * RegisterRequest registers an operation before its external call.
@@ -564,7 +720,7 @@ export type RegisterRequest = Message<"opjournal.v1.RegisterRequest"> & {
  * Use `create(RegisterRequestSchema)` to create a new message.
  */
 export const RegisterRequestSchema: GenMessage<RegisterRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 5);
+  messageDesc(file_opjournal_v1_journal, 7);
 
 /**
  * RegisterResponse answers Register.
@@ -637,7 +793,7 @@ export type RegisterResponse = Message<"opjournal.v1.RegisterResponse"> & {
  * Use `create(RegisterResponseSchema)` to create a new message.
  */
 export const RegisterResponseSchema: GenMessage<RegisterResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 6);
+  messageDesc(file_opjournal_v1_journal, 8);
 
 /**
  * ClaimRequest asks for a lease.
@@ -681,7 +837,7 @@ export type ClaimRequest = Message<"opjournal.v1.ClaimRequest"> & {
  * Use `create(ClaimRequestSchema)` to create a new message.
  */
 export const ClaimRequestSchema: GenMessage<ClaimRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 7);
+  messageDesc(file_opjournal_v1_journal, 9);
 
 /**
  * ClaimResponse answers Claim.
@@ -744,7 +900,7 @@ export type ClaimResponse = Message<"opjournal.v1.ClaimResponse"> & {
  * Use `create(ClaimResponseSchema)` to create a new message.
  */
 export const ClaimResponseSchema: GenMessage<ClaimResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 8);
+  messageDesc(file_opjournal_v1_journal, 10);
 
 /**
  * ExtendLeaseRequest is a heartbeat of the current lease holder.
@@ -788,7 +944,7 @@ export type ExtendLeaseRequest = Message<"opjournal.v1.ExtendLeaseRequest"> & {
  * Use `create(ExtendLeaseRequestSchema)` to create a new message.
  */
 export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 9);
+  messageDesc(file_opjournal_v1_journal, 11);
 
 /**
  * ExtendLeaseResponse answers ExtendLease.
@@ -824,7 +980,7 @@ export type ExtendLeaseResponse = Message<"opjournal.v1.ExtendLeaseResponse"> & 
  * Use `create(ExtendLeaseResponseSchema)` to create a new message.
  */
 export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 10);
+  messageDesc(file_opjournal_v1_journal, 12);
 
 /**
  * MarkSucceededRequest records a confirmed effect.
@@ -885,7 +1041,7 @@ export type MarkSucceededRequest = Message<"opjournal.v1.MarkSucceededRequest"> 
  * Use `create(MarkSucceededRequestSchema)` to create a new message.
  */
 export const MarkSucceededRequestSchema: GenMessage<MarkSucceededRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 11);
+  messageDesc(file_opjournal_v1_journal, 13);
 
 /**
  * MarkSucceededResponse answers MarkSucceeded.
@@ -906,7 +1062,7 @@ export type MarkSucceededResponse = Message<"opjournal.v1.MarkSucceededResponse"
  * Use `create(MarkSucceededResponseSchema)` to create a new message.
  */
 export const MarkSucceededResponseSchema: GenMessage<MarkSucceededResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 12);
+  messageDesc(file_opjournal_v1_journal, 14);
 
 /**
  * MarkUnknownRequest records an attempt without a definite answer.
@@ -949,7 +1105,7 @@ export type MarkUnknownRequest = Message<"opjournal.v1.MarkUnknownRequest"> & {
  * Use `create(MarkUnknownRequestSchema)` to create a new message.
  */
 export const MarkUnknownRequestSchema: GenMessage<MarkUnknownRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 13);
+  messageDesc(file_opjournal_v1_journal, 15);
 
 /**
  * MarkUnknownResponse answers MarkUnknown.
@@ -970,7 +1126,7 @@ export type MarkUnknownResponse = Message<"opjournal.v1.MarkUnknownResponse"> & 
  * Use `create(MarkUnknownResponseSchema)` to create a new message.
  */
 export const MarkUnknownResponseSchema: GenMessage<MarkUnknownResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 14);
+  messageDesc(file_opjournal_v1_journal, 16);
 
 /**
  * MarkFailedFinalRequest records a confirmed rejection.
@@ -1023,7 +1179,7 @@ export type MarkFailedFinalRequest = Message<"opjournal.v1.MarkFailedFinalReques
  * Use `create(MarkFailedFinalRequestSchema)` to create a new message.
  */
 export const MarkFailedFinalRequestSchema: GenMessage<MarkFailedFinalRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 15);
+  messageDesc(file_opjournal_v1_journal, 17);
 
 /**
  * MarkFailedFinalResponse answers MarkFailedFinal.
@@ -1044,7 +1200,7 @@ export type MarkFailedFinalResponse = Message<"opjournal.v1.MarkFailedFinalRespo
  * Use `create(MarkFailedFinalResponseSchema)` to create a new message.
  */
 export const MarkFailedFinalResponseSchema: GenMessage<MarkFailedFinalResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 16);
+  messageDesc(file_opjournal_v1_journal, 18);
 
 /**
  * LookupRequest names an operation.
@@ -1082,7 +1238,7 @@ export type LookupRequest = Message<"opjournal.v1.LookupRequest"> & {
  * Use `create(LookupRequestSchema)` to create a new message.
  */
 export const LookupRequestSchema: GenMessage<LookupRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 17);
+  messageDesc(file_opjournal_v1_journal, 19);
 
 /**
  * LookupResponse answers Lookup.
@@ -1103,7 +1259,7 @@ export type LookupResponse = Message<"opjournal.v1.LookupResponse"> & {
  * Use `create(LookupResponseSchema)` to create a new message.
  */
 export const LookupResponseSchema: GenMessage<LookupResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 18);
+  messageDesc(file_opjournal_v1_journal, 20);
 
 /**
  * ListOperationsRequest filters and pages operations.
@@ -1183,7 +1339,7 @@ export type ListOperationsRequest = Message<"opjournal.v1.ListOperationsRequest"
  * Use `create(ListOperationsRequestSchema)` to create a new message.
  */
 export const ListOperationsRequestSchema: GenMessage<ListOperationsRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 19);
+  messageDesc(file_opjournal_v1_journal, 21);
 
 /**
  * ListOperationsResponse is one page.
@@ -1211,7 +1367,7 @@ export type ListOperationsResponse = Message<"opjournal.v1.ListOperationsRespons
  * Use `create(ListOperationsResponseSchema)` to create a new message.
  */
 export const ListOperationsResponseSchema: GenMessage<ListOperationsResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 20);
+  messageDesc(file_opjournal_v1_journal, 22);
 
 /**
  * ReleaseForRetryRequest releases an unknown operation after proven absence.
@@ -1254,7 +1410,7 @@ export type ReleaseForRetryRequest = Message<"opjournal.v1.ReleaseForRetryReques
  * Use `create(ReleaseForRetryRequestSchema)` to create a new message.
  */
 export const ReleaseForRetryRequestSchema: GenMessage<ReleaseForRetryRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 21);
+  messageDesc(file_opjournal_v1_journal, 23);
 
 /**
  * ReleaseForRetryResponse answers ReleaseForRetry.
@@ -1275,7 +1431,7 @@ export type ReleaseForRetryResponse = Message<"opjournal.v1.ReleaseForRetryRespo
  * Use `create(ReleaseForRetryResponseSchema)` to create a new message.
  */
 export const ReleaseForRetryResponseSchema: GenMessage<ReleaseForRetryResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 22);
+  messageDesc(file_opjournal_v1_journal, 24);
 
 /**
  * RecordCheckRequest records an inconclusive check.
@@ -1325,7 +1481,7 @@ export type RecordCheckRequest = Message<"opjournal.v1.RecordCheckRequest"> & {
  * Use `create(RecordCheckRequestSchema)` to create a new message.
  */
 export const RecordCheckRequestSchema: GenMessage<RecordCheckRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 23);
+  messageDesc(file_opjournal_v1_journal, 25);
 
 /**
  * RecordCheckResponse answers RecordCheck.
@@ -1346,7 +1502,7 @@ export type RecordCheckResponse = Message<"opjournal.v1.RecordCheckResponse"> & 
  * Use `create(RecordCheckResponseSchema)` to create a new message.
  */
 export const RecordCheckResponseSchema: GenMessage<RecordCheckResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 24);
+  messageDesc(file_opjournal_v1_journal, 26);
 
 /**
  * EscalateRequest hands an operation to a person.
@@ -1382,7 +1538,7 @@ export type EscalateRequest = Message<"opjournal.v1.EscalateRequest"> & {
  * Use `create(EscalateRequestSchema)` to create a new message.
  */
 export const EscalateRequestSchema: GenMessage<EscalateRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 25);
+  messageDesc(file_opjournal_v1_journal, 27);
 
 /**
  * EscalateResponse answers Escalate.
@@ -1403,7 +1559,7 @@ export type EscalateResponse = Message<"opjournal.v1.EscalateResponse"> & {
  * Use `create(EscalateResponseSchema)` to create a new message.
  */
 export const EscalateResponseSchema: GenMessage<EscalateResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 26);
+  messageDesc(file_opjournal_v1_journal, 28);
 
 /**
  * ResolveRequest records an operator's decision.
@@ -1468,7 +1624,7 @@ export type ResolveRequest = Message<"opjournal.v1.ResolveRequest"> & {
  * Use `create(ResolveRequestSchema)` to create a new message.
  */
 export const ResolveRequestSchema: GenMessage<ResolveRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 27);
+  messageDesc(file_opjournal_v1_journal, 29);
 
 /**
  * ResolveResponse answers Resolve.
@@ -1489,7 +1645,7 @@ export type ResolveResponse = Message<"opjournal.v1.ResolveResponse"> & {
  * Use `create(ResolveResponseSchema)` to create a new message.
  */
 export const ResolveResponseSchema: GenMessage<ResolveResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 28);
+  messageDesc(file_opjournal_v1_journal, 30);
 
 /**
  * AcknowledgeRequest records an operator's decision on a terminal
@@ -1526,7 +1682,7 @@ export type AcknowledgeRequest = Message<"opjournal.v1.AcknowledgeRequest"> & {
  * Use `create(AcknowledgeRequestSchema)` to create a new message.
  */
 export const AcknowledgeRequestSchema: GenMessage<AcknowledgeRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 29);
+  messageDesc(file_opjournal_v1_journal, 31);
 
 /**
  * AcknowledgeResponse answers Acknowledge.
@@ -1547,7 +1703,7 @@ export type AcknowledgeResponse = Message<"opjournal.v1.AcknowledgeResponse"> & 
  * Use `create(AcknowledgeResponseSchema)` to create a new message.
  */
 export const AcknowledgeResponseSchema: GenMessage<AcknowledgeResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 30);
+  messageDesc(file_opjournal_v1_journal, 32);
 
 /**
  * ApproveRequest approves an operation awaiting approval.
@@ -1592,7 +1748,7 @@ export type ApproveRequest = Message<"opjournal.v1.ApproveRequest"> & {
  * Use `create(ApproveRequestSchema)` to create a new message.
  */
 export const ApproveRequestSchema: GenMessage<ApproveRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 31);
+  messageDesc(file_opjournal_v1_journal, 33);
 
 /**
  * ApproveResponse answers Approve.
@@ -1621,7 +1777,7 @@ export type ApproveResponse = Message<"opjournal.v1.ApproveResponse"> & {
  * Use `create(ApproveResponseSchema)` to create a new message.
  */
 export const ApproveResponseSchema: GenMessage<ApproveResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 32);
+  messageDesc(file_opjournal_v1_journal, 34);
 
 /**
  * RejectRequest rejects an operation awaiting approval.
@@ -1671,7 +1827,7 @@ export type RejectRequest = Message<"opjournal.v1.RejectRequest"> & {
  * Use `create(RejectRequestSchema)` to create a new message.
  */
 export const RejectRequestSchema: GenMessage<RejectRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 33);
+  messageDesc(file_opjournal_v1_journal, 35);
 
 /**
  * RejectResponse answers Reject.
@@ -1692,7 +1848,7 @@ export type RejectResponse = Message<"opjournal.v1.RejectResponse"> & {
  * Use `create(RejectResponseSchema)` to create a new message.
  */
 export const RejectResponseSchema: GenMessage<RejectResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 34);
+  messageDesc(file_opjournal_v1_journal, 36);
 
 /**
  * SetNoteRequest sets or clears an operation's note.
@@ -1730,7 +1886,7 @@ export type SetNoteRequest = Message<"opjournal.v1.SetNoteRequest"> & {
  * Use `create(SetNoteRequestSchema)` to create a new message.
  */
 export const SetNoteRequestSchema: GenMessage<SetNoteRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 35);
+  messageDesc(file_opjournal_v1_journal, 37);
 
 /**
  * SetNoteResponse answers SetNote.
@@ -1751,7 +1907,7 @@ export type SetNoteResponse = Message<"opjournal.v1.SetNoteResponse"> & {
  * Use `create(SetNoteResponseSchema)` to create a new message.
  */
 export const SetNoteResponseSchema: GenMessage<SetNoteResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 36);
+  messageDesc(file_opjournal_v1_journal, 38);
 
 /**
  * ListEventsRequest asks for one page of an operation's history.
@@ -1786,7 +1942,7 @@ export type ListEventsRequest = Message<"opjournal.v1.ListEventsRequest"> & {
  * Use `create(ListEventsRequestSchema)` to create a new message.
  */
 export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 37);
+  messageDesc(file_opjournal_v1_journal, 39);
 
 /**
  * ListEventsResponse is one page of the history, oldest first.
@@ -1814,7 +1970,7 @@ export type ListEventsResponse = Message<"opjournal.v1.ListEventsResponse"> & {
  * Use `create(ListEventsResponseSchema)` to create a new message.
  */
 export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 38);
+  messageDesc(file_opjournal_v1_journal, 40);
 
 /**
  * GetPolicyRequest asks for the server's policy.
@@ -1829,7 +1985,7 @@ export type GetPolicyRequest = Message<"opjournal.v1.GetPolicyRequest"> & {
  * Use `create(GetPolicyRequestSchema)` to create a new message.
  */
 export const GetPolicyRequestSchema: GenMessage<GetPolicyRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 39);
+  messageDesc(file_opjournal_v1_journal, 41);
 
 /**
  * WhoAmIRequest asks who the caller is.
@@ -1844,7 +2000,58 @@ export type WhoAmIRequest = Message<"opjournal.v1.WhoAmIRequest"> & {
  * Use `create(WhoAmIRequestSchema)` to create a new message.
  */
 export const WhoAmIRequestSchema: GenMessage<WhoAmIRequest> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 40);
+  messageDesc(file_opjournal_v1_journal, 42);
+
+/**
+ * ListBudgetsRequest selects budget counters.
+ *
+ * @generated from message opjournal.v1.ListBudgetsRequest
+ */
+export type ListBudgetsRequest = Message<"opjournal.v1.ListBudgetsRequest"> & {
+  /**
+   * Only this action's budgets; empty for every action.
+   *
+   * @generated from field: string action_type = 1;
+   */
+  actionType: string;
+
+  /**
+   * Only this budget; empty for every budget.
+   *
+   * @generated from field: string budget = 2;
+   */
+  budget: string;
+};
+
+/**
+ * Describes the message opjournal.v1.ListBudgetsRequest.
+ * Use `create(ListBudgetsRequestSchema)` to create a new message.
+ */
+export const ListBudgetsRequestSchema: GenMessage<ListBudgetsRequest> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 43);
+
+/**
+ * ListBudgetsResponse answers ListBudgets.
+ *
+ * @generated from message opjournal.v1.ListBudgetsResponse
+ */
+export type ListBudgetsResponse = Message<"opjournal.v1.ListBudgetsResponse"> & {
+  /**
+   * Per action and budget, the policy's budget with no scope (limit, window
+   * and on_exceed; used 0) when nothing counts in any scope, else one
+   * entry per scope in which something counts, in scope order.
+   *
+   * @generated from field: repeated opjournal.v1.BudgetUsage budgets = 1;
+   */
+  budgets: BudgetUsage[];
+};
+
+/**
+ * Describes the message opjournal.v1.ListBudgetsResponse.
+ * Use `create(ListBudgetsResponseSchema)` to create a new message.
+ */
+export const ListBudgetsResponseSchema: GenMessage<ListBudgetsResponse> = /*@__PURE__*/
+  messageDesc(file_opjournal_v1_journal, 44);
 
 /**
  * WhoAmIResponse is the caller's principal.
@@ -1907,7 +2114,7 @@ export type WhoAmIResponse = Message<"opjournal.v1.WhoAmIResponse"> & {
  * Use `create(WhoAmIResponseSchema)` to create a new message.
  */
 export const WhoAmIResponseSchema: GenMessage<WhoAmIResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 41);
+  messageDesc(file_opjournal_v1_journal, 45);
 
 /**
  * GetPolicyResponse is the policy the server enforces.
@@ -1938,7 +2145,7 @@ export type GetPolicyResponse = Message<"opjournal.v1.GetPolicyResponse"> & {
  * Use `create(GetPolicyResponseSchema)` to create a new message.
  */
 export const GetPolicyResponseSchema: GenMessage<GetPolicyResponse> = /*@__PURE__*/
-  messageDesc(file_opjournal_v1_journal, 42);
+  messageDesc(file_opjournal_v1_journal, 46);
 
 /**
  * Status is the state of an operation. See docs/protocol.md for the transitions.
@@ -2429,6 +2636,20 @@ export const JournalService: GenService<{
     methodKind: "unary";
     input: typeof WhoAmIRequestSchema;
     output: typeof WhoAmIResponseSchema;
+  },
+  /**
+   * ListBudgets shows the caller's tenant's budget counters (the policy's
+   * budgets, docs/policy.md "Budgets"): per budget and scope, the limit,
+   * the amount used within the window and the part of it reserved by
+   * operations whose outcome is not yet known. Every budget of the policy
+   * is listed, a scope only while something counts in it.
+   *
+   * @generated from rpc opjournal.v1.JournalService.ListBudgets
+   */
+  listBudgets: {
+    methodKind: "unary";
+    input: typeof ListBudgetsRequestSchema;
+    output: typeof ListBudgetsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_opjournal_v1_journal, 0);

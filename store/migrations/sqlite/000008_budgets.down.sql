@@ -1,0 +1,2 @@
+DROP TABLE budget_holds;
+ALTER TABLE operations DROP COLUMN budgets;

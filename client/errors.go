@@ -32,6 +32,9 @@ var (
 	// ErrAwaitingApproval: a person must approve the request before it
 	// runs, and has not yet; ask again after Outcome.RetryAfter.
 	ErrAwaitingApproval = errors.New("opjournal: operation awaits a person's approval")
+	// ErrBudgetExceeded: the operation would pass one of its action's
+	// budgets whose on_exceed is reject; nothing was registered or called.
+	ErrBudgetExceeded = errors.New("opjournal: operation would pass a budget")
 )
 
 // RejectedError is a provider's confirmed rejection: proof that no effect
@@ -146,6 +149,19 @@ func journalError(ctx context.Context, what, key string, err error) error {
 		e.Code = opjournal.Code(info.GetReason())
 		e.Field = info.GetMetadata()["field"]
 		e.Message = strings.TrimPrefix(e.Message, e.Field+": ")
+		for k, v := range info.GetMetadata() {
+			if k != "field" {
+				if e.Details == nil {
+					e.Details = map[string]string{}
+				}
+				e.Details[k] = v
+			}
+		}
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok {
+				e.RetryAfter = ri.GetRetryDelay().AsDuration()
+			}
+		}
 	} else {
 		switch st.Code() {
 		case codes.Unavailable:

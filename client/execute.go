@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -125,10 +126,17 @@ const (
 	// key and payload after RetryAfter (or with a longer ApprovalWait):
 	// once it is approved, that Execute calls fn.
 	AwaitingApproval
+	// BudgetExceeded: the operation would pass a budget of its action
+	// whose on_exceed is reject (Budget says which, its limit and use);
+	// nothing was registered and fn was not called. The same request may
+	// fit after RetryAfter (0: never, it alone is over the limit); it must
+	// not be split or rephrased to get around the limit.
+	BudgetExceeded
 )
 
 // String returns the snake_case name ("succeeded", "in_progress_elsewhere",
-// "verification_required", "conflict", "failed_final", "awaiting_approval").
+// "verification_required", "conflict", "failed_final", "awaiting_approval",
+// "budget_exceeded").
 func (k OutcomeKind) String() string {
 	switch k {
 	case Succeeded:
@@ -143,6 +151,8 @@ func (k OutcomeKind) String() string {
 		return "failed_final"
 	case AwaitingApproval:
 		return "awaiting_approval"
+	case BudgetExceeded:
+		return "budget_exceeded"
 	}
 	return fmt.Sprintf("OutcomeKind(%d)", int(k))
 }
@@ -180,7 +190,10 @@ type Outcome struct {
 	// Cause is fn's error when this Execute called fn and it failed
 	// (FailedFinal or VerificationRequired). It is not stored in the journal.
 	Cause error
-	// Operation is the journal's record after the call (nil for Conflict).
+	// Budget is the budget that refused the operation (BudgetExceeded).
+	Budget *BudgetRefusal
+	// Operation is the journal's record after the call (nil for Conflict
+	// and BudgetExceeded).
 	// For AwaitingApproval its OperationKey and RequestHash name what waits:
 	// the approver approves that hash.
 	Operation *opjournalv1.Operation
@@ -205,6 +218,8 @@ func (o Outcome) Err() error {
 		err = fmt.Errorf("%w (%s)", ErrFailedFinal, o.ErrorCode)
 	case AwaitingApproval:
 		err = fmt.Errorf("%w; nothing was called; ask again with the same key and payload in %s", ErrAwaitingApproval, o.RetryAfter)
+	case BudgetExceeded:
+		err = fmt.Errorf("%w: %s; nothing was registered or called", ErrBudgetExceeded, o.Budget)
 	default:
 		return fmt.Errorf("opjournal: no outcome (%s)", o.Kind)
 	}
@@ -351,8 +366,11 @@ func (c *Client) register(ctx context.Context, req *opjournalv1.RegisterRequest)
 	resp, err := c.rpc.Register(ctx, req)
 	if err != nil {
 		err = journalError(ctx, "register", req.GetOperationKey(), err)
-		if codeOf(err) == opjournal.CodePayloadMismatch {
+		switch codeOf(err) {
+		case opjournal.CodePayloadMismatch:
 			return decision{out: Outcome{Kind: Conflict}}, nil
+		case opjournal.CodeBudgetExceeded:
+			return decision{out: budgetOutcome(err)}, nil
 		}
 		return decision{}, err
 	}
@@ -786,4 +804,41 @@ func refusedResult(err error) bool {
 		return false
 	}
 	return e.Field == "result" || strings.HasPrefix(e.Field, "result/")
+}
+
+// BudgetRefusal is what the journal said of the budget a registration
+// would pass: its name, the action whose policy defines it, its limit and
+// what is used within its window (no payload value).
+type BudgetRefusal struct {
+	Budget, Action string
+	Limit, Used    int64
+	// Window is the budget's rolling window.
+	Window time.Duration
+	// Message is the journal's words for people.
+	Message string
+}
+
+// String says which budget and how much of it is used.
+func (b *BudgetRefusal) String() string {
+	if b == nil {
+		return "a budget"
+	}
+	return fmt.Sprintf("budget %q of %s: %d of %d used", b.Budget, b.Action, b.Used, b.Limit)
+}
+
+// budgetOutcome is the BudgetExceeded outcome of a BUDGET_EXCEEDED
+// refusal.
+func budgetOutcome(err error) Outcome {
+	out := Outcome{Kind: BudgetExceeded, Budget: &BudgetRefusal{}}
+	var e *opjournal.Error
+	if errors.As(err, &e) {
+		d := e.Details
+		out.Budget.Budget, out.Budget.Action, out.Budget.Message = d["budget"], d["action"], e.Message
+		out.Budget.Limit, _ = strconv.ParseInt(d["limit"], 10, 64)
+		out.Budget.Used, _ = strconv.ParseInt(d["used"], 10, 64)
+		w, _ := strconv.ParseInt(d["window_seconds"], 10, 64)
+		out.Budget.Window = time.Duration(w) * time.Second
+		out.RetryAfter = e.RetryAfter
+	}
+	return out
 }

@@ -107,7 +107,7 @@ func budgetRefusal(ch BudgetCharge, u opjournal.BudgetUsage, now time.Time) *opj
 // window words a budget's window ("24h0m0s" reads worse than "24h").
 func window(d time.Duration) string {
 	switch {
-	case d%(24*time.Hour) == 0:
+	case d%(24*time.Hour) == 0 && d > 48*time.Hour:
 		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
 	case d%time.Hour == 0:
 		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"

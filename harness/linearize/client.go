@@ -254,50 +254,35 @@ func (c *Client) call(ctx context.Context, k model.Kind, req proto.Message) (pro
 // restError is the REST error body.
 type restError struct {
 	Error struct {
-		Code string `json:"code"`
+		Code    string            `json:"code"`
+		Details map[string]string `json:"details"`
 	} `json:"error"`
 }
 
 // statusError is a REST answer that is not 200.
 type statusError struct {
-	status int
-	code   string
+	status  int
+	code    string
+	details map[string]string
 }
 
 func (e *statusError) Error() string { return fmt.Sprintf("HTTP %d %s", e.status, e.code) }
 
 func (c *Client) rest(ctx context.Context, k model.Kind, verb string, req proto.Message) (proto.Message, error) {
-	var hreq *http.Request
+	var data []byte
 	var err error
 	if k == model.Lookup {
 		q := url.Values{"operation_key": {req.(*pb.LookupRequest).GetOperationKey()}}
-		hreq, err = http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/operations:lookup?"+q.Encode(), nil)
+		data, err = c.restRaw(ctx, http.MethodGet, "/v1/operations:lookup?"+q.Encode(), nil)
 	} else {
 		body, merr := protojson.MarshalOptions{UseProtoNames: true}.Marshal(req)
 		if merr != nil {
 			return nil, merr
 		}
-		hreq, err = http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/operations:"+verb, bytes.NewReader(body))
-		if err == nil {
-			hreq.Header.Set("Content-Type", "application/json")
-		}
+		data, err = c.restRaw(ctx, http.MethodPost, "/v1/operations:"+verb, body)
 	}
 	if err != nil {
 		return nil, err
-	}
-	resp, err := c.http.Do(hreq)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e restError
-		_ = json.Unmarshal(data, &e)
-		return nil, &statusError{status: resp.StatusCode, code: e.Error.Code}
 	}
 	var out proto.Message
 	switch k {
@@ -334,6 +319,37 @@ func (c *Client) rest(ctx context.Context, k model.Kind, verb string, req proto.
 		return nil, fmt.Errorf("linearize: REST %s answer: %w", verb, err)
 	}
 	return out, nil
+}
+
+// restRaw sends one REST request (body, if not nil, as JSON) and returns
+// the answer's body, or a *statusError for an answer that is not 200.
+func (c *Client) restRaw(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		hreq.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(hreq)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e restError
+		_ = json.Unmarshal(data, &e)
+		return nil, &statusError{status: resp.StatusCode, code: e.Error.Code, details: e.Error.Details}
+	}
+	return data, nil
 }
 
 // refusal returns the opjournal code of an answer that refused the call

@@ -5,4 +5,10 @@
 // sequential order of the calls, consistent with real time, in which the
 // protocol's independent model (protocol/model) gives every answer the
 // journal gave.
+//
+// It checks budgets the same way (RunBudget): agents racing to register
+// operations that charge one budget, on several journal processes over
+// one database, replaying keys and failing admitted operations for good,
+// against the budget counter's model (model.BudgetModel), which spans
+// every key of the budget.
 package linearize

@@ -135,7 +135,8 @@ func report(t *testing.T, res *Result, name string, sd uint64) {
 	case porcupine.Unknown:
 		t.Logf("%s (seed %d): the checker ran out of time on %d calls: inconclusive", name, sd, len(res.History))
 	}
-	t.Logf("%s (seed %d): %d calls linearizable in %s; %s", name, sd, len(res.History), res.Elapsed.Round(time.Millisecond), res.CountsTable())
+	t.Logf("%s (seed %d): %d calls linearizable; run %s, check %s; %s", name, sd, len(res.History), res.Elapsed.Round(time.Millisecond),
+		res.CheckElapsed.Round(time.Millisecond), res.CountsTable())
 }
 
 func openSQLite(t *testing.T) store.Store {

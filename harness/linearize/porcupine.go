@@ -47,3 +47,25 @@ func porcupineModel(m *model.Model) porcupine.Model {
 		},
 	}
 }
+
+// budgetPorcupineModel is the budget counter's model as porcupine checks
+// it: one partition, as every call meets the others in the counter.
+func budgetPorcupineModel(m *model.BudgetModel) porcupine.Model {
+	return porcupine.Model{
+		Init: func() any { return model.BudgetState{} },
+		Step: func(state, input, output any) (bool, any) {
+			in, out := input.(model.BudgetInput), output.(model.BudgetOutput)
+			want, next := m.Step(state.(model.BudgetState), in)
+			if out.Maybe {
+				return true, next
+			}
+			return want == out, next
+		},
+		Equal: func(a, b any) bool { return a.(model.BudgetState).Equal(b.(model.BudgetState)) },
+		Hash:  func(s any) uint64 { return s.(model.BudgetState).Hash() },
+		DescribeOperation: func(input, output any) string {
+			return model.DescribeBudget(input.(model.BudgetInput), output.(model.BudgetOutput))
+		},
+		DescribeState: func(state any) string { return state.(model.BudgetState).String() },
+	}
+}

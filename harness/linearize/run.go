@@ -72,7 +72,9 @@ type Result struct {
 	Visualization string
 	// Explanation says in words where an Illegal history fails (Explain).
 	Explanation string
-	Elapsed     time.Duration
+	// Elapsed is the whole run's time, CheckElapsed the check's alone.
+	Elapsed      time.Duration
+	CheckElapsed time.Duration
 }
 
 // Run runs the workload, then checks the history. dir receives the
@@ -157,7 +159,9 @@ func Run(ctx context.Context, cfg Config, dir, name string) (*Result, error) {
 		res.Counts[string(in.Kind)+" "+a]++
 	}
 	spec := porcupineModel(cfg.Model)
+	checkStart := time.Now()
 	res.Check, res.Info = porcupine.CheckOperationsVerbose(spec, history, 2*time.Minute)
+	res.CheckElapsed = time.Since(checkStart)
 	res.Elapsed = time.Since(start)
 	if res.Check == porcupine.Illegal {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -213,12 +217,24 @@ func (r *recorder) history() []porcupine.Operation {
 	}
 	out := make([]porcupine.Operation, len(r.ops))
 	for i, op := range r.ops {
-		if op.Output.(model.Output).Maybe {
+		if maybe(op.Output) {
 			op.Return = end + 1
 		}
 		out[i] = op
 	}
 	return out
+}
+
+// maybe reports whether an answer (the per-key model's or the budget
+// model's) left the outcome open.
+func maybe(out any) bool {
+	switch o := out.(type) {
+	case model.Output:
+		return o.Maybe
+	case model.BudgetOutput:
+		return o.Maybe
+	}
+	panic(fmt.Sprintf("linearize: unknown answer %T", out))
 }
 
 type worker struct {

@@ -31,9 +31,9 @@ OpjournalError subclasses, one per error code.
 
 from .client import (Approval, ApprovalDecision, ClaimResult, Event, EventPage, Journal, LeaseExtension, Operation,
                      OperationPage, Policy, Registration, default_worker_id)
-from .errors import (Internal, InvalidArgument, InvalidState, NotFound, NotRecorded, OpjournalError,
-                     PayloadMismatch, PermissionDenied, RateLimited, ResultNotStored, StaleAttempt, TooLarge,
-                     Unauthenticated, Unavailable, UnknownAction)
+from .errors import (BudgetExceeded, BudgetRefusal, Internal, InvalidArgument, InvalidState, NotFound, NotRecorded,
+                     OpjournalError, PayloadMismatch, PermissionDenied, RateLimited, ResultNotStored, StaleAttempt,
+                     TooLarge, Unauthenticated, Unavailable, UnknownAction)
 from .execute import (Deadline, Effect, NotSucceeded, Outcome, OutcomeKind, Rejected, UnknownOutcome,
                       classify_http, execute, idempotent, urlopen)
 from .keys import KEY_PREFIX, child_key, new_key
@@ -56,6 +56,6 @@ __all__ = [
     "NotSucceeded", "classify_http", "urlopen",
     "new_key", "child_key", "KEY_PREFIX",
     "OpjournalError", "InvalidArgument", "UnknownAction", "TooLarge", "PayloadMismatch", "StaleAttempt",
-    "InvalidState", "NotFound", "Unauthenticated", "PermissionDenied", "RateLimited", "Unavailable",
-    "Internal", "NotRecorded", "ResultNotStored",
+    "InvalidState", "NotFound", "Unauthenticated", "PermissionDenied", "RateLimited", "BudgetExceeded",
+    "BudgetRefusal", "Unavailable", "Internal", "NotRecorded", "ResultNotStored",
 ]

@@ -34,7 +34,8 @@ from . import _convert
 from ._limits import (HEARTBEAT_DIVISOR, HEARTBEAT_MIN_SECONDS, LEASE_MARGIN_DIVISOR, LEASE_MARGIN_MAX_SECONDS,
                       LEASE_MARGIN_MIN_SECONDS, MAX_ERROR_CODE_LEN)
 from .client import Operation, next_step_name
-from .errors import Internal, InvalidArgument, NotRecorded, OpjournalError, PayloadMismatch, ResultNotStored, TooLarge
+from .errors import (BudgetExceeded, BudgetRefusal, Internal, InvalidArgument, NotRecorded, OpjournalError,
+                     PayloadMismatch, ResultNotStored, TooLarge)
 from .v1 import journal_pb2 as pb
 
 #: observation (error_code "error", most likely a bug in fn) at ERROR with
@@ -77,6 +78,12 @@ class OutcomeKind(str, enum.Enum):
     #: payload after ``retry_after`` seconds (or wait longer): once it is
     #: approved, that execute calls fn.
     AWAITING_APPROVAL = "awaiting_approval"
+    #: The operation would pass a budget of its action whose on_exceed is
+    #: reject (``budget`` says which, its limit and use); nothing was
+    #: registered and fn was not called. The same request may fit after
+    #: ``retry_after`` seconds (None: never, it alone is over the limit); it
+    #: must not be split or rephrased to get around the limit.
+    BUDGET_EXCEEDED = "budget_exceeded"
 
     def __str__(self) -> str:
         return self.value
@@ -181,26 +188,32 @@ class Outcome:
     (FAILED_FINAL) or what was last observed ("timeout", "http_503") for
     VERIFICATION_REQUIRED. ``retry_after``: seconds until the other worker's
     lease ends (IN_PROGRESS_ELSEWHERE), or until it is worth asking again
-    about an approval (AWAITING_APPROVAL); at least 1. ``operation``: the
-    journal's record (None for CONFLICT); for AWAITING_APPROVAL its
+    about an approval (AWAITING_APPROVAL), at least 1; for BUDGET_EXCEEDED
+    the seconds until the same request may fit (unless earlier operations
+    fail first), or None when it never will; 0 otherwise. ``operation``: the
+    journal's record (None for CONFLICT and BUDGET_EXCEEDED); for AWAITING_APPROVAL its
     ``operation_key`` and ``request_hash`` name what a person must approve. ``cause``: fn's exception when
     this execute called fn and it failed, or the PayloadMismatch of a
-    CONFLICT; it is not stored in the journal. ``message``: what happened,
+    CONFLICT, or the BudgetExceeded of a BUDGET_EXCEEDED; it is not stored
+    in the journal. ``message``: what happened,
     for people and logs (not stored): for an exception of fn its type and
     text ("NameError: name 'PROVIDER_URL' is not defined"), when execute
-    gave up at the deadline why, for a CONFLICT the journal's
-    explanation; "" otherwise."""
+    gave up at the deadline why, for a CONFLICT or a BUDGET_EXCEEDED the
+    journal's explanation; "" otherwise. ``budget``: the budget that refused
+    the operation (BUDGET_EXCEEDED; None otherwise): a BudgetRefusal with
+    its ``name``, ``action``, ``limit``, ``used`` and ``window_seconds``."""
 
     kind: OutcomeKind
     replayed: bool = False
     external_id: str = ""
     result: Optional[Dict[str, Any]] = None
     error_code: str = ""
-    retry_after: float = 0.0
+    retry_after: Optional[float] = 0.0
     needs_review: bool = False
     operation: Optional[Operation] = None
     cause: Optional[BaseException] = field(default=None, compare=False)
     message: str = field(default="", compare=False)
+    budget: Optional[BudgetRefusal] = None
 
     @property
     def ok(self) -> bool:
@@ -235,6 +248,12 @@ class NotSucceeded(Exception):
         elif k is OutcomeKind.AWAITING_APPROVAL:
             msg = ("operation awaits a person's approval; nothing was called; ask again with the same key and "
                    "payload in %gs" % outcome.retry_after)
+        elif k is OutcomeKind.BUDGET_EXCEEDED:
+            b = outcome.budget
+            which = ("budget %r of %s: %d of %d used" % (b.name, b.action, b.used, b.limit)) if b else "a budget"
+            msg = "operation exceeds %s; nothing was registered or called" % which
+            msg += ("; the same request may fit in %gs" % outcome.retry_after if outcome.retry_after
+                    else "; it never fits this budget")
         else:
             msg = "no outcome (%s)" % k
         if outcome.operation is not None:
@@ -412,12 +431,15 @@ def _outcome_of(answer: Union[pb.RegisterResponse, pb.ClaimResponse, BaseExcepti
     the operation's status. Returns a _Call(attempt, lease_seconds) for
     NEXT_STEP_CALL_PROVIDER, else the Outcome to return without calling fn.
     ``answer`` may instead be the error the call raised: a PayloadMismatch
-    is a CONFLICT, any other is raised. A step this SDK does not know
+    is a CONFLICT, a BudgetExceeded a BUDGET_EXCEEDED, any other is raised. A step this SDK does not know
     (UNSPECIFIED, CLAIM, a newer number) raises Internal: never leave to
     call."""
     if isinstance(answer, BaseException):
         if isinstance(answer, PayloadMismatch):
             return Outcome(kind=OutcomeKind.CONFLICT, cause=answer, message=str(answer))
+        if isinstance(answer, BudgetExceeded):
+            return Outcome(kind=OutcomeKind.BUDGET_EXCEEDED, retry_after=answer.retry_after, budget=answer.refusal,
+                           cause=answer, message=str(answer))
         raise answer
     nxt = answer.next
     if nxt == pb.NEXT_STEP_CALL_PROVIDER:

@@ -3,11 +3,13 @@
 A refused call carries, in the trailing metadata ``grpc-status-details-bin``,
 a serialized ``google.rpc.Status`` whose ``details`` hold a
 ``google.rpc.ErrorInfo`` (domain ``"opjournal"``, reason = the error code,
-metadata ``field`` = the offending request field).
+metadata ``field`` = the offending request field, and facts for programs
+such as a budget's name and limit), and, when the server knows when the
+same request may succeed, a ``google.rpc.RetryInfo`` (``retry_delay``).
 
 Debian ships no Python code for the google.rpc protos, and registering our
 own copy in the default descriptor pool would clash with
-googleapis-common-protos wherever that is installed. So the three messages
+googleapis-common-protos wherever that is installed. So the messages
 are declared here, wire-compatible, in a private descriptor pool, and
 decoded by the protobuf runtime like any other message.
 """
@@ -52,6 +54,14 @@ def _build():
     _field(entry, "key", 1, _F.TYPE_STRING)
     _field(entry, "value", 2, _F.TYPE_STRING)
 
+    # google.protobuf.Duration, under another name, like AnyValue.
+    duration = fdp.message_type.add(name="DurationValue")
+    _field(duration, "seconds", 1, _F.TYPE_INT64)
+    _field(duration, "nanos", 2, _F.TYPE_INT32)
+
+    retry = fdp.message_type.add(name="RetryInfo")
+    _field(retry, "retry_delay", 1, _F.TYPE_MESSAGE, type_name=".google.rpc.DurationValue")
+
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
 
@@ -62,14 +72,15 @@ def _build():
             return get(desc)
         return message_factory.MessageFactory(pool).GetPrototype(desc)
 
-    return cls("google.rpc.Status"), cls("google.rpc.ErrorInfo")
+    return cls("google.rpc.Status"), cls("google.rpc.ErrorInfo"), cls("google.rpc.RetryInfo")
 
 
-_Status, _ErrorInfo = _build()
+_Status, _ErrorInfo, _RetryInfo = _build()
 
 #: The trailing metadata key of the serialized google.rpc.Status.
 DETAILS_KEY = "grpc-status-details-bin"
 _ERROR_INFO = "google.rpc.ErrorInfo"
+_RETRY_INFO = "google.rpc.RetryInfo"
 
 
 class ErrorInfo(NamedTuple):
@@ -80,14 +91,23 @@ class ErrorInfo(NamedTuple):
     metadata: Dict[str, str]
 
 
-def encode_status(code: int, message: str, infos=()) -> bytes:
+def encode_status(code: int, message: str, infos=(), retry_delay: Optional[float] = None) -> bytes:
     """Serializes a google.rpc.Status holding the given ErrorInfos
-    (reason, domain, metadata); for tests and fakes."""
+    (reason, domain, metadata), and a RetryInfo when ``retry_delay``
+    (seconds) is given; for tests and fakes."""
     st = _Status(code=code, message=message)
     for reason, domain, metadata in infos:
         d = st.details.add()
         d.type_url = "type.googleapis.com/" + _ERROR_INFO
         d.value = _ErrorInfo(reason=reason, domain=domain, metadata=dict(metadata)).SerializeToString()
+    if retry_delay is not None:
+        seconds = int(retry_delay)
+        ri = _RetryInfo()
+        ri.retry_delay.seconds = seconds
+        ri.retry_delay.nanos = int(round((retry_delay - seconds) * 1e9))
+        d = st.details.add()
+        d.type_url = "type.googleapis.com/" + _RETRY_INFO
+        d.value = ri.SerializeToString()
     return st.SerializeToString()
 
 
@@ -107,6 +127,27 @@ def error_info(status_bytes: Optional[bytes], domain: str = "opjournal") -> Opti
             info = _ErrorInfo.FromString(d.value)
             if info.domain == domain:
                 return ErrorInfo(info.reason, info.domain, dict(info.metadata))
+    except Exception:  # DecodeError, or anything a hostile peer could cause
+        return None
+    return None
+
+
+def retry_delay(status_bytes: Optional[bytes]) -> Optional[float]:
+    """Returns the retry_delay, in seconds, of the first RetryInfo in a
+    serialized google.rpc.Status, or None (no RetryInfo, a negative delay,
+    or bytes that do not parse: a malformed detail is no hint)."""
+    if not status_bytes:
+        return None
+    try:
+        st = _Status.FromString(bytes(status_bytes))
+        for d in st.details:
+            if d.type_url.rsplit("/", 1)[-1] != _RETRY_INFO:
+                continue
+            ri = _RetryInfo.FromString(d.value)
+            if not ri.HasField("retry_delay"):
+                return None
+            delay = ri.retry_delay.seconds + ri.retry_delay.nanos / 1e9
+            return float(delay) if delay >= 0 else None
     except Exception:  # DecodeError, or anything a hostile peer could cause
         return None
     return None

@@ -38,7 +38,7 @@ from ._outcome import (APPROVAL_WAIT_CANCELLED, MIN_APPROVAL_POLL_SECONDS, _awai
                        _still_awaiting)
 from .client import (_UNSET, ClaimResult, Event, EventPage, LeaseExtension, Operation, OperationPage, PathLike,
                      Policy, Registration, _JournalBase, _lookup_slice, _tls_roots, _view_value)
-from .errors import OpjournalError, PayloadMismatch, RateLimited, Unavailable, from_rpc_error
+from .errors import BudgetExceeded, OpjournalError, PayloadMismatch, RateLimited, Unavailable, from_rpc_error
 from .v1 import journal_pb2 as pb
 from .v1 import journal_pb2_grpc as pb_grpc
 
@@ -372,7 +372,7 @@ async def _register(journal: Journal, req: pb.RegisterRequest) -> Tuple[Union[Ou
     t0 = time.monotonic()  # the lease runs from (no earlier than) here
     try:
         answer: Union[pb.RegisterResponse, OpjournalError] = await journal._call("Register", req)
-    except PayloadMismatch as e:
+    except (PayloadMismatch, BudgetExceeded) as e:
         answer = e
     return _outcome_of(answer), t0
 

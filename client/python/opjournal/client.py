@@ -666,6 +666,9 @@ class Journal(_JournalBase):
         inserted as pending (created=True); the same key and payload return
         the existing record (with the stored result when terminal); the same
         key with another payload raises PayloadMismatch and changes nothing.
+        A new key that would pass a budget of the action whose on_exceed is
+        reject raises BudgetExceeded (its ``refusal`` names the budget,
+        ``retry_after`` says when the request may fit) and writes nothing.
         With claim=True the operation is also claimed in the same call.
         ``next`` in the answer says what to do next.
 

@@ -3,13 +3,16 @@
 Every refused call raises an :class:`OpjournalError` subclass chosen by the
 ``google.rpc.ErrorInfo`` reason the server attaches (domain ``"opjournal"``),
 with ``code`` (``"PAYLOAD_MISMATCH"``), ``message`` and ``field``
-(``"payload/amount_minor"``, or ``None``). The original ``grpc.RpcError`` is
-the exception's ``__cause__``.
+(``"payload/amount_minor"``, or ``None``), ``details`` (the ErrorInfo's other
+metadata: facts for programs, such as a budget's limit) and ``retry_after``
+(the ``google.rpc.RetryInfo`` delay in seconds, or ``None``). The original
+``grpc.RpcError`` is the exception's ``__cause__``.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Type
 
 import grpc
 
@@ -27,6 +30,8 @@ __all__ = [
     "Unauthenticated",
     "PermissionDenied",
     "RateLimited",
+    "BudgetExceeded",
+    "BudgetRefusal",
     "Unavailable",
     "Internal",
     "NotRecorded",
@@ -40,17 +45,23 @@ class OpjournalError(Exception):
     ``code`` is the opjournal error code, ``message`` the server's message
     (without the field prefix), ``field`` the offending request field or
     None, ``grpc_code`` the call's grpc.StatusCode (None for client-side
-    checks)."""
+    checks). ``details`` is the rest of the server's ErrorInfo metadata (a
+    dict of str, empty for most codes; never a payload value), and
+    ``retry_after`` the seconds after which the same request may succeed,
+    from the status's RetryInfo (None: no hint)."""
 
     code = "INTERNAL"
 
     def __init__(self, code: Optional[str] = None, message: str = "", field: Optional[str] = None,
-                 grpc_code: Optional[grpc.StatusCode] = None):
+                 grpc_code: Optional[grpc.StatusCode] = None, *, details: Optional[Mapping[str, str]] = None,
+                 retry_after: Optional[float] = None):
         if code is not None:
             self.code = code
         self.message = message
         self.field = field or None
         self.grpc_code = grpc_code
+        self.details: Dict[str, str] = dict(details or {})
+        self.retry_after = retry_after
         super().__init__(str(self))
 
     def __str__(self) -> str:
@@ -63,12 +74,12 @@ class OpjournalError(Exception):
         return "%s(code=%r, message=%r, field=%r)" % (type(self).__name__, self.code, self.message, self.field)
 
     def __reduce__(self):
-        return (_rebuild, (type(self), self.code, self.message, self.field))
+        return (_rebuild, (type(self), self.code, self.message, self.field, self.details, self.retry_after))
 
 
-def _rebuild(cls, code, message, field):
+def _rebuild(cls, code, message, field, details=None, retry_after=None):
     e = cls.__new__(cls)
-    OpjournalError.__init__(e, code, message, field)
+    OpjournalError.__init__(e, code, message, field, details=details, retry_after=retry_after)
     return e
 
 
@@ -134,6 +145,61 @@ class RateLimited(OpjournalError):
     code = "RATE_LIMITED"
 
 
+@dataclass(frozen=True)
+class BudgetRefusal:
+    """What the journal said of the budget a registration would pass:
+    ``name`` (the budget's name in the policy, "daily-payments"),
+    ``action`` (the action whose policy defines it), ``limit``, ``used``
+    (what counts within the window, this request not included) and
+    ``window_seconds`` (the rolling window), and ``message``, the journal's
+    words for people. It never holds a payload value."""
+
+    name: str
+    action: str
+    limit: int
+    used: int
+    window_seconds: int
+    message: str = ""
+
+
+def _int(details: Mapping[str, str], name: str) -> int:
+    # A missing or malformed number reads as 0, as in the Go SDK: the
+    # refusal stands whatever its facts say.
+    try:
+        return int(details.get(name) or 0)
+    except ValueError:
+        return 0
+
+
+class BudgetExceeded(OpjournalError):
+    """The registration would pass a budget of the action whose
+    ``on_exceed`` is ``reject``: nothing was registered and nothing called.
+    ``refusal`` (a :class:`BudgetRefusal`) names the budget, its limit and
+    what is used; ``retry_after`` is the seconds after which the same
+    request may fit, or None when it never will (the request alone is over
+    the limit). Do not split or rephrase the request to get around the
+    limit. ``execute`` returns it as a ``"budget_exceeded"`` outcome."""
+
+    code = "BUDGET_EXCEEDED"
+
+    def __init__(self, code: Optional[str] = None, message: str = "", field: Optional[str] = None,
+                 grpc_code: Optional[grpc.StatusCode] = None, *, details: Optional[Mapping[str, str]] = None,
+                 retry_after: Optional[float] = None):
+        if retry_after is None and details:
+            # The RetryInfo is the hint; the metadata says the same in
+            # whole seconds, for a peer that dropped the RetryInfo.
+            secs = _int(details, "retry_after_seconds")
+            retry_after = float(secs) if secs > 0 else None
+        super().__init__(code, message, field, grpc_code, details=details, retry_after=retry_after)
+
+    @property
+    def refusal(self) -> BudgetRefusal:
+        """The budget that refused the registration, from ``details``."""
+        d = self.details
+        return BudgetRefusal(name=d.get("budget", ""), action=d.get("action", ""), limit=_int(d, "limit"),
+                             used=_int(d, "used"), window_seconds=_int(d, "window_seconds"), message=self.message)
+
+
 class Unavailable(OpjournalError):
     """The journal (or its database) did not answer; retrying the call is
     safe. A call that ran out of time is Unavailable too (``grpc_code`` is
@@ -197,7 +263,7 @@ class ResultNotStored(OpjournalError):
 _BY_CODE: Dict[str, Type[OpjournalError]] = {
     c.code: c
     for c in (InvalidArgument, UnknownAction, TooLarge, PayloadMismatch, StaleAttempt, InvalidState,
-              NotFound, Unauthenticated, PermissionDenied, RateLimited, Unavailable, Internal)
+              NotFound, Unauthenticated, PermissionDenied, RateLimited, BudgetExceeded, Unavailable, Internal)
 }
 
 # A status without an opjournal ErrorInfo (a proxy, a dead server, our own
@@ -211,27 +277,30 @@ _BY_GRPC = {
 
 
 def error_for_code(code: str, message: str = "", field: Optional[str] = None,
-                   grpc_code: Optional[grpc.StatusCode] = None) -> OpjournalError:
+                   grpc_code: Optional[grpc.StatusCode] = None, *, details: Optional[Mapping[str, str]] = None,
+                   retry_after: Optional[float] = None) -> OpjournalError:
     """The exception for an opjournal error code; an unknown code gets the
     base class with that code."""
-    cls = _BY_CODE.get(code)
-    if cls is None:
-        return OpjournalError(code, message, field, grpc_code)
-    return cls(code, message, field, grpc_code)
+    cls = _BY_CODE.get(code, OpjournalError)
+    return cls(code, message, field, grpc_code, details=details, retry_after=retry_after)
 
 
 def from_rpc_error(err: grpc.RpcError) -> OpjournalError:
     """Converts a failed call's grpc.RpcError into the matching
-    OpjournalError, reading the ErrorInfo from the trailing metadata."""
+    OpjournalError, reading the ErrorInfo (and a RetryInfo) from the
+    trailing metadata."""
     code = err.code() if hasattr(err, "code") else None
     message = (err.details() if hasattr(err, "details") else None) or ""
     trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
-    info = _status.error_info(_status.details_from_metadata(trailing))
+    status = _status.details_from_metadata(trailing)
+    info = _status.error_info(status)
     if info is not None:
-        field = info.metadata.get("field") or None
+        details = dict(info.metadata)
+        field = details.pop("field", None) or None
         if field and message.startswith(field + ": "):
             message = message[len(field) + 2:]
-        return error_for_code(info.reason, message, field, code)
+        return error_for_code(info.reason, message, field, code, details=details,
+                              retry_after=_status.retry_delay(status))
     cls, prefix = _BY_GRPC.get(code, (None, ""))
     if cls is not None:
         return cls(None, prefix + message, None, code)

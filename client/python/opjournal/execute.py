@@ -9,8 +9,10 @@ The protocol:
    (``replayed=True``, the stored result), a confirmed rejection stays
    final, a live lease elsewhere is IN_PROGRESS_ELSEWHERE, an operation
    whose outcome is unknown (or that a person must decide) is
-   VERIFICATION_REQUIRED, and the same key with other parameters is a
-   CONFLICT. A step this SDK does not know is an error, never leave to call.
+   VERIFICATION_REQUIRED, the same key with other parameters is a
+   CONFLICT, and a new key that would pass a budget of its action
+   (``on_exceed: reject``) is BUDGET_EXCEEDED, with nothing registered. A
+   step this SDK does not know is an error, never leave to call.
 3. Only on NEXT_STEP_CALL_PROVIDER call ``fn(key, attempt)`` (with
    ``deadline=`` too if fn declares it), in a worker thread, under the
    lease the journal granted: fn may run at most lease − margin; long calls
@@ -59,7 +61,7 @@ from ._outcome import _record_success as _record_success_steps
 from ._outcome import (APPROVAL_WAIT_CANCELLED, MIN_APPROVAL_POLL_SECONDS, _awaits, _check_approval_wait,
                        _still_awaiting)
 from .client import Journal
-from .errors import OpjournalError, PayloadMismatch, RateLimited, Unavailable
+from .errors import BudgetExceeded, OpjournalError, PayloadMismatch, RateLimited, Unavailable
 from .v1 import journal_pb2 as pb
 
 __all__ = [
@@ -142,6 +144,15 @@ def execute(journal: Journal, key: str, action: str, payload: Mapping[str, Any],
     key nor the request hash, and fixed at registration: a retry must send
     the same ones, like ``parent_key`` (other refs, or another parent, are a
     CONFLICT whose ``cause`` names the field "refs" or "parent_key").
+
+    A new key that would pass a budget of the action whose ``on_exceed`` is
+    ``reject`` is refused by the journal: nothing is registered, fn is not
+    called, and the outcome is BUDGET_EXCEEDED, with ``budget`` (the
+    budget's name, action, limit, what is used and its window) and
+    ``retry_after`` (seconds until the same request may fit, None when it
+    never will). Tell the user; never split or rephrase the request to get
+    around the limit. (A budget whose ``on_exceed`` is ``approval`` asks a
+    person instead: AWAITING_APPROVAL, below.)
 
     The journal decides the next step (RegisterResponse.next) and execute
     acts on it alone: fn is called only on NEXT_STEP_CALL_PROVIDER; the
@@ -226,7 +237,7 @@ def _register(journal: Journal, req: pb.RegisterRequest) -> Tuple[Union[Outcome,
     t0 = time.monotonic()  # the lease runs from (no earlier than) here
     try:
         answer: Union[pb.RegisterResponse, OpjournalError] = journal._call("Register", req)
-    except PayloadMismatch as e:
+    except (PayloadMismatch, BudgetExceeded) as e:
         answer = e
     return _outcome_of(answer), t0
 

@@ -37,6 +37,11 @@ def rpc_error(code, msg, reason=None, field=None, domain="opjournal"):
     return FakeRpcError(code, msg, trailing)
 
 
+#: The ErrorInfo metadata of a budget refusal.
+BUDGET = {"budget": "daily-payments", "action": "create_payment", "limit": "5", "used": "5",
+          "window_seconds": "86400"}
+
+
 class ErrorDecodingTest(unittest.TestCase):
     def test_every_code_has_its_class(self):
         cases = {
@@ -45,7 +50,7 @@ class ErrorDecodingTest(unittest.TestCase):
             "STALE_ATTEMPT": opjournal.StaleAttempt, "INVALID_STATE": opjournal.InvalidState,
             "NOT_FOUND": opjournal.NotFound, "UNAUTHENTICATED": opjournal.Unauthenticated,
             "PERMISSION_DENIED": opjournal.PermissionDenied, "RATE_LIMITED": opjournal.RateLimited,
-            "UNAVAILABLE": opjournal.Unavailable, "INTERNAL": opjournal.Internal,
+            "BUDGET_EXCEEDED": opjournal.BudgetExceeded, "UNAVAILABLE": opjournal.Unavailable, "INTERNAL": opjournal.Internal,
         }
         for reason, cls in cases.items():
             e = from_rpc_error(rpc_error(grpc.StatusCode.FAILED_PRECONDITION, "payload: bad", reason, "payload"))
@@ -53,6 +58,7 @@ class ErrorDecodingTest(unittest.TestCase):
             self.assertEqual((e.code, e.field, e.message), (reason, "payload", "bad"))
             self.assertEqual(e.grpc_code, grpc.StatusCode.FAILED_PRECONDITION)
             self.assertIsInstance(e, opjournal.OpjournalError)
+            self.assertEqual((e.details, e.retry_after), ({}, None))  # the field is not a detail
 
     def test_a_new_server_code_keeps_its_name(self):
         e = from_rpc_error(rpc_error(grpc.StatusCode.ABORTED, "later", "SOMETHING_NEW"))
@@ -95,6 +101,53 @@ class ErrorDecodingTest(unittest.TestCase):
         e = pickle.loads(pickle.dumps(opjournal.StaleAttempt(None, "stale", "attempt")))
         self.assertEqual((type(e), e.code, e.message, e.field), (opjournal.StaleAttempt, "STALE_ATTEMPT", "stale",
                                                                   "attempt"))
+        b = pickle.loads(pickle.dumps(opjournal.BudgetExceeded(None, "over", details=BUDGET, retry_after=12.5)))
+        self.assertEqual((type(b), b.code, b.details, b.retry_after, b.refusal.name),
+                         (opjournal.BudgetExceeded, "BUDGET_EXCEEDED", BUDGET, 12.5, "daily-payments"))
+
+    def test_a_budget_refusal_reads_error_info_and_retry_info(self):
+        # google.rpc.RetryInfo{retry_delay: google.protobuf.Duration{seconds:
+        # 86399, nanos: 500000000}} beside the ErrorInfo, built by hand from
+        # the field numbers of the public protos.
+        def varint(n):
+            out = b""
+            while True:
+                byte, n = n & 0x7F, n >> 7
+                out += bytes([byte | (0x80 if n else 0)])
+                if not n:
+                    return out
+
+        def ld(num, b):
+            return bytes([num << 3 | 2]) + varint(len(b)) + b
+
+        md = b"".join(ld(3, ld(1, k.encode()) + ld(2, v.encode())) for k, v in BUDGET.items())
+        info = ld(1, b"BUDGET_EXCEEDED") + ld(2, b"opjournal") + md
+        duration = bytes([0x08]) + varint(86399) + bytes([0x10]) + varint(500000000)
+        retry = ld(1, duration)
+        status = (bytes([0x08, 8]) + ld(2, b"over") + ld(3, ld(1, b"type.googleapis.com/google.rpc.ErrorInfo") +
+                                                           ld(2, info))
+                  + ld(3, ld(1, b"type.googleapis.com/google.rpc.RetryInfo") + ld(2, retry)))
+        self.assertEqual(_status.retry_delay(status), 86399.5)
+        self.assertEqual(_status.retry_delay(_status.encode_status(8, "over", [], retry_delay=86399.5)), 86399.5)
+        e = from_rpc_error(FakeRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, "over", ((_status.DETAILS_KEY, status),)))
+        self.assertIs(type(e), opjournal.BudgetExceeded)
+        self.assertEqual((e.retry_after, e.details, e.message), (86399.5, BUDGET, "over"))
+        self.assertEqual(e.refusal, opjournal.BudgetRefusal("daily-payments", "create_payment", 5, 5, 86400, "over"))
+        # Without a RetryInfo the metadata's whole seconds are the hint;
+        # without either, there is none (the request never fits).
+        md_only = _status.encode_status(8, "over", [("BUDGET_EXCEEDED", "opjournal",
+                                                     {**BUDGET, "retry_after_seconds": "7"})])
+        e = from_rpc_error(FakeRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, "over", ((_status.DETAILS_KEY, md_only),)))
+        self.assertEqual(e.retry_after, 7.0)
+        none = _status.encode_status(8, "over", [("BUDGET_EXCEEDED", "opjournal", BUDGET)])
+        e = from_rpc_error(FakeRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, "over", ((_status.DETAILS_KEY, none),)))
+        self.assertIsNone(e.retry_after)
+        # Malformed numbers read as 0; the refusal stands.
+        self.assertEqual(opjournal.BudgetExceeded(None, "", details={"limit": "x"}).refusal.limit, 0)
+        # A budget refusal is an outcome of execute, never a call of fn.
+        out = opjournal._outcome._outcome_of(e)
+        self.assertEqual((out.kind, out.retry_after, out.budget, out.cause), (OutcomeKind.BUDGET_EXCEEDED, None,
+                                                                              e.refusal, e))
 
 
 class ClassifyTest(unittest.TestCase):
@@ -217,7 +270,7 @@ class OutcomeTest(unittest.TestCase):
         self.assertEqual(str(OutcomeKind.IN_PROGRESS_ELSEWHERE), "in_progress_elsewhere")
         self.assertEqual([k.value for k in OutcomeKind],
                          ["succeeded", "in_progress_elsewhere", "verification_required", "conflict", "failed_final",
-                          "awaiting_approval"])
+                          "awaiting_approval", "budget_exceeded"])
 
     def test_check(self):
         ok = opjournal.Outcome(OutcomeKind.SUCCEEDED)
@@ -230,6 +283,14 @@ class OutcomeTest(unittest.TestCase):
                 out.check()
             self.assertIn(text, str(cm.exception))
             self.assertIs(cm.exception.outcome, out)
+        refusal = opjournal.BudgetRefusal("daily-payments", "create_payment", 5, 5, 86400)
+        for retry_after, text in [(60.0, "may fit in 60s"), (None, "never fits")]:
+            out = opjournal.Outcome(OutcomeKind.BUDGET_EXCEEDED, retry_after=retry_after, budget=refusal)
+            with self.assertRaises(opjournal.NotSucceeded) as cm:
+                out.check()
+            self.assertIn('budget \'daily-payments\' of create_payment: 5 of 5 used; nothing was registered or '
+                          'called; ', str(cm.exception))
+            self.assertIn(text, str(cm.exception))
 
 
 class DecoratorArgsTest(unittest.TestCase):

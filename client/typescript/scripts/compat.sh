@@ -7,7 +7,8 @@
 # compat/<name>/node_modules, and run with the `node` first on PATH.
 # OPJOURNAL_BIN and OPJOURNAL_FAKEPROVIDER_BIN name the real binaries.
 #
-# What runs: each adapter's lost-answer loop (one charge per order) and the
+# What runs: each adapter's lost-answer loop (one charge per order), its
+# loop under a budget (the refused calls charge nothing) and the
 # frameworks' approval flows bound to the journal.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,5 +27,5 @@ for dir in "$root"/compat/*/; do
 	echo "compat.sh: compat/$name ($versions) on Node.js $(node --version)" >&2
 	# The documented-example tests import @opjournal/client by name, which
 	# resolves only inside the package itself: the loops run here.
-	(cd "$dir" && node --test --test-reporter=dot --test-name-pattern='lost answer|approval|member order' "${tests[@]/#/dist/test/}")
+	(cd "$dir" && node --test --test-reporter=dot --test-name-pattern='lost answer|approval|member order|budget' "${tests[@]/#/dist/test/}")
 done

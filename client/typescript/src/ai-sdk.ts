@@ -21,7 +21,7 @@ import {
 
 export {
   answerApproval, isToolApprovalRequest, modelText, toolKey,
-  type ApprovalAnswer, type ToolAnswer, type ToolApprovalRequest, type ToolOutcome, type ToolPolicy,
+  type ApprovalAnswer, type ToolAnswer, type ToolApprovalRequest, type ToolBudget, type ToolOutcome, type ToolPolicy,
 } from "./tools.js";
 
 /**
@@ -101,8 +101,8 @@ function isOutput(v: unknown): v is JournaledToolOutput<unknown> {
  * function; never by the tool-call id. The model gets the tool's output,
  * the stored output on a retry (both in one member order), or the gateway's
  * text for an unknown outcome, a call in progress, a conflicting call, a
- * replayed refusal, a call awaiting a person's approval or one a person
- * rejected (model_texts.ts). The application gets the outcome
+ * replayed refusal, a call awaiting a person's approval, one a person
+ * rejected or one a budget of its action refused (model_texts.ts). The application gets the outcome
  * (outcomeOf). When the action's policy asks for a person's approval, the
  * SDK's own approval flow asks for it: pass journalToolApproval(tools) as
  * generateText's toolApproval (`ai` 7); with `ai` 6 the tool's

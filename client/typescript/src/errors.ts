@@ -23,6 +23,7 @@ export type ErrorCode =
   | "UNAUTHENTICATED"
   | "PERMISSION_DENIED"
   | "RATE_LIMITED"
+  | "BUDGET_EXCEEDED"
   | "UNAVAILABLE"
   | "INTERNAL"
   | "CANCELED";
@@ -46,11 +47,25 @@ export class OpjournalError extends Error {
   readonly detail: string;
   /** The gRPC status code of the answer (undefined for a client-side refusal). */
   readonly grpcCode: Code | undefined;
+  /**
+   * What the refusal says beyond its field, all strings: the metadata of
+   * its ErrorInfo without "field" (BUDGET_EXCEEDED: budget, action, limit,
+   * used, window_seconds, retry_after_seconds). Empty when it has none.
+   */
+  readonly details: Readonly<Record<string, string>>;
+  /**
+   * The journal's hint of when the same request may succeed, in
+   * milliseconds (its google.rpc.RetryInfo); 0 when it gave none.
+   */
+  readonly retryAfterMs: number;
 
   constructor(
     code: ErrorCode | (string & {}),
     detail: string,
-    options: { field?: string; prefix?: string; grpcCode?: Code; cause?: unknown } = {},
+    options: {
+      field?: string; prefix?: string; grpcCode?: Code; cause?: unknown;
+      details?: Record<string, string>; retryAfterMs?: number;
+    } = {},
   ) {
     const field = options.field ?? "";
     super(`${options.prefix ?? "opjournal: "}${code}: ${field ? field + ": " : ""}${detail}`,
@@ -59,6 +74,8 @@ export class OpjournalError extends Error {
     this.field = field;
     this.detail = detail;
     this.grpcCode = options.grpcCode;
+    this.details = options.details ?? {};
+    this.retryAfterMs = options.retryAfterMs ?? 0;
   }
 }
 
@@ -121,6 +138,47 @@ export function findErrorInfo(err: ConnectError): ErrorInfo | undefined {
 }
 
 /**
+ * Decodes the bytes of a google.rpc.RetryInfo (field 1 retry_delay, a
+ * google.protobuf.Duration: 1 seconds, 2 nanos) into milliseconds, rounded
+ * up. Unknown fields are skipped. Throws on malformed input.
+ */
+export function decodeRetryInfo(bytes: Uint8Array): number {
+  let ms = 0;
+  const r = new BinaryReader(bytes);
+  while (r.pos < r.len) {
+    const [no, wt] = r.tag();
+    if (no === 1 && wt === WireType.LengthDelimited) {
+      const d = new BinaryReader(r.bytes());
+      let seconds = 0;
+      let nanos = 0;
+      while (d.pos < d.len) {
+        const [dno, dwt] = d.tag();
+        if (dno === 1 && dwt === WireType.Varint) seconds = Number(d.int64());
+        else if (dno === 2 && dwt === WireType.Varint) nanos = d.int32();
+        else d.skip(dwt, dno);
+      }
+      ms = seconds * 1000 + Math.ceil(nanos / 1e6);
+    } else {
+      r.skip(wt, no);
+    }
+  }
+  return Math.max(ms, 0);
+}
+
+/** The retry delay of a ConnectError's google.rpc.RetryInfo in milliseconds, or 0 without one. */
+export function findRetryAfterMs(err: ConnectError): number {
+  for (const d of err.details) {
+    if (!("type" in d) || d.type !== "google.rpc.RetryInfo") continue;
+    try {
+      return decodeRetryInfo(d.value);
+    } catch {
+      // a malformed detail is ignored, like any unknown detail
+    }
+  }
+  return 0;
+}
+
+/**
  * Converts the failure of a journal call into an OpjournalError whose code
  * is the journal's reason. `what` and `key` prefix the message
  * (`opjournal: register "payment:1": PAYLOAD_MISMATCH: payload: …`). A call
@@ -137,10 +195,11 @@ export function journalError(what: string, key: string, reason: unknown, signal?
   }
   const info = findErrorInfo(ce);
   if (info) {
-    const field = info.metadata["field"] ?? "";
+    const { field = "", ...details } = info.metadata;
     let detail = ce.rawMessage;
     if (field && detail.startsWith(field + ": ")) detail = detail.slice(field.length + 2);
-    return new OpjournalError(info.reason || "INTERNAL", detail, { field, prefix, grpcCode: ce.code, cause: reason });
+    return new OpjournalError(info.reason || "INTERNAL", detail,
+      { field, prefix, grpcCode: ce.code, cause: reason, details, retryAfterMs: findRetryAfterMs(ce) });
   }
   let code: ErrorCode = "INTERNAL";
   let detail = `${Code[ce.code] ?? ce.code}: ${ce.rawMessage}`;

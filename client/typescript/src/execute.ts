@@ -210,8 +210,38 @@ export interface AwaitingApproval {
   message?: undefined;
 }
 
+/**
+ * The operation would pass a budget of its action whose on_exceed is
+ * reject (the journal's BUDGET_EXCEEDED): nothing was registered and fn was
+ * not called. The same request may fit after retryAfterMs (0: never, it
+ * alone is over the limit); it must not be split or rephrased to get
+ * around the limit.
+ */
+export interface BudgetExceeded {
+  kind: "budget_exceeded";
+  key: string;
+  /** The budget's name in the action's policy ("daily-payments"). */
+  budget: string;
+  /** The action whose policy defines the budget. */
+  action: string;
+  /** The budget's limit, in its unit (a count, or the summed member's: minor units). */
+  limit: number;
+  /** What is used of it within its window, the operations whose outcome is not yet known included. */
+  used: number;
+  /** The budget's rolling window, in seconds (86400 for 24h). */
+  windowSeconds: number;
+  /**
+   * When enough frees up for this request, in milliseconds (unless earlier
+   * operations fail first), or 0 when it never fits: its amount alone is
+   * over the limit.
+   */
+  retryAfterMs: number;
+  /** The journal's explanation (it names no payload value). */
+  message: string;
+}
+
 /** What execute established about an operation; switch on `kind`. */
-export type Outcome = Succeeded | InProgressElsewhere | VerificationRequired | Conflict | FailedFinal | AwaitingApproval;
+export type Outcome = Succeeded | InProgressElsewhere | VerificationRequired | Conflict | FailedFinal | AwaitingApproval | BudgetExceeded;
 
 /** Options of execute. */
 export interface ExecuteOptions {
@@ -337,8 +367,10 @@ export function decideNext(key: string, answer: NextAnswer): Decision {
  *    another worker's live lease as in_progress_elsewhere, an unknown
  *    outcome or a person's hold as verification_required, all without
  *    calling fn. The same key with another payload (or other refs, or
- *    another parentKey) is a conflict. A step this client does not know is
- *    an OpjournalError, never leave to call.
+ *    another parentKey) is a conflict. A new operation that would pass a
+ *    budget of its action whose on_exceed is reject (BUDGET_EXCEEDED) is
+ *    budget_exceeded: the journal registered nothing. A step this client
+ *    does not know is an OpjournalError, never leave to call.
  *    When a person must approve the request first (AWAIT_APPROVAL), it
  *    calls nothing: it waits up to options.approvalWaitMs for the decision
  *    with lookup's long poll (never a tight loop; an abort of
@@ -402,6 +434,9 @@ export async function execute(journal: Journal, op: Op, fn: AttemptFn, options: 
       if (e instanceof OpjournalError && e.code === "PAYLOAD_MISMATCH") {
         return { decision: { call: false, outcome: { kind: "conflict", key: op.key, message: e.detail, field: e.field } } };
       }
+      if (e instanceof OpjournalError && e.code === "BUDGET_EXCEEDED") {
+        return { decision: { call: false, outcome: budgetOutcome(op.key, e) } };
+      }
       throw e;
     }
     return { decision: decideNext(op.key, reg), reg, sentAt };
@@ -415,6 +450,25 @@ export async function execute(journal: Journal, op: Op, fn: AttemptFn, options: 
   return runAttempt(journal, {
     key: op.key, attempt: decision.attempt, leaseSeconds: decision.leaseSeconds, sentAt: sentAt!, operation: reg!.operation,
   }, fn, options);
+}
+
+/**
+ * The budget_exceeded outcome of a BUDGET_EXCEEDED refusal: the budget its
+ * ErrorInfo names (all metadata values are strings) and its RetryInfo (or
+ * retry_after_seconds; absent when the request never fits).
+ */
+export function budgetOutcome(key: string, e: OpjournalError): BudgetExceeded {
+  const d = e.details;
+  const int = (name: string): number => {
+    const n = Number(d[name] ?? "");
+    return Number.isFinite(n) ? n : 0;
+  };
+  return {
+    kind: "budget_exceeded", key, budget: d["budget"] ?? "", action: d["action"] ?? "",
+    limit: int("limit"), used: int("used"), windowSeconds: int("window_seconds"),
+    retryAfterMs: e.retryAfterMs > 0 ? e.retryAfterMs : int("retry_after_seconds") * 1000,
+    message: e.detail,
+  };
 }
 
 /** A register's decision, with the answer and when it was sent when the journal answered. */

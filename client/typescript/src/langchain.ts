@@ -15,7 +15,7 @@ import { approvalStep, checkToolPolicy, journalToolCall, resolveScope, type Tool
 
 export {
   answerApproval, isToolApprovalRequest, modelText, toolKey,
-  type ApprovalAnswer, type ToolAnswer, type ToolApprovalRequest, type ToolOutcome, type ToolPolicy,
+  type ApprovalAnswer, type ToolAnswer, type ToolApprovalRequest, type ToolBudget, type ToolOutcome, type ToolPolicy,
 } from "./tools.js";
 
 /** What a journaled tool's function gets besides its arguments: execute's AttemptContext and LangChain's config. */
@@ -46,8 +46,8 @@ export interface JournaledToolFields {
  * key function; never by the tool-call id. The model gets the tool's
  * output, the stored output on a retry (both in one member order), or the
  * gateway's text for an unknown outcome, a call in progress, a conflicting
- * call, a replayed refusal, a call awaiting a person's approval or one a
- * person rejected (model_texts.ts). Return a string (or JSON-encodable
+ * call, a replayed refusal, a call awaiting a person's approval, one a
+ * person rejected or one a budget of its action refused (model_texts.ts). Return a string (or JSON-encodable
  * content) from func, as for any LangChain tool; a JSON text's "id" is the
  * effect's external id unless policy.externalId says otherwise.
  *

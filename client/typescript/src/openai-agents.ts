@@ -22,7 +22,7 @@ import {
 
 export {
   answerApproval, isToolApprovalRequest, modelText, toolKey,
-  type ApprovalAnswer, type ToolAnswer, type ToolApprovalRequest, type ToolOutcome, type ToolPolicy,
+  type ApprovalAnswer, type ToolAnswer, type ToolApprovalRequest, type ToolBudget, type ToolOutcome, type ToolPolicy,
 } from "./tools.js";
 
 /** The SDK's details of a call (toolCall, signal). */
@@ -60,7 +60,8 @@ export interface JournaledToolOptions<A, O, Context = unknown> {
  * The model gets the tool's output, the stored output on a retry (both in
  * one member order), or the gateway's text for an unknown outcome, a call
  * in progress, a conflicting call, a replayed refusal, a call awaiting a
- * person's approval or one a person rejected (model_texts.ts). The
+ * person's approval, one a person rejected or one a budget of its action
+ * refused (model_texts.ts). The
  * application gets the outcome in the tool call output item's customData
  * (outcomeOf). When the journal holds a
  * call in awaiting_approval, the tool's needsApproval raises the SDK's

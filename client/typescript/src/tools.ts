@@ -9,7 +9,7 @@ import { createHash } from "node:crypto";
 
 import { canonicalJson } from "./canonical.js";
 import { NotRecordedError, OpjournalError, Rejected } from "./errors.js";
-import { execute, type AttemptContext, type Op, type Outcome } from "./execute.js";
+import { execute, type AttemptContext, type BudgetExceeded, type Op, type Outcome } from "./execute.js";
 import type { Journal, Operation } from "./journal.js";
 import { MAX_KEY_LEN, MAX_REF_NAME_LEN, MAX_REF_VALUE_LEN, MAX_REFS } from "./limits.js";
 import { IN_PROGRESS_MAX_SECONDS, MODEL_TEXTS } from "./model_texts.js";
@@ -114,6 +114,19 @@ export interface ToolOutcome {
   requestHash: string;
   /** The recorded error code (failed_final, verification_required; "" otherwise). */
   errorCode: string;
+  /** The budget that refused the call (kind "budget_exceeded" only). */
+  budget?: ToolBudget;
+}
+
+/** The budget that refused a journaled tool call, as ToolOutcome carries it. */
+export interface ToolBudget {
+  /** The budget's name in the action's policy ("daily-payments"). */
+  name: string;
+  limit: number;
+  used: number;
+  windowSeconds: number;
+  /** When the same call may fit, in milliseconds; 0: it never fits (its amount alone is over the limit). */
+  retryAfterMs: number;
 }
 
 /** The ToolOutcome of an execute outcome (or of a call that was not sent). */
@@ -128,6 +141,9 @@ export function summarize(key: string | undefined, out: Outcome | undefined, fre
     case "failed_final": s.errorCode = out.errorCode; s.replayed = out.replayed; break;
     case "verification_required": s.errorCode = out.errorCode; break;
     case "awaiting_approval": s.awaitingApproval = true; s.requestHash = out.operation.requestHash; break;
+    case "budget_exceeded":
+      s.budget = { name: out.budget, limit: out.limit, used: out.used, windowSeconds: out.windowSeconds, retryAfterMs: out.retryAfterMs };
+      break;
     default: break;
   }
   return s;
@@ -219,6 +235,41 @@ export function modelText(name: keyof typeof MODEL_TEXTS, vars: Record<string, s
 }
 
 /**
+ * A budget's window in the words of the journal's refusal (protocol's
+ * window) and of the gateway's MCP door (gateway/budget.go windowWords):
+ * whole days beyond two days ("7d"), else whole hours ("24h", "48h"), else
+ * whole minutes ("30m"), else as Go prints a duration ("1m30s", "45s");
+ * "window" when the journal named none.
+ */
+export function windowWords(seconds: number): string {
+  const s = Math.trunc(seconds);
+  if (!(s > 0)) return "window";
+  const day = 86400;
+  if (s % day === 0 && s > 2 * day) return `${s / day}d`;
+  if (s % 3600 === 0) return `${s / 3600}h`;
+  if (s % 60 === 0) return `${s / 60}m`;
+  // Go's Duration.String of whole seconds: "1h0m1s", "1m1s", "45s".
+  const h = Math.trunc(s / 3600);
+  const m = Math.trunc((s % 3600) / 60);
+  const sec = s % 60;
+  if (h > 0) return `${h}h${m}m${sec}s`;
+  if (m > 0) return `${m}m${sec}s`;
+  return `${sec}s`;
+}
+
+/**
+ * The budget_exceeded text of a refused call of tool, as the gateway's MCP
+ * door words it: {retry} in whole seconds rounded up, or "" when the call
+ * never fits.
+ */
+export function budgetText(tool: string, out: BudgetExceeded): string {
+  const retry = out.retryAfterMs > 0 ? ` It may fit again in about ${Math.ceil(out.retryAfterMs / 1000)} seconds.` : "";
+  return modelText("budget_exceeded", {
+    tool, budget: out.budget, used: String(out.used), limit: String(out.limit), window: windowWords(out.windowSeconds), retry,
+  });
+}
+
+/**
  * A string quoted as Go's %q quotes it (strconv.Quote), for the texts that
  * quote a value: the same text as the gateway's.
  */
@@ -283,8 +334,9 @@ export interface ToolCall<A, O> {
  * otherwise the gateway's text for the outcome (model_texts.ts): unknown,
  * in progress, conflict, a replayed refusal, a call awaiting a person's
  * approval (awaiting_approval), a call a person rejected or nobody
- * approved in time (approval_rejected), a success recorded without the
- * output, refused arguments, an unreachable journal, a missing
+ * approved in time (approval_rejected), a call a budget of its action
+ * refuses (budget_exceeded), a success recorded without the output,
+ * refused arguments, an unreachable journal, a missing
  * identifying argument. A fresh definite refusal (the tool threw
  * Rejected) is thrown again, so the framework shows the tool's own error,
  * as the gateway passes the tool's own error result on. Errors that are
@@ -353,6 +405,8 @@ export async function journalToolCall<A, O>(journal: Journal, policy: ToolPolicy
       return { kind: "text", text: modelText("conflict", { tool, ids }), key, outcome: out, summary: summarize(key, out) };
     case "awaiting_approval":
       return { kind: "text", text: modelText("awaiting_approval", { tool, ids }), key, outcome: out, summary: summarize(key, out) };
+    case "budget_exceeded":
+      return { kind: "text", text: budgetText(tool, out), key, outcome: out, summary: summarize(key, out) };
   }
 }
 

@@ -10,10 +10,13 @@ import { MockLanguageModelV3 } from "ai/test";
 import { z } from "zod";
 
 import { classifyHttp, Journal } from "../src/index.js";
-import { journaledTool } from "../src/ai-sdk.js";
+import { journaledTool, outcomeOf } from "../src/ai-sdk.js";
 import { chargeVia, startFakeProvider, type FakeProvider } from "../testutil/fakeprovider.js";
 import { startJournal, type JournalServer } from "../testutil/harness.js";
-import { checkConversation, exampleModule, FINAL, keyOf, LOST_ANSWER_FAULTS, TOOL, TURNS, type Turn } from "../testutil/agentscript.js";
+import {
+  BUDGET_FINAL, BUDGET_POLICY, BUDGET_SCOPE, BUDGET_TURNS, checkBudgetConversation, checkConversation, exampleModule, FINAL, keyOf,
+  LOST_ANSWER_FAULTS, TOOL, TURNS, type Turn,
+} from "../testutil/agentscript.js";
 
 type Prompt = Parameters<MockLanguageModelV3["doGenerate"]>[0]["prompt"];
 
@@ -101,5 +104,34 @@ describe("ai-sdk adapter", () => {
     await import(url + "?again");
     assert.deepEqual(JSON.parse(toolResults(again.prompts)[0]!), paid);
     assert.equal(await provider.effects(key), 1);
+  });
+});
+
+describe("ai-sdk adapter under a budget", () => {
+  let srv: JournalServer;
+  let provider: FakeProvider;
+  let journal: Journal;
+
+  before(async () => {
+    [srv, provider] = await Promise.all([startJournal({ policy: BUDGET_POLICY }), startFakeProvider()]);
+    journal = new Journal({ baseUrl: srv.baseUrl, workerId: "ts-ai-sdk-budget" });
+  });
+  after(async () => {
+    journal?.close();
+    await Promise.all([srv?.stop(), provider?.stop()]);
+  });
+
+  test("an agent that keeps paying hits the budget: the refused calls read budget_exceeded and charge nothing", async () => {
+    const createPayment = journaledTool(journal, { action: TOOL, keyFields: ["order_id"], scope: BUDGET_SCOPE }, {
+      name: TOOL,
+      description: "Charge an order",
+      inputSchema: z.object({ order_id: z.string(), amount_minor: z.number().int(), currency: z.string() }),
+      execute: chargeVia(provider.url, classifyHttp),
+    });
+    const { model, prompts } = scriptedModel(BUDGET_TURNS, BUDGET_FINAL);
+    const result = await generateText({ model, tools: { [TOOL]: createPayment }, stopWhen: stepCountIs(10), prompt: "Pay orders 901 to 903." });
+    assert.equal(result.text, BUDGET_FINAL);
+    const kinds = result.steps.flatMap((s) => s.toolResults).map((r) => outcomeOf(r)?.kind);
+    await checkBudgetConversation(toolResults(prompts), kinds, provider);
   });
 });

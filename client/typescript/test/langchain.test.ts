@@ -13,10 +13,13 @@ import { createReactAgent } from "@langchain/langgraph/prebuilt";
 import { z } from "zod";
 
 import { classifyHttp, Journal } from "../src/index.js";
-import { journaledTool } from "../src/langchain.js";
+import { journaledTool, outcomeOf } from "../src/langchain.js";
 import { chargeVia, startFakeProvider, type FakeProvider } from "../testutil/fakeprovider.js";
 import { startJournal, type JournalServer } from "../testutil/harness.js";
-import { checkConversation, exampleModule, FINAL, keyOf, LOST_ANSWER_FAULTS, TOOL, TURNS, type Turn } from "../testutil/agentscript.js";
+import {
+  BUDGET_FINAL, BUDGET_POLICY, BUDGET_SCOPE, BUDGET_TURNS, checkBudgetConversation, checkConversation, exampleModule, FINAL, keyOf,
+  LOST_ANSWER_FAULTS, TOOL, TURNS, type Turn,
+} from "../testutil/agentscript.js";
 
 /** A fake chat model that makes the turns' tool calls, then says final; calls records what it was sent. */
 export class ScriptedChatModel extends BaseChatModel {
@@ -90,5 +93,34 @@ describe("langchain adapter", () => {
     await import(url + "?again");
     assert.deepEqual(JSON.parse(again.toolResults()[0]!), paid);
     assert.equal(await provider.effects(key), 1);
+  });
+});
+
+describe("langchain adapter under a budget", () => {
+  let srv: JournalServer;
+  let provider: FakeProvider;
+  let journal: Journal;
+
+  before(async () => {
+    [srv, provider] = await Promise.all([startJournal({ policy: BUDGET_POLICY }), startFakeProvider()]);
+    journal = new Journal({ baseUrl: srv.baseUrl, workerId: "ts-langchain-budget" });
+  });
+  after(async () => {
+    journal?.close();
+    await Promise.all([srv?.stop(), provider?.stop()]);
+  });
+
+  test("an agent that keeps paying hits the budget: the refused calls read budget_exceeded and charge nothing", async () => {
+    const charge = chargeVia(provider.url, classifyHttp);
+    const createPayment = journaledTool(journal, { action: TOOL, keyFields: ["order_id"], scope: (config) => config?.configurable?.["user_id"] as string },
+      async (args: { order_id: string; amount_minor: number; currency: string }, ctx) => JSON.stringify(await charge(args, ctx)),
+      { name: TOOL, description: "Charge an order", schema: z.object({ order_id: z.string(), amount_minor: z.number().int(), currency: z.string() }) });
+    const model = new ScriptedChatModel(BUDGET_TURNS, BUDGET_FINAL);
+    const agent = createReactAgent({ llm: model, tools: [createPayment] });
+    const result = await agent.invoke({ messages: [{ role: "user", content: "Pay orders 901 to 903." }] },
+      { configurable: { user_id: BUDGET_SCOPE }, recursionLimit: 20 });
+    assert.equal(result.messages.at(-1)?.content, BUDGET_FINAL);
+    const kinds = result.messages.filter((m) => m.getType() === "tool").map((m) => outcomeOf(m)?.kind);
+    await checkBudgetConversation(model.toolResults(), kinds, provider);
   });
 });

@@ -9,10 +9,13 @@ import { Agent, run, setTracingDisabled, Usage, type Model, type ModelRequest, t
 import { z } from "zod";
 
 import { classifyHttp, Journal } from "../src/index.js";
-import { journaledTool } from "../src/openai-agents.js";
+import { journaledTool, outcomeOf } from "../src/openai-agents.js";
 import { chargeVia, startFakeProvider, type FakeProvider } from "../testutil/fakeprovider.js";
 import { startJournal, type JournalServer } from "../testutil/harness.js";
-import { checkConversation, exampleModule, FINAL, keyOf, LOST_ANSWER_FAULTS, TOOL, TURNS, type Turn } from "../testutil/agentscript.js";
+import {
+  BUDGET_FINAL, BUDGET_POLICY, BUDGET_SCOPE, BUDGET_TURNS, checkBudgetConversation, checkConversation, exampleModule, FINAL, keyOf,
+  LOST_ANSWER_FAULTS, TOOL, TURNS, type Turn,
+} from "../testutil/agentscript.js";
 
 setTracingDisabled(true); // no trace export to OpenAI from a test
 
@@ -97,5 +100,35 @@ describe("openai-agents adapter", () => {
     await import(url + "?again");
     assert.deepEqual(JSON.parse(again.toolResults()[0]!), paid);
     assert.equal(await provider.effects(key), 1);
+  });
+});
+
+describe("openai-agents adapter under a budget", () => {
+  let srv: JournalServer;
+  let provider: FakeProvider;
+  let journal: Journal;
+
+  before(async () => {
+    [srv, provider] = await Promise.all([startJournal({ policy: BUDGET_POLICY }), startFakeProvider()]);
+    journal = new Journal({ baseUrl: srv.baseUrl, workerId: "ts-openai-agents-budget" });
+  });
+  after(async () => {
+    journal?.close();
+    await Promise.all([srv?.stop(), provider?.stop()]);
+  });
+
+  test("an agent that keeps paying hits the budget: the refused calls read budget_exceeded and charge nothing", async () => {
+    const createPayment = journaledTool(journal, { action: TOOL, keyFields: ["order_id"], scope: BUDGET_SCOPE }, {
+      name: TOOL,
+      description: "Charge an order",
+      parameters: z.object({ order_id: z.string(), amount_minor: z.number().int(), currency: z.string() }),
+      execute: chargeVia(provider.url, classifyHttp),
+    });
+    const model = new ScriptedModel(BUDGET_TURNS, BUDGET_FINAL);
+    const agent = new Agent({ name: "shop", instructions: "Pay orders.", model, tools: [createPayment] });
+    const result = await run(agent, "Pay orders 901 to 903.", { maxTurns: 10 });
+    assert.equal(result.finalOutput, BUDGET_FINAL);
+    const kinds = result.newItems.filter((i) => i.type === "tool_call_output_item").map((i) => outcomeOf(i)?.kind);
+    await checkBudgetConversation(model.toolResults(), kinds, provider);
   });
 });

@@ -6,6 +6,9 @@
 // call id, then tries a changed amount, then charges a second order twice.
 // The provider must hold one effect per order, and the model must read the
 // shared texts (protocol/testdata/model_texts.json) for what the journal did.
+// And an agent that keeps paying under a budget (BUDGET_POLICY) until the
+// journal refuses: the refused calls read the budget_exceeded text and
+// reach nothing.
 
 import assert from "node:assert/strict";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -93,6 +96,65 @@ export async function checkConversation(texts: string[], provider: FakeProvider,
   assert.deepEqual(JSON.parse(texts[4]!), paid, "the retry of 818 is the stored answer");
   assert.equal(await provider.effects(keyOf("817", scope)), 1, "one charge of order 817 at the provider");
   assert.equal(await provider.effects(keyOf("818", scope)), 1, "one charge of order 818 at the provider");
+}
+
+/**
+ * A policy whose create_payment allows two payments a day per currency
+ * (on_exceed reject): the budget the loops' agent runs into.
+ */
+export const BUDGET_POLICY = `actions:
+  create_payment:
+    budgets:
+      - name: daily-payments
+        count: true
+        per: [payload.currency]
+        window: 24h
+        limit: 2
+        on_exceed: reject
+`;
+
+/** The scope of the budget loops' tool. */
+export const BUDGET_SCOPE = `${SCOPE}-budget`;
+
+/**
+ * An agent that keeps paying: two orders are paid, the third passes the
+ * daily count and is refused, and so is the same order split into a
+ * smaller payment.
+ */
+export const BUDGET_TURNS: Turn[] = [
+  { id: "call_p1", say: "Paying order 901.", args: { order_id: "901", amount_minor: 1000, currency: "EUR" } },
+  { id: "call_p2", say: "Paying order 902.", args: { order_id: "902", amount_minor: 1000, currency: "EUR" } },
+  { id: "call_p3", say: "Paying order 903.", args: { order_id: "903", amount_minor: 1000, currency: "EUR" } },
+  { id: "call_p4", say: "Then half of order 903 under another order.", args: { order_id: "903-a", amount_minor: 500, currency: "EUR" } },
+];
+
+/** The model's last words in the budget loops. */
+export const BUDGET_FINAL = "Orders 901 and 902 are paid; the daily payment limit stopped order 903.";
+
+/**
+ * Checks the budget loop: what the model read after each call (texts),
+ * the outcome the adapter gave the application for each (kinds, read with
+ * its outcomeOf) and the provider's effects: the refused calls read the
+ * budget_exceeded text and reached nothing.
+ */
+export async function checkBudgetConversation(texts: string[], kinds: (string | undefined)[], provider: FakeProvider): Promise<void> {
+  assert.equal(texts.length, BUDGET_TURNS.length, `the model read ${texts.length} tool results: ${JSON.stringify(texts)}`);
+  assert.deepEqual(kinds, ["succeeded", "succeeded", "budget_exceeded", "budget_exceeded"], "outcomeOf");
+  for (const [i, order] of ["901", "902"].entries()) {
+    const paid = JSON.parse(texts[i]!) as { id: string; order_id: string };
+    assert.match(paid.id, /^pay_/);
+    assert.equal(paid.order_id, order);
+  }
+  for (const text of texts.slice(2)) {
+    // The window runs from order 901's registration, a moment ago.
+    const n = /It may fit again in about (\d+) seconds\.$/.exec(text)?.[1];
+    assert.ok(n !== undefined && Number(n) >= 86400 - 60 && Number(n) <= 86401, text);
+    assert.equal(text, modelText("budget_exceeded", { tool: TOOL, budget: "daily-payments", used: "2", limit: "2", window: "24h",
+      retry: ` It may fit again in about ${n} seconds.` }), "the refused call reads the budget text");
+  }
+  for (const [order, n] of [["901", 1], ["902", 1], ["903", 0], ["903-a", 0]] as const) {
+    assert.equal(await provider.effects(keyOf(order, BUDGET_SCOPE)), n, `charges of order ${order} at the provider`);
+  }
 }
 
 /**

@@ -175,6 +175,12 @@ type env struct {
 
 func newEnv(t *testing.T, doc string) *env {
 	t.Helper()
+	return newEnvWith(t, doc)
+}
+
+// newEnvWith is newEnv with options of the journal (its clock, say).
+func newEnvWith(t *testing.T, doc string, opts ...testserver.Option) *env {
+	t.Helper()
 	p := fakeprovider.New(fakeprovider.Options{})
 	ps := httptest.NewServer(p)
 	t.Cleanup(func() { p.Close(); ps.Close() })
@@ -189,7 +195,7 @@ func newEnv(t *testing.T, doc string) *env {
 		t.Fatal(err)
 	}
 	a, mint := testAuth(t)
-	j := testserver.Start(t, pol, testserver.WithAuth(a, tokenAdmin))
+	j := testserver.Start(t, pol, append([]testserver.Option{testserver.WithAuth(a, tokenAdmin)}, opts...)...)
 	e := &env{t: t, journal: j, provider: p, provURL: ps.URL, pol: pol, jwt: mint}
 	e.gw = e.newGateway(lookup)
 	e.front = httptest.NewServer(e.gw)

@@ -30,9 +30,10 @@ import (
 // gets the stored status, headers and body with Idempotent-Replayed: true;
 // a duplicate while the first is in flight, or while its outcome is
 // unknown, gets 409 and Retry-After; the same key with another body gets
-// 422; a missing key where one is required gets 400. Every refusal is a
-// problem document (application/problem+json). Other requests pass
-// through to the default upstream unchanged.
+// 422; a missing key where one is required gets 400; a request a budget
+// of its action refuses gets 429 and Retry-After (budget.go). Every
+// refusal is a problem document (application/problem+json). Other
+// requests pass through to the default upstream unchanged.
 
 // maxRequestBytes bounds a protected request's body; the journal bounds
 // the payload (64 KiB of canonical JSON) and answers 413 beyond it.
@@ -522,6 +523,8 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, route *httpRout
 	case client.AwaitingApproval:
 		log.Info("held for approval", "retry_after", out.RetryAfter)
 		writeApprovalPending(w, key, out)
+	case client.BudgetExceeded:
+		writeBudgetExceeded(w, log, key, out)
 	case client.Conflict:
 		describedBy(w)
 		writeProblem(w, http.StatusUnprocessableEntity, probKeyReused, "Key reused with another request",

@@ -23,9 +23,10 @@ import (
 // an action's policy protects (gateway.mcp) becomes an operation whose key
 // comes from the policy's key fields of the arguments and the caller's
 // scope: sent once, recorded, and answered from the journal on every
-// retry. A duplicate in flight, an unknown outcome or a conflicting call
-// is answered with a tool error (isError) whose text tells the model what
-// happened and that it must not rephrase the call to get around it.
+// retry. A duplicate in flight, an unknown outcome, a conflicting call or
+// one a budget refuses is answered with a tool error (isError) whose text
+// tells the model what happened and that it must not rephrase the call to
+// get around it.
 // Other tools pass straight through.
 
 // Implementation names the gateway to MCP peers.
@@ -445,6 +446,8 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, ids, key string, out client
 		m := res.Meta[MetaKey].(map[string]any)
 		m["awaiting_approval"], m["request_hash"] = true, out.Operation.GetRequestHash()
 		return res
+	case client.BudgetExceeded:
+		return budgetToolError(log, tool, key, out)
 	case client.Conflict:
 		return withMeta(toolError("A call of %s with the same identifying arguments (%s) but different other arguments was already made, so this one is refused and nothing was sent. "+
 			"Do not retry it with rephrased arguments. If this really is a new, separate action, it needs its own %s; if not, the earlier call stands.", tool, ids, ids), key, false, OutcomeConflict)
@@ -452,10 +455,14 @@ func (g *Gateway) toolAnswer(log *slog.Logger, tool, ids, key string, out client
 	return toolError("The gateway got an unexpected answer for %s; nothing was sent.", tool)
 }
 
-// outcomeOf names a settled outcome for a result's _meta.
+// outcomeOf names an outcome with a result of its own (settled, or
+// refused by a budget) for a result's _meta.
 func outcomeOf(k client.OutcomeKind) string {
-	if k == client.FailedFinal {
+	switch k {
+	case client.FailedFinal:
 		return OutcomeFailedFinal
+	case client.BudgetExceeded:
+		return OutcomeBudgetExceeded
 	}
 	return OutcomeSucceeded
 }

@@ -54,6 +54,9 @@ const (
 	// OutcomeApprovalRejected: a person rejected the request (or the
 	// approval timed out); it was never sent.
 	OutcomeApprovalRejected = "approval_rejected"
+	// OutcomeBudgetExceeded: the call would pass a budget of its action
+	// (named in the _meta's budget); it was not sent, nor registered.
+	OutcomeBudgetExceeded = "budget_exceeded"
 )
 
 // isStatelessVersion reports whether an MCP-Protocol-Version header names
@@ -130,6 +133,8 @@ func (g *Gateway) journalExtension() map[string]any {
 			OutcomeConflict:         map[string]any{"isError": true, "sent": "no", "retry": "never with these key fields; a new action needs new key fields"},
 			OutcomeAwaitingApproval: map[string]any{"isError": true, "sent": "no, until a person approves request_hash", "retry": "later, with the same arguments", "meta": []string{"awaiting_approval", "request_hash"}},
 			OutcomeApprovalRejected: map[string]any{"isError": true, "sent": "never"},
+			OutcomeBudgetExceeded: map[string]any{"isError": true, "sent": "no, nor registered", "retry": "never split or rephrased; the same call after retry_after_seconds, when the budget names one",
+				"meta": []string{"budget"}},
 		},
 		"tools": tools,
 	}

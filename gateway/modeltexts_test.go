@@ -97,6 +97,24 @@ func TestModelTextsMatchTheMCPDoor(t *testing.T) {
 				}
 				return out
 			}
+			// budget is a budget_exceeded case: the refusal the journal
+			// gives, and the words the model must read for it.
+			budget := func(name string, used, limit int64, window, retry time.Duration, windowWords, retryWords string) (map[string]string, client.Outcome) {
+				vars := map[string]string{"budget": name, "used": strconv.FormatInt(used, 10), "limit": strconv.FormatInt(limit, 10),
+					"window": windowWords, "retry": retryWords}
+				for bk, bv := range base {
+					vars[bk] = bv
+				}
+				return vars, client.Outcome{Kind: client.BudgetExceeded, RetryAfter: retry,
+					Budget: &client.BudgetRefusal{Budget: name, Action: "create_payment", Limit: limit, Used: used, Window: window, Message: "the journal's words"}}
+			}
+			bDay, oDay := budget("daily-payments", 5, 5, 24*time.Hour, 86400*time.Second, "24h", " It may fit again in about 86400 seconds.")
+			bWeek, oWeek := budget("weekly-spend", 480000, 500000, 7*24*time.Hour, 90*time.Second+300*time.Millisecond, "7d", " It may fit again in about 91 seconds.")
+			bTwoDays, oTwoDays := budget("b", 1, 1, 48*time.Hour, 1500*time.Millisecond, "48h", " It may fit again in about 2 seconds.")
+			bHalfHour, oHalfHour := budget("per-half-hour", 3, 3, 30*time.Minute, 2*time.Second, "30m", " It may fit again in about 2 seconds.")
+			bOdd, oOdd := budget("odd-window", 2, 2, 90*time.Second, 0, "1m30s", "")
+			// The amount alone is over the limit: no hint, it never fits.
+			bNever, oNever := budget("daily-spend", 0, 500000, 24*time.Hour, 0, "24h", "")
 			cases := []struct {
 				name string
 				vars map[string]string
@@ -125,6 +143,12 @@ func TestModelTextsMatchTheMCPDoor(t *testing.T) {
 				// provider's, not a person's.
 				{"replayed_refused", with("error_code", "card_declined"), client.Outcome{Kind: client.FailedFinal, Replayed: true, ErrorCode: "card_declined",
 					Operation: &pb.Operation{Status: pb.Status_STATUS_FAILED_FINAL, ErrorCode: "card_declined", AttemptCount: 1, Approval: &pb.Approval{Required: true}}}, nil},
+				{"budget_exceeded", bDay, oDay, nil},
+				{"budget_exceeded", bWeek, oWeek, nil},
+				{"budget_exceeded", bTwoDays, oTwoDays, nil},
+				{"budget_exceeded", bHalfHour, oHalfHour, nil},
+				{"budget_exceeded", bOdd, oOdd, nil},
+				{"budget_exceeded", bNever, oNever, nil},
 				{"journal_unavailable", base, client.Outcome{}, &opjournal.Error{Code: opjournal.CodeUnavailable, Message: "down"}},
 				{"journal_unavailable", base, client.Outcome{}, &opjournal.Error{Code: opjournal.CodeRateLimited, Message: "slow down"}},
 			}

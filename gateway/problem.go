@@ -46,6 +46,8 @@ const (
 	// forwards.
 	probApprovalPending = "approval-pending"
 	probDecisionRoute   = "approval-decision-not-here"
+	// A request a budget of its action refuses (budget.go).
+	probBudgetExceeded = "budget-exceeded"
 )
 
 // problem is an RFC 9457 problem document.
@@ -63,6 +65,15 @@ type problem struct {
 	RequestHash string `json:"request_hash,omitempty"`
 	// ErrorCode is the stored refusal of a request rejected earlier.
 	ErrorCode string `json:"error_code,omitempty"`
+	// The budget a request would pass (budget-exceeded): its name, its
+	// limit and what is used within its window (both always present, 0
+	// included), the window, and whether the request alone is over the
+	// limit (so that waiting never helps). Never a value of the request.
+	Budget        string `json:"budget,omitempty"`
+	Limit         *int64 `json:"limit,omitempty"`
+	Used          *int64 `json:"used,omitempty"`
+	WindowSeconds int64  `json:"window_seconds,omitempty"`
+	NeverFits     bool   `json:"never_fits,omitempty"`
 }
 
 // writeProblem answers a problem; retryAfter > 0 also sets Retry-After.

@@ -64,6 +64,7 @@ var Scenarios = []Scenario{
 	{"email: a provider without idempotency, reconciled by its reference search", Email},
 	{"payment: timeout before commit, proven absent, released, retried", AbsentThenRetried},
 	{"payment: a large payment waits for an operator's approval of the exact request, then runs once", ApprovedPayment},
+	{"budgets: an agent's payments stop at its daily limit, and one over its daily spend waits for a person", Budgets},
 }
 
 // RunAll runs every scenario, stopping at the first failure.

@@ -38,10 +38,36 @@ const paymentAction = "  create_payment:\n    operation_key: required\n"
 // exact request.
 var approvalBlock = fmt.Sprintf("    approval:\n      when: \"payload.amount_minor > %d\"\n      approvers: [operator, admin]\n      timeout: 1h\n      on_timeout: reject\n", ApprovalThreshold)
 
+// The demo's budgets on create_payment, per agent and currency: at most
+// DailyPayments payments a day (reject) and DailySpend minor units a day
+// (a payment that would pass it waits for a person). The other scenarios
+// pay in RUB well inside both; the budget scenario pays in EUR.
+const (
+	DailyPayments = 5
+	DailySpend    = 4000000
+)
+
+// budgetBlock is create_payment's budgets in the demo's policy.
+var budgetBlock = fmt.Sprintf(`    budgets:
+      - name: daily-payments
+        count: true
+        per: [principal, currency]
+        window: 24h
+        limit: %d
+        on_exceed: reject
+      - name: daily-spend
+        sum: amount_minor
+        per: [principal, currency]
+        window: 24h
+        limit: %d
+        on_exceed: approval
+`, DailyPayments, DailySpend)
+
 // PolicyYAML returns the policy `make demo` runs with: the shipped policy
 // (policy.DefaultYAML) whose create_payment and send_email in_flight_window
 // is InFlightWindow, and whose create_payment asks an operator to approve
-// payments above ApprovalThreshold, with a header saying so. It fails if
+// payments above ApprovalThreshold and caps each agent's payments with
+// budgets (budgetBlock), with a header saying so. It fails if
 // the shipped policy no longer has the lines it changes, rather than run
 // the demo with a policy nobody chose.
 func PolicyYAML() ([]byte, error) {
@@ -54,9 +80,10 @@ func PolicyYAML() ([]byte, error) {
 	}
 	header := fmt.Sprintf("# make demo's policy: the shipped policy (protocol/policy/default.yaml) with in_flight_window %s instead of 2m\n"+
 		"# for create_payment and send_email; the test provider carries out nothing after it answered or gave up.\n"+
-		"# create_payment also asks an operator to approve payments above %d minor units (an approval block).\n", InFlightWindow, ApprovalThreshold)
+		"# create_payment also asks an operator to approve payments above %d minor units (an approval block),\n"+
+		"# and allows each agent %d payments and %d minor units a day per currency (budgets).\n", InFlightWindow, ApprovalThreshold, DailyPayments, DailySpend)
 	body := bytes.ReplaceAll(src, []byte(shippedWindow), fmt.Appendf(nil, "in_flight_window: %s\n", InFlightWindow))
-	body = bytes.Replace(body, []byte(paymentAction), []byte(paymentAction+approvalBlock), 1)
+	body = bytes.Replace(body, []byte(paymentAction), []byte(paymentAction+approvalBlock+budgetBlock), 1)
 	out := append([]byte(header), body...)
 	if _, err := policy.Parse(out, "demo policy"); err != nil {
 		return nil, err

@@ -201,6 +201,8 @@ func demoPolicy(dir, path string) (*policy.Policy, []string, error) {
 	}
 	fmt.Printf("policy: the shipped policy with in_flight_window %s instead of 2m (the test provider carries out nothing after it\n"+
 		"        answered or gave up; --policy protocol/policy/default.yaml waits the shipped window): %s\n"+
-		"        create_payment also asks an operator to approve payments above %d minor units\n", demo.InFlightWindow, demo.PolicySummary(p), demo.ApprovalThreshold)
+		"        create_payment also asks an operator to approve payments above %d minor units, and has budgets per agent and\n"+
+		"        currency: %d payments a day (then refused) and %d minor units a day (then a person decides)\n",
+		demo.InFlightWindow, demo.PolicySummary(p), demo.ApprovalThreshold, demo.DailyPayments, demo.DailySpend)
 	return p, []string{"--policy", path}, nil
 }

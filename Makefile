@@ -172,7 +172,7 @@ fuzz:
 ## linearize: the linearizability check of the per-key protocol (harness/linearize) run longer:
 ## LINEARIZE_SCALE times the runs of `make test` (SQLite, PostgreSQL batched and one statement per
 ## call, two servers on one database, the duplicate-report race, real processes killed with SIGKILL,
-## PgBouncer); an Illegal history fails with the path of porcupine's HTML visualization
+## PgBouncer, budgets on two servers over PostgreSQL and on SQLite); an Illegal history fails with the path of porcupine's HTML visualization
 ## (LINEARIZE_OUT=DIR, default opjournal-linearize in the temporary directory); LINEARIZE_SEED=N draws a failed run's
 ## commands again (the interleaving is the machine's); e.g. make linearize LINEARIZE_SCALE=50
 LINEARIZE_SCALE ?= 10

@@ -6,7 +6,8 @@
 // rule it should not under concurrency (a guard checked on a stale read)
 // is still caught: the linearizability checker (harness/linearize) asks
 // it for every answer the journal gave. Where the manual leaves a question
-// open, the model's answer is in docs/protocol-answers.md.
+// open, the model's answer is in docs/protocol-answers.md. budget.go is
+// the same for a budget counter shared by many keys (docs/budgets.md).
 package model
 
 import (

@@ -65,6 +65,9 @@ func budgetProblem(err error) string {
 	return msg
 }
 
+// maxBudgetName bounds a budget filter (policy names are far shorter).
+const maxBudgetName = 200
+
 // BudgetFilter selects budgets (ListBudgets): "" matches any.
 type BudgetFilter struct {
 	Action, Budget string
@@ -82,6 +85,9 @@ type Budget struct {
 // scope, nothing used) when nothing does. A budget shared by several
 // actions is listed under each.
 func (s *Service) ListBudgets(ctx context.Context, tenant string, f BudgetFilter) ([]Budget, error) {
+	if err := checkText("budget", f.Budget, maxBudgetName); err != nil {
+		return nil, err
+	}
 	if f.Action != "" {
 		if _, err := s.action(f.Action); err != nil {
 			return nil, err
@@ -104,6 +110,9 @@ func (s *Service) ListBudgets(ctx context.Context, tenant string, f BudgetFilter
 		}
 	}
 	if len(qs) == 0 {
+		if f.Budget != "" {
+			return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "budget", "no budget %q in the policy%s", f.Budget, forAction(f.Action))
+		}
 		return nil, nil
 	}
 	rows, err := s.store.Budgets(ctx, store.BudgetParams{Tenant: tenant, Queries: qs})
@@ -125,6 +134,14 @@ func (s *Service) ListBudgets(ctx context.Context, tenant string, f BudgetFilter
 		}
 	}
 	return out, nil
+}
+
+// forAction words an action filter in a message ("" for none).
+func forAction(action string) string {
+	if action == "" {
+		return ""
+	}
+	return " for action " + action
 }
 
 // HeldBudgets returns the counters of the budgets op holds, now (in the

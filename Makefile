@@ -134,7 +134,7 @@ test-install:
 ## screenshots: the console's pages as the browser test sees them, into docs/console/ (shown in docs/operating.md)
 screenshots:
 	@mkdir -p docs/console
-	OPJOURNAL_SCREENSHOTS=$(CURDIR)/docs/console $(HARNESS) test -count=1 -run 'TestConsole(Approvals)?InABrowser' ./e2e/
+	OPJOURNAL_SCREENSHOTS=$(CURDIR)/docs/console $(HARNESS) test -count=1 -run 'TestConsole(Approvals|Budgets)?InABrowser' ./e2e/
 
 ## test: the whole suite, PostgreSQL included (see scripts/test.sh for how it finds one)
 test:

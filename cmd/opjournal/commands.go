@@ -32,10 +32,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, cmd.UsageString())
 		return cli.Usage(err)
 	}
-	if st, ok := status.FromError(err); ok && cmd.Parent() != nil && cmd.Parent().Name() == "ops" {
-		return fmt.Errorf("ops %s: %s", cmd.Name(), journalError(cmd, st))
+	if st, ok := status.FromError(err); ok && callsJournal(cmd) {
+		return fmt.Errorf("%s: %s", strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), journalError(cmd, st))
 	}
 	return err
+}
+
+// callsJournal reports whether cmd is one of the commands that call the
+// journal over gRPC (ops SUBCOMMAND, budgets), whose refusals are worded
+// by journalError.
+func callsJournal(cmd *cobra.Command) bool {
+	return cmd.Name() == "budgets" && cmd.Parent() == cmd.Root() || cmd.Parent() != nil && cmd.Parent().Name() == "ops"
 }
 
 // journalError words the journal's refusal for the person at the command
@@ -64,8 +71,11 @@ func journalError(cmd *cobra.Command, st *status.Status) string {
 // no flag does (a field the command fills itself).
 func flagOf(cmd *cobra.Command, field string) string {
 	name := strings.ReplaceAll(field, "_", "-")
-	if field == "request_hash" {
+	switch field {
+	case "request_hash":
 		name = "hash"
+	case "action_type":
+		name = "action" // ops list --action, budgets --action
 	}
 	if cmd.Flags().Lookup(name) == nil {
 		return ""
@@ -91,6 +101,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Long:  rootLong,
 		Example: `  opjournal serve --database-url sqlite://opjournal.db
   opjournal ops list --journal-addr 127.0.0.1:9090 --status unknown
+  opjournal budgets --journal-addr 127.0.0.1:9090 --action create_payment
   opjournal token --name alice --tenant team-a --roles operator --append tokens.yaml
   source <(opjournal completion bash)`,
 		Args: cli.NoArgs,
@@ -99,7 +110,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 			return cli.Usage(errors.New("missing command"))
 		},
 	}
-	root.AddCommand(serveCommand(stderr), migrateCommand(stderr), opsCommand(), tokenCommand(stdout, stderr),
+	root.AddCommand(serveCommand(stderr), migrateCommand(stderr), opsCommand(), budgetsCommand(), tokenCommand(stdout, stderr),
 		purgeCommand(stdout, stderr), hashkeyCommand(stdout))
 	return cli.NewRoot(root, cli.Version(buildVersion), stdout, stderr)
 }

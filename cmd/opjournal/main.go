@@ -3,6 +3,7 @@
 //	opjournal serve       run the gRPC and REST listeners
 //	opjournal migrate     apply database migrations and exit
 //	opjournal ops         operators' tools: review queue, history, resolve, acknowledge, release
+//	opjournal budgets     the budgets' counters: what each holds of its limit, per scope
 //	opjournal token       make a bearer token and its tokens-file entry (--append FILE)
 //	opjournal purge       delete terminal operations older than their retention
 //	opjournal hashkey     make or rotate a request-hash key file

@@ -79,7 +79,7 @@ func TestOpsFlagsAnywhere(t *testing.T) {
 func TestEveryCommandHasHelpCompletionAndVersion(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
-		{"serve"}, {"migrate"}, {"purge"}, {"token"}, {"hashkey"}, {"version"},
+		{"serve"}, {"migrate"}, {"purge"}, {"token"}, {"hashkey"}, {"version"}, {"budgets"},
 		{"ops"}, {"ops", "list"}, {"ops", "show"}, {"ops", "resolve"}, {"ops", "acknowledge"}, {"ops", "release"},
 	} {
 		code, out, errOut := runSplit(t, nil, "opjournal", append(args, "--help")...)

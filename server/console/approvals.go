@@ -173,12 +173,18 @@ func (c *Console) approvals(w http.ResponseWriter, r *http.Request, s *session) 
 // words the confirmation shows.
 func approvalConsequence(d decision, op *opjournal.Operation) string {
 	a := approvalStateOf(op)
+	over := ""
+	if len(a.Budgets) > 0 {
+		// An approval admits the request past those limits: say so, as
+		// the history will.
+		over = fmt.Sprintf(" It is admitted over the limit of %s %s: once approved, its amount counts there, past the limit.", budgetsWord(a.Budgets), strings.Join(a.Budgets, ", "))
+	}
 	switch d.Verdict {
 	case verdictApprove:
 		if a.TwoPerson && len(a.Given) == 0 {
-			return fmt.Sprintf("This is the first of two approvals: it is recorded with your name, and the operation stays awaiting approval until another person approves it too. Only then may the agent call %s, with exactly this payload (hash %s), once.", op.Action, op.RequestHash)
+			return fmt.Sprintf("This is the first of two approvals: it is recorded with your name, and the operation stays awaiting approval until another person approves it too. Only then may the agent call %s, with exactly this payload (hash %s), once.", op.Action, op.RequestHash) + over
 		}
-		return fmt.Sprintf("Approving lets the agent call %s with exactly this payload (hash %s) once: the operation becomes pending, and the agent's next retry calls the provider.", op.Action, op.RequestHash)
+		return fmt.Sprintf("Approving lets the agent call %s with exactly this payload (hash %s) once: the operation becomes pending, and the agent's next retry calls the provider.", op.Action, op.RequestHash) + over
 	case verdictReject:
 		code := d.ErrorCode
 		if code == "" {
@@ -295,6 +301,31 @@ func pickedOf(values []string) ([]picked, error) {
 // maxHashLen bounds a request hash in a form (a SHA-256 in hex with a
 // prefix is well under it).
 const maxHashLen = 200
+
+// Why says why the policy asked a person: its rule (the when expression
+// that held, or "required"), and the budgets the request would pass.
+func (a approvalState) Why() string {
+	rule := a.Rule
+	if rule == "" {
+		rule = "the policy requires it"
+	}
+	if len(a.Budgets) == 0 {
+		return rule
+	}
+	over := budgetsWord(a.Budgets) + " " + strings.Join(a.Budgets, ", ")
+	if a.Rule == "budget" {
+		return "it would pass the limit of " + over + ", whose on_exceed asks a person"
+	}
+	return rule + "; and it would pass the limit of " + over
+}
+
+// budgetsWord is "budget" or "budgets".
+func budgetsWord(names []string) string {
+	if len(names) == 1 {
+		return "budget"
+	}
+	return "budgets"
+}
 
 // progress says how far the approval is: "0 of 1", "1 of 2".
 func (a approvalState) Progress() string {

@@ -29,7 +29,10 @@ type approvalState struct {
 	Deadline              time.Time
 	OnTimeout             string
 	Rule                  string
-	Given                 []givenApproval
+	// Budgets name the budgets the request would pass, whose on_exceed
+	// asked a person (Rule "budget" when only they asked).
+	Budgets []string
+	Given   []givenApproval
 }
 
 // approvalStateOf returns op's approval (the zero value when none was
@@ -40,7 +43,7 @@ func approvalStateOf(op *opjournal.Operation) approvalState {
 		return approvalState{}
 	}
 	st := approvalState{Required: a.Required, Approvers: a.Approvers, DistinctFromRequester: a.DistinctFromRequester, TwoPerson: a.TwoPerson,
-		RequestedBy: a.RequestedBy, RequestedByLabel: a.RequestedByLabel, Deadline: a.Deadline, OnTimeout: a.OnTimeout, Rule: a.Rule}
+		RequestedBy: a.RequestedBy, RequestedByLabel: a.RequestedByLabel, Deadline: a.Deadline, OnTimeout: a.OnTimeout, Rule: a.Rule, Budgets: a.Budgets}
 	for _, d := range a.Approvals {
 		st.Given = append(st.Given, givenApproval{Principal: d.Principal, Label: d.Label, At: d.At, Reason: d.Reason})
 	}

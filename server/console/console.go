@@ -3,7 +3,8 @@
 // that need a person (under review, outcome unknown, expired leases), one
 // operation with everything known about it, the audited decisions
 // (resolve, release for retry, acknowledge; one by one or over a filtered
-// selection after a dry-run count) and an overview with small charts.
+// selection after a dry-run count), the approvals, the budgets' counters
+// and an overview with small charts.
 //
 // It is server-rendered html/template with one embedded stylesheet and no
 // JavaScript at all: every page reads and every decision works in any
@@ -182,6 +183,7 @@ func New(cfg Config) (*Console, error) {
 	m.HandleFunc("GET "+Prefix+"overview", c.signedIn(c.overview))
 	m.HandleFunc("GET "+Prefix+"approvals", c.signedIn(c.approvals))
 	m.HandleFunc("POST "+Prefix+"approvals/reject", c.signedIn(c.bulkReject))
+	m.HandleFunc("GET "+Prefix+"budgets", c.signedIn(c.budgets))
 	m.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusNotFound, "There is no console page "+r.URL.Path+".")
 	})

@@ -72,12 +72,18 @@ func newEnv(t testing.TB, withAuth bool) *env {
 // newEnvWith is newEnv with the console's config changed by tune first.
 func newEnvWith(t testing.TB, withAuth bool, tune func(*console.Config)) *env {
 	t.Helper()
+	return newEnvPolicy(t, withAuth, testPolicy, tune)
+}
+
+// newEnvPolicy is newEnvWith with the policy policyYAML.
+func newEnvPolicy(t testing.TB, withAuth bool, policyYAML string, tune func(*console.Config)) *env {
+	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	pol, err := policy.Parse([]byte(testPolicy), "policy.yaml")
+	pol, err := policy.Parse([]byte(policyYAML), "policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +460,7 @@ func TestSecurityHeadersOnEveryAnswer(t *testing.T) {
 			t.Fatalf("%s: the page has a script, an inline style or an event handler", what)
 		}
 	}
-	for _, path := range []string{"/console/queues", "/console/queues?queue=unknown", "/console/operation?key=pay-1", "/console/overview", "/console/bulk?queue=unknown", "/console/nope", "/console/operation?key=missing"} {
+	for _, path := range []string{"/console/queues", "/console/queues?queue=unknown", "/console/operation?key=pay-1", "/console/overview", "/console/bulk?queue=unknown", "/console/nope", "/console/operation?key=missing", "/console/budgets", "/console/budgets?action=nope"} {
 		check(path, b.get(path), true)
 	}
 	check("confirm", b.post("/console/decide", url.Values{"csrf": {csrf}, "key": {"pay-1"}, "verdict": {"failed_final"}, "reason": {"x"}}), true)
@@ -660,6 +666,7 @@ func TestFormsAreLabelled(t *testing.T) {
 		"counted":  b.post("/console/bulk", url.Values{"csrf": {csrf}, "queue": {"unknown"}, "verdict": {"failed_final"}, "reason": {"x"}}),
 		"confirm":  b.post("/console/decide", url.Values{"csrf": {csrf}, "key": {"pay-1"}, "verdict": {"failed_final"}, "reason": {"x"}}),
 		"overview": b.get("/console/overview"),
+		"budgets":  b.get("/console/budgets"),
 		"error":    b.get("/console/nope"),
 	}
 	for name, p := range pages {

@@ -132,6 +132,11 @@ type opView struct {
 	// RequesterNote warns the requester or a person who approved already
 	// (requesterNote).
 	RequesterNote string
+	// Budgets are what the operation holds of its action's budgets, with
+	// each counter now when the session may list budgets; BudgetNote says
+	// why the counters are missing when they could not be read.
+	Budgets    []heldBudget
+	BudgetNote string
 }
 
 // operation shows one operation with everything known about it.
@@ -194,6 +199,7 @@ func (c *Console) opView(r *http.Request, s *session, key string) (*opView, erro
 		return nil, err
 	}
 	v.Children = children.Operations
+	v.Budgets, v.BudgetNote = c.heldBudgetsOf(r, s, op, s.MayListBudgets())
 	v.Approval, v.Awaiting = approvalStateOf(op), op.Status == statusAwaitingApproval
 	if v.Awaiting {
 		v.CanApprove, v.ApprovalNote = approvalOffer(s, v.Approval)

@@ -14,7 +14,7 @@ import (
 )
 
 // pageNames are the templates; each is rendered inside layout.html.
-var pageNames = []string{"signin", "queues", "operation", "confirm", "bulk", "done", "overview", "error", "approvals", "rejectmany"}
+var pageNames = []string{"signin", "queues", "operation", "confirm", "bulk", "done", "overview", "error", "approvals", "rejectmany", "budgets"}
 
 func parseTemplates() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
@@ -83,7 +83,7 @@ func (c *Console) renderView(w http.ResponseWriter, r *http.Request, status int,
 var pageTitles = map[string]string{
 	"signin": "Sign in", "queues": "Queues", "operation": "Operation", "confirm": "Confirm the decision",
 	"bulk": "Decide for a selection", "done": "Decided", "overview": "Overview", "error": "Problem",
-	"approvals": "Approvals", "rejectmany": "Reject a selection",
+	"approvals": "Approvals", "rejectmany": "Reject a selection", "budgets": "Budgets",
 }
 
 // fail shows a problem page: what went wrong, in words, with its status.

@@ -140,6 +140,7 @@ func every(ctx context.Context, c pb.JournalServiceClient, key string) map[strin
 	_, errs["Reject"] = c.Reject(ctx, &pb.RejectRequest{OperationKey: key, RequestHash: "h", Actor: "op", Reason: "why"})
 	_, errs["GetPolicy"] = c.GetPolicy(ctx, &pb.GetPolicyRequest{})
 	_, errs["WhoAmI"] = c.WhoAmI(ctx, &pb.WhoAmIRequest{})
+	_, errs["ListBudgets"] = c.ListBudgets(ctx, &pb.ListBudgetsRequest{})
 	return errs
 }
 
@@ -190,9 +191,9 @@ func TestAuthenticationAndRoles(t *testing.T) {
 	}
 	allowed := map[string]string{
 		agentA: "Register Claim ExtendLease MarkSucceeded MarkUnknown MarkFailedFinal Lookup WhoAmI",
-		reconA: "MarkSucceeded Lookup ListOperations ReleaseForRetry RecordCheck Escalate ListEvents GetPolicy WhoAmI",
-		operA:  "Lookup ListOperations ReleaseForRetry Escalate Resolve Acknowledge SetNote Approve Reject ListEvents GetPolicy WhoAmI",
-		adminA: "Register Claim ExtendLease MarkSucceeded MarkUnknown MarkFailedFinal Lookup ListOperations ReleaseForRetry RecordCheck Escalate Resolve Acknowledge SetNote Approve Reject ListEvents GetPolicy WhoAmI",
+		reconA: "MarkSucceeded Lookup ListOperations ReleaseForRetry RecordCheck Escalate ListEvents GetPolicy WhoAmI ListBudgets",
+		operA:  "Lookup ListOperations ReleaseForRetry Escalate Resolve Acknowledge SetNote Approve Reject ListEvents GetPolicy WhoAmI ListBudgets",
+		adminA: "Register Claim ExtendLease MarkSucceeded MarkUnknown MarkFailedFinal Lookup ListOperations ReleaseForRetry RecordCheck Escalate Resolve Acknowledge SetNote Approve Reject ListEvents GetPolicy WhoAmI ListBudgets",
 		metrA:  "WhoAmI", // any authenticated caller may ask who it is
 	}
 	for tok, may := range allowed {

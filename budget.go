@@ -3,6 +3,7 @@ package opjournal
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -109,3 +110,38 @@ func ParseBudgets(b []byte) ([]BudgetHold, error) {
 
 // cloneHolds copies holds (nil stays nil).
 func cloneHolds(holds []BudgetHold) []BudgetHold { return slices.Clone(holds) }
+
+// WindowWords words a budget's window as the policy writes it and every
+// door says it ("24h", "7d", "30m"; "1m30s" when it is none of these),
+// not as Go prints durations ("24h0m0s"); "window" for none. The
+// journal's refusal, the model's text and the console use the same words.
+func WindowWords(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "window"
+	case d%(24*time.Hour) == 0 && d > 48*time.Hour:
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	case d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	}
+	return d.String()
+}
+
+// UsePercent words used of limit as a whole percentage for people: "<1%"
+// for a little (never "0%" then), ">99%" short of full, "-" without a
+// limit.
+func UsePercent(used, limit int64) string {
+	if limit <= 0 {
+		return "-"
+	}
+	f := float64(used) / float64(limit) * 100 // used*100 could overflow
+	switch {
+	case used > 0 && f < 1:
+		return "<1%"
+	case used < limit && f >= 99.5:
+		return ">99%"
+	}
+	return strconv.FormatFloat(f, 'f', 0, 64) + "%"
+}

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/client"
 )
 
@@ -55,7 +55,7 @@ func writeBudgetExceeded(w http.ResponseWriter, log *slog.Logger, key string, ou
 		retry = max(retry, time.Second)
 		p.Detail = fmt.Sprintf("this request would pass the budget %q (%d of its limit %d used in the last %s), which caps what this caller may do, so it was NOT sent and nothing was registered. "+
 			"It may fit after Retry-After, unless other requests use the budget meanwhile: retry then with the same key. "+
-			"Do not split it into smaller requests or change it to get around the limit", b.Budget, b.Used, b.Limit, windowWords(b.Window))
+			"Do not split it into smaller requests or change it to get around the limit", b.Budget, b.Used, b.Limit, opjournal.WindowWords(b.Window))
 	} else {
 		retry = b.Window
 		if retry <= 0 {
@@ -64,7 +64,7 @@ func writeBudgetExceeded(w http.ResponseWriter, log *slog.Logger, key string, ou
 		p.NeverFits = true
 		p.Detail = fmt.Sprintf("this request alone is over the limit of the budget %q (%d per %s), so it was NOT sent and nothing was registered, and it will never fit under this budget, however long you wait. "+
 			"Retry-After is the budget's window only so that a client that retries by itself does not loop: do not retry this request, "+
-			"and do not split it into smaller requests to get around the limit", b.Budget, b.Limit, windowWords(b.Window))
+			"and do not split it into smaller requests to get around the limit", b.Budget, b.Limit, opjournal.WindowWords(b.Window))
 	}
 	log.Info("refused by a budget", "budget", b.Budget, "used", b.Used, "limit", b.Limit, "never_fits", p.NeverFits)
 	writeProblemDoc(w, p, retry)
@@ -84,7 +84,7 @@ const budgetExceededText = "This call of %s was NOT made: it would pass the limi
 func budgetToolError(log *slog.Logger, tool, key string, out client.Outcome) *mcp.CallToolResult {
 	b := budgetOf(out)
 	log.Info("refused by a budget", "budget", b.Budget, "used", b.Used, "limit", b.Limit, "never_fits", out.RetryAfter <= 0)
-	res := withMeta(toolError(budgetExceededText, tool, b.Budget, b.Used, b.Limit, windowWords(b.Window), retryWords(out.RetryAfter)), key, false, outcomeOf(out.Kind))
+	res := withMeta(toolError(budgetExceededText, tool, b.Budget, b.Used, b.Limit, opjournal.WindowWords(b.Window), retryWords(out.RetryAfter)), key, false, outcomeOf(out.Kind))
 	about := map[string]any{"name": b.Budget, "limit": b.Limit, "used": b.Used, "window_seconds": int64(b.Window / time.Second)}
 	if out.RetryAfter > 0 {
 		about["retry_after_seconds"] = wholeSeconds(out.RetryAfter)
@@ -105,21 +105,4 @@ func retryWords(d time.Duration) string {
 // wholeSeconds is d in whole seconds, rounded up, at least 1.
 func wholeSeconds(d time.Duration) int64 {
 	return int64((max(d, time.Second) + time.Second - 1) / time.Second)
-}
-
-// windowWords words a budget's window as the journal's refusal does
-// ("24h", "7d", "30m"; protocol's window): the model reads the same
-// words as a person reading the journal's message.
-func windowWords(d time.Duration) string {
-	switch {
-	case d <= 0:
-		return "window"
-	case d%(24*time.Hour) == 0 && d > 48*time.Hour:
-		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
-	case d%time.Hour == 0:
-		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
-	case d%time.Minute == 0:
-		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
-	}
-	return d.String()
 }

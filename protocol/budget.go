@@ -86,12 +86,12 @@ func budgetRefusal(ch BudgetCharge, u opjournal.BudgetUsage, now time.Time) *opj
 	u.Limit, u.Window = ch.Limit, ch.Window
 	at, fits := u.FreeAt(ch.Hold.Amount)
 	msg := fmt.Sprintf("budget %q of %s: %d of its limit %d is used in the last %s, and this operation does not fit; it was not registered and nothing was called",
-		ch.Hold.Budget, ch.Action, u.Used, ch.Limit, window(ch.Window))
+		ch.Hold.Budget, ch.Action, u.Used, ch.Limit, opjournal.WindowWords(ch.Window))
 	var retry time.Duration
 	switch {
 	case !fits:
 		msg = fmt.Sprintf("budget %q of %s: this operation alone is over its limit of %d per %s; it was not registered and nothing was called, and it never will be under this budget",
-			ch.Hold.Budget, ch.Action, ch.Limit, window(ch.Window))
+			ch.Hold.Budget, ch.Action, ch.Limit, opjournal.WindowWords(ch.Window))
 	case !at.IsZero():
 		retry = at.Sub(now)
 		if retry < time.Second {
@@ -102,19 +102,6 @@ func budgetRefusal(ch BudgetCharge, u opjournal.BudgetUsage, now time.Time) *opj
 		msg += fmt.Sprintf("; enough frees up by %s (database clock, in %s) unless earlier operations fail", at.UTC().Format(time.RFC3339), retry)
 	}
 	return &opjournal.Error{Code: opjournal.CodeBudgetExceeded, Field: "", Message: msg, Details: details, RetryAfter: retry}
-}
-
-// window words a budget's window ("24h0m0s" reads worse than "24h").
-func window(d time.Duration) string {
-	switch {
-	case d%(24*time.Hour) == 0 && d > 48*time.Hour:
-		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
-	case d%time.Hour == 0:
-		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
-	case d%time.Minute == 0:
-		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
-	}
-	return d.String()
 }
 
 // refuseBudgetExceeded is the refusal of Register's "new, over budget":

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/internal/cli"
 	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
 )
@@ -137,7 +138,7 @@ func listBudgets(ctx context.Context, c pb.JournalServiceClient, f *budgetsFlags
 			counts = "sum of " + b.GetSum()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", b.GetActionType(), b.GetBudget(), scopeText(b.GetScope()),
-			b.GetUsed(), b.GetLimit(), usePercent(b.GetUsed(), b.GetLimit()), b.GetReservedUnknown(), b.GetOperations(),
+			b.GetUsed(), b.GetLimit(), opjournal.UsePercent(b.GetUsed(), b.GetLimit()), b.GetReservedUnknown(), b.GetOperations(),
 			windowText(time.Duration(b.GetWindowSeconds())*time.Second), counts, b.GetOnExceed())
 	}
 	return tw.Flush()
@@ -178,22 +179,6 @@ func scopeText(scope string) string {
 		parts = append(parts, name+"="+v)
 	}
 	return strings.Join(parts, " ")
-}
-
-// usePercent words used of limit as a whole percentage ("<1%" for a
-// little, never "0%" then; ">99%" short of full).
-func usePercent(used, limit int64) string {
-	if limit <= 0 {
-		return "-"
-	}
-	f := float64(used) / float64(limit) * 100 // used*100 could overflow
-	switch {
-	case used > 0 && f < 1:
-		return "<1%"
-	case used < limit && f >= 99.5:
-		return ">99%"
-	}
-	return fmt.Sprintf("%.0f%%", f)
 }
 
 // windowText words a window as the policy writes it ("24h", "7d").

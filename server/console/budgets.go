@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -97,20 +96,6 @@ func cut(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// budgetWindow words a budget's window as the policy writes it ("24h",
-// "7d", "30m"), not as Go prints durations ("24h0m0s").
-func budgetWindow(d time.Duration) string {
-	switch {
-	case d%(24*time.Hour) == 0 && d > 48*time.Hour:
-		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
-	case d%time.Hour == 0:
-		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
-	case d%time.Minute == 0:
-		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
-	}
-	return d.String()
-}
-
 // counter is one budget counter as the console shows it.
 type counter struct {
 	Action, Budget string
@@ -137,7 +122,7 @@ type counter struct {
 // counterOf converts the journal's counter.
 func counterOf(b journal.Budget) counter {
 	c := counter{Action: b.Action, Budget: b.Budget, Limit: b.Limit, Used: b.Used, ReservedUnknown: b.ReservedUnknown,
-		Operations: b.Operations, Window: budgetWindow(b.Window), Full: b.Limit > 0 && b.Used >= b.Limit, Over: b.Used > b.Limit}
+		Operations: b.Operations, Window: opjournal.WindowWords(b.Window), Full: b.Limit > 0 && b.Used >= b.Limit, Over: b.Used > b.Limit}
 	var per []string
 	if p := b.Policy; p != nil {
 		per = p.Per
@@ -157,25 +142,9 @@ func counterOf(b journal.Budget) counter {
 	} else {
 		c.Per = "per " + strings.Join(per, ", ")
 	}
-	c.Percent = percent(b.Used, b.Limit)
+	c.Percent = opjournal.UsePercent(b.Used, b.Limit)
 	c.Bar = usageBar(b.Used, b.ReservedUnknown, b.Limit)
 	return c
-}
-
-// percent words used of limit as a whole percentage, never rounding a
-// little use down to nothing.
-func percent(used, limit int64) string {
-	if limit <= 0 {
-		return "—"
-	}
-	f := float64(used) / float64(limit) * 100 // int64 * 100 could overflow
-	switch {
-	case used > 0 && f < 1:
-		return "<1%"
-	case used < limit && f >= 99.5:
-		return ">99%"
-	}
-	return fmt.Sprintf("%.0f%%", f)
 }
 
 // The bar's fills: the Okabe-Ito colours of the charts (chart.go), so the
@@ -204,7 +173,7 @@ func usageBar(used, unknown, limit int64) template.HTML {
 	known := max(0, used-unknown)
 	kw := w * frac(known)
 	uw := min(w-kw, w*frac(unknown))
-	label := fmt.Sprintf("%d of %d used (%s); %d of it reserved by operations whose outcome is not yet known", used, limit, percent(used, limit), unknown)
+	label := fmt.Sprintf("%d of %d used (%s); %d of it reserved by operations whose outcome is not yet known", used, limit, opjournal.UsePercent(used, limit), unknown)
 	if used > limit {
 		label += "; past the limit"
 	}

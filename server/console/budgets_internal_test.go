@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/opjournal/opjournal"
 	"github.com/opjournal/opjournal/journal"
@@ -82,20 +81,6 @@ func TestScopeOfReadsTheCanonicalScope(t *testing.T) {
 }
 
 func TestBudgetFiguresInWords(t *testing.T) {
-	for _, c := range []struct {
-		used, limit int64
-		want        string
-	}{{0, 5, "0%"}, {3, 5, "60%"}, {1, 1000, "<1%"}, {999, 1000, ">99%"}, {5, 5, "100%"}, {11000, 10000, "110%"},
-		{1 << 62, 1<<63 - 1, "50%"}} {
-		if got := percent(c.used, c.limit); got != c.want {
-			t.Errorf("percent(%d, %d) = %q, want %q", c.used, c.limit, got, c.want)
-		}
-	}
-	for d, want := range map[time.Duration]string{24 * time.Hour: "24h", 7 * 24 * time.Hour: "7d", 30 * time.Minute: "30m", 90 * time.Second: "1m30s", 48 * time.Hour: "48h"} {
-		if got := budgetWindow(d); got != want {
-			t.Errorf("budgetWindow(%s) = %q, want %q", d, got, want)
-		}
-	}
 	// The bar: the known part, then the unknown part; never wider than
 	// the limit; past the limit outlined in red.
 	bar := string(usageBar(11000, 5000, 10000))

@@ -628,6 +628,8 @@ func errorSchemas(statuses map[opjournal.Code]int) (errSchema, codeSchema map[st
 					"code":    map[string]any{"$ref": "#/components/schemas/ErrorCode"},
 					"message": map[string]any{"type": "string", "description": "What is wrong, in words; never quotes payload values or secrets."},
 					"field":   map[string]any{"type": "string", "description": "The request field at fault (e.g. \"operation_key\", \"payload/amount_minor\"); absent when none is."},
+					"details": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
+						"description": "Facts for programs about the refusal, as strings; absent when there are none. BUDGET_EXCEEDED: budget, action, limit, used, window_seconds and, when it may fit later, retry_after_seconds (also the Retry-After header)."},
 				},
 			},
 		},

@@ -11,7 +11,7 @@
 // schema + style), it states what the Swagger document cannot, from the
 // sources of truth themselves:
 //
-//   - the real error body {"error": {"code", "message", "field"}}
+//   - the real error body {"error": {"code", "message", "field", "details"}}
 //     (server/http.go writeError) instead of google.rpc.Status, with ErrorCode
 //     the enum of opjournal's error codes and, on every route, one response
 //     per HTTP status of the table in server/errors.go (server.HTTPStatuses);

@@ -690,6 +690,10 @@ export interface components {
         Error: {
             error: {
                 code: components["schemas"]["ErrorCode"];
+                /** @description Facts for programs about the refusal, as strings; absent when there are none. BUDGET_EXCEEDED: budget, action, limit, used, window_seconds and, when it may fit later, retry_after_seconds (also the Retry-After header). */
+                details?: {
+                    [key: string]: string;
+                };
                 /** @description The request field at fault (e.g. "operation_key", "payload/amount_minor"); absent when none is. */
                 field?: string;
                 /** @description What is wrong, in words; never quotes payload values or secrets. */
@@ -707,12 +711,13 @@ export interface components {
          *     - STALE_ATTEMPT: HTTP 409
          *     - TOO_LARGE: HTTP 413
          *     - PAYLOAD_MISMATCH: HTTP 422
+         *     - BUDGET_EXCEEDED: HTTP 429
          *     - RATE_LIMITED: HTTP 429
          *     - INTERNAL: HTTP 500
          *     - UNAVAILABLE: HTTP 503
          * @enum {string}
          */
-        ErrorCode: "INVALID_ARGUMENT" | "UNKNOWN_ACTION" | "UNAUTHENTICATED" | "PERMISSION_DENIED" | "NOT_FOUND" | "INVALID_STATE" | "STALE_ATTEMPT" | "TOO_LARGE" | "PAYLOAD_MISMATCH" | "RATE_LIMITED" | "INTERNAL" | "UNAVAILABLE";
+        ErrorCode: "INVALID_ARGUMENT" | "UNKNOWN_ACTION" | "UNAUTHENTICATED" | "PERMISSION_DENIED" | "NOT_FOUND" | "INVALID_STATE" | "STALE_ATTEMPT" | "TOO_LARGE" | "PAYLOAD_MISMATCH" | "BUDGET_EXCEEDED" | "RATE_LIMITED" | "INTERNAL" | "UNAVAILABLE";
         /** @description EscalateRequest hands an operation to a person. */
         EscalateRequest: {
             /**
@@ -1433,7 +1438,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Too Many Requests: error.code is RATE_LIMITED. */
+        /** @description Too Many Requests: error.code is BUDGET_EXCEEDED or RATE_LIMITED. */
         TooManyRequests: {
             headers: {
                 /** @description Seconds to wait before retrying. */

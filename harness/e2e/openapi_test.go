@@ -227,6 +227,8 @@ func TestOpenAPIMatchesEveryRoute(t *testing.T) {
     reconcile: {definitive_absence: true, visibility_lag: 0s, in_flight_window: 1s}
   approved_payment:
     approval: {required: true, distinct_from_requester: false}
+  capped_email:
+    budgets: [{name: one-a-day, count: true, window: 24h, limit: 1, on_exceed: reject}]
 `
 	if err := os.WriteFile(policyFile, []byte(pol), 0o600); err != nil {
 		t.Fatal(err)
@@ -389,6 +391,17 @@ func TestOpenAPIMatchesEveryRoute(t *testing.T) {
 	c.call(admin, http.MethodGet, "/v1/operations:events?operation_key="+q(key2)+"&page_size=2", "", http.StatusOK)
 	wantCode(c.call(admin, http.MethodGet, "/v1/operations:events?operation_key="+q(key2)+"&page_token=not-a-token", "", http.StatusBadRequest), opjournal.CodeInvalidArgument)
 	c.call(admin, http.MethodGet, "/v1/policy", "", http.StatusOK)
+
+	// Budgets: the counters, and a registration past one (429 BUDGET_EXCEEDED
+	// with its details).
+	post(admin, "register", map[string]any{"operation_key": "capped-1", "action_type": "capped_email", "payload": map[string]any{"to": "a"}}, http.StatusOK)
+	wantCode(post(admin, "register", map[string]any{"operation_key": "capped-2", "action_type": "capped_email", "payload": map[string]any{"to": "b"}}, http.StatusTooManyRequests), opjournal.CodeBudgetExceeded)
+	r = c.call(admin, http.MethodGet, "/v1/budgets?action_type=capped_email&budget=one-a-day", "", http.StatusOK)
+	if bs, _ := r["budgets"].([]any); len(bs) != 1 || bs[0].(map[string]any)["used"] != "1" {
+		t.Fatalf("ListBudgets: %v", r)
+	}
+	c.call(admin, http.MethodGet, "/v1/budgets", "", http.StatusOK)
+	wantCode(c.call(admin, http.MethodGet, "/v1/budgets?budget=nope", "", http.StatusBadRequest), opjournal.CodeInvalidArgument)
 
 	// Over the tenant's rate: 429 RATE_LIMITED with Retry-After.
 	limited := startServer(t, "--database-url", sqliteURL(t), "--rate-limit", "0.01", "--rate-burst", "1")

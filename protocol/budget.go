@@ -42,9 +42,6 @@ type BudgetVerdict struct {
 	// Holds are what the operation holds if it is registered (OverLimit
 	// set on the budgets in AskApproval).
 	Holds []opjournal.BudgetHold
-	// Exceeded is the budget whose limit was passed first, for the
-	// metrics ("" when every budget fitted).
-	Exceeded string
 }
 
 // DecideBudgets decides a new operation's budgets on their use, read at
@@ -57,14 +54,9 @@ func DecideBudgets(charges []BudgetCharge, usage []opjournal.BudgetUsage, now ti
 	var v BudgetVerdict
 	for i, ch := range charges {
 		h := ch.Hold
-		u := usage[i]
-		if u.Used+h.Amount > ch.Limit || h.Amount > ch.Limit {
-			if v.Exceeded == "" {
-				v.Exceeded = ch.Hold.Budget
-			}
+		if usage[i].Used+h.Amount > ch.Limit {
 			if !ch.Approve {
-				v.Refused = budgetRefusal(ch, u, now)
-				return BudgetVerdict{Refused: v.Refused, Exceeded: ch.Hold.Budget}
+				return BudgetVerdict{Refused: budgetRefusal(ch, usage[i], now)}
 			}
 			h.OverLimit = true
 			v.AskApproval = append(v.AskApproval, h.Budget)

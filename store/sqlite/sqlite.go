@@ -378,8 +378,6 @@ type applied struct {
 	existed  bool // the operation was there before (Register)
 	claimed  bool
 	retryFor time.Duration
-	// verdict is the budget verdict a Register of a new key was decided on.
-	verdict protocol.BudgetVerdict
 }
 
 // apply reads the operation inside tx, applies c with protocol.Apply on
@@ -408,7 +406,7 @@ func (s *Store) apply(ctx context.Context, tx *wtx, tenant string, c *protocol.C
 	if err != nil {
 		return applied{}, err
 	}
-	res := applied{op: d.Op, rule: d.Rule, dbNow: dbNow, existed: found, verdict: c.BudgetVerdict}
+	res := applied{op: d.Op, rule: d.Rule, dbNow: dbNow, existed: found}
 	if d.Rule.Outcome == protocol.Changed {
 		d.Op.Tenant = tenant
 		if err := s.write(ctx, tx, d.Op, !found); err != nil {

@@ -83,7 +83,7 @@ type Budget struct {
 // the policy (in action, then budget order) that the filter keeps, one
 // entry per scope in which something counts, or the budget alone (no
 // scope, nothing used) when nothing does. A budget shared by several
-// actions is listed under each.
+// actions is listed under each (its counters once per action).
 func (s *Service) ListBudgets(ctx context.Context, tenant string, f BudgetFilter) ([]Budget, error) {
 	if err := checkText("budget", f.Budget, maxBudgetName); err != nil {
 		return nil, err
@@ -93,47 +93,69 @@ func (s *Service) ListBudgets(ctx context.Context, tenant string, f BudgetFilter
 			return nil, err
 		}
 	}
-	var pols []*policy.BudgetPolicy
-	var actions []string
-	var qs []store.BudgetQuery
-	for _, name := range s.policy.Names() {
-		act, _ := s.policy.Action(name)
-		if f.Action != "" && act.Name != f.Action {
-			continue
-		}
-		for _, b := range act.Budgets {
-			if f.Budget != "" && b.Name != f.Budget {
-				continue
-			}
-			pols, actions = append(pols, b), append(actions, act.Name)
-			qs = append(qs, store.BudgetQuery{Budget: b.Name, AnyScope: true, Window: b.Window})
-		}
-	}
-	if len(qs) == 0 {
+	pbs := s.policyBudgets(f)
+	if len(pbs) == 0 {
 		if f.Budget != "" {
 			return nil, opjournal.Errorf(opjournal.CodeInvalidArgument, "budget", "no budget %q in the policy%s", f.Budget, forAction(f.Action))
 		}
 		return nil, nil
+	}
+	// One query per name: budgets of one name share their counters (and
+	// agree on their window).
+	var qs []store.BudgetQuery
+	for _, pb := range pbs {
+		if !slices.ContainsFunc(qs, func(q store.BudgetQuery) bool { return q.Budget == pb.Name }) {
+			qs = append(qs, store.BudgetQuery{Budget: pb.Name, AnyScope: true, Window: pb.Window})
+		}
 	}
 	rows, err := s.store.Budgets(ctx, store.BudgetParams{Tenant: tenant, Queries: qs})
 	if err != nil {
 		return nil, fmt.Errorf("list budgets: %w", err)
 	}
 	var out []Budget
-	for i, b := range pols {
-		n := 0
+	for _, pb := range pbs {
+		n := len(out)
 		for _, u := range rows {
-			if u.Budget == b.Name {
-				u.Action, u.Limit, u.Window = actions[i], b.Limit, b.Window
-				out = append(out, Budget{BudgetUsage: u, Policy: b})
-				n++
+			if u.Budget == pb.Name {
+				out = append(out, pb.with(u))
 			}
 		}
-		if n == 0 {
-			out = append(out, Budget{BudgetUsage: opjournal.BudgetUsage{Action: actions[i], Budget: b.Name, Limit: b.Limit, Window: b.Window}, Policy: b})
+		if len(out) == n {
+			out = append(out, pb.with(opjournal.BudgetUsage{Budget: pb.Name}))
 		}
 	}
 	return out, nil
+}
+
+// policyBudget is a budget of the policy and the action that declares it.
+type policyBudget struct {
+	action string
+	*policy.BudgetPolicy
+}
+
+// with is u, a counter of this budget, with the policy's action, limit
+// and window.
+func (pb policyBudget) with(u opjournal.BudgetUsage) Budget {
+	u.Action, u.Limit, u.Window = pb.action, pb.Limit, pb.Window
+	return Budget{BudgetUsage: u, Policy: pb.BudgetPolicy}
+}
+
+// policyBudgets returns the policy's budgets that f keeps, in action,
+// then budget order.
+func (s *Service) policyBudgets(f BudgetFilter) []policyBudget {
+	var out []policyBudget
+	for _, name := range s.policy.Names() {
+		act, _ := s.policy.Action(name)
+		if f.Action != "" && act.Name != f.Action {
+			continue
+		}
+		for _, b := range act.Budgets {
+			if f.Budget == "" || b.Name == f.Budget {
+				out = append(out, policyBudget{act.Name, b})
+			}
+		}
+	}
+	return out
 }
 
 // forAction words an action filter in a message ("" for none).
@@ -154,11 +176,11 @@ func (s *Service) HeldBudgets(ctx context.Context, tenant string, op *opjournal.
 	if !ok {
 		return nil, nil
 	}
-	var pols []*policy.BudgetPolicy
+	var pbs []policyBudget
 	var qs []store.BudgetQuery
 	for _, h := range op.Budgets {
 		if b := act.Budget(h.Budget); b != nil {
-			pols = append(pols, b)
+			pbs = append(pbs, policyBudget{act.Name, b})
 			qs = append(qs, store.BudgetQuery{Budget: b.Name, Scope: h.Scope, Window: b.Window})
 		}
 	}
@@ -168,8 +190,7 @@ func (s *Service) HeldBudgets(ctx context.Context, tenant string, op *opjournal.
 	}
 	out := make([]Budget, len(rows))
 	for i, u := range rows {
-		u.Action, u.Limit, u.Window = act.Name, pols[i].Limit, pols[i].Window
-		out[i] = Budget{BudgetUsage: u, Policy: pols[i]}
+		out[i] = pbs[i].with(u)
 	}
 	return out, nil
 }
@@ -177,18 +198,13 @@ func (s *Service) HeldBudgets(ctx context.Context, tenant string, op *opjournal.
 // BudgetTotals returns, for the metrics, each action's budgets' use summed
 // over every tenant and scope.
 func (s *Service) BudgetTotals(ctx context.Context) ([]Budget, error) {
-	var pols []*policy.BudgetPolicy
-	var actions []string
-	var qs []store.BudgetQuery
-	for _, name := range s.policy.Names() {
-		act, _ := s.policy.Action(name)
-		for _, b := range act.Budgets {
-			pols, actions = append(pols, b), append(actions, act.Name)
-			qs = append(qs, store.BudgetQuery{Budget: b.Name, Window: b.Window})
-		}
-	}
-	if len(qs) == 0 {
+	pbs := s.policyBudgets(BudgetFilter{})
+	if len(pbs) == 0 {
 		return nil, nil
+	}
+	qs := make([]store.BudgetQuery, len(pbs))
+	for i, pb := range pbs {
+		qs[i] = store.BudgetQuery{Budget: pb.Name, Window: pb.Window}
 	}
 	rows, err := s.store.Budgets(ctx, store.BudgetParams{AllTenants: true, Queries: qs})
 	if err != nil {
@@ -196,8 +212,7 @@ func (s *Service) BudgetTotals(ctx context.Context) ([]Budget, error) {
 	}
 	out := make([]Budget, len(rows))
 	for i, u := range rows {
-		u.Action, u.Limit, u.Window = actions[i], pols[i].Limit, pols[i].Window
-		out[i] = Budget{BudgetUsage: u, Policy: pols[i]}
+		out[i] = pbs[i].with(u)
 	}
 	return out, nil
 }

@@ -116,3 +116,40 @@ func TestListBudgets(t *testing.T) {
 		t.Fatalf("an action without budgets: %+v %v", bs, err)
 	}
 }
+
+// TestListBudgetsShared: a budget shared by two actions is one counter,
+// listed once under each action (never once per action per action).
+func TestListBudgetsShared(t *testing.T) {
+	t.Parallel()
+	pol, err := policy.Parse([]byte(`actions:
+  send_email:
+    budgets: [{name: outbound, count: true, window: 1h, limit: 3, on_exceed: reject}]
+  create_ticket:
+    budgets: [{name: outbound, count: true, window: 1h, limit: 3, on_exceed: reject}]
+`), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "j.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	svc := journal.New(st, pol, journal.Limits{})
+	ctx := context.Background()
+	for _, r := range []journal.RegisterRequest{
+		{Key: "mail", Action: "send_email", Payload: json.RawMessage(`{"to":"a"}`)},
+		{Key: "ticket", Action: "create_ticket", Payload: json.RawMessage(`{"title":"t"}`)},
+	} {
+		if _, err := svc.Register(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bs, err := svc.ListBudgets(ctx, "", journal.BudgetFilter{})
+	if err != nil || len(bs) != 2 || bs[0].Action == bs[1].Action || bs[0].Used != 2 || bs[1].Used != 2 {
+		t.Fatalf("shared budget listed as %+v %v; want once per action, 2 used", bs, err)
+	}
+	if tot, err := svc.BudgetTotals(ctx); err != nil || len(tot) != 2 || tot[0].Used != 2 {
+		t.Fatalf("totals %+v %v", tot, err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/opjournal/opjournal/proto/opjournal/v1"
+	"github.com/opjournal/opjournal/server/auth"
 )
 
 // budgetLimit is the daily spend of the e2e policy, in minor units.
@@ -282,4 +283,56 @@ func TestBudgetHoldsAcrossServersAndRestarts(t *testing.T) {
 			t.Fatalf("after a retry the counter is %d, want %d", used, budgetLimit)
 		}
 	})
+}
+
+// TestBudgetPrincipalIsTheAuthenticatedOne: a per-principal budget counts
+// by the authenticated principal: two tokens of one person (a rotated or
+// second credential) share its counter, a worker_id the request states
+// does not move a call into another principal's counter, another
+// principal has its own, and a caller without a token reaches nothing.
+func TestBudgetPrincipalIsTheAuthenticatedOne(t *testing.T) {
+	t.Parallel()
+	const laptop, phone, other = "tok-carol-laptop-3b9d1f7a2c", "tok-carol-phone-8e2c6a4b0d", "tok-dave-agent-5f1a9c3e7b"
+	tokens := auth.FileHeader +
+		auth.Entry{Name: "carol-laptop", Principal: "carol", SHA256: auth.Digest(laptop), Tenant: "t", Roles: []auth.Role{auth.RoleAgent}}.YAML() +
+		auth.Entry{Name: "carol-phone", Principal: "carol", SHA256: auth.Digest(phone), Tenant: "t", Roles: []auth.Role{auth.RoleAgent}}.YAML() +
+		auth.NewEntry("dave", other, "t", []auth.Role{auth.RoleAgent}).YAML()
+	dir := t.TempDir()
+	authFile, policyFile := filepath.Join(dir, "tokens.yaml"), filepath.Join(dir, "policy.yaml")
+	for f, text := range map[string]string{authFile: tokens, policyFile: "actions:\n  send_email:\n    budgets: [{name: mails, count: true, per: [principal], window: 24h, limit: 2, on_exceed: reject}]\n"} {
+		if err := os.WriteFile(f, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := startServer(t, "--database-url", sqliteURL(t), "--auth-file", authFile, "--policy", policyFile)
+	send := func(token, key, worker string) error {
+		req := &pb.RegisterRequest{OperationKey: key, ActionType: "send_email", Payload: mustStruct(t, `{"to":"a@example.com"}`)}
+		if worker != "" {
+			req.Claim = &pb.ClaimOptions{WorkerId: worker}
+		}
+		c := srv.Client
+		if token != "" {
+			c = as(t, srv, token)
+		}
+		_, err := c.Register(ctxFor(t), req)
+		return err
+	}
+	if err := send(laptop, "m1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := send(phone, "m2", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := send(laptop, "m3", "dave"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("carol's third mail, stated as dave's worker: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if err := send(phone, "m3", ""); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("carol's third mail from her other token: %v", err)
+	}
+	if err := send(other, "d1", "carol"); err != nil {
+		t.Fatalf("dave's first mail: %v", err)
+	}
+	if err := send("", "anon", ""); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no token: %v", err)
+	}
 }

@@ -96,8 +96,10 @@ func (j *journalProc) start() error {
 // crash kills the process (SIGKILL: no drain, no cleanup) and starts it again.
 func (j *journalProc) crash() error {
 	j.mu.Lock()
-	j.p.Kill()
-	j.p = nil
+	if j.p != nil { // nil when the last start failed (reported then)
+		j.p.Kill()
+		j.p = nil
+	}
 	j.mu.Unlock()
 	return j.start()
 }

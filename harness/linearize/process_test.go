@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -161,7 +162,14 @@ func runProcesses(t *testing.T, name, url1, url2 string, kill bool) {
 					case <-time.After(100 * time.Millisecond):
 					}
 					if err := a.crash(); err != nil {
-						t.Error(err)
+						// The port it listened on can be taken, between the
+						// kill and the restart, by any connection's local
+						// port: then it stays down for the rest of the round
+						// (its calls fail, which the checker takes as maybe).
+						if !strings.Contains(err.Error(), "address already in use") {
+							t.Error(err)
+						}
+						t.Logf("restart after a kill failed; the process stays down this round: %v", err)
 						return
 					}
 					kills++
